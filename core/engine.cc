@@ -1,0 +1,719 @@
+#include "core/engine.h"
+
+#include <algorithm>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "core/assert.h"
+#include "core/deadline_queue.h"
+#include "core/intrusive_list.h"
+
+namespace turnstile::core {
+namespace {
+
+struct Resource;
+struct SessionState;
+
+// One granted slot of a resource. Lives in its resource's holder list and, while its session is
+// open, in the session's holder list.
+struct Holder {
+  Token token;
+  SessionId session;
+  SessionState* owner = nullptr;  // null once orphaned (session closed without auto-release)
+  Resource* resource = nullptr;
+  std::int64_t lease_s = 0;       // lease of the grant; `w` restarts it with this
+  Instant deadline;
+  DeadlineQueue::Timer timer;     // lease expiry
+  ListLink<Holder> in_resource;
+  ListLink<Holder> in_session;
+  bool two_phase_pending = false;  // granted to an `e` whose `w` has not come yet
+};
+
+// One place in a resource's FIFO queue.
+struct Waiter {
+  SessionId session;
+  SessionState* owner = nullptr;
+  Resource* resource = nullptr;
+  std::int64_t lease_s = 0;
+  bool two_phase = false;  // queued by `e`
+  bool parked = false;     // a blocking l/sl/w/sw is waiting on it
+  DeadlineQueue::Timer timer;  // timeout of the parked request
+  ListLink<Waiter> in_resource;
+  ListLink<Waiter> in_session;
+};
+
+// Two-phase state of one (session, resource) pair.
+struct TwoPhaseRecord {
+  enum class State : std::uint8_t { kWaiting, kGranted, kExpired };
+  State state = State::kWaiting;
+  Waiter* waiter = nullptr;  // kWaiting
+  Holder* holder = nullptr;  // kGranted
+};
+
+// Semaphores above this limit index their holders by fence, so that release and renew stay O(1)
+// however many holders there are; smaller resources scan their short holder list.
+constexpr std::int64_t kIndexedHoldersAbove = 16;
+
+struct Resource {
+  Namespace ns = Namespace::kLock;
+  std::string_view key;       // the map node's key, stable while the resource exists
+  std::int64_t limit = 1;
+  std::uint64_t serial = 0;   // creation order: a deterministic order between resources
+  Instant last_activity;
+  IntrusiveList<Holder, &Holder::in_resource> holders;
+  IntrusiveList<Waiter, &Waiter::in_resource> waiters;
+  std::uint32_t records = 0;  // two-phase records naming this resource
+  DeadlineQueue::Timer gc_timer;
+  std::unique_ptr<std::unordered_map<std::uint64_t, Holder*>> holders_by_fence;
+
+  bool full() const { return static_cast<std::int64_t>(holders.size()) >= limit; }
+  bool idle() const { return holders.empty() && waiters.empty(); }
+  bool collectable() const { return idle() && records == 0; }
+};
+
+struct SessionState {
+  IntrusiveList<Holder, &Holder::in_session> holders;
+  IntrusiveList<Waiter, &Waiter::in_session> waiters;
+  Waiter* parked = nullptr;
+  std::unordered_map<Resource*, TwoPhaseRecord> records;
+};
+
+// Recycles nodes so that the steady state of acquire/release allocates nothing.
+template <typename T>
+class NodePool {
+ public:
+  NodePool() = default;
+  NodePool(const NodePool&) = delete;
+  NodePool& operator=(const NodePool&) = delete;
+  ~NodePool() {
+    for (T* node : free_) delete node;
+  }
+  T* make() {
+    if (free_.empty()) return new T();
+    T* node = free_.back();
+    free_.pop_back();
+    *node = T();
+    return node;
+  }
+  void recycle(T* node) {
+    if (free_.size() < kFreeMax) {
+      free_.push_back(node);
+    } else {
+      delete node;
+    }
+  }
+
+ private:
+  static constexpr std::size_t kFreeMax = 4096;
+  std::vector<T*> free_;
+};
+
+struct KeyHash {
+  using is_transparent = void;
+  std::size_t operator()(std::string_view key) const {
+    return static_cast<std::size_t>(XXH3_64bits(key.data(), key.size()));
+  }
+};
+
+using ResourceMap = std::unordered_map<std::string, Resource, KeyHash, std::equal_to<>>;
+
+std::int64_t ns_index(Namespace ns) { return ns == Namespace::kLock ? 0 : 1; }
+
+}  // namespace
+
+struct Engine::Impl {
+  Impl(const EngineConfig& engine_config, RandomSource& salts)
+      : config(engine_config), salt_source(salts), last_fence(engine_config.fence_floor) {
+    TS_ASSERT(config.default_lease_s >= 1 && config.default_lease_s <= kMaxSeconds);
+    TS_ASSERT(config.gc_max_idle >= Duration::zero());
+    TS_ASSERT(config.resources_max >= 0 && config.waiters_max >= 0);
+  }
+
+  ~Impl() {
+    for (ResourceMap& map : resources) {
+      for (auto& [key, resource] : map) {
+        while (!resource.holders.empty()) {
+          Holder* holder = resource.holders.front();
+          resource.holders.remove(holder);
+          delete holder;
+        }
+        while (!resource.waiters.empty()) {
+          Waiter* waiter = resource.waiters.front();
+          resource.waiters.remove(waiter);
+          delete waiter;
+        }
+      }
+    }
+  }
+
+  EngineConfig config;
+  RandomSource& salt_source;
+  Instant now = Instant::min();
+  Fence last_fence;
+  EngineCounters counters;
+  ResourceMap resources[2];
+  std::uint64_t next_serial = 0;
+  std::unordered_map<std::uint64_t, SessionState> sessions;
+  DeadlineQueue deadlines;
+  NodePool<Holder> holder_pool;
+  NodePool<Waiter> waiter_pool;
+
+  // ---- time ---------------------------------------------------------------------------------
+
+  void advance(Instant input_now, std::vector<Delivery>& out) {
+    if (input_now < now) {
+      ++counters.clock_regressions;
+    } else {
+      now = input_now;
+    }
+    while (auto due = deadlines.pop_due(now)) {
+      switch (due->kind) {
+        case DeadlineQueue::Kind::kLeaseExpiry:
+          expire(static_cast<Holder*>(due->owner), out);
+          break;
+        case DeadlineQueue::Kind::kWaitTimeout:
+          time_out(static_cast<Waiter*>(due->owner), out);
+          break;
+        case DeadlineQueue::Kind::kIdleGc:
+          collect(static_cast<Resource*>(due->owner));
+          break;
+      }
+    }
+  }
+
+  Instant deadline_after(std::int64_t seconds) const { return now + Duration::seconds(seconds); }
+
+  // ---- resources ----------------------------------------------------------------------------
+
+  std::size_t resources_count() const { return resources[0].size() + resources[1].size(); }
+
+  Resource* find(Namespace ns, std::string_view key) {
+    ResourceMap& map = resources[ns_index(ns)];
+    auto it = map.find(key);
+    return it == map.end() ? nullptr : &it->second;
+  }
+
+  Resource* create(Namespace ns, std::string_view key, std::int64_t limit) {
+    ResourceMap& map = resources[ns_index(ns)];
+    auto [it, inserted] = map.try_emplace(std::string(key));
+    TS_ASSERT(inserted);
+    Resource& resource = it->second;
+    resource.ns = ns;
+    resource.key = it->first;
+    resource.limit = limit;
+    resource.serial = ++next_serial;
+    resource.last_activity = now;
+    if (limit > kIndexedHoldersAbove) {
+      resource.holders_by_fence = std::make_unique<std::unordered_map<std::uint64_t, Holder*>>();
+    }
+    return &resource;
+  }
+
+  // Arms the resource's GC timer when it has just become collectable. A timer that fires on a
+  // resource in use again does nothing; the next time the resource empties it is armed anew.
+  void arm_gc(Resource& resource) {
+    if (!resource.collectable() || resource.gc_timer.scheduled()) return;
+    deadlines.schedule(resource.gc_timer,
+                       resource.last_activity + config.gc_max_idle + Duration::nanoseconds(1),
+                       DeadlineQueue::Kind::kIdleGc, &resource);
+  }
+
+  void collect(Resource* resource) {
+    if (!resource->collectable()) return;
+    if (now - resource->last_activity <= config.gc_max_idle) {
+      arm_gc(*resource);  // touched since the timer was armed
+      return;
+    }
+    ++counters.resources_collected;
+    ResourceMap& map = resources[ns_index(resource->ns)];
+    auto it = map.find(resource->key);
+    TS_ASSERT(it != map.end() && &it->second == resource);
+    map.erase(it);
+  }
+
+  // ---- holders and waiters ------------------------------------------------------------------
+
+  SessionState& session_state(SessionId session) {
+    TS_ASSERT(session.value != 0);
+    return sessions[session.value];
+  }
+
+  // Mints the next token, or nullopt when the fence space is used up (it never wraps).
+  std::optional<Token> mint() {
+    if (last_fence.value == UINT64_MAX) {
+      ++counters.fence_exhausted;
+      return std::nullopt;
+    }
+    ++last_fence.value;
+    ++counters.grants;
+    return Token{last_fence, salt_source.next_u64()};
+  }
+
+  Holder* grant(Resource& resource, SessionId session, SessionState* owner,
+                std::int64_t lease_s) {
+    TS_ASSERT(!resource.full());
+    std::optional<Token> token = mint();
+    if (!token) return nullptr;
+    Holder* holder = holder_pool.make();
+    holder->token = *token;
+    holder->session = session;
+    holder->owner = owner;
+    holder->resource = &resource;
+    holder->lease_s = lease_s;
+    holder->deadline = deadline_after(lease_s);
+    resource.holders.push_back(holder);
+    if (owner != nullptr) owner->holders.push_back(holder);
+    if (resource.holders_by_fence) resource.holders_by_fence->emplace(token->fence.value, holder);
+    deadlines.schedule(holder->timer, holder->deadline, DeadlineQueue::Kind::kLeaseExpiry, holder);
+    return holder;
+  }
+
+  Holder* find_holder(Resource& resource, const Token& token) {
+    Holder* found = nullptr;
+    if (resource.holders_by_fence) {
+      auto it = resource.holders_by_fence->find(token.fence.value);
+      if (it != resource.holders_by_fence->end()) found = it->second;
+    } else {
+      for (Holder* h = resource.holders.front(); h != nullptr; h = decltype(resource.holders)::next(h)) {
+        if (h->token.fence == token.fence) {
+          found = h;
+          break;
+        }
+      }
+    }
+    // The fence is public (it is in every token, and predictable); the salt is the secret part.
+    // Compare it without an early exit.
+    if (found == nullptr || ((found->token.salt ^ token.salt) != 0)) return nullptr;
+    return found;
+  }
+
+  void remove_holder(Holder* holder) {
+    Resource& resource = *holder->resource;
+    resource.holders.remove(holder);
+    if (holder->owner != nullptr) holder->owner->holders.remove(holder);
+    if (resource.holders_by_fence) resource.holders_by_fence->erase(holder->token.fence.value);
+    deadlines.cancel(holder->timer);
+    holder_pool.recycle(holder);
+  }
+
+  Waiter* add_waiter(Resource& resource, SessionId session, SessionState& owner,
+                     std::int64_t lease_s, bool two_phase) {
+    Waiter* waiter = waiter_pool.make();
+    waiter->session = session;
+    waiter->owner = &owner;
+    waiter->resource = &resource;
+    waiter->lease_s = lease_s;
+    waiter->two_phase = two_phase;
+    resource.waiters.push_back(waiter);
+    owner.waiters.push_back(waiter);
+    return waiter;
+  }
+
+  void park(Waiter* waiter, std::int64_t timeout_s) {
+    TS_ASSERT(waiter->owner->parked == nullptr);
+    waiter->parked = true;
+    waiter->owner->parked = waiter;
+    deadlines.schedule(waiter->timer, deadline_after(timeout_s), DeadlineQueue::Kind::kWaitTimeout,
+                       waiter);
+  }
+
+  void remove_waiter(Waiter* waiter) {
+    waiter->resource->waiters.remove(waiter);
+    waiter->owner->waiters.remove(waiter);
+    if (waiter->owner->parked == waiter) waiter->owner->parked = nullptr;
+    deadlines.cancel(waiter->timer);
+    waiter_pool.recycle(waiter);
+  }
+
+  void add_record(SessionState& state, Resource& resource, TwoPhaseRecord record) {
+    auto [it, inserted] = state.records.emplace(&resource, record);
+    TS_ASSERT(inserted);
+    ++resource.records;
+  }
+
+  void erase_record(SessionState& state, Resource& resource) {
+    std::size_t erased = state.records.erase(&resource);
+    TS_ASSERT(erased == 1);
+    --resource.records;
+  }
+
+  // Hands free capacity to the head of the queue, in order, until the resource is full or the
+  // queue is empty.
+  void promote(Resource& resource, std::vector<Delivery>& out) {
+    while (!resource.full() && !resource.waiters.empty()) {
+      Waiter* waiter = resource.waiters.front();
+      SessionState& state = *waiter->owner;
+      Holder* holder = grant(resource, waiter->session, &state, waiter->lease_s);
+      if (holder == nullptr) {
+        // No fence left: the waiter cannot ever be granted, so it is answered rather than left.
+        if (waiter->parked) out.push_back(Delivery{waiter->session, Reply::of(Status::kError)});
+        if (waiter->two_phase) erase_record(state, resource);
+        remove_waiter(waiter);
+        continue;
+      }
+      if (waiter->parked) {
+        out.push_back(Delivery{waiter->session,
+                               Reply::granted(Status::kOk, holder->token, holder->lease_s)});
+        if (waiter->two_phase) erase_record(state, resource);
+      } else {
+        TS_ASSERT(waiter->two_phase);
+        holder->two_phase_pending = true;
+        TwoPhaseRecord& record = state.records.at(&resource);
+        record = TwoPhaseRecord{TwoPhaseRecord::State::kGranted, nullptr, holder};
+      }
+      remove_waiter(waiter);
+    }
+  }
+
+  // ---- deadlines ----------------------------------------------------------------------------
+
+  void expire(Holder* holder, std::vector<Delivery>& out) {
+    ++counters.lease_expiries;
+    Resource& resource = *holder->resource;
+    if (holder->two_phase_pending && holder->owner != nullptr) {
+      TwoPhaseRecord& record = holder->owner->records.at(&resource);
+      record = TwoPhaseRecord{TwoPhaseRecord::State::kExpired, nullptr, nullptr};
+    }
+    remove_holder(holder);
+    promote(resource, out);
+    arm_gc(resource);
+  }
+
+  void time_out(Waiter* waiter, std::vector<Delivery>& out) {
+    ++counters.wait_timeouts;
+    Resource& resource = *waiter->resource;
+    out.push_back(Delivery{waiter->session, Reply::of(Status::kTimeout)});
+    if (waiter->two_phase) erase_record(*waiter->owner, resource);
+    remove_waiter(waiter);
+    promote(resource, out);
+    arm_gc(resource);
+  }
+
+  // ---- requests -----------------------------------------------------------------------------
+
+  std::int64_t lease_of(const Request& request) const {
+    return request.lease_s > 0 ? request.lease_s : config.default_lease_s;
+  }
+
+  // Finds the resource, or creates it when the limits allow. On failure `status` says why.
+  Resource* find_or_create(Namespace ns, const Request& request, std::int64_t limit,
+                           Status& status) {
+    Resource* resource = find(ns, request.key);
+    if (resource == nullptr) {
+      if (static_cast<std::int64_t>(resources_count()) >= config.resources_max) {
+        status = Status::kErrorMaxLocks;
+        return nullptr;
+      }
+      if (last_fence.value == UINT64_MAX) {
+        // Creating a resource that could never be granted would only leave litter behind.
+        ++counters.fence_exhausted;
+        status = Status::kError;
+        return nullptr;
+      }
+      return create(ns, request.key, limit);
+    }
+    if (resource->limit != limit) {
+      status = Status::kErrorLimitMismatch;
+      return nullptr;
+    }
+    return resource;
+  }
+
+  Reply acquire(SessionId session, Namespace ns, const Request& request) {
+    const std::int64_t limit = ns == Namespace::kLock ? 1 : request.limit;
+    const std::int64_t lease_s = lease_of(request);
+    Status status = Status::kError;
+    Resource* resource = find_or_create(ns, request, limit, status);
+    if (resource == nullptr) return Reply::of(status);
+    resource->last_activity = now;
+    SessionState& state = session_state(session);
+    TS_ASSERT(state.parked == nullptr);
+
+    if (!resource->full() && resource->waiters.empty()) {
+      Holder* holder = grant(*resource, session, &state, lease_s);
+      if (holder == nullptr) {
+        arm_gc(*resource);
+        return Reply::of(Status::kError);
+      }
+      return Reply::granted(Status::kOk, holder->token, lease_s);
+    }
+    if (queue_full(*resource)) return Reply::of(Status::kErrorMaxWaiters);
+    if (request.timeout_s == 0) return Reply::of(Status::kTimeout);
+    park(add_waiter(*resource, session, state, lease_s, /*two_phase=*/false), request.timeout_s);
+    return Reply::parked();
+  }
+
+  bool queue_full(const Resource& resource) const {
+    return config.waiters_max > 0 &&
+           static_cast<std::int64_t>(resource.waiters.size()) >= config.waiters_max;
+  }
+
+  Reply enqueue(SessionId session, Namespace ns, const Request& request) {
+    const std::int64_t limit = ns == Namespace::kLock ? 1 : request.limit;
+    const std::int64_t lease_s = lease_of(request);
+    if (Resource* existing = find(ns, request.key); existing != nullptr) {
+      if (const TwoPhaseRecord* record = find_record(session, *existing);
+          record != nullptr && record->state != TwoPhaseRecord::State::kExpired) {
+        return Reply::of(Status::kErrorAlreadyEnqueued);
+      }
+    }
+    Status status = Status::kError;
+    Resource* resource = find_or_create(ns, request, limit, status);
+    if (resource == nullptr) return Reply::of(status);
+    resource->last_activity = now;
+    SessionState& state = session_state(session);
+    TS_ASSERT(state.parked == nullptr);
+    if (state.records.contains(resource)) erase_record(state, *resource);  // an expired record
+
+    if (!resource->full() && resource->waiters.empty()) {
+      Holder* holder = grant(*resource, session, &state, lease_s);
+      if (holder == nullptr) {
+        arm_gc(*resource);
+        return Reply::of(Status::kError);
+      }
+      holder->two_phase_pending = true;
+      add_record(state, *resource, {TwoPhaseRecord::State::kGranted, nullptr, holder});
+      return Reply::granted(Status::kAcquired, holder->token, lease_s);
+    }
+    if (queue_full(*resource)) return Reply::of(Status::kErrorMaxWaiters);
+    Waiter* waiter = add_waiter(*resource, session, state, lease_s, /*two_phase=*/true);
+    add_record(state, *resource, {TwoPhaseRecord::State::kWaiting, waiter, nullptr});
+    return Reply::of(Status::kQueued);
+  }
+
+  const TwoPhaseRecord* find_record(SessionId session, Resource& resource) const {
+    auto state = sessions.find(session.value);
+    if (state == sessions.end()) return nullptr;
+    auto record = state->second.records.find(&resource);
+    return record == state->second.records.end() ? nullptr : &record->second;
+  }
+
+  Reply wait(SessionId session, Namespace ns, const Request& request,
+             std::vector<Delivery>& out) {
+    Resource* resource = find(ns, request.key);
+    if (resource == nullptr) return Reply::of(Status::kErrorNotEnqueued);
+    resource->last_activity = now;
+    auto state_it = sessions.find(session.value);
+    if (state_it == sessions.end()) return Reply::of(Status::kErrorNotEnqueued);
+    SessionState& state = state_it->second;
+    TS_ASSERT(state.parked == nullptr);
+    auto record_it = state.records.find(resource);
+    if (record_it == state.records.end()) return Reply::of(Status::kErrorNotEnqueued);
+    TwoPhaseRecord record = record_it->second;
+
+    switch (record.state) {
+      case TwoPhaseRecord::State::kExpired:
+        erase_record(state, *resource);
+        arm_gc(*resource);
+        return Reply::of(Status::kErrorLeaseExpired);
+      case TwoPhaseRecord::State::kGranted: {
+        Holder* holder = record.holder;
+        erase_record(state, *resource);
+        holder->two_phase_pending = false;
+        holder->deadline = deadline_after(holder->lease_s);  // the lease restarts at delivery
+        deadlines.schedule(holder->timer, holder->deadline, DeadlineQueue::Kind::kLeaseExpiry,
+                           holder);
+        return Reply::granted(Status::kOk, holder->token, holder->lease_s);
+      }
+      case TwoPhaseRecord::State::kWaiting:
+        if (request.timeout_s == 0) {
+          erase_record(state, *resource);
+          remove_waiter(record.waiter);
+          promote(*resource, out);
+          arm_gc(*resource);
+          return Reply::of(Status::kTimeout);
+        }
+        park(record.waiter, request.timeout_s);
+        return Reply::parked();
+    }
+    TS_ASSERT(false);
+  }
+
+  Reply release(Namespace ns, const Request& request, std::vector<Delivery>& out) {
+    Resource* resource = find(ns, request.key);
+    if (resource == nullptr || !request.token) return Reply::of(Status::kError);
+    Holder* holder = find_holder(*resource, *request.token);
+    if (holder == nullptr) return Reply::of(Status::kError);
+    if (holder->two_phase_pending && holder->owner != nullptr) {
+      erase_record(*holder->owner, *resource);
+    }
+    remove_holder(holder);
+    resource->last_activity = now;
+    promote(*resource, out);
+    arm_gc(*resource);
+    return Reply::of(Status::kOk);
+  }
+
+  Reply renew(Namespace ns, const Request& request) {
+    Resource* resource = find(ns, request.key);
+    if (resource == nullptr || !request.token) return Reply::of(Status::kError);
+    Holder* holder = find_holder(*resource, *request.token);
+    if (holder == nullptr) return Reply::of(Status::kError);
+    const std::int64_t ttl_s = lease_of(request);
+    holder->deadline = deadline_after(ttl_s);
+    deadlines.schedule(holder->timer, holder->deadline, DeadlineQueue::Kind::kLeaseExpiry, holder);
+    resource->last_activity = now;
+    return Reply::renewed(ttl_s);
+  }
+
+  bool close_session(SessionId session, bool auto_release, std::vector<Delivery>& out) {
+    auto it = sessions.find(session.value);
+    if (it == sessions.end()) return false;
+    SessionState& state = it->second;
+    const bool dropped_parked = state.parked != nullptr;
+    std::vector<Resource*> touched;
+    // Waiters first, so that the releases below cannot promote this session's own waiters.
+    while (!state.waiters.empty()) {
+      Waiter* waiter = state.waiters.front();
+      touched.push_back(waiter->resource);
+      remove_waiter(waiter);
+    }
+    for (auto& [resource, record] : state.records) {
+      --resource->records;
+      touched.push_back(resource);
+    }
+    state.records.clear();
+    while (!state.holders.empty()) {
+      Holder* holder = state.holders.front();
+      if (auto_release) {
+        touched.push_back(holder->resource);
+        remove_holder(holder);
+      } else {
+        state.holders.remove(holder);
+        holder->owner = nullptr;
+        holder->two_phase_pending = false;
+      }
+    }
+    sessions.erase(it);
+    // Creation order, not pointer or hash order, decides who is promoted first, so fences are
+    // minted in the same order on every run.
+    std::sort(touched.begin(), touched.end(),
+              [](const Resource* a, const Resource* b) { return a->serial < b->serial; });
+    touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
+    for (Resource* resource : touched) {
+      promote(*resource, out);
+      arm_gc(*resource);
+    }
+    return dropped_parked;
+  }
+
+  StatsSnapshot stats() const {
+    StatsSnapshot part;
+    for (const ResourceMap& map : resources) {
+      for (const auto& [key, resource] : map) {
+        const bool busy = !resource.idle();
+        if (resource.limit == 1) {
+          if (busy) {
+            const Holder* holder = resource.holders.front();
+            LockStats entry;
+            entry.key = key;
+            entry.waiters = static_cast<std::int64_t>(resource.waiters.size());
+            if (holder != nullptr) {
+              entry.owner = holder->session;
+              entry.lease_expires_in_s =
+                  std::max(Duration::zero(), holder->deadline - now).seconds_double();
+            }
+            part.locks.push_back(std::move(entry));
+          } else {
+            part.idle_locks.push_back(IdleStats{key, (now - resource.last_activity).seconds_double()});
+          }
+        } else if (busy) {
+          part.semaphores.push_back(SemaphoreStats{
+              key, resource.limit, static_cast<std::int64_t>(resource.holders.size()),
+              static_cast<std::int64_t>(resource.waiters.size())});
+        } else {
+          part.idle_semaphores.push_back(
+              IdleStats{key, (now - resource.last_activity).seconds_double()});
+        }
+      }
+    }
+    StatsSnapshot sorted;
+    merge_stats(sorted, std::move(part), config.stats_entries_max);
+    return sorted;
+  }
+
+  std::vector<ResourceView> inspect() const {
+    std::vector<ResourceView> views;
+    for (const ResourceMap& map : resources) {
+      for (const auto& [key, resource] : map) {
+        ResourceView view{resource.ns, key, resource.limit, {}, {}};
+        for (const Holder* h = resource.holders.front(); h != nullptr;
+             h = decltype(resource.holders)::next(h)) {
+          view.holders.push_back(HolderView{resource.ns, key, h->token, h->session, h->deadline});
+        }
+        for (const Waiter* w = resource.waiters.front(); w != nullptr;
+             w = decltype(resource.waiters)::next(w)) {
+          view.waiters.push_back(w->session);
+        }
+        views.push_back(std::move(view));
+      }
+    }
+    std::sort(views.begin(), views.end(), [](const ResourceView& a, const ResourceView& b) {
+      return std::pair(a.ns, std::string_view(a.key)) < std::pair(b.ns, std::string_view(b.key));
+    });
+    return views;
+  }
+};
+
+Engine::Engine(const EngineConfig& config, RandomSource& salt_source)
+    : impl_(std::make_unique<Impl>(config, salt_source)) {}
+
+Engine::~Engine() = default;
+
+Reply Engine::handle(Instant now, SessionId session, const Request& request,
+                     std::vector<Delivery>& out) {
+  TS_ASSERT(is_engine_command(request.command));
+  impl_->advance(now, out);
+  const Namespace ns = command_namespace(request.command);
+  switch (request.command) {
+    case Command::kLock:
+    case Command::kSemLock:
+      return impl_->acquire(session, ns, request);
+    case Command::kRelease:
+    case Command::kSemRelease:
+      return impl_->release(ns, request, out);
+    case Command::kRenew:
+    case Command::kSemRenew:
+      return impl_->renew(ns, request);
+    case Command::kEnqueue:
+    case Command::kSemEnqueue:
+      return impl_->enqueue(session, ns, request);
+    case Command::kWait:
+    case Command::kSemWait:
+      return impl_->wait(session, ns, request, out);
+    case Command::kPing:
+    case Command::kStats:
+    case Command::kAuth:
+      break;
+  }
+  TS_ASSERT(false);
+}
+
+bool Engine::close_session(Instant now, SessionId session, bool auto_release,
+                           std::vector<Delivery>& out) {
+  impl_->advance(now, out);
+  return impl_->close_session(session, auto_release, out);
+}
+
+void Engine::tick(Instant now, std::vector<Delivery>& out) { impl_->advance(now, out); }
+
+std::optional<Instant> Engine::next_wake() const { return impl_->deadlines.next(); }
+
+StatsSnapshot Engine::stats(Instant now, std::vector<Delivery>& out) {
+  impl_->advance(now, out);
+  return impl_->stats();
+}
+
+Instant Engine::now() const { return impl_->now; }
+const EngineCounters& Engine::counters() const { return impl_->counters; }
+std::size_t Engine::resources_count() const { return impl_->resources_count(); }
+Fence Engine::last_fence() const { return impl_->last_fence; }
+
+std::vector<Engine::ResourceView> Engine::inspect() const { return impl_->inspect(); }
+
+}  // namespace turnstile::core

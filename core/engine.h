@@ -1,0 +1,129 @@
+// Engine: the lock and semaphore state machine for one shard of the key space.
+//
+// It owns resources (a lock is a resource with limit 1), their holders with lease deadlines,
+// strict FIFO waiters, two-phase records per (session, resource), the fence counter of the
+// shard and GC of idle resources. It never reads a clock: every input carries `now`, and the
+// engine keeps the largest `now` it has seen, so a clock that steps back can neither revive nor
+// extend a lease (regressions are counted). Given the same inputs it produces the same outputs,
+// bit for bit. The full rules are in docs/semantics.md; the essentials:
+//
+//  * Every input first advances time: deadlines due at or before `now` are processed in order of
+//    (instant, kind), lease expiries before wait timeouts before GC at the same instant, so a
+//    grant that coincides with a timeout wins. Deadlines live in an indexed min-heap; nothing
+//    sweeps over all keys.
+//  * A newcomer never overtakes a waiter: the fast path needs free capacity AND an empty queue.
+//  * Replies to parked requests (blocking l/sl/w/sw) leave through `out` as Deliveries, from
+//    whichever call reaches them: a release, an expiry, a tick, a closed session.
+//
+// Invariants (checked by tests/core/engine_model_test.cc after every step):
+//  * holders of a resource <= its limit; a queue is non-empty only while the resource is full
+//    (unless the fence space is exhausted);
+//  * every fence issued is greater than every fence issued before it by this engine;
+//  * each session has at most one parked request.
+//
+// Thread affinity: one thread owns an Engine; it has no internal locking.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "core/protocol.h"
+#include "core/random.h"
+#include "core/stats.h"
+#include "core/time.h"
+#include "core/types.h"
+
+namespace turnstile::core {
+
+struct EngineConfig {
+  std::int64_t default_lease_s = 33;          // lease when a request gives none
+  Duration gc_max_idle = Duration::seconds(60);  // idle resources older than this are deleted
+  std::int64_t resources_max = 1'048'576;     // --max-locks: resources in this engine, exact
+  std::int64_t waiters_max = 0;               // --max-waiters: per resource; 0 = unlimited
+  Fence fence_floor{0};                       // every fence issued is > fence_floor
+  std::size_t stats_entries_max = 10'000;     // per stats array
+};
+
+// A reply addressed to a session whose request was parked (or whose request is in flight).
+struct Delivery {
+  SessionId session;
+  Reply reply;
+  bool operator==(const Delivery&) const = default;
+};
+
+struct EngineCounters {
+  std::uint64_t clock_regressions = 0;  // inputs whose `now` was behind the largest seen
+  std::uint64_t grants = 0;             // fences minted
+  std::uint64_t lease_expiries = 0;
+  std::uint64_t wait_timeouts = 0;
+  std::uint64_t resources_collected = 0;
+  std::uint64_t fence_exhausted = 0;    // grants refused because no fence was left
+};
+
+class Engine {
+ public:
+  // `salt_source` supplies the random half of every token; it must outlive the engine.
+  Engine(const EngineConfig& config, RandomSource& salt_source);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Applies one keyed request (is_engine_command) from `session`. Returns its reply, or
+  // Reply::parked() when it waits; the parked request's reply later reaches `out` as a Delivery.
+  // Replies to other sessions' parked requests that this call causes are appended to `out`.
+  // Contract: a session has at most one request parked at a time (the session layer processes
+  // requests strictly in order).
+  Reply handle(Instant now, SessionId session, const Request& request,
+               std::vector<Delivery>& out);
+
+  // The session is gone: its parked request is dropped unanswered, its waiters and two-phase
+  // records are removed, and with `auto_release` its holdings are released (without, they live
+  // on until released by token or until their lease ends). Unknown sessions are fine.
+  // Returns true when a parked request of the session was dropped: it will never be answered,
+  // so the driver completes it on the session side (Session::on_cancelled).
+  bool close_session(Instant now, SessionId session, bool auto_release,
+                     std::vector<Delivery>& out);
+
+  // Advances time only.
+  void tick(Instant now, std::vector<Delivery>& out);
+
+  // The earliest instant at which the engine has work (a lease expiry, a wait timeout or a GC);
+  // nullopt when it has none. The driver calls tick() at or after it.
+  std::optional<Instant> next_wake() const;
+
+  // Advances time, then reports every resource (see stats.h).
+  StatsSnapshot stats(Instant now, std::vector<Delivery>& out);
+
+  // The largest `now` seen (Instant::min() before the first input).
+  Instant now() const;
+  const EngineCounters& counters() const;
+  std::size_t resources_count() const;
+  // The last fence issued (fence_floor before the first grant).
+  Fence last_fence() const;
+
+  // Test and simulator introspection: every holder and waiter, for invariant checks.
+  struct HolderView {
+    Namespace ns;
+    std::string key;
+    Token token;
+    SessionId session;
+    Instant deadline;
+  };
+  struct ResourceView {
+    Namespace ns;
+    std::string key;
+    std::int64_t limit;
+    std::vector<HolderView> holders;
+    std::vector<SessionId> waiters;  // queue order
+  };
+  std::vector<ResourceView> inspect() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace turnstile::core

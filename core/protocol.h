@@ -1,0 +1,104 @@
+// The typed vocabulary of the dflockd line protocol: what a client can ask (Request) and what the
+// server answers (Reply). The wire codec (wire.h) turns bytes into Requests and Replies into
+// bytes; the engine (engine.h) turns Requests into Replies. Both are plain values, so a Request
+// can be logged, replayed or (later) replicated.
+//
+// Thread affinity: plain values, safe anywhere.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "core/types.h"
+
+namespace turnstile::core {
+
+enum class Command : std::uint8_t {
+  kLock,          // l    key  <timeout> [<lease>]
+  kRelease,       // r    key  <token>
+  kRenew,         // n    key  <token> [<lease>]
+  kEnqueue,       // e    key  [<lease>]
+  kWait,          // w    key  <timeout>
+  kSemLock,       // sl   key  <timeout> <limit> [<lease>]
+  kSemRelease,    // sr   key  <token>
+  kSemRenew,      // sn   key  <token> [<lease>]
+  kSemEnqueue,    // se   key  <limit> [<lease>]
+  kSemWait,       // sw   key  <timeout>
+  kPing,          // ping _    _
+  kStats,         // stats _   _
+  kAuth,          // auth _    <secret>
+};
+
+std::string_view command_name(Command command);
+
+// True for the commands the engine answers (everything keyed); ping, stats and auth are
+// answered by the session and its driver.
+bool is_engine_command(Command command);
+Namespace command_namespace(Command command);
+
+// Numeric bounds of the protocol (reference 1.3).
+inline constexpr std::int64_t kMaxSeconds = 9'223'372'036;  // INT64_MAX / 1e9
+inline constexpr std::int64_t kMaxSemaphoreLimit = 1'048'576;
+
+struct Request {
+  Command command = Command::kPing;
+  std::string key;              // without namespace prefix; empty for ping/stats/auth
+  std::int64_t timeout_s = 0;   // l, sl, w, sw: 0..kMaxSeconds; 0 = try once
+  std::int64_t lease_s = 0;     // l, sl, n, sn, e, se: 1..kMaxSeconds, or 0 = server default
+  std::int64_t limit = 1;       // sl, se: 1..kMaxSemaphoreLimit; 1 for locks
+  // r, sr, n, sn: the presented token, or nullopt when the text cannot be a token we issued
+  // (wrong length, upper case, inner space...). Such a token never matches.
+  std::optional<Token> token;
+  std::string secret;           // auth: the trimmed secret
+
+  bool operator==(const Request&) const = default;
+};
+
+enum class Status : std::uint8_t {
+  kOk,
+  kAcquired,
+  kQueued,
+  kTimeout,
+  kError,
+  kErrorAuth,
+  kErrorMaxLocks,
+  kErrorMaxWaiters,
+  kErrorLimitMismatch,
+  kErrorNotEnqueued,
+  kErrorAlreadyEnqueued,
+  kErrorLeaseExpired,
+  kErrorDraining,
+  // Not a wire status: the engine parked the request; its reply comes later as a Delivery.
+  kParked,
+};
+
+std::string_view status_name(Status status);
+
+// One reply line. Which fields are present depends on the shape:
+//   status only                ok | queued | timeout | error...
+//   token + seconds            ok <token> <lease> | acquired <token> <lease>
+//   seconds only               ok <ttl>            (renew)
+//   payload                    ok <json>           (stats)
+struct Reply {
+  Status status = Status::kError;
+  std::optional<Token> token;
+  std::int64_t seconds = -1;  // lease of a grant, or the new ttl of a renew; -1 when absent
+  std::string payload;        // stats JSON
+
+  static Reply of(Status status) { return Reply{status, std::nullopt, -1, {}}; }
+  static Reply granted(Status status, Token token, std::int64_t lease_s) {
+    return Reply{status, token, lease_s, {}};
+  }
+  static Reply renewed(std::int64_t ttl_s) { return Reply{Status::kOk, std::nullopt, ttl_s, {}}; }
+  static Reply stats(std::string json) {
+    return Reply{Status::kOk, std::nullopt, -1, std::move(json)};
+  }
+  static Reply parked() { return of(Status::kParked); }
+
+  bool is_grant() const { return token.has_value(); }
+  bool operator==(const Reply&) const = default;
+};
+
+}  // namespace turnstile::core

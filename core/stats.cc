@@ -1,0 +1,102 @@
+#include "core/stats.h"
+
+#include <algorithm>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <tuple>
+
+#include "core/assert.h"
+
+namespace turnstile::core {
+namespace {
+
+// Entries are ordered by key first; the other fields only break ties, which happen when a lock
+// and a limit-1 semaphore share a key (they are both "locks" in stats). Without the tie-break the
+// output would depend on the order the engines were merged in.
+bool comes_before(const LockStats& a, const LockStats& b) {
+  return std::tie(a.key, a.owner, a.lease_expires_in_s, a.waiters) <
+         std::tie(b.key, b.owner, b.lease_expires_in_s, b.waiters);
+}
+bool comes_before(const SemaphoreStats& a, const SemaphoreStats& b) {
+  return std::tie(a.key, a.limit, a.holders, a.waiters) <
+         std::tie(b.key, b.limit, b.holders, b.waiters);
+}
+bool comes_before(const IdleStats& a, const IdleStats& b) {
+  return std::tie(a.key, a.idle_s) < std::tie(b.key, b.idle_s);
+}
+
+// Merges `part` into the sorted `total` and cuts it to `entries_max`. Returns whether it cut.
+template <typename Entry>
+bool merge_sorted(std::vector<Entry>& total, std::vector<Entry>&& part, std::size_t entries_max) {
+  const auto less = [](const Entry& a, const Entry& b) { return comes_before(a, b); };
+  // total is normally the output of an earlier merge and already sorted; a caller that filled
+  // it by hand gets it sorted here rather than a silently wrong merge.
+  if (!std::is_sorted(total.begin(), total.end(), less)) {
+    std::sort(total.begin(), total.end(), less);
+  }
+  std::sort(part.begin(), part.end(), less);
+  const auto middle = static_cast<std::ptrdiff_t>(total.size());
+  total.insert(total.end(), std::make_move_iterator(part.begin()),
+               std::make_move_iterator(part.end()));
+  std::inplace_merge(total.begin(), total.begin() + middle, total.end(), less);
+  part.clear();
+  if (total.size() <= entries_max) return false;
+  total.resize(entries_max);
+  return true;
+}
+
+}  // namespace
+
+void merge_stats(StatsSnapshot& total, StatsSnapshot&& part, std::size_t entries_max) {
+  // Classification by limit is the engine's job (a limit-1 semaphore is reported as a lock with
+  // its holder and lease, which a SemaphoreStats cannot carry), so a limit-1 entry here is a bug.
+  for (const SemaphoreStats& semaphore : part.semaphores) TS_ASSERT(semaphore.limit > 1);
+
+  bool cut = false;
+  cut |= merge_sorted(total.locks, std::move(part.locks), entries_max);
+  cut |= merge_sorted(total.semaphores, std::move(part.semaphores), entries_max);
+  cut |= merge_sorted(total.idle_locks, std::move(part.idle_locks), entries_max);
+  cut |= merge_sorted(total.idle_semaphores, std::move(part.idle_semaphores), entries_max);
+  total.truncated = total.truncated || part.truncated || cut;
+}
+
+std::string encode_stats_json(std::int64_t connections, const StatsSnapshot& snapshot) {
+  using Json = nlohmann::ordered_json;
+
+  // Built as arrays from the start so that an empty list is `[]`, never `null`.
+  Json locks = Json::array();
+  for (const LockStats& lock : snapshot.locks) {
+    locks.push_back(
+        Json{{"key", lock.key},
+             {"owner_conn_id", lock.owner.value},
+             {"lease_expires_in_s", lock.lease_expires_in_s > 0 ? lock.lease_expires_in_s : 0.0},
+             {"waiters", lock.waiters}});
+  }
+  Json semaphores = Json::array();
+  for (const SemaphoreStats& semaphore : snapshot.semaphores) {
+    semaphores.push_back(Json{{"key", semaphore.key},
+                              {"limit", semaphore.limit},
+                              {"holders", semaphore.holders},
+                              {"waiters", semaphore.waiters}});
+  }
+  const auto idle_array = [](const std::vector<IdleStats>& entries) {
+    Json array = Json::array();
+    for (const IdleStats& idle : entries) {
+      array.push_back(Json{{"key", idle.key}, {"idle_s", idle.idle_s}});
+    }
+    return array;
+  };
+
+  Json root = Json::object();
+  root["connections"] = connections;
+  root["locks"] = std::move(locks);
+  root["semaphores"] = std::move(semaphores);
+  root["idle_locks"] = idle_array(snapshot.idle_locks);
+  root["idle_semaphores"] = idle_array(snapshot.idle_semaphores);
+  root["truncated"] = snapshot.truncated;
+  // Keys are client bytes and need not be UTF-8; like Go's encoding/json, replace invalid
+  // sequences with U+FFFD instead of failing (nlohmann's default is to throw).
+  return root.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+}  // namespace turnstile::core

@@ -1,0 +1,594 @@
+#include "core/wire.h"
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <cstring>
+#include <limits>
+#include <system_error>
+
+#include "core/assert.h"
+
+namespace turnstile::core {
+namespace {
+
+// ---- Whitespace, as Go's unicode.IsSpace sees it (strings.Fields / strings.TrimSpace) -----------
+//
+// Every multi-byte Unicode space starts with one of four lead bytes (C2, E1, E2, E3), so a byte
+// table sorts almost every byte without decoding. Matching the encoded byte patterns is the same
+// as decoding first: the patterns start with a lead byte, and continuation bytes (80..BF) can
+// never be a lead byte, so a pattern cannot begin inside a valid rune; inside an invalid sequence
+// Go advances one byte at a time, as this scan does. Invalid UTF-8 is never a space.
+
+enum SpaceClass : std::uint8_t { kNotSpace = 0, kAsciiSpace = 1, kMaybeSpace = 2 };
+
+constexpr std::array<std::uint8_t, 256> make_space_classes() {
+  std::array<std::uint8_t, 256> classes{};
+  for (char c : {'\t', '\n', '\v', '\f', '\r', ' '}) {
+    classes[static_cast<unsigned char>(c)] = kAsciiSpace;
+  }
+  for (unsigned c : {0xC2u, 0xE1u, 0xE2u, 0xE3u}) classes[c] = kMaybeSpace;
+  return classes;
+}
+constexpr std::array<std::uint8_t, 256> kSpaceClasses = make_space_classes();
+
+inline unsigned char byte_at(std::string_view text, std::size_t i) {
+  return static_cast<unsigned char>(text[i]);
+}
+
+// Length of the multi-byte space encoded at text[i], or 0.
+std::size_t multibyte_space_at(std::string_view text, std::size_t i) {
+  const std::size_t left = text.size() - i;
+  switch (byte_at(text, i)) {
+    case 0xC2:  // U+0085, U+00A0
+      return left >= 2 && (byte_at(text, i + 1) == 0x85 || byte_at(text, i + 1) == 0xA0) ? 2 : 0;
+    case 0xE1:  // U+1680
+      return left >= 3 && byte_at(text, i + 1) == 0x9A && byte_at(text, i + 2) == 0x80 ? 3 : 0;
+    case 0xE2: {
+      if (left < 3) return 0;
+      const unsigned char second = byte_at(text, i + 1);
+      const unsigned char third = byte_at(text, i + 2);
+      if (second == 0x80) {  // U+2000..U+200A, U+2028, U+2029, U+202F
+        const bool space =
+            (third >= 0x80 && third <= 0x8A) || third == 0xA8 || third == 0xA9 || third == 0xAF;
+        return space ? 3 : 0;
+      }
+      return second == 0x81 && third == 0x9F ? 3 : 0;  // U+205F
+    }
+    case 0xE3:  // U+3000
+      return left >= 3 && byte_at(text, i + 1) == 0x80 && byte_at(text, i + 2) == 0x80 ? 3 : 0;
+    default:
+      return 0;
+  }
+}
+
+// Length of the whitespace rune starting at text[i], or 0.
+inline std::size_t space_at(std::string_view text, std::size_t i) {
+  const std::uint8_t space_class = kSpaceClasses[byte_at(text, i)];
+  if (space_class != kMaybeSpace) return space_class;
+  return multibyte_space_at(text, i);
+}
+
+// Length of the whitespace rune that ends just before text[end], or 0. Go decodes the last rune
+// from its lead byte; a space pattern ending at `end` is exactly such a rune.
+std::size_t space_ending_at(std::string_view text, std::size_t end) {
+  if (end == 0) return 0;
+  if (kSpaceClasses[byte_at(text, end - 1)] == kAsciiSpace) return 1;
+  if (end >= 2 && multibyte_space_at(text.substr(0, end), end - 2) == 2) return 2;
+  if (end >= 3 && multibyte_space_at(text.substr(0, end), end - 3) == 3) return 3;
+  return 0;
+}
+
+// Go strings.TrimSpace.
+std::string_view trim_space(std::string_view text) {
+  std::size_t begin = 0;
+  while (begin < text.size()) {
+    const std::size_t length = space_at(text, begin);
+    if (length == 0) break;
+    begin += length;
+  }
+  std::size_t end = text.size();
+  while (end > begin) {
+    const std::size_t length = space_ending_at(text, end);
+    if (length == 0) break;
+    end -= length;
+  }
+  return text.substr(begin, end - begin);
+}
+
+// Go strings.Fields, stopping early: returns the number of fields, but at most fields_max + 1
+// (more than fields_max is all a caller needs to know to reject the line).
+constexpr std::size_t kFieldsMax = 3;
+std::size_t split_fields(std::string_view text, std::array<std::string_view, kFieldsMax>& fields,
+                         std::size_t fields_max) {
+  std::size_t count = 0;
+  std::size_t i = 0;
+  const std::size_t size = text.size();
+  while (true) {
+    while (i < size) {
+      const std::size_t length = space_at(text, i);
+      if (length == 0) break;
+      i += length;
+    }
+    if (i == size) return count;
+    const std::size_t start = i;
+    while (i < size && space_at(text, i) == 0) ++i;
+    if (count == fields_max) return fields_max + 1;
+    fields[count++] = text.substr(start, i - start);
+  }
+}
+
+// ---- Integers, as Go's strconv.ParseInt(text, 10, 64) -------------------------------------------
+
+bool parse_int64(std::string_view text, std::int64_t& out) {
+  std::size_t i = 0;
+  bool negative = false;
+  if (!text.empty() && (text[0] == '+' || text[0] == '-')) {
+    negative = text[0] == '-';
+    i = 1;
+  }
+  if (i == text.size()) return false;
+  // The magnitude of INT64_MIN is one more than INT64_MAX.
+  const std::uint64_t magnitude_max =
+      static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) + (negative ? 1 : 0);
+  std::uint64_t magnitude = 0;
+  for (; i < text.size(); ++i) {
+    const unsigned digit = static_cast<unsigned>(byte_at(text, i)) - unsigned{'0'};
+    if (digit > 9) return false;
+    if (magnitude > (magnitude_max - digit) / 10) return false;
+    magnitude = magnitude * 10 + digit;
+  }
+  if (!negative) {
+    out = static_cast<std::int64_t>(magnitude);
+  } else if (magnitude == magnitude_max) {
+    out = std::numeric_limits<std::int64_t>::min();
+  } else {
+    out = -static_cast<std::int64_t>(magnitude);
+  }
+  return true;
+}
+
+// Parses one integer field and checks its range; the two failures have distinct codes.
+ProtocolError parse_bounded(std::string_view text, std::int64_t min, std::int64_t max,
+                            ProtocolError range_error, std::int64_t& out) {
+  if (!parse_int64(text, out)) return ProtocolError::kBadInteger;
+  if (out < min || out > max) return range_error;
+  return ProtocolError::kNone;
+}
+
+ProtocolError parse_timeout(std::string_view text, std::int64_t& out) {
+  return parse_bounded(text, 0, kMaxSeconds, ProtocolError::kBadTimeout, out);
+}
+ProtocolError parse_lease(std::string_view text, std::int64_t& out) {
+  return parse_bounded(text, 1, kMaxSeconds, ProtocolError::kBadLease, out);
+}
+ProtocolError parse_limit(std::string_view text, std::int64_t& out) {
+  return parse_bounded(text, 1, kMaxSemaphoreLimit, ProtocolError::kBadLimit, out);
+}
+
+// ---- Requests -----------------------------------------------------------------------------------
+
+std::string_view strip_cr(std::string_view line) {
+  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  return line;
+}
+
+bool is_auth_line(std::string_view command_line) { return strip_cr(command_line) == "auth"; }
+
+std::optional<Command> lookup_command(std::string_view text) {
+  switch (text.size()) {
+    case 1:
+      switch (text[0]) {
+        case 'l':
+          return Command::kLock;
+        case 'r':
+          return Command::kRelease;
+        case 'n':
+          return Command::kRenew;
+        case 'e':
+          return Command::kEnqueue;
+        case 'w':
+          return Command::kWait;
+        default:
+          return std::nullopt;
+      }
+    case 2:
+      if (text[0] != 's') return std::nullopt;
+      switch (text[1]) {
+        case 'l':
+          return Command::kSemLock;
+        case 'r':
+          return Command::kSemRelease;
+        case 'n':
+          return Command::kSemRenew;
+        case 'e':
+          return Command::kSemEnqueue;
+        case 'w':
+          return Command::kSemWait;
+        default:
+          return std::nullopt;
+      }
+    case 4:
+      if (text == "ping") return Command::kPing;
+      if (text == "auth") return Command::kAuth;
+      return std::nullopt;
+    case 5:
+      if (text == "stats") return Command::kStats;
+      return std::nullopt;
+    default:
+      return std::nullopt;
+  }
+}
+
+bool is_valid_key(std::string_view key) {
+  if (key.empty()) return false;
+  for (char c : key) {
+    if (c == ' ' || c == '\t' || c == '\r' || c == '\n') return false;
+  }
+  return true;
+}
+
+// Resets `request` in place (rather than assigning a fresh Request) so that a caller reusing
+// its ParseResult keeps the string capacity it already has.
+void reset_request(Request& request, Command command) {
+  request.command = command;
+  request.key.clear();
+  request.timeout_s = 0;
+  request.lease_s = 0;
+  request.limit = 1;
+  request.token.reset();
+  request.secret.clear();
+}
+
+// Validates the three lines (each already stripped of its '\r') in dflockd's order: command,
+// key, then the argument fields left to right. Fills `request` as far as it got.
+ProtocolError build_request(std::string_view command_text, std::string_view key,
+                            std::string_view arg, Request& request) {
+  const std::optional<Command> command = lookup_command(command_text);
+  if (!command) {
+    reset_request(request, Command::kPing);
+    return ProtocolError::kUnknownCommand;
+  }
+  reset_request(request, *command);
+
+  switch (*command) {
+    case Command::kPing:
+    case Command::kStats:
+      return ProtocolError::kNone;
+    case Command::kAuth:
+      request.secret.assign(trim_space(arg));
+      return ProtocolError::kNone;
+    default:
+      break;
+  }
+
+  if (!is_valid_key(key)) return ProtocolError::kBadKey;
+  request.key.assign(key);
+
+  std::array<std::string_view, kFieldsMax> fields;
+  ProtocolError error = ProtocolError::kNone;
+  switch (*command) {
+    case Command::kLock: {
+      const std::size_t count = split_fields(arg, fields, 2);
+      if (count < 1 || count > 2) return ProtocolError::kBadArguments;
+      if ((error = parse_timeout(fields[0], request.timeout_s)) != ProtocolError::kNone) {
+        return error;
+      }
+      if (count == 2) return parse_lease(fields[1], request.lease_s);
+      return ProtocolError::kNone;
+    }
+    case Command::kSemLock: {
+      const std::size_t count = split_fields(arg, fields, 3);
+      if (count < 2 || count > 3) return ProtocolError::kBadArguments;
+      if ((error = parse_timeout(fields[0], request.timeout_s)) != ProtocolError::kNone) {
+        return error;
+      }
+      if ((error = parse_limit(fields[1], request.limit)) != ProtocolError::kNone) return error;
+      if (count == 3) return parse_lease(fields[2], request.lease_s);
+      return ProtocolError::kNone;
+    }
+    case Command::kRelease:
+    case Command::kSemRelease: {
+      // The whole trimmed line is the token, so an inner space makes it one that never matches.
+      const std::string_view token = trim_space(arg);
+      if (token.empty()) return ProtocolError::kEmptyToken;
+      request.token = Token::parse(token);
+      return ProtocolError::kNone;
+    }
+    case Command::kRenew:
+    case Command::kSemRenew: {
+      const std::size_t count = split_fields(arg, fields, 2);
+      if (count == 0) return ProtocolError::kEmptyToken;
+      if (count > 2) return ProtocolError::kBadArguments;
+      request.token = Token::parse(fields[0]);
+      if (count == 2) return parse_lease(fields[1], request.lease_s);
+      return ProtocolError::kNone;
+    }
+    case Command::kEnqueue: {
+      const std::size_t count = split_fields(arg, fields, 1);
+      if (count > 1) return ProtocolError::kBadArguments;
+      if (count == 1) return parse_lease(fields[0], request.lease_s);
+      return ProtocolError::kNone;
+    }
+    case Command::kSemEnqueue: {
+      const std::size_t count = split_fields(arg, fields, 2);
+      if (count < 1 || count > 2) return ProtocolError::kBadArguments;
+      if ((error = parse_limit(fields[0], request.limit)) != ProtocolError::kNone) return error;
+      if (count == 2) return parse_lease(fields[1], request.lease_s);
+      return ProtocolError::kNone;
+    }
+    case Command::kWait:
+    case Command::kSemWait: {
+      const std::size_t count = split_fields(arg, fields, 1);
+      if (count != 1) return ProtocolError::kBadArguments;
+      return parse_timeout(fields[0], request.timeout_s);
+    }
+    case Command::kPing:
+    case Command::kStats:
+    case Command::kAuth:
+      break;
+  }
+  TS_ASSERT(false);
+}
+
+void emit_request(std::string_view command_line, std::string_view key_line,
+                  std::string_view arg_line, std::optional<ParseResult>& out) {
+  ParseResult& result = out ? *out : out.emplace();
+  result.error =
+      build_request(strip_cr(command_line), strip_cr(key_line), strip_cr(arg_line), result.request);
+}
+
+void emit_error(ProtocolError error, std::optional<ParseResult>& out) {
+  ParseResult& result = out ? *out : out.emplace();
+  result.error = error;
+  reset_request(result.request, Command::kPing);
+}
+
+inline const char* find_newline(const char* begin, std::size_t length) {
+  return static_cast<const char*>(std::memchr(begin, '\n', length));
+}
+
+// A buffer that grew for a long auth line is given back once the request is done, so that many
+// idle connections do not each keep 64 KiB.
+constexpr std::size_t kBufferKeepCapacity = 1024;
+
+}  // namespace
+
+bool closes_connection(ProtocolError error) { return error == ProtocolError::kLineTooLong; }
+
+std::string_view protocol_error_name(ProtocolError error) {
+  switch (error) {
+    case ProtocolError::kNone:
+      return "none";
+    case ProtocolError::kUnknownCommand:
+      return "unknown_command";
+    case ProtocolError::kBadInteger:
+      return "bad_integer";
+    case ProtocolError::kBadKey:
+      return "bad_key";
+    case ProtocolError::kBadTimeout:
+      return "bad_timeout";
+    case ProtocolError::kEmptyToken:
+      return "empty_token";
+    case ProtocolError::kBadArguments:
+      return "bad_arguments";
+    case ProtocolError::kBadLease:
+      return "bad_lease";
+    case ProtocolError::kLineTooLong:
+      return "line_too_long";
+    case ProtocolError::kBadLimit:
+      return "bad_limit";
+  }
+  TS_ASSERT(false);
+}
+
+bool RequestParser::mid_request() const {
+  return line_index_ != 0 || line_length_ != 0 || draining_;
+}
+
+std::size_t RequestParser::line_cap() const {
+  if (line_index_ == 2 && is_auth_line(std::string_view(buffer_).substr(0, command_length_))) {
+    return limits_.auth_line_max;
+  }
+  return limits_.line_max;
+}
+
+void RequestParser::reset() {
+  line_index_ = 0;
+  line_length_ = 0;
+  command_length_ = 0;
+  key_length_ = 0;
+  draining_ = false;
+  if (buffer_.capacity() > kBufferKeepCapacity) {
+    std::string().swap(buffer_);
+  } else {
+    buffer_.clear();
+  }
+}
+
+std::size_t RequestParser::parse(std::string_view input, std::optional<ParseResult>& out) {
+  if (input.empty()) {
+    out.reset();
+    return 0;
+  }
+  if (!mid_request()) {
+    // Fast path: the whole request is in `input`, so it is validated in place without a copy.
+    // Each search is bounded by the line's cap + 1, so a line over its cap falls through to the
+    // slow path, which drains it.
+    const char* const begin = input.data();
+    const char* const end = begin + input.size();
+    const std::size_t line_max = limits_.line_max;
+    const char* const command_end = find_newline(begin, std::min(input.size(), line_max + 1));
+    if (command_end != nullptr) {
+      const char* const key_begin = command_end + 1;
+      const char* const key_end = find_newline(
+          key_begin, std::min(static_cast<std::size_t>(end - key_begin), line_max + 1));
+      if (key_end != nullptr) {
+        const std::string_view command_line(begin, static_cast<std::size_t>(command_end - begin));
+        const char* const arg_begin = key_end + 1;
+        const std::size_t arg_cap = is_auth_line(command_line) ? limits_.auth_line_max : line_max;
+        const char* const arg_end = find_newline(
+            arg_begin, std::min(static_cast<std::size_t>(end - arg_begin), arg_cap + 1));
+        if (arg_end != nullptr) {
+          emit_request(command_line,
+                       std::string_view(key_begin, static_cast<std::size_t>(key_end - key_begin)),
+                       std::string_view(arg_begin, static_cast<std::size_t>(arg_end - arg_begin)),
+                       out);
+          return static_cast<std::size_t>(arg_end + 1 - begin);
+        }
+      }
+    }
+  }
+  return parse_buffered(input, out);
+}
+
+// The slow path: the request spans chunks (or has a line over its cap). Completed lines are kept
+// back to back in buffer_ (no separators), the current line after them.
+std::size_t RequestParser::parse_buffered(std::string_view input, std::optional<ParseResult>& out) {
+  std::size_t consumed = 0;
+  while (consumed < input.size()) {
+    const char* const chunk_begin = input.data() + consumed;
+    const std::size_t available = input.size() - consumed;
+    const char* const newline = find_newline(chunk_begin, available);
+    const std::size_t chunk =
+        newline != nullptr ? static_cast<std::size_t>(newline - chunk_begin) : available;
+
+    if (!draining_) {
+      // Invariant while not draining: line_length_ <= line_cap().
+      const std::size_t cap = line_cap();
+      if (chunk > cap - line_length_) {
+        // The line is over its cap: keep nothing more of this request, only look for its end.
+        draining_ = true;
+        buffer_.clear();
+      } else {
+        buffer_.append(chunk_begin, chunk);
+        line_length_ += chunk;
+      }
+    }
+    consumed += chunk;
+    if (newline == nullptr) break;
+    consumed += 1;  // the '\n'
+
+    if (draining_) {
+      reset();
+      emit_error(ProtocolError::kLineTooLong, out);
+      return consumed;
+    }
+    if (line_index_ == 0) {
+      command_length_ = line_length_;
+    } else if (line_index_ == 1) {
+      key_length_ = line_length_;
+    } else {
+      const std::string_view lines(buffer_);
+      emit_request(lines.substr(0, command_length_), lines.substr(command_length_, key_length_),
+                   lines.substr(command_length_ + key_length_), out);
+      reset();
+      return consumed;
+    }
+    ++line_index_;
+    line_length_ = 0;
+  }
+  out.reset();
+  return consumed;
+}
+
+namespace {
+
+// Appends the decimal form of `value`.
+void append_int(std::int64_t value, std::string& out) {
+  char digits[24];
+  const auto [end, error] = std::to_chars(digits, digits + sizeof(digits), value);
+  TS_ASSERT(error == std::errc());
+  out.append(digits, static_cast<std::size_t>(end - digits));
+}
+
+void append_token(const Token& token, std::string& out) {
+  char hex[Token::kWireLength];
+  token.write_hex(hex);
+  out.append(hex, sizeof(hex));
+}
+
+}  // namespace
+
+void encode_reply(const Reply& reply, std::string& out) {
+  // kParked is the engine's internal "answer later"; putting it on the wire is a bug.
+  TS_ASSERT(reply.status != Status::kParked);
+  out.append(status_name(reply.status));
+  if (reply.token) {
+    TS_ASSERT(reply.seconds >= 0);
+    out.push_back(' ');
+    append_token(*reply.token, out);
+    out.push_back(' ');
+    append_int(reply.seconds, out);
+  } else if (reply.seconds >= 0) {
+    out.push_back(' ');
+    append_int(reply.seconds, out);
+  } else if (!reply.payload.empty()) {
+    // A reply is exactly one line; compact JSON escapes its newlines.
+    TS_ASSERT(reply.payload.find('\n') == std::string::npos);
+    out.push_back(' ');
+    out.append(reply.payload);
+  }
+  out.push_back('\n');
+}
+
+void encode_request(const Request& request, std::string& out) {
+  out.append(command_name(request.command));
+  out.push_back('\n');
+  if (is_engine_command(request.command)) {
+    out.append(request.key);
+  } else {
+    out.push_back('_');
+  }
+  out.push_back('\n');
+
+  const auto append_lease = [&] {
+    if (request.lease_s > 0) {
+      out.push_back(' ');
+      append_int(request.lease_s, out);
+    }
+  };
+  switch (request.command) {
+    case Command::kLock:
+      append_int(request.timeout_s, out);
+      append_lease();
+      break;
+    case Command::kSemLock:
+      append_int(request.timeout_s, out);
+      out.push_back(' ');
+      append_int(request.limit, out);
+      append_lease();
+      break;
+    case Command::kRelease:
+    case Command::kSemRelease:
+      TS_ASSERT(request.token.has_value());
+      append_token(*request.token, out);
+      break;
+    case Command::kRenew:
+    case Command::kSemRenew:
+      TS_ASSERT(request.token.has_value());
+      append_token(*request.token, out);
+      append_lease();
+      break;
+    case Command::kEnqueue:
+      if (request.lease_s > 0) append_int(request.lease_s, out);
+      break;
+    case Command::kSemEnqueue:
+      append_int(request.limit, out);
+      append_lease();
+      break;
+    case Command::kWait:
+    case Command::kSemWait:
+      append_int(request.timeout_s, out);
+      break;
+    case Command::kPing:
+    case Command::kStats:
+      break;
+    case Command::kAuth:
+      out.append(request.secret);
+      break;
+  }
+  out.push_back('\n');
+}
+
+}  // namespace turnstile::core

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Builds turnstile and runs the whole test suite. Installs what is missing first (needs root on
+# a fresh machine). Usage: scripts/test.sh [extra ctest arguments]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+./scripts/setup.sh
+
+build_dir=${TURNSTILE_BUILD_DIR:-build}
+jobs=$(nproc)
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+cmake --build "$build_dir" -j "$jobs"
+ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" "$@"

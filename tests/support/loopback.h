@@ -1,0 +1,130 @@
+// Loopback: a single-threaded driver that wires many core::Session objects to one core::Engine
+// with a manual clock, the way the daemon wires connections to its engines, so that tests can
+// speak the protocol with real bytes and no sockets.
+//
+// What it does for each session, in session-id order (std::map, so every run is the same):
+//  * send() appends bytes to the connection's input; Session::on_bytes takes what it can, the
+//    rest stays buffered here and is offered again after any progress (backpressure).
+//  * The routing loop takes next_request() from each session: an engine command goes to
+//    Engine::handle (Reply::parked waits for a Delivery), a stats request is answered with
+//    Engine::stats + encode_stats_json(connections = sessions not closed). Deliveries go to
+//    their session's on_reply. When a session first becomes closed() the engine is told
+//    (Engine::close_session with `auto_release`); when that returns true the session's request
+//    is cancelled (Session::on_cancelled). Give-back requests of closed sessions are routed like
+//    any other. A session is forgotten once finished(); its unread output is kept for read().
+//  * advance() moves the clock to each session deadline and engine wake-up on the way, in
+//    order, firing Session::on_timer and Engine::tick at each, then to the target.
+//
+// Races: hold_close_notices(true) delays telling the engine about closed sessions until
+// hold_close_notices(false), so a grant can reach a session that has already closed (the
+// "grant raced the close, give it back" path of core/session.h).
+//
+// Anything that breaks the driver contract (a delivery for an unknown session or one with
+// nothing in flight, a deadline that on_timer/tick did not clear) is recorded in anomalies()
+// instead of crashing, so a test can assert it is empty.
+//
+// Thread affinity: single-threaded test helper.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/engine.h"
+#include "core/random.h"
+#include "core/session.h"
+#include "core/time.h"
+#include "core/types.h"
+
+namespace turnstile::test {
+
+struct LoopbackConfig {
+  core::SessionConfig session;
+  core::EngineConfig engine;
+  bool auto_release = true;     // --auto-release-on-disconnect
+  std::uint64_t salt_seed = 1;  // token salts, so runs replay bit for bit
+  core::Instant start = core::Instant::from_ns(1'000'000'000'000);
+};
+
+class Loopback {
+ public:
+  explicit Loopback(LoopbackConfig config = {});
+  ~Loopback();
+  Loopback(const Loopback&) = delete;
+  Loopback& operator=(const Loopback&) = delete;
+
+  // Opens a connection: ids are 1, 2, 3... in order.
+  core::SessionId connect();
+  // Bytes from the peer. Ignored for a connection already forgotten.
+  void send(core::SessionId id, std::string_view bytes);
+  // Takes (and consumes) the reply bytes written so far.
+  std::string read(core::SessionId id);
+  // The peer closed its side (Session::on_peer_closed).
+  void disconnect(core::SessionId id);
+  // The driver closes the session (Session::close), e.g. a write timeout.
+  void close(core::SessionId id, core::CloseReason reason = core::CloseReason::kDriver);
+  // Graceful shutdown begins: Session::begin_drain on every session.
+  void begin_drain();
+  // Moves the clock forward by `by`, firing every timer due on the way at its own instant.
+  void advance(core::Duration by);
+
+  // While held, sessions that close are not reported to the engine; releasing the hold reports
+  // them (in id order) and routes what follows.
+  void hold_close_notices(bool hold);
+
+  // ---- introspection ---------------------------------------------------------------------
+  core::Instant now() const { return now_; }
+  core::Engine& engine() { return *engine_; }
+  // The session, or nullptr once it was forgotten (finished) or never existed.
+  const core::Session* session(core::SessionId id) const;
+  // True while the connection's session exists and is not closed.
+  bool is_open(core::SessionId id) const;
+  // True once the connection's session was forgotten (closed and finished).
+  bool forgotten(core::SessionId id) const;
+  // Bytes the driver holds because the session did not take them yet.
+  std::size_t pending_input(core::SessionId id) const;
+  // Sessions not closed: the `connections` of stats.
+  std::int64_t open_sessions() const;
+  // Every engine command routed so far, per session, in order (give-backs included).
+  const std::vector<core::Request>& routed(core::SessionId id) const;
+  // Driver-contract violations seen so far (empty when all is well).
+  const std::vector<std::string>& anomalies() const { return anomalies_; }
+
+ private:
+  struct Connection {
+    std::unique_ptr<core::Session> session;  // null once forgotten
+    std::string input;                       // bytes not yet taken by the session
+    std::string leftover_output;             // unread output of a forgotten session
+    bool engine_notified = false;            // Engine::close_session was called
+    bool awaiting_delivery = false;          // the request in flight is parked in the engine
+    std::vector<core::Request> routed;
+  };
+
+  Connection* find(core::SessionId id);
+  const Connection* find(core::SessionId id) const;
+  // Runs everything that can run now, until nothing changes.
+  void route();
+  // One pass over the sessions; true if anything happened.
+  bool route_once();
+  void deliver(std::vector<core::Delivery>& out);
+  // Fires every session's on_timer and the engine's tick at now_, then routes.
+  void fire_timers();
+  // The earliest session deadline or engine wake-up strictly after now_.
+  std::optional<core::Instant> next_event_after_now();
+
+  LoopbackConfig config_;
+  core::SplitMix64 salts_;
+  std::unique_ptr<core::Engine> engine_;
+  core::Instant now_;
+  std::uint64_t next_id_ = 1;
+  bool hold_close_notices_ = false;
+  std::map<std::uint64_t, Connection> connections_;
+  std::vector<std::string> anomalies_;
+};
+
+}  // namespace turnstile::test

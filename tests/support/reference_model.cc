@@ -1,0 +1,494 @@
+#include "tests/support/reference_model.h"
+
+#include <algorithm>
+#include <limits>
+#include <tuple>
+#include <utility>
+
+#include "core/assert.h"
+
+namespace turnstile::test {
+
+using core::Command;
+using core::Delivery;
+using core::Duration;
+using core::Instant;
+using core::Namespace;
+using core::Reply;
+using core::Request;
+using core::SessionId;
+using core::Status;
+using core::Token;
+
+namespace {
+constexpr std::uint64_t kLastFence = std::numeric_limits<std::uint64_t>::max();
+}  // namespace
+
+ReferenceModel::ReferenceModel(const core::EngineConfig& config, std::uint64_t salt_seed,
+                               ModelOptions options)
+    : config_(config),
+      options_(options),
+      salts_(salt_seed),
+      last_fence_(config.fence_floor.value) {}
+
+// ---- time ---------------------------------------------------------------------------------------
+
+bool ReferenceModel::gc_candidate(const Resource& resource) const {
+  if (!resource.holders.empty() || !resource.waiters.empty()) return false;
+  for (const Record& record : records_) {
+    if (record.ns == resource.ns && record.key == resource.key) return false;
+  }
+  return true;
+}
+
+std::optional<Instant> ReferenceModel::gc_instant(const Resource& resource) const {
+  if (!gc_candidate(resource)) return std::nullopt;
+  return resource.last_activity + config_.gc_max_idle + Duration::nanoseconds(1);
+}
+
+std::optional<ReferenceModel::Due> ReferenceModel::earliest_due() const {
+  std::optional<Due> best;
+  auto consider = [&best](const Due& due) {
+    if (!best || std::tie(due.at, due.kind, due.serial) <
+                     std::tie(best->at, best->kind, best->serial)) {
+      best = due;
+    }
+  };
+  for (std::size_t r = 0; r < resources_.size(); ++r) {
+    const Resource& resource = resources_[r];
+    for (std::size_t h = 0; h < resource.holders.size(); ++h) {
+      const Holder& holder = resource.holders[h];
+      if (holder.deadline <= now_) consider(Due{holder.deadline, 0, holder.serial, r, h});
+    }
+    for (std::size_t w = 0; w < resource.waiters.size(); ++w) {
+      const Waiter& waiter = resource.waiters[w];
+      if (waiter.parked && waiter.timeout_deadline <= now_) {
+        consider(Due{waiter.timeout_deadline, 1, waiter.serial, r, w});
+      }
+    }
+    // Literally "now - last_activity > gc_max_idle".
+    if (gc_candidate(resource) && now_ - resource.last_activity > config_.gc_max_idle) {
+      consider(Due{*gc_instant(resource), 2, 0, r, 0});
+    }
+  }
+  return best;
+}
+
+void ReferenceModel::advance(Instant now, std::vector<Delivery>& out) {
+  if (now < now_) {
+    ++counters_.clock_regressions;
+  } else {
+    now_ = now;
+  }
+  while (std::optional<Due> due = earliest_due()) {
+    Resource& resource = resources_[due->resource_index];
+    if (due->kind == 0) {
+      Token token = resource.holders[due->item_index].token;
+      resource.holders.erase(resource.holders.begin() +
+                             static_cast<std::ptrdiff_t>(due->item_index));
+      ++counters_.lease_expiries;
+      for (Record& record : records_) {
+        if (record.state == RecordState::kGranted && record.token == token) {
+          record.state = RecordState::kExpired;
+        }
+      }
+      promote(due->resource_index, out);
+    } else if (due->kind == 1) {
+      Waiter waiter = resource.waiters[due->item_index];
+      resource.waiters.erase(resource.waiters.begin() +
+                             static_cast<std::ptrdiff_t>(due->item_index));
+      ++counters_.wait_timeouts;
+      out.push_back(Delivery{waiter.session, Reply::of(Status::kTimeout)});
+      if (waiter.two_phase) erase_record(waiter.session, resource.ns, resource.key);
+      promote(due->resource_index, out);
+    } else {
+      resources_.erase(resources_.begin() + static_cast<std::ptrdiff_t>(due->resource_index));
+      ++counters_.resources_collected;
+    }
+  }
+}
+
+std::optional<Instant> ReferenceModel::next_wake() const {
+  std::optional<Instant> best;
+  auto consider = [&best](Instant at) {
+    if (!best || at < *best) best = at;
+  };
+  for (const Resource& resource : resources_) {
+    for (const Holder& holder : resource.holders) consider(holder.deadline);
+    for (const Waiter& waiter : resource.waiters) {
+      if (waiter.parked) consider(waiter.timeout_deadline);
+    }
+    if (std::optional<Instant> at = gc_instant(resource)) consider(*at);
+  }
+  return best;
+}
+
+// ---- grants -------------------------------------------------------------------------------------
+
+bool ReferenceModel::fences_exhausted() const { return last_fence_ == kLastFence; }
+
+Token ReferenceModel::mint() {
+  TS_ASSERT(!fences_exhausted());
+  ++last_fence_;
+  ++counters_.grants;
+  return Token{core::Fence{last_fence_}, salts_.next_u64()};
+}
+
+std::int64_t ReferenceModel::lease_or_default(std::int64_t lease_s) const {
+  return lease_s > 0 ? lease_s : config_.default_lease_s;
+}
+
+void ReferenceModel::promote(std::size_t resource_index, std::vector<Delivery>& out) {
+  Resource& resource = resources_[resource_index];
+  while (static_cast<std::int64_t>(resource.holders.size()) < resource.limit &&
+         !resource.waiters.empty()) {
+    Waiter waiter = resource.waiters.front();
+    resource.waiters.erase(resource.waiters.begin());
+    if (fences_exhausted()) {
+      ++counters_.fence_exhausted;
+      if (waiter.parked) out.push_back(Delivery{waiter.session, Reply::of(Status::kError)});
+      if (waiter.two_phase) erase_record(waiter.session, resource.ns, resource.key);
+      continue;
+    }
+    Token token = mint();
+    resource.holders.push_back(
+        Holder{token, waiter.session, now_ + Duration::seconds(waiter.lease_s), next_serial()});
+    if (waiter.parked) {
+      out.push_back(
+          Delivery{waiter.session, Reply::granted(Status::kOk, token, waiter.lease_s)});
+      if (waiter.two_phase) erase_record(waiter.session, resource.ns, resource.key);
+    } else {
+      // Only a two-phase waiter sits in a queue without a parked request.
+      TS_ASSERT(waiter.two_phase);
+      std::optional<std::size_t> record = find_record(waiter.session, resource.ns, resource.key);
+      TS_ASSERT(record.has_value());
+      TS_ASSERT(records_[*record].state == RecordState::kWaiting);
+      records_[*record].state = RecordState::kGranted;
+      records_[*record].token = token;
+    }
+  }
+}
+
+// ---- lookups ------------------------------------------------------------------------------------
+
+std::optional<std::size_t> ReferenceModel::find_resource(Namespace ns,
+                                                         const std::string& key) const {
+  for (std::size_t r = 0; r < resources_.size(); ++r) {
+    if (resources_[r].ns == ns && resources_[r].key == key) return r;
+  }
+  return std::nullopt;
+}
+
+ReferenceModel::Found ReferenceModel::find_or_create(Namespace ns, const std::string& key,
+                                                     std::int64_t limit) {
+  if (std::optional<std::size_t> index = find_resource(ns, key)) {
+    if (resources_[*index].limit != limit) return Found{std::nullopt, Status::kErrorLimitMismatch};
+    return Found{index, Status::kOk};
+  }
+  if (static_cast<std::int64_t>(resources_.size()) >= config_.resources_max) {
+    return Found{std::nullopt, Status::kErrorMaxLocks};
+  }
+  if (fences_exhausted() && !options_.create_when_fences_exhausted) {
+    ++counters_.fence_exhausted;  // the grant it would have tried
+    return Found{std::nullopt, Status::kError};
+  }
+  Resource resource;
+  resource.ns = ns;
+  resource.key = key;
+  resource.limit = limit;
+  resource.last_activity = now_;
+  resources_.push_back(std::move(resource));
+  return Found{resources_.size() - 1, Status::kOk};
+}
+
+std::optional<std::size_t> ReferenceModel::find_record(SessionId session, Namespace ns,
+                                                       const std::string& key) const {
+  for (std::size_t i = 0; i < records_.size(); ++i) {
+    if (records_[i].session == session && records_[i].ns == ns && records_[i].key == key) return i;
+  }
+  return std::nullopt;
+}
+
+void ReferenceModel::erase_record(SessionId session, Namespace ns, const std::string& key) {
+  std::erase_if(records_, [&](const Record& record) {
+    return record.session == session && record.ns == ns && record.key == key;
+  });
+}
+
+bool ReferenceModel::is_parked(SessionId session) const {
+  for (const Resource& resource : resources_) {
+    for (const Waiter& waiter : resource.waiters) {
+      if (waiter.session == session && waiter.parked) return true;
+    }
+  }
+  return false;
+}
+
+// ---- inputs -------------------------------------------------------------------------------------
+
+Reply ReferenceModel::handle(Instant now, SessionId session, const Request& request,
+                             std::vector<Delivery>& out) {
+  TS_ASSERT(core::is_engine_command(request.command));
+  TS_ASSERT(!is_parked(session));
+  advance(now, out);
+  Namespace ns = core::command_namespace(request.command);
+  switch (request.command) {
+    case Command::kLock:
+    case Command::kSemLock:
+      return acquire(session, ns, request);
+    case Command::kEnqueue:
+    case Command::kSemEnqueue:
+      return enqueue(session, ns, request);
+    case Command::kWait:
+    case Command::kSemWait:
+      return wait(session, ns, request, out);
+    case Command::kRelease:
+    case Command::kSemRelease:
+      return release(ns, request, out);
+    case Command::kRenew:
+    case Command::kSemRenew:
+      return renew(ns, request);
+    default:
+      TS_ASSERT(false);
+  }
+}
+
+Reply ReferenceModel::acquire(SessionId session, Namespace ns, const Request& request) {
+  std::int64_t limit = ns == Namespace::kLock ? 1 : request.limit;
+  Found found = find_or_create(ns, request.key, limit);
+  if (!found.index) return Reply::of(found.error);
+  Resource& resource = resources_[*found.index];
+  resource.last_activity = now_;
+  std::int64_t lease_s = lease_or_default(request.lease_s);
+  if (static_cast<std::int64_t>(resource.holders.size()) < resource.limit &&
+      resource.waiters.empty()) {
+    if (fences_exhausted()) {
+      ++counters_.fence_exhausted;
+      return Reply::of(Status::kError);
+    }
+    Token token = mint();
+    resource.holders.push_back(
+        Holder{token, session, now_ + Duration::seconds(lease_s), next_serial()});
+    return Reply::granted(Status::kOk, token, lease_s);
+  }
+  if (config_.waiters_max > 0 &&
+      static_cast<std::int64_t>(resource.waiters.size()) >= config_.waiters_max) {
+    return Reply::of(Status::kErrorMaxWaiters);
+  }
+  if (request.timeout_s == 0) return Reply::of(Status::kTimeout);
+  resource.waiters.push_back(
+      Waiter{session, lease_s, false, true, now_ + Duration::seconds(request.timeout_s),
+             next_serial()});
+  return Reply::parked();
+}
+
+Reply ReferenceModel::enqueue(SessionId session, Namespace ns, const Request& request) {
+  if (std::optional<std::size_t> record = find_record(session, ns, request.key)) {
+    if (records_[*record].state != RecordState::kExpired) {
+      return Reply::of(Status::kErrorAlreadyEnqueued);
+    }
+    if (options_.discard_expired_record_before_limit_check) erase_record(session, ns, request.key);
+  }
+  std::int64_t limit = ns == Namespace::kLock ? 1 : request.limit;
+  Found found = find_or_create(ns, request.key, limit);
+  if (!found.index) return Reply::of(found.error);
+  erase_record(session, ns, request.key);  // an expired one, if still there
+  Resource& resource = resources_[*found.index];
+  resource.last_activity = now_;
+  std::int64_t lease_s = lease_or_default(request.lease_s);
+  if (static_cast<std::int64_t>(resource.holders.size()) < resource.limit &&
+      resource.waiters.empty()) {
+    if (fences_exhausted()) {
+      ++counters_.fence_exhausted;
+      return Reply::of(Status::kError);
+    }
+    Token token = mint();
+    resource.holders.push_back(
+        Holder{token, session, now_ + Duration::seconds(lease_s), next_serial()});
+    records_.push_back(Record{session, ns, request.key, RecordState::kGranted, token, lease_s});
+    return Reply::granted(Status::kAcquired, token, lease_s);
+  }
+  if (config_.waiters_max > 0 &&
+      static_cast<std::int64_t>(resource.waiters.size()) >= config_.waiters_max) {
+    return Reply::of(Status::kErrorMaxWaiters);
+  }
+  resource.waiters.push_back(Waiter{session, lease_s, true, false, Instant{}, 0});
+  records_.push_back(Record{session, ns, request.key, RecordState::kWaiting, Token{}, lease_s});
+  return Reply::of(Status::kQueued);
+}
+
+Reply ReferenceModel::wait(SessionId session, Namespace ns, const Request& request,
+                           std::vector<Delivery>& out) {
+  // "last_activity: the instant of the last l sl e se w sw naming it": every w naming an
+  // existing resource touches it, whatever its record says.
+  std::optional<std::size_t> resource_index = find_resource(ns, request.key);
+  if (resource_index) resources_[*resource_index].last_activity = now_;
+  std::optional<std::size_t> record_index = find_record(session, ns, request.key);
+  if (!record_index) return Reply::of(Status::kErrorNotEnqueued);
+  Record record = records_[*record_index];
+  if (record.state == RecordState::kExpired) {
+    records_.erase(records_.begin() + static_cast<std::ptrdiff_t>(*record_index));
+    return Reply::of(Status::kErrorLeaseExpired);
+  }
+  TS_ASSERT(resource_index.has_value());  // a record keeps its resource alive
+  Resource& resource = resources_[*resource_index];
+  if (record.state == RecordState::kGranted) {
+    records_.erase(records_.begin() + static_cast<std::ptrdiff_t>(*record_index));
+    Holder* holder = nullptr;
+    for (Holder& candidate : resource.holders) {
+      if (candidate.token == record.token) holder = &candidate;
+    }
+    TS_ASSERT(holder != nullptr);  // release drops the record, expiry marks it expired
+    holder->deadline = now_ + Duration::seconds(record.lease_s);
+    holder->serial = next_serial();
+    return Reply::granted(Status::kOk, record.token, record.lease_s);
+  }
+  // Waiting: its waiter is in the queue.
+  std::optional<std::size_t> waiter_index;
+  for (std::size_t w = 0; w < resource.waiters.size(); ++w) {
+    if (resource.waiters[w].session == session && resource.waiters[w].two_phase) waiter_index = w;
+  }
+  TS_ASSERT(waiter_index.has_value());
+  if (request.timeout_s == 0) {
+    resource.waiters.erase(resource.waiters.begin() + static_cast<std::ptrdiff_t>(*waiter_index));
+    records_.erase(records_.begin() + static_cast<std::ptrdiff_t>(*record_index));
+    promote(*resource_index, out);
+    return Reply::of(Status::kTimeout);
+  }
+  Waiter& waiter = resource.waiters[*waiter_index];
+  waiter.parked = true;
+  waiter.timeout_deadline = now_ + Duration::seconds(request.timeout_s);
+  waiter.serial = next_serial();
+  return Reply::parked();
+}
+
+Reply ReferenceModel::release(Namespace ns, const Request& request, std::vector<Delivery>& out) {
+  std::optional<std::size_t> resource_index = find_resource(ns, request.key);
+  if (!resource_index || !request.token) return Reply::of(Status::kError);
+  Resource& resource = resources_[*resource_index];
+  for (std::size_t h = 0; h < resource.holders.size(); ++h) {
+    if (resource.holders[h].token != *request.token) continue;
+    resource.holders.erase(resource.holders.begin() + static_cast<std::ptrdiff_t>(h));
+    std::erase_if(records_, [&](const Record& record) {
+      return record.state == RecordState::kGranted && record.token == *request.token;
+    });
+    resource.last_activity = now_;
+    promote(*resource_index, out);
+    return Reply::of(Status::kOk);
+  }
+  return Reply::of(Status::kError);
+}
+
+Reply ReferenceModel::renew(Namespace ns, const Request& request) {
+  std::optional<std::size_t> resource_index = find_resource(ns, request.key);
+  if (!resource_index || !request.token) return Reply::of(Status::kError);
+  Resource& resource = resources_[*resource_index];
+  for (Holder& holder : resource.holders) {
+    if (holder.token != *request.token) continue;
+    std::int64_t lease_s = lease_or_default(request.lease_s);
+    holder.deadline = now_ + Duration::seconds(lease_s);
+    holder.serial = next_serial();
+    resource.last_activity = now_;
+    return Reply::renewed(lease_s);
+  }
+  return Reply::of(Status::kError);
+}
+
+void ReferenceModel::close_session(Instant now, SessionId session, bool auto_release,
+                                   std::vector<Delivery>& out) {
+  advance(now, out);
+  std::vector<std::size_t> touched;
+  for (std::size_t r = 0; r < resources_.size(); ++r) {
+    Resource& resource = resources_[r];
+    std::size_t removed = std::erase_if(
+        resource.waiters, [&](const Waiter& waiter) { return waiter.session == session; });
+    if (auto_release) {
+      removed += std::erase_if(
+          resource.holders, [&](const Holder& holder) { return holder.session == session; });
+    }
+    if (removed > 0) touched.push_back(r);
+  }
+  std::erase_if(records_, [&](const Record& record) { return record.session == session; });
+  for (std::size_t r : touched) promote(r, out);
+}
+
+void ReferenceModel::tick(Instant now, std::vector<Delivery>& out) { advance(now, out); }
+
+core::StatsSnapshot ReferenceModel::stats(Instant now, std::vector<Delivery>& out) {
+  advance(now, out);
+  std::vector<const Resource*> sorted;
+  for (const Resource& resource : resources_) sorted.push_back(&resource);
+  std::sort(sorted.begin(), sorted.end(), [](const Resource* a, const Resource* b) {
+    return std::tie(a->key, a->ns) < std::tie(b->key, b->ns);
+  });
+  core::StatsSnapshot snapshot;
+  for (const Resource* resource : sorted) {
+    bool idle = resource->holders.empty() && resource->waiters.empty();
+    auto waiters = static_cast<std::int64_t>(resource->waiters.size());
+    if (idle) {
+      core::IdleStats entry{resource->key, (now_ - resource->last_activity).seconds_double()};
+      (resource->limit == 1 ? snapshot.idle_locks : snapshot.idle_semaphores).push_back(entry);
+    } else if (resource->limit == 1) {
+      core::LockStats entry{resource->key, SessionId{0}, 0.0, waiters};
+      if (!resource->holders.empty()) {
+        entry.owner = resource->holders.front().session;
+        entry.lease_expires_in_s =
+            std::max(0.0, (resource->holders.front().deadline - now_).seconds_double());
+      }
+      snapshot.locks.push_back(entry);
+    } else {
+      snapshot.semaphores.push_back(core::SemaphoreStats{
+          resource->key, resource->limit, static_cast<std::int64_t>(resource->holders.size()),
+          waiters});
+    }
+  }
+  // Sorted by key; the spec leaves ties (the same key in both namespaces) open, so they are
+  // ordered by the remaining fields, as core/stats.cc does.
+  std::sort(snapshot.locks.begin(), snapshot.locks.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.key, a.owner, a.lease_expires_in_s, a.waiters) <
+           std::tie(b.key, b.owner, b.lease_expires_in_s, b.waiters);
+  });
+  std::sort(snapshot.semaphores.begin(), snapshot.semaphores.end(),
+            [](const auto& a, const auto& b) {
+              return std::tie(a.key, a.limit, a.holders, a.waiters) <
+                     std::tie(b.key, b.limit, b.holders, b.waiters);
+            });
+  auto by_key_then_idle = [](const core::IdleStats& a, const core::IdleStats& b) {
+    return std::tie(a.key, a.idle_s) < std::tie(b.key, b.idle_s);
+  };
+  std::sort(snapshot.idle_locks.begin(), snapshot.idle_locks.end(), by_key_then_idle);
+  std::sort(snapshot.idle_semaphores.begin(), snapshot.idle_semaphores.end(), by_key_then_idle);
+  auto cut = [&](auto& entries) {
+    if (entries.size() > config_.stats_entries_max) {
+      entries.resize(config_.stats_entries_max);
+      snapshot.truncated = true;
+    }
+  };
+  cut(snapshot.locks);
+  cut(snapshot.semaphores);
+  cut(snapshot.idle_locks);
+  cut(snapshot.idle_semaphores);
+  return snapshot;
+}
+
+std::vector<core::Engine::ResourceView> ReferenceModel::inspect() const {
+  std::vector<core::Engine::ResourceView> views;
+  for (const Resource& resource : resources_) {
+    core::Engine::ResourceView view;
+    view.ns = resource.ns;
+    view.key = resource.key;
+    view.limit = resource.limit;
+    for (const Holder& holder : resource.holders) {
+      view.holders.push_back(core::Engine::HolderView{resource.ns, resource.key, holder.token,
+                                                      holder.session, holder.deadline});
+    }
+    for (const Waiter& waiter : resource.waiters) view.waiters.push_back(waiter.session);
+    views.push_back(std::move(view));
+  }
+  std::sort(views.begin(), views.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.ns, a.key) < std::tie(b.ns, b.key);
+  });
+  return views;
+}
+
+}  // namespace turnstile::test

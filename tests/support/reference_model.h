@@ -1,0 +1,159 @@
+// ReferenceModel: a second, deliberately naive implementation of docs/semantics.md, used by
+// tests/core/engine_model_test.cc to check the real Engine step by step.
+//
+// It is written to be obviously correct, not fast: state is plain vectors scanned linearly, and
+// time is processed literally as the spec words it. Before every input, `now` becomes
+// max(now, largest now seen); then, repeatedly, every due deadline is collected by a full scan
+// (holder lease deadlines, kind 0; parked waiters' timeouts, kind 1; GC eligibility of an empty
+// resource, kind 2, due when now - last_activity > gc_max_idle, i.e. at
+// last_activity + gc_max_idle + 1ns), the earliest by (instant, kind) is processed, and the scan
+// starts again. Only then is the input applied. Everything happens at `now`: a waiter promoted
+// while deadlines are processed gets `now + lease` (its lease runs from the delivery), even
+// when the lease it replaces ended earlier.
+//
+// Tokens carry the model's own fences (a counter starting at config.fence_floor) and salts from
+// its own SplitMix64, so they need not equal the engine's: the test pairs them up.
+//
+// Ties between deadlines of the same instant and kind, which the spec leaves open, are broken as
+// the engine breaks them: the deadline set (granted, renewed, restarted, parked) earlier goes
+// first. Only the fence numbering depends on it.
+//
+// Thread affinity: single-threaded test helper.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/engine.h"
+#include "core/protocol.h"
+#include "core/random.h"
+#include "core/stats.h"
+#include "core/time.h"
+#include "core/types.h"
+
+namespace turnstile::test {
+
+// Points where the engine is known to differ from docs/semantics.md as written. By default the
+// model follows the spec; a test that must tolerate a reported difference switches the knob.
+struct ModelOptions {
+  // Spec: `l`/`sl`/`e`/`se` on a new key finds-or-creates the resource, touches it, and only
+  // then does the fast path answer `error` when no fence is left, so the idle resource stays
+  // (until GC). false: no resource is created when no fence is left.
+  bool create_when_fences_exhausted = true;
+  // Spec: `e`/`se` discards the session's expired record for the resource (step 1) before the
+  // find-or-create and limit checks (step 2). false: the record is discarded only once those
+  // pass, so `error_max_locks`/`error_limit_mismatch` leave it in place.
+  bool discard_expired_record_before_limit_check = true;
+};
+
+class ReferenceModel {
+ public:
+  ReferenceModel(const core::EngineConfig& config, std::uint64_t salt_seed,
+                 ModelOptions options = {});
+
+  // Same contracts as core::Engine.
+  core::Reply handle(core::Instant now, core::SessionId session, const core::Request& request,
+                     std::vector<core::Delivery>& out);
+  void close_session(core::Instant now, core::SessionId session, bool auto_release,
+                     std::vector<core::Delivery>& out);
+  void tick(core::Instant now, std::vector<core::Delivery>& out);
+  core::StatsSnapshot stats(core::Instant now, std::vector<core::Delivery>& out);
+
+  // The earliest pending deadline of any kind (a GC instant may lie in the past when a resource
+  // became empty long after its last activity); nullopt when nothing is pending.
+  std::optional<core::Instant> next_wake() const;
+  core::Instant now() const { return now_; }
+  const core::EngineCounters& counters() const { return counters_; }
+  std::size_t resources_count() const { return resources_.size(); }
+  core::Fence last_fence() const { return core::Fence{last_fence_}; }
+  // Every resource sorted by (namespace, key); holders in grant order, waiters in queue order.
+  std::vector<core::Engine::ResourceView> inspect() const;
+  // Whether `session` has a request parked (test bookkeeping cross-check).
+  bool is_parked(core::SessionId session) const;
+  // Number of two-phase records (waiting, granted or expired) held by anyone.
+  std::size_t records_count() const { return records_.size(); }
+
+ private:
+  struct Holder {
+    core::Token token;
+    core::SessionId session;
+    core::Instant deadline;
+    std::uint64_t serial = 0;  // when the deadline was last set (orders equal deadlines)
+  };
+  struct Waiter {
+    core::SessionId session;
+    std::int64_t lease_s = 0;  // the lease its grant will carry
+    bool two_phase = false;    // enqueued by e/se (it has a record)
+    bool parked = false;       // a l/sl/w/sw request waits on it
+    core::Instant timeout_deadline;  // meaningful only when parked
+    std::uint64_t serial = 0;        // when the timeout was set (orders equal deadlines)
+  };
+  struct Resource {
+    core::Namespace ns;
+    std::string key;
+    std::int64_t limit = 1;
+    std::vector<Holder> holders;  // grant order
+    std::vector<Waiter> waiters;  // queue order, head first
+    core::Instant last_activity;
+  };
+  enum class RecordState { kWaiting, kGranted, kExpired };
+  struct Record {
+    core::SessionId session;
+    core::Namespace ns;
+    std::string key;
+    RecordState state = RecordState::kWaiting;
+    core::Token token;         // kGranted / kExpired: the token of the grant
+    std::int64_t lease_s = 0;  // the lease given at e/se
+  };
+  struct Due {
+    core::Instant at;
+    int kind = 0;  // 0 lease expiry, 1 wait timeout, 2 garbage collection
+    std::uint64_t serial = 0;
+    std::size_t resource_index = 0;
+    std::size_t item_index = 0;  // holder or waiter index
+  };
+
+  void advance(core::Instant now, std::vector<core::Delivery>& out);
+  std::optional<Due> earliest_due() const;
+  std::optional<core::Instant> gc_instant(const Resource& resource) const;
+  bool gc_candidate(const Resource& resource) const;
+  void promote(std::size_t resource_index, std::vector<core::Delivery>& out);
+  std::uint64_t next_serial() { return ++serial_; }
+  bool fences_exhausted() const;
+  core::Token mint();
+  std::int64_t lease_or_default(std::int64_t lease_s) const;
+
+  std::optional<std::size_t> find_resource(core::Namespace ns, const std::string& key) const;
+  // Index of the resource, or the error status that refuses it. Does not touch.
+  struct Found {
+    std::optional<std::size_t> index;
+    core::Status error = core::Status::kError;
+  };
+  Found find_or_create(core::Namespace ns, const std::string& key, std::int64_t limit);
+  std::optional<std::size_t> find_record(core::SessionId session, core::Namespace ns,
+                                         const std::string& key) const;
+  void erase_record(core::SessionId session, core::Namespace ns, const std::string& key);
+
+  core::Reply acquire(core::SessionId session, core::Namespace ns, const core::Request& request);
+  core::Reply enqueue(core::SessionId session, core::Namespace ns, const core::Request& request);
+  core::Reply wait(core::SessionId session, core::Namespace ns, const core::Request& request,
+                   std::vector<core::Delivery>& out);
+  core::Reply release(core::Namespace ns, const core::Request& request,
+                      std::vector<core::Delivery>& out);
+  core::Reply renew(core::Namespace ns, const core::Request& request);
+
+  core::EngineConfig config_;
+  ModelOptions options_;
+  core::SplitMix64 salts_;
+  core::Instant now_ = core::Instant::min();
+  std::uint64_t last_fence_ = 0;
+  core::EngineCounters counters_;
+  std::vector<Resource> resources_;  // creation order
+  std::vector<Record> records_;
+  std::uint64_t serial_ = 0;
+};
+
+}  // namespace turnstile::test
