@@ -1,4 +1,4 @@
-// DeadlineQueue: an indexed binary min-heap of deadlines, so that schedule, reschedule and cancel
+// DeadlineQueue: indexed binary min-heaps of deadlines, so that schedule, reschedule and cancel
 // are all O(log n) and nothing stale is left behind (a release cancels its lease timer instead of
 // leaving it to fire uselessly later).
 //
@@ -32,6 +32,7 @@ class DeadlineQueue {
     friend class DeadlineQueue;
     static constexpr std::uint32_t kUnscheduled = UINT32_MAX;
     std::uint32_t position_ = kUnscheduled;
+    Kind kind_ = Kind::kLeaseExpiry;
   };
 
   struct Due {
@@ -41,54 +42,65 @@ class DeadlineQueue {
 
   // Schedules `timer` at `at`, or moves it there if it is already scheduled.
   void schedule(Timer& timer, Instant at, Kind kind, void* owner) {
+    if (timer.scheduled() && timer.kind_ != kind) cancel(timer);
+    Heap& heap = heap_of(kind);
     if (timer.scheduled()) {
-      Entry& entry = heap_[timer.position_];
+      Entry& entry = heap[timer.position_];
       TS_ASSERT(entry.timer == &timer);
       entry.at = at;
       entry.order = order_of(kind);
       entry.owner = owner;
-      restore(timer.position_);
+      restore(heap, timer.position_);
       return;
     }
-    TS_ASSERT(heap_.size() < Timer::kUnscheduled);
-    heap_.push_back(Entry{at, order_of(kind), owner, &timer});
-    timer.position_ = static_cast<std::uint32_t>(heap_.size() - 1);
-    sift_up(timer.position_);
+    TS_ASSERT(heap.size() < Timer::kUnscheduled);
+    heap.push_back(Entry{at, order_of(kind), owner, &timer});
+    timer.kind_ = kind;
+    timer.position_ = static_cast<std::uint32_t>(heap.size() - 1);
+    sift_up(heap, timer.position_);
   }
 
   void cancel(Timer& timer) {
     if (!timer.scheduled()) return;
+    Heap& heap = heap_of(timer.kind_);
     std::uint32_t position = timer.position_;
-    TS_ASSERT(heap_[position].timer == &timer);
+    TS_ASSERT(heap[position].timer == &timer);
     timer.position_ = Timer::kUnscheduled;
-    std::uint32_t last = static_cast<std::uint32_t>(heap_.size() - 1);
+    std::uint32_t last = static_cast<std::uint32_t>(heap.size() - 1);
     if (position != last) {
-      heap_[position] = heap_[last];
-      heap_[position].timer->position_ = position;
-      heap_.pop_back();
-      restore(position);
+      heap[position] = heap[last];
+      heap[position].timer->position_ = position;
+      heap.pop_back();
+      restore(heap, position);
     } else {
-      heap_.pop_back();
+      heap.pop_back();
     }
   }
 
   std::optional<Instant> next() const {
-    if (heap_.empty()) return std::nullopt;
-    return heap_.front().at;
+    const Entry* earliest = earliest_entry();
+    if (earliest == nullptr) return std::nullopt;
+    return earliest->at;
   }
 
   // Removes and returns the earliest entry if it is due (at <= now).
   std::optional<Due> pop_due(Instant now) {
-    if (heap_.empty() || heap_.front().at > now) return std::nullopt;
-    Entry top = heap_.front();
+    const Entry* earliest = earliest_entry();
+    if (earliest == nullptr || earliest->at > now) return std::nullopt;
+    Entry top = *earliest;
     cancel(*top.timer);
     return Due{static_cast<Kind>(top.order >> kKindShift), top.owner};
   }
 
-  std::size_t size() const { return heap_.size(); }
+  std::size_t size() const {
+    std::size_t total = 0;
+    for (const Heap& heap : heaps_) total += heap.size();
+    return total;
+  }
 
  private:
   static constexpr int kKindShift = 56;
+  static constexpr std::size_t kKinds = 3;
 
   struct Entry {
     Instant at;
@@ -96,6 +108,23 @@ class DeadlineQueue {
     void* owner;
     Timer* timer;
   };
+  // One heap per kind: idle-GC timers, far in the future and one per idle resource, would
+  // otherwise sit in the same heap as the short lease timers that come and go on every acquire
+  // and make each of those climb and descend the whole heap. The earliest entry overall is the
+  // earliest of the three tops, compared on the same (instant, kind, sequence) order.
+  using Heap = std::vector<Entry>;
+
+  Heap& heap_of(Kind kind) { return heaps_[static_cast<std::size_t>(kind)]; }
+
+  const Entry* earliest_entry() const {
+    const Entry* earliest = nullptr;
+    for (const Heap& heap : heaps_) {
+      if (!heap.empty() && (earliest == nullptr || before(heap.front(), *earliest))) {
+        earliest = &heap.front();
+      }
+    }
+    return earliest;
+  }
 
   std::uint64_t order_of(Kind kind) {
     ++sequence_;
@@ -108,45 +137,45 @@ class DeadlineQueue {
     return a.order < b.order;
   }
 
-  void place(std::uint32_t position, const Entry& entry) {
-    heap_[position] = entry;
+  static void place(Heap& heap, std::uint32_t position, const Entry& entry) {
+    heap[position] = entry;
     entry.timer->position_ = position;
   }
 
-  void sift_up(std::uint32_t position) {
-    Entry moving = heap_[position];
+  static void sift_up(Heap& heap, std::uint32_t position) {
+    Entry moving = heap[position];
     while (position > 0) {
       std::uint32_t parent = (position - 1) / 2;
-      if (!before(moving, heap_[parent])) break;
-      place(position, heap_[parent]);
+      if (!before(moving, heap[parent])) break;
+      place(heap, position, heap[parent]);
       position = parent;
     }
-    place(position, moving);
+    place(heap, position, moving);
   }
 
-  void sift_down(std::uint32_t position) {
-    Entry moving = heap_[position];
-    const auto count = static_cast<std::uint32_t>(heap_.size());
+  static void sift_down(Heap& heap, std::uint32_t position) {
+    Entry moving = heap[position];
+    const auto count = static_cast<std::uint32_t>(heap.size());
     while (true) {
       std::uint32_t child = 2 * position + 1;
       if (child >= count) break;
-      if (child + 1 < count && before(heap_[child + 1], heap_[child])) ++child;
-      if (!before(heap_[child], moving)) break;
-      place(position, heap_[child]);
+      if (child + 1 < count && before(heap[child + 1], heap[child])) ++child;
+      if (!before(heap[child], moving)) break;
+      place(heap, position, heap[child]);
       position = child;
     }
-    place(position, moving);
+    place(heap, position, moving);
   }
 
-  void restore(std::uint32_t position) {
-    if (position > 0 && before(heap_[position], heap_[(position - 1) / 2])) {
-      sift_up(position);
+  static void restore(Heap& heap, std::uint32_t position) {
+    if (position > 0 && before(heap[position], heap[(position - 1) / 2])) {
+      sift_up(heap, position);
     } else {
-      sift_down(position);
+      sift_down(heap, position);
     }
   }
 
-  std::vector<Entry> heap_;
+  Heap heaps_[kKinds];
   std::uint64_t sequence_ = 0;
 };
 
