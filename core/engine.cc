@@ -218,15 +218,21 @@ struct Engine::Impl {
   // resource in use again does nothing; the next time the resource empties it is armed anew.
   void arm_gc(Resource& resource) {
     if (!resource.collectable() || resource.gc_timer.scheduled()) return;
-    deadlines.schedule(resource.gc_timer,
-                       resource.last_activity + config.gc_max_idle + Duration::nanoseconds(1),
-                       DeadlineQueue::Kind::kIdleGc, &resource);
+    deadlines.schedule(resource.gc_timer, gc_due(resource), DeadlineQueue::Kind::kIdleGc,
+                       &resource);
+  }
+
+  // The first instant at which the resource has been idle for longer than gc_max_idle.
+  Instant gc_due(const Resource& resource) const {
+    return resource.last_activity + config.gc_max_idle + Duration::nanoseconds(1);
   }
 
   void collect(Resource* resource) {
     if (!resource->collectable()) return;
     if (now - resource->last_activity <= config.gc_max_idle) {
-      arm_gc(*resource);  // touched since the timer was armed
+      // Touched since the timer was armed: try again later. When that instant saturates at the
+      // end of time it is not later than now, and the resource can never become old enough.
+      if (gc_due(*resource) > now) arm_gc(*resource);
       return;
     }
     ++counters.resources_collected;
@@ -497,7 +503,6 @@ struct Engine::Impl {
              std::vector<Delivery>& out) {
     Resource* resource = find(ns, request.key);
     if (resource == nullptr) return Reply::of(Status::kErrorNotEnqueued);
-    resource->last_activity = now;
     auto state_it = sessions.find(session.value);
     if (state_it == sessions.end()) return Reply::of(Status::kErrorNotEnqueued);
     SessionState& state = state_it->second;
@@ -505,6 +510,7 @@ struct Engine::Impl {
     auto record_it = state.records.find(resource);
     if (record_it == state.records.end()) return Reply::of(Status::kErrorNotEnqueued);
     TwoPhaseRecord record = record_it->second;
+    resource->last_activity = now;
 
     switch (record.state) {
       case TwoPhaseRecord::State::kExpired:

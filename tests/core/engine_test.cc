@@ -888,6 +888,24 @@ TEST_F(EngineTest, Edge32_BogusReleaseAndRenewDoNotTouchLastActivity) {
   EXPECT_EQ(resources(), 0u);
 }
 
+TEST_F(EngineTest, LastActivity_RejectedWaitAndLimitMismatchDoNotTouch) {
+  configure(config_with_gc(Duration::seconds(10)));
+  at(0);
+  Reply grant = lock(kS1, "k", 0);
+  Reply slot = sem_lock(kS1, "s", 0, 2);
+  EXPECT_EQ(release(kS1, "k", grant.token), only(Status::kOk));
+  EXPECT_EQ(sem_release(kS1, "s", slot.token), only(Status::kOk));
+  at(5);
+  EXPECT_EQ(wait(kS2, "k", 0), only(Status::kErrorNotEnqueued));  // no record: rejected
+  EXPECT_EQ(sem_wait(kS2, "s", 3), only(Status::kErrorNotEnqueued));
+  EXPECT_EQ(sem_lock(kS2, "s", 0, 3).status, Status::kErrorLimitMismatch);
+  EXPECT_EQ(sem_enqueue(kS2, "s", 3).status, Status::kErrorLimitMismatch);
+  tick_at(secs(10));
+  EXPECT_EQ(resources(), 2u);
+  tick_at(secs(10) + kNs);  // collected on time, as if the rejected requests never happened
+  EXPECT_EQ(resources(), 0u);
+}
+
 TEST_F(EngineTest, LastActivity_SuccessfulReleaseTouches) {
   configure(config_with_gc(Duration::seconds(10)));
   at(0);
@@ -1579,6 +1597,17 @@ TEST_F(EngineTest, Clock_RegressionDoesNotExtendALease) {
   at(2);
   EXPECT_EQ(renew(kS1, "k", grant.token, 5), Reply::renewed(5));
   EXPECT_EQ(deadline_of(kL, "k", token_of(grant)), secs(13));  // 8 + 5, not 2 + 5 or later
+}
+
+// Regression (found by EngineModel with clock jumps near the end of time): a GC timer that
+// saturated at Instant::max() re-armed itself at the same instant, and advance() never returned.
+TEST_F(EngineTest, Clock_NearTheEndOfTimeDoesNotHang) {
+  at(Instant::max() - kNs);
+  EXPECT_EQ(lock(kS1, "k", 0, 1).status, Status::kOk);
+  tick_at(Instant::max());
+  EXPECT_EQ(resources(), 1u);  // never idle for longer than gc_max_idle: time has run out
+  tick_at(Instant::max());
+  EXPECT_EQ(lock(kS2, "k", 0, 1).status, Status::kOk);  // the lease ended at the saturated deadline
 }
 
 TEST_F(EngineTest, Clock_RegressionDoesNotMoveWaitDeadlines) {

@@ -24,10 +24,8 @@ namespace {
 constexpr std::uint64_t kLastFence = std::numeric_limits<std::uint64_t>::max();
 }  // namespace
 
-ReferenceModel::ReferenceModel(const core::EngineConfig& config, std::uint64_t salt_seed,
-                               ModelOptions options)
+ReferenceModel::ReferenceModel(const core::EngineConfig& config, std::uint64_t salt_seed)
     : config_(config),
-      options_(options),
       salts_(salt_seed),
       last_fence_(config.fence_floor.value) {}
 
@@ -43,14 +41,18 @@ bool ReferenceModel::gc_candidate(const Resource& resource) const {
 
 std::optional<Instant> ReferenceModel::gc_instant(const Resource& resource) const {
   if (!gc_candidate(resource)) return std::nullopt;
-  return resource.last_activity + config_.gc_max_idle + Duration::nanoseconds(1);
+  const Instant at = resource.last_activity + config_.gc_max_idle + Duration::nanoseconds(1);
+  // Near the end of time the sum saturates: an instant at which the resource still would not
+  // have been idle for longer than gc_max_idle is no GC instant at all.
+  if (!(at - resource.last_activity > config_.gc_max_idle)) return std::nullopt;
+  return at;
 }
 
 std::optional<ReferenceModel::Due> ReferenceModel::earliest_due() const {
   std::optional<Due> best;
   auto consider = [&best](const Due& due) {
-    if (!best || std::tie(due.at, due.kind, due.serial) <
-                     std::tie(best->at, best->kind, best->serial)) {
+    if (!best ||
+        std::tie(due.at, due.kind, due.serial) < std::tie(best->at, best->kind, best->serial)) {
       best = due;
     }
   };
@@ -154,8 +156,7 @@ void ReferenceModel::promote(std::size_t resource_index, std::vector<Delivery>& 
     resource.holders.push_back(
         Holder{token, waiter.session, now_ + Duration::seconds(waiter.lease_s), next_serial()});
     if (waiter.parked) {
-      out.push_back(
-          Delivery{waiter.session, Reply::granted(Status::kOk, token, waiter.lease_s)});
+      out.push_back(Delivery{waiter.session, Reply::granted(Status::kOk, token, waiter.lease_s)});
       if (waiter.two_phase) erase_record(waiter.session, resource.ns, resource.key);
     } else {
       // Only a two-phase waiter sits in a queue without a parked request.
@@ -188,7 +189,8 @@ ReferenceModel::Found ReferenceModel::find_or_create(Namespace ns, const std::st
   if (static_cast<std::int64_t>(resources_.size()) >= config_.resources_max) {
     return Found{std::nullopt, Status::kErrorMaxLocks};
   }
-  if (fences_exhausted() && !options_.create_when_fences_exhausted) {
+  if (fences_exhausted()) {
+    // A resource that could never be granted is not created (docs/semantics.md).
     ++counters_.fence_exhausted;  // the grant it would have tried
     return Found{std::nullopt, Status::kError};
   }
@@ -276,9 +278,8 @@ Reply ReferenceModel::acquire(SessionId session, Namespace ns, const Request& re
     return Reply::of(Status::kErrorMaxWaiters);
   }
   if (request.timeout_s == 0) return Reply::of(Status::kTimeout);
-  resource.waiters.push_back(
-      Waiter{session, lease_s, false, true, now_ + Duration::seconds(request.timeout_s),
-             next_serial()});
+  resource.waiters.push_back(Waiter{session, lease_s, false, true,
+                                    now_ + Duration::seconds(request.timeout_s), next_serial()});
   return Reply::parked();
 }
 
@@ -287,12 +288,12 @@ Reply ReferenceModel::enqueue(SessionId session, Namespace ns, const Request& re
     if (records_[*record].state != RecordState::kExpired) {
       return Reply::of(Status::kErrorAlreadyEnqueued);
     }
-    if (options_.discard_expired_record_before_limit_check) erase_record(session, ns, request.key);
+    // An expired record does not count; it is discarded once the request passes step 2.
   }
   std::int64_t limit = ns == Namespace::kLock ? 1 : request.limit;
   Found found = find_or_create(ns, request.key, limit);
   if (!found.index) return Reply::of(found.error);
-  erase_record(session, ns, request.key);  // an expired one, if still there
+  erase_record(session, ns, request.key);  // an expired one, if any
   Resource& resource = resources_[*found.index];
   resource.last_activity = now_;
   std::int64_t lease_s = lease_or_default(request.lease_s);
@@ -319,18 +320,17 @@ Reply ReferenceModel::enqueue(SessionId session, Namespace ns, const Request& re
 
 Reply ReferenceModel::wait(SessionId session, Namespace ns, const Request& request,
                            std::vector<Delivery>& out) {
-  // "last_activity: the instant of the last l sl e se w sw naming it": every w naming an
-  // existing resource touches it, whatever its record says.
-  std::optional<std::size_t> resource_index = find_resource(ns, request.key);
-  if (resource_index) resources_[*resource_index].last_activity = now_;
   std::optional<std::size_t> record_index = find_record(session, ns, request.key);
-  if (!record_index) return Reply::of(Status::kErrorNotEnqueued);
+  if (!record_index) return Reply::of(Status::kErrorNotEnqueued);  // touches nothing
+  // A w that finds its record, in any state, touches the resource.
+  std::optional<std::size_t> resource_index = find_resource(ns, request.key);
+  TS_ASSERT(resource_index.has_value());  // a record keeps its resource alive
+  resources_[*resource_index].last_activity = now_;
   Record record = records_[*record_index];
   if (record.state == RecordState::kExpired) {
     records_.erase(records_.begin() + static_cast<std::ptrdiff_t>(*record_index));
     return Reply::of(Status::kErrorLeaseExpired);
   }
-  TS_ASSERT(resource_index.has_value());  // a record keeps its resource alive
   Resource& resource = resources_[*resource_index];
   if (record.state == RecordState::kGranted) {
     records_.erase(records_.begin() + static_cast<std::ptrdiff_t>(*record_index));
@@ -394,22 +394,24 @@ Reply ReferenceModel::renew(Namespace ns, const Request& request) {
   return Reply::of(Status::kError);
 }
 
-void ReferenceModel::close_session(Instant now, SessionId session, bool auto_release,
+bool ReferenceModel::close_session(Instant now, SessionId session, bool auto_release,
                                    std::vector<Delivery>& out) {
   advance(now, out);
+  const bool dropped_parked = is_parked(session);
   std::vector<std::size_t> touched;
   for (std::size_t r = 0; r < resources_.size(); ++r) {
     Resource& resource = resources_[r];
     std::size_t removed = std::erase_if(
         resource.waiters, [&](const Waiter& waiter) { return waiter.session == session; });
     if (auto_release) {
-      removed += std::erase_if(
-          resource.holders, [&](const Holder& holder) { return holder.session == session; });
+      removed += std::erase_if(resource.holders,
+                               [&](const Holder& holder) { return holder.session == session; });
     }
     if (removed > 0) touched.push_back(r);
   }
   std::erase_if(records_, [&](const Record& record) { return record.session == session; });
   for (std::size_t r : touched) promote(r, out);
+  return dropped_parked;
 }
 
 void ReferenceModel::tick(Instant now, std::vector<Delivery>& out) { advance(now, out); }
@@ -437,9 +439,9 @@ core::StatsSnapshot ReferenceModel::stats(Instant now, std::vector<Delivery>& ou
       }
       snapshot.locks.push_back(entry);
     } else {
-      snapshot.semaphores.push_back(core::SemaphoreStats{
-          resource->key, resource->limit, static_cast<std::int64_t>(resource->holders.size()),
-          waiters});
+      snapshot.semaphores.push_back(
+          core::SemaphoreStats{resource->key, resource->limit,
+                               static_cast<std::int64_t>(resource->holders.size()), waiters});
     }
   }
   // Sorted by key; the spec leaves ties (the same key in both namespaces) open, so they are

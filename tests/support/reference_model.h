@@ -14,9 +14,12 @@
 // Tokens carry the model's own fences (a counter starting at config.fence_floor) and salts from
 // its own SplitMix64, so they need not equal the engine's: the test pairs them up.
 //
-// Ties between deadlines of the same instant and kind, which the spec leaves open, are broken as
-// the engine breaks them: the deadline set (granted, renewed, restarted, parked) earlier goes
-// first. Only the fence numbering depends on it.
+// Where the spec leaves a choice open, the model reads it as follows (the engine agrees):
+//  * ties between deadlines of the same instant and kind go to the deadline set (granted,
+//    renewed, restarted, parked) earlier; only the fence numbering depends on it;
+//  * stats entries with the same key (one per namespace) are ordered by their other fields;
+//  * counters: wait_timeouts counts parked requests that timed out (not `timeout` replies to
+//    timeout 0), fence_exhausted counts every grant refused for want of a fence.
 //
 // Thread affinity: single-threaded test helper.
 #pragma once
@@ -36,28 +39,15 @@
 
 namespace turnstile::test {
 
-// Points where the engine is known to differ from docs/semantics.md as written. By default the
-// model follows the spec; a test that must tolerate a reported difference switches the knob.
-struct ModelOptions {
-  // Spec: `l`/`sl`/`e`/`se` on a new key finds-or-creates the resource, touches it, and only
-  // then does the fast path answer `error` when no fence is left, so the idle resource stays
-  // (until GC). false: no resource is created when no fence is left.
-  bool create_when_fences_exhausted = true;
-  // Spec: `e`/`se` discards the session's expired record for the resource (step 1) before the
-  // find-or-create and limit checks (step 2). false: the record is discarded only once those
-  // pass, so `error_max_locks`/`error_limit_mismatch` leave it in place.
-  bool discard_expired_record_before_limit_check = true;
-};
-
 class ReferenceModel {
  public:
-  ReferenceModel(const core::EngineConfig& config, std::uint64_t salt_seed,
-                 ModelOptions options = {});
+  ReferenceModel(const core::EngineConfig& config, std::uint64_t salt_seed);
 
   // Same contracts as core::Engine.
   core::Reply handle(core::Instant now, core::SessionId session, const core::Request& request,
                      std::vector<core::Delivery>& out);
-  void close_session(core::Instant now, core::SessionId session, bool auto_release,
+  // Returns true when a parked request of the session was dropped unanswered.
+  bool close_session(core::Instant now, core::SessionId session, bool auto_release,
                      std::vector<core::Delivery>& out);
   void tick(core::Instant now, std::vector<core::Delivery>& out);
   core::StatsSnapshot stats(core::Instant now, std::vector<core::Delivery>& out);
@@ -85,9 +75,9 @@ class ReferenceModel {
   };
   struct Waiter {
     core::SessionId session;
-    std::int64_t lease_s = 0;  // the lease its grant will carry
-    bool two_phase = false;    // enqueued by e/se (it has a record)
-    bool parked = false;       // a l/sl/w/sw request waits on it
+    std::int64_t lease_s = 0;        // the lease its grant will carry
+    bool two_phase = false;          // enqueued by e/se (it has a record)
+    bool parked = false;             // a l/sl/w/sw request waits on it
     core::Instant timeout_deadline;  // meaningful only when parked
     std::uint64_t serial = 0;        // when the timeout was set (orders equal deadlines)
   };
@@ -146,7 +136,6 @@ class ReferenceModel {
   core::Reply renew(core::Namespace ns, const core::Request& request);
 
   core::EngineConfig config_;
-  ModelOptions options_;
   core::SplitMix64 salts_;
   core::Instant now_ = core::Instant::min();
   std::uint64_t last_fence_ = 0;
