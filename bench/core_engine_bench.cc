@@ -128,7 +128,8 @@ void BM_EngineLeaseExpiry(benchmark::State& state) {
     // Each step moves time by 1 ms; a key comes round again after 1.024 s, when the 1 s lease
     // it was granted last time has just expired.
     now_ns += 1'000'000;
-    benchmark::DoNotOptimize(engine.handle(Instant::from_ns(now_ns), SessionId{1}, acquires[i], out));
+    benchmark::DoNotOptimize(
+        engine.handle(Instant::from_ns(now_ns), SessionId{1}, acquires[i], out));
     if (++i == acquires.size()) i = 0;
   }
   state.SetItemsProcessed(state.iterations());

@@ -15,9 +15,9 @@ AssertHook set_assert_hook(AssertHook hook);
 
 }  // namespace turnstile::core
 
-#define TS_ASSERT(condition)                                              \
-  do {                                                                    \
-    if (!(condition)) [[unlikely]] {                                      \
-      ::turnstile::core::assert_fail(#condition, __FILE__, __LINE__);     \
-    }                                                                     \
+#define TS_ASSERT(condition)                                          \
+  do {                                                                \
+    if (!(condition)) [[unlikely]] {                                  \
+      ::turnstile::core::assert_fail(#condition, __FILE__, __LINE__); \
+    }                                                                 \
   } while (false)

@@ -26,9 +26,9 @@ struct Holder {
   SessionId session;
   SessionState* owner = nullptr;  // null once orphaned (session closed without auto-release)
   Resource* resource = nullptr;
-  std::int64_t lease_s = 0;       // lease of the grant; `w` restarts it with this
+  std::int64_t lease_s = 0;  // lease of the grant; `w` restarts it with this
   Instant deadline;
-  DeadlineQueue::Timer timer;     // lease expiry
+  DeadlineQueue::Timer timer;  // lease expiry
   ListLink<Holder> in_resource;
   ListLink<Holder> in_session;
   bool two_phase_pending = false;  // granted to an `e` whose `w` has not come yet
@@ -40,8 +40,8 @@ struct Waiter {
   SessionState* owner = nullptr;
   Resource* resource = nullptr;
   std::int64_t lease_s = 0;
-  bool two_phase = false;  // queued by `e`
-  bool parked = false;     // a blocking l/sl/w/sw is waiting on it
+  bool two_phase = false;      // queued by `e`
+  bool parked = false;         // a blocking l/sl/w/sw is waiting on it
   DeadlineQueue::Timer timer;  // timeout of the parked request
   ListLink<Waiter> in_resource;
   ListLink<Waiter> in_session;
@@ -61,9 +61,9 @@ constexpr std::int64_t kIndexedHoldersAbove = 16;
 
 struct Resource {
   Namespace ns = Namespace::kLock;
-  std::string_view key;       // the map node's key, stable while the resource exists
+  std::string_view key;  // the map node's key, stable while the resource exists
   std::int64_t limit = 1;
-  std::uint64_t serial = 0;   // creation order: a deterministic order between resources
+  std::uint64_t serial = 0;  // creation order: a deterministic order between resources
   Instant last_activity;
   IntrusiveList<Holder, &Holder::in_resource> holders;
   IntrusiveList<Waiter, &Waiter::in_resource> waiters;
@@ -260,8 +260,7 @@ struct Engine::Impl {
     return Token{last_fence, salt_source.next_u64()};
   }
 
-  Holder* grant(Resource& resource, SessionId session, SessionState* owner,
-                std::int64_t lease_s) {
+  Holder* grant(Resource& resource, SessionId session, SessionState* owner, std::int64_t lease_s) {
     TS_ASSERT(!resource.full());
     std::optional<Token> token = mint();
     if (!token) return nullptr;
@@ -285,7 +284,8 @@ struct Engine::Impl {
       auto it = resource.holders_by_fence->find(token.fence.value);
       if (it != resource.holders_by_fence->end()) found = it->second;
     } else {
-      for (Holder* h = resource.holders.front(); h != nullptr; h = decltype(resource.holders)::next(h)) {
+      for (Holder* h = resource.holders.front(); h != nullptr;
+           h = decltype(resource.holders)::next(h)) {
         if (h->token.fence == token.fence) {
           found = h;
           break;
@@ -363,8 +363,8 @@ struct Engine::Impl {
         continue;
       }
       if (waiter->parked) {
-        out.push_back(Delivery{waiter->session,
-                               Reply::granted(Status::kOk, holder->token, holder->lease_s)});
+        out.push_back(
+            Delivery{waiter->session, Reply::granted(Status::kOk, holder->token, holder->lease_s)});
         if (waiter->two_phase) erase_record(state, resource);
       } else {
         TS_ASSERT(waiter->two_phase);
@@ -499,8 +499,7 @@ struct Engine::Impl {
     return record == state->second.records.end() ? nullptr : &record->second;
   }
 
-  Reply wait(SessionId session, Namespace ns, const Request& request,
-             std::vector<Delivery>& out) {
+  Reply wait(SessionId session, Namespace ns, const Request& request, std::vector<Delivery>& out) {
     Resource* resource = find(ns, request.key);
     if (resource == nullptr) return Reply::of(Status::kErrorNotEnqueued);
     auto state_it = sessions.find(session.value);
@@ -626,7 +625,8 @@ struct Engine::Impl {
             }
             part.locks.push_back(std::move(entry));
           } else {
-            part.idle_locks.push_back(IdleStats{key, (now - resource.last_activity).seconds_double()});
+            part.idle_locks.push_back(
+                IdleStats{key, (now - resource.last_activity).seconds_double()});
           }
         } else if (busy) {
           part.semaphores.push_back(SemaphoreStats{

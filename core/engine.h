@@ -39,12 +39,12 @@
 namespace turnstile::core {
 
 struct EngineConfig {
-  std::int64_t default_lease_s = 33;          // lease when a request gives none
+  std::int64_t default_lease_s = 33;             // lease when a request gives none
   Duration gc_max_idle = Duration::seconds(60);  // idle resources older than this are deleted
-  std::int64_t resources_max = 1'048'576;     // --max-locks: resources in this engine, exact
-  std::int64_t waiters_max = 0;               // --max-waiters: per resource; 0 = unlimited
-  Fence fence_floor{0};                       // every fence issued is > fence_floor
-  std::size_t stats_entries_max = 10'000;     // per stats array
+  std::int64_t resources_max = 1'048'576;        // --max-locks: resources in this engine, exact
+  std::int64_t waiters_max = 0;                  // --max-waiters: per resource; 0 = unlimited
+  Fence fence_floor{0};                          // every fence issued is > fence_floor
+  std::size_t stats_entries_max = 10'000;        // per stats array
 };
 
 // A reply addressed to a session whose request was parked (or whose request is in flight).
@@ -60,7 +60,7 @@ struct EngineCounters {
   std::uint64_t lease_expiries = 0;
   std::uint64_t wait_timeouts = 0;
   std::uint64_t resources_collected = 0;
-  std::uint64_t fence_exhausted = 0;    // grants refused because no fence was left
+  std::uint64_t fence_exhausted = 0;  // grants refused because no fence was left
 };
 
 class Engine {
@@ -76,16 +76,14 @@ class Engine {
   // Replies to other sessions' parked requests that this call causes are appended to `out`.
   // Contract: a session has at most one request parked at a time (the session layer processes
   // requests strictly in order).
-  Reply handle(Instant now, SessionId session, const Request& request,
-               std::vector<Delivery>& out);
+  Reply handle(Instant now, SessionId session, const Request& request, std::vector<Delivery>& out);
 
   // The session is gone: its parked request is dropped unanswered, its waiters and two-phase
   // records are removed, and with `auto_release` its holdings are released (without, they live
   // on until released by token or until their lease ends). Unknown sessions are fine.
   // Returns true when a parked request of the session was dropped: it will never be answered,
   // so the driver completes it on the session side (Session::on_cancelled).
-  bool close_session(Instant now, SessionId session, bool auto_release,
-                     std::vector<Delivery>& out);
+  bool close_session(Instant now, SessionId session, bool auto_release, std::vector<Delivery>& out);
 
   // Advances time only.
   void tick(Instant now, std::vector<Delivery>& out);

@@ -6,19 +6,32 @@ namespace turnstile::core {
 
 std::string_view command_name(Command command) {
   switch (command) {
-    case Command::kLock: return "l";
-    case Command::kRelease: return "r";
-    case Command::kRenew: return "n";
-    case Command::kEnqueue: return "e";
-    case Command::kWait: return "w";
-    case Command::kSemLock: return "sl";
-    case Command::kSemRelease: return "sr";
-    case Command::kSemRenew: return "sn";
-    case Command::kSemEnqueue: return "se";
-    case Command::kSemWait: return "sw";
-    case Command::kPing: return "ping";
-    case Command::kStats: return "stats";
-    case Command::kAuth: return "auth";
+    case Command::kLock:
+      return "l";
+    case Command::kRelease:
+      return "r";
+    case Command::kRenew:
+      return "n";
+    case Command::kEnqueue:
+      return "e";
+    case Command::kWait:
+      return "w";
+    case Command::kSemLock:
+      return "sl";
+    case Command::kSemRelease:
+      return "sr";
+    case Command::kSemRenew:
+      return "sn";
+    case Command::kSemEnqueue:
+      return "se";
+    case Command::kSemWait:
+      return "sw";
+    case Command::kPing:
+      return "ping";
+    case Command::kStats:
+      return "stats";
+    case Command::kAuth:
+      return "auth";
   }
   TS_ASSERT(false);
 }
@@ -42,20 +55,34 @@ Namespace command_namespace(Command command) {
 
 std::string_view status_name(Status status) {
   switch (status) {
-    case Status::kOk: return "ok";
-    case Status::kAcquired: return "acquired";
-    case Status::kQueued: return "queued";
-    case Status::kTimeout: return "timeout";
-    case Status::kError: return "error";
-    case Status::kErrorAuth: return "error_auth";
-    case Status::kErrorMaxLocks: return "error_max_locks";
-    case Status::kErrorMaxWaiters: return "error_max_waiters";
-    case Status::kErrorLimitMismatch: return "error_limit_mismatch";
-    case Status::kErrorNotEnqueued: return "error_not_enqueued";
-    case Status::kErrorAlreadyEnqueued: return "error_already_enqueued";
-    case Status::kErrorLeaseExpired: return "error_lease_expired";
-    case Status::kErrorDraining: return "error_draining";
-    case Status::kParked: return "parked";
+    case Status::kOk:
+      return "ok";
+    case Status::kAcquired:
+      return "acquired";
+    case Status::kQueued:
+      return "queued";
+    case Status::kTimeout:
+      return "timeout";
+    case Status::kError:
+      return "error";
+    case Status::kErrorAuth:
+      return "error_auth";
+    case Status::kErrorMaxLocks:
+      return "error_max_locks";
+    case Status::kErrorMaxWaiters:
+      return "error_max_waiters";
+    case Status::kErrorLimitMismatch:
+      return "error_limit_mismatch";
+    case Status::kErrorNotEnqueued:
+      return "error_not_enqueued";
+    case Status::kErrorAlreadyEnqueued:
+      return "error_already_enqueued";
+    case Status::kErrorLeaseExpired:
+      return "error_lease_expired";
+    case Status::kErrorDraining:
+      return "error_draining";
+    case Status::kParked:
+      return "parked";
   }
   TS_ASSERT(false);
 }

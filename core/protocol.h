@@ -16,19 +16,19 @@
 namespace turnstile::core {
 
 enum class Command : std::uint8_t {
-  kLock,          // l    key  <timeout> [<lease>]
-  kRelease,       // r    key  <token>
-  kRenew,         // n    key  <token> [<lease>]
-  kEnqueue,       // e    key  [<lease>]
-  kWait,          // w    key  <timeout>
-  kSemLock,       // sl   key  <timeout> <limit> [<lease>]
-  kSemRelease,    // sr   key  <token>
-  kSemRenew,      // sn   key  <token> [<lease>]
-  kSemEnqueue,    // se   key  <limit> [<lease>]
-  kSemWait,       // sw   key  <timeout>
-  kPing,          // ping _    _
-  kStats,         // stats _   _
-  kAuth,          // auth _    <secret>
+  kLock,        // l    key  <timeout> [<lease>]
+  kRelease,     // r    key  <token>
+  kRenew,       // n    key  <token> [<lease>]
+  kEnqueue,     // e    key  [<lease>]
+  kWait,        // w    key  <timeout>
+  kSemLock,     // sl   key  <timeout> <limit> [<lease>]
+  kSemRelease,  // sr   key  <token>
+  kSemRenew,    // sn   key  <token> [<lease>]
+  kSemEnqueue,  // se   key  <limit> [<lease>]
+  kSemWait,     // sw   key  <timeout>
+  kPing,        // ping _    _
+  kStats,       // stats _   _
+  kAuth,        // auth _    <secret>
 };
 
 std::string_view command_name(Command command);
@@ -44,14 +44,14 @@ inline constexpr std::int64_t kMaxSemaphoreLimit = 1'048'576;
 
 struct Request {
   Command command = Command::kPing;
-  std::string key;              // without namespace prefix; empty for ping/stats/auth
-  std::int64_t timeout_s = 0;   // l, sl, w, sw: 0..kMaxSeconds; 0 = try once
-  std::int64_t lease_s = 0;     // l, sl, n, sn, e, se: 1..kMaxSeconds, or 0 = server default
-  std::int64_t limit = 1;       // sl, se: 1..kMaxSemaphoreLimit; 1 for locks
+  std::string key;             // without namespace prefix; empty for ping/stats/auth
+  std::int64_t timeout_s = 0;  // l, sl, w, sw: 0..kMaxSeconds; 0 = try once
+  std::int64_t lease_s = 0;    // l, sl, n, sn, e, se: 1..kMaxSeconds, or 0 = server default
+  std::int64_t limit = 1;      // sl, se: 1..kMaxSemaphoreLimit; 1 for locks
   // r, sr, n, sn: the presented token, or nullopt when the text cannot be a token we issued
   // (wrong length, upper case, inner space...). Such a token never matches.
   std::optional<Token> token;
-  std::string secret;           // auth: the trimmed secret
+  std::string secret;  // auth: the trimmed secret
 
   bool operator==(const Request&) const = default;
 };

@@ -12,8 +12,7 @@ namespace {
 bool constant_time_equal(std::string_view presented, std::string_view expected) {
   unsigned diff = presented.size() == expected.size() ? 0U : 1U;
   for (std::size_t i = 0; i < expected.size(); ++i) {
-    const unsigned char got =
-        i < presented.size() ? static_cast<unsigned char>(presented[i]) : 0;
+    const unsigned char got = i < presented.size() ? static_cast<unsigned char>(presented[i]) : 0;
     diff |= static_cast<unsigned>(got ^ static_cast<unsigned char>(expected[i]));
   }
   return diff == 0;
@@ -33,14 +32,22 @@ Request give_back_of(const Request& granted_request, const Token& token) {
 
 std::string_view close_reason_name(CloseReason reason) {
   switch (reason) {
-    case CloseReason::kNone: return "none";
-    case CloseReason::kPeerClosed: return "peer_closed";
-    case CloseReason::kLineTooLong: return "line_too_long";
-    case CloseReason::kAuthFailed: return "auth_failed";
-    case CloseReason::kReadTimeout: return "read_timeout";
-    case CloseReason::kIdleTimeout: return "idle_timeout";
-    case CloseReason::kDraining: return "draining";
-    case CloseReason::kDriver: return "driver";
+    case CloseReason::kNone:
+      return "none";
+    case CloseReason::kPeerClosed:
+      return "peer_closed";
+    case CloseReason::kLineTooLong:
+      return "line_too_long";
+    case CloseReason::kAuthFailed:
+      return "auth_failed";
+    case CloseReason::kReadTimeout:
+      return "read_timeout";
+    case CloseReason::kIdleTimeout:
+      return "idle_timeout";
+    case CloseReason::kDraining:
+      return "draining";
+    case CloseReason::kDriver:
+      return "driver";
   }
   TS_ASSERT(false);
 }

@@ -47,7 +47,7 @@
 namespace turnstile::core {
 
 struct SessionConfig {
-  std::optional<std::string> auth_secret;       // nullopt: no auth handshake
+  std::optional<std::string> auth_secret;  // nullopt: no auth handshake
   Duration auth_failure_delay = Duration::milliseconds(100);
   Duration read_timeout = Duration::seconds(23);  // zero: no limit
   Duration idle_timeout = Duration::zero();       // zero: never
@@ -59,13 +59,13 @@ struct SessionConfig {
 // Why a session ended.
 enum class CloseReason : std::uint8_t {
   kNone,
-  kPeerClosed,     // EOF or reset from the peer
-  kLineTooLong,    // protocol error that closes
+  kPeerClosed,   // EOF or reset from the peer
+  kLineTooLong,  // protocol error that closes
   kAuthFailed,
   kReadTimeout,
   kIdleTimeout,
   kDraining,
-  kDriver,         // the driver closed it (write timeout, write error, shutdown deadline)
+  kDriver,  // the driver closed it (write timeout, write error, shutdown deadline)
 };
 
 std::string_view close_reason_name(CloseReason reason);
@@ -136,16 +136,16 @@ class Session {
   SessionId id_;
   SessionConfig config_;
   RequestParser parser_;
-  std::deque<ParseResult> queue_;            // parsed, not started, in arrival order
-  std::optional<Request> ready_;             // the head request, waiting for next_request()
-  std::optional<Request> in_flight_;         // routed, reply pending
-  std::optional<Request> give_back_;         // a release to route after close
+  std::deque<ParseResult> queue_;     // parsed, not started, in arrival order
+  std::optional<Request> ready_;      // the head request, waiting for next_request()
+  std::optional<Request> in_flight_;  // routed, reply pending
+  std::optional<Request> give_back_;  // a release to route after close
   CloseReason close_when_done_ = CloseReason::kNone;  // answer `error` and close once idle
   std::string output_;
   std::size_t output_sent_ = 0;
   bool authenticated_ = false;
   bool draining_ = false;
-  std::optional<Instant> auth_failure_at_;  // when to send error_auth and close
+  std::optional<Instant> auth_failure_at_;     // when to send error_auth and close
   std::optional<Instant> request_started_at_;  // first byte of the partial request
   Instant last_activity_;
   CloseReason close_reason_ = CloseReason::kNone;

@@ -27,8 +27,8 @@ namespace turnstile::core {
 
 struct LockStats {
   std::string key;
-  SessionId owner;                 // 0 when the lock has waiters but no holder
-  double lease_expires_in_s = 0;   // clamped >= 0; 0 when not held
+  SessionId owner;                // 0 when the lock has waiters but no holder
+  double lease_expires_in_s = 0;  // clamped >= 0; 0 when not held
   std::int64_t waiters = 0;
   bool operator==(const LockStats&) const = default;
 };

@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake ninja-build pkg-config clang
+  build-essential cmake ninja-build pkg-config clang clang-format
   libgtest-dev libgmock-dev googletest
   librapidcheck-dev
   libbenchmark-dev

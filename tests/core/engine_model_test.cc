@@ -439,8 +439,7 @@ class Harness {
 
   void apply(std::size_t index, const Step& step) {
     Duration delta = Duration::nanoseconds(step.advance_ns);
-    if (choice_.near_max_jumps &&
-        step.advance_ns >= 1'000'000'000'000) {
+    if (choice_.near_max_jumps && step.advance_ns >= 1'000'000'000'000) {
       delta = Duration::nanoseconds(step.advance_ns) + Duration::nanoseconds(step.advance_ns);
       for (int i = 0; i < 11; ++i) delta = delta + delta;  // x4096, saturating
     }

@@ -25,9 +25,7 @@ constexpr std::uint64_t kLastFence = std::numeric_limits<std::uint64_t>::max();
 }  // namespace
 
 ReferenceModel::ReferenceModel(const core::EngineConfig& config, std::uint64_t salt_seed)
-    : config_(config),
-      salts_(salt_seed),
-      last_fence_(config.fence_floor.value) {}
+    : config_(config), salts_(salt_seed), last_fence_(config.fence_floor.value) {}
 
 // ---- time ---------------------------------------------------------------------------------------
 
