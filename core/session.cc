@@ -62,7 +62,9 @@ Session::Session(SessionId id, const SessionConfig& config, Instant now)
 std::size_t Session::on_bytes(Instant now, std::string_view bytes) {
   // Input after close, while an auth failure is pending, or after a read timeout cannot change
   // anything: swallow it so the driver keeps no buffer for it.
-  if (closed() || auth_failure_at_ || close_when_done_ != CloseReason::kNone) return bytes.size();
+  if (closed() || peer_eof_ || auth_failure_at_ || close_when_done_ != CloseReason::kNone) {
+    return bytes.size();
+  }
   std::size_t consumed = 0;
   std::optional<ParseResult> result;
   // Parse while there is room, answer what can be answered, and go on while answering made
@@ -93,6 +95,23 @@ void Session::on_peer_closed(Instant /*now*/) {
   finish_close(CloseReason::kPeerClosed);
   output_.clear();  // nobody is left to read it
   output_sent_ = 0;
+}
+
+void Session::on_peer_eof(Instant now) {
+  if (closed()) return;
+  peer_eof_ = true;
+  request_started_at_.reset();  // an incomplete request will never complete
+  if (in_flight_ && in_flight_parked_) {
+    finish_close(CloseReason::kPeerClosed);
+    return;
+  }
+  pump(now);
+}
+
+void Session::on_parked() {
+  TS_ASSERT(in_flight_.has_value());
+  in_flight_parked_ = true;
+  if (peer_eof_ && !closed()) finish_close(CloseReason::kPeerClosed);
 }
 
 void Session::close(CloseReason reason) { finish_close(reason); }
@@ -168,6 +187,7 @@ void Session::on_reply(Instant now, const Reply& reply) {
   TS_ASSERT(reply.status != Status::kParked);
   Request request = std::move(*in_flight_);
   in_flight_.reset();
+  in_flight_parked_ = false;
   if (closed()) {
     // Nobody will read this reply. A grant must not be lost with it: give the token back so the
     // next waiter gets the slot. (A give-back is a release, whose reply is never a grant.)
@@ -183,6 +203,7 @@ void Session::on_cancelled() {
   TS_ASSERT(in_flight_.has_value());
   TS_ASSERT(closed());
   in_flight_.reset();
+  in_flight_parked_ = false;
 }
 
 void Session::consume_output(std::size_t bytes) {
@@ -207,6 +228,8 @@ void Session::pump(Instant now) {
       if (close_when_done_ != CloseReason::kNone) {
         answer_status(Status::kError);
         finish_close(close_when_done_);
+      } else if (peer_eof_) {
+        finish_close(CloseReason::kPeerClosed);  // everything received has been answered
       }
       return;
     }

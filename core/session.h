@@ -81,8 +81,17 @@ class Session {
   // closed (input after close is ignored and reported as consumed).
   std::size_t on_bytes(Instant now, std::string_view bytes);
 
-  // The peer closed its side (EOF) or the connection broke.
+  // The connection broke (reset, read error): nothing more can be read or written.
   void on_peer_closed(Instant now);
+
+  // The peer finished sending (EOF) but may still read. Requests already received are answered
+  // in order; a request that is or becomes parked is cancelled (the peer is not going to wait
+  // for it: reference 2.9's peer-close watcher); once nothing is left the session closes, and the
+  // driver flushes output() before closing the connection.
+  void on_peer_eof(Instant now);
+
+  // The request in flight has been parked by its engine (Reply::parked).
+  void on_parked();
 
   // The driver closes the session (write timeout, write error, forced shutdown).
   void close(CloseReason reason);
@@ -139,6 +148,8 @@ class Session {
   std::deque<ParseResult> queue_;     // parsed, not started, in arrival order
   std::optional<Request> ready_;      // the head request, waiting for next_request()
   std::optional<Request> in_flight_;  // routed, reply pending
+  bool in_flight_parked_ = false;     // the engine parked it
+  bool peer_eof_ = false;             // the peer sends nothing more
   std::optional<Request> give_back_;  // a release to route after close
   CloseReason close_when_done_ = CloseReason::kNone;  // answer `error` and close once idle
   std::string output_;

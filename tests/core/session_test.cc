@@ -843,6 +843,61 @@ TEST_F(DisconnectTest, ParkedWaiterIsDroppedAndTheNextWaiterGetsTheLock) {
   EXPECT_EQ(net.read(b), "");
 }
 
+// EOF is a half-close (`printf ... | nc -N`): what arrived is answered, then the session closes.
+TEST_F(DisconnectTest, EofAnswersWhatArrivedThenCloses) {
+  Loopback& net = start();
+  const SessionId a = net.connect();
+  net.send(a, request("ping", "_", "") + request("l", "k", "10"));
+  net.half_close(a);
+  const std::vector<std::string> lines = lines_of(net.read(a));
+  ASSERT_EQ(lines.size(), 2U);
+  EXPECT_EQ(lines[0], "ok");
+  EXPECT_TRUE(is_grant_line(lines[1], "ok", 33));
+  EXPECT_TRUE(net.forgotten(a));
+}
+
+// A parked request is cancelled when the peer stops sending (reference 2.9 peer-close watcher).
+TEST_F(DisconnectTest, EofWhileParkedCancelsTheWaiter) {
+  Loopback& net = start();
+  const SessionId holder = net.connect();
+  const SessionId b = net.connect();
+  const SessionId c = net.connect();
+  const std::string token = acquire(holder, "k");
+  net.send(b, request("l", "k", "10"));
+  net.send(c, request("l", "k", "10"));
+  net.half_close(b);
+  EXPECT_TRUE(net.forgotten(b));
+  ASSERT_EQ(net.engine().inspect().size(), 1U);
+  EXPECT_EQ(net.engine().inspect()[0].waiters, std::vector<SessionId>{c});
+  net.send(holder, "r\nk\n" + token + "\n");
+  EXPECT_TRUE(is_grant_line(lines_of(net.read(c)).at(0), "ok", 33));
+  EXPECT_EQ(net.read(b), "");
+}
+
+// A request that arrived before EOF but only parks afterwards is cancelled when it parks.
+TEST_F(DisconnectTest, EofThenRequestThatParksIsCancelled) {
+  Loopback& net = start();
+  const SessionId holder = net.connect();
+  const SessionId b = net.connect();
+  acquire(holder, "k");
+  net.send(b, request("ping", "_", "") + request("l", "k", "10") + request("ping", "_", ""));
+  net.half_close(b);
+  EXPECT_EQ(net.read(b), "ok\n");  // the first ping; the parked l and what follows are dropped
+  EXPECT_TRUE(net.forgotten(b));
+  ASSERT_EQ(net.engine().inspect().size(), 1U);
+  EXPECT_TRUE(net.engine().inspect()[0].waiters.empty());
+}
+
+TEST_F(DisconnectTest, EofDropsAnIncompleteRequest) {
+  Loopback& net = start();
+  const SessionId a = net.connect();
+  net.send(a, "l\nk");
+  net.half_close(a);
+  EXPECT_EQ(net.read(a), "");
+  EXPECT_TRUE(net.forgotten(a));
+  EXPECT_TRUE(net.engine().inspect().empty());
+}
+
 TEST_F(DisconnectTest, HolderDisconnectAutoReleasesToParkedWaiter) {
   Loopback& net = start();
   const SessionId holder = net.connect();
@@ -1368,8 +1423,11 @@ RC_GTEST_PROP(SessionProperty, RandomBytesInRandomChunksKeepEverySessionSane, ()
       net.advance(*rc::gen::element(Duration::milliseconds(1), Duration::milliseconds(100),
                                     Duration::seconds(1), Duration::seconds(5)));
     } else if (action == 19 || action == 20) {
-      if (*rc::gen::arbitrary<bool>()) {
+      const int how = *rc::gen::inRange(0, 3);
+      if (how == 0) {
         net.disconnect(id);
+      } else if (how == 1) {
+        net.half_close(id);
       } else {
         net.close(id, CloseReason::kDriver);
       }

@@ -65,6 +65,13 @@ void Loopback::disconnect(core::SessionId id) {
   route();
 }
 
+void Loopback::half_close(core::SessionId id) {
+  Connection* connection = find(id);
+  if (connection == nullptr || !connection->session) return;
+  connection->session->on_peer_eof(now_);
+  route();
+}
+
 void Loopback::close(core::SessionId id, core::CloseReason reason) {
   Connection* connection = find(id);
   if (connection == nullptr || !connection->session) return;
@@ -187,7 +194,10 @@ bool Loopback::route_once() {
       std::vector<core::Delivery> out;
       if (core::is_engine_command(request->command)) {
         const core::Reply reply = engine_->handle(now_, id, *request, out);
-        if (reply.status == core::Status::kParked) connection.awaiting_delivery = true;
+        if (reply.status == core::Status::kParked) {
+          connection.awaiting_delivery = true;
+          session.on_parked();
+        }
         deliver(out);
         if (reply.status != core::Status::kParked) session.on_reply(now_, reply);
       } else if (request->command == core::Command::kStats) {

@@ -64,8 +64,10 @@ class Loopback {
   void send(core::SessionId id, std::string_view bytes);
   // Takes (and consumes) the reply bytes written so far.
   std::string read(core::SessionId id);
-  // The peer closed its side (Session::on_peer_closed).
+  // The connection broke (Session::on_peer_closed).
   void disconnect(core::SessionId id);
+  // The peer finished sending but may still read (Session::on_peer_eof).
+  void half_close(core::SessionId id);
   // The driver closes the session (Session::close), e.g. a write timeout.
   void close(core::SessionId id, core::CloseReason reason = core::CloseReason::kDriver);
   // Graceful shutdown begins: Session::begin_drain on every session.
