@@ -127,8 +127,11 @@ std::int64_t ns_index(Namespace ns) { return ns == Namespace::kLock ? 0 : 1; }
 }  // namespace
 
 struct Engine::Impl {
-  Impl(const EngineConfig& engine_config, RandomSource& salts)
-      : config(engine_config), salt_source(salts), last_fence(engine_config.fence_floor) {
+  Impl(const EngineConfig& engine_config, RandomSource& salts, ResourceBudget* resource_budget)
+      : config(engine_config),
+        salt_source(salts),
+        budget(resource_budget),
+        last_fence(engine_config.fence_floor) {
     TS_ASSERT(config.default_lease_s >= 1 && config.default_lease_s <= kMaxSeconds);
     TS_ASSERT(config.gc_max_idle >= Duration::zero());
     TS_ASSERT(config.resources_max >= 0 && config.waiters_max >= 0);
@@ -137,6 +140,7 @@ struct Engine::Impl {
   ~Impl() {
     for (ResourceMap& map : resources) {
       for (auto& [key, resource] : map) {
+        if (budget != nullptr) budget->give_back();
         while (!resource.holders.empty()) {
           Holder* holder = resource.holders.front();
           resource.holders.remove(holder);
@@ -153,6 +157,7 @@ struct Engine::Impl {
 
   EngineConfig config;
   RandomSource& salt_source;
+  ResourceBudget* budget;  // null: resources_max applies to this engine alone
   Instant now = Instant::min();
   Fence last_fence;
   EngineCounters counters;
@@ -240,6 +245,7 @@ struct Engine::Impl {
     auto it = map.find(resource->key);
     TS_ASSERT(it != map.end() && &it->second == resource);
     map.erase(it);
+    if (budget != nullptr) budget->give_back();
   }
 
   // ---- holders and waiters ------------------------------------------------------------------
@@ -411,12 +417,16 @@ struct Engine::Impl {
                            Status& status) {
     Resource* resource = find(ns, request.key);
     if (resource == nullptr) {
-      if (static_cast<std::int64_t>(resources_count()) >= config.resources_max) {
+      const bool room = budget != nullptr
+                            ? budget->try_take()
+                            : static_cast<std::int64_t>(resources_count()) < config.resources_max;
+      if (!room) {
         status = Status::kErrorMaxLocks;
         return nullptr;
       }
       if (last_fence.value == UINT64_MAX) {
         // Creating a resource that could never be granted would only leave litter behind.
+        if (budget != nullptr) budget->give_back();
         ++counters.fence_exhausted;
         status = Status::kError;
         return nullptr;
@@ -666,8 +676,8 @@ struct Engine::Impl {
   }
 };
 
-Engine::Engine(const EngineConfig& config, RandomSource& salt_source)
-    : impl_(std::make_unique<Impl>(config, salt_source)) {}
+Engine::Engine(const EngineConfig& config, RandomSource& salt_source, ResourceBudget* budget)
+    : impl_(std::make_unique<Impl>(config, salt_source, budget)) {}
 
 Engine::~Engine() = default;
 

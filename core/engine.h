@@ -63,10 +63,22 @@ struct EngineCounters {
   std::uint64_t fence_exhausted = 0;  // grants refused because no fence was left
 };
 
+// Counts resources across all engines of a server, so that --max-locks is exact for the whole
+// key space however it is sharded. The daemon backs it with an atomic counter; an engine given
+// none counts its own resources against EngineConfig::resources_max.
+class ResourceBudget {
+ public:
+  virtual ~ResourceBudget() = default;
+  // Takes room for one more resource; false when the cap is reached.
+  virtual bool try_take() = 0;
+  virtual void give_back() = 0;
+};
+
 class Engine {
  public:
-  // `salt_source` supplies the random half of every token; it must outlive the engine.
-  Engine(const EngineConfig& config, RandomSource& salt_source);
+  // `salt_source` supplies the random half of every token; `budget`, when given, replaces
+  // resources_max. Both must outlive the engine.
+  Engine(const EngineConfig& config, RandomSource& salt_source, ResourceBudget* budget = nullptr);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;

@@ -224,6 +224,12 @@ bool Session::finished() const { return closed() && !in_flight_ && !give_back_; 
 // order, until something has to wait: a request in flight, a full output buffer, an auth delay.
 void Session::pump(Instant now) {
   while (!closed() && !ready_ && !in_flight_ && !auth_failure_at_ && !output_full()) {
+    if (draining_) {
+      // Nothing is in flight: whatever the client sends next is answered by this line.
+      answer_status(Status::kErrorDraining);
+      finish_close(CloseReason::kDraining);
+      return;
+    }
     if (queue_.empty()) {
       if (close_when_done_ != CloseReason::kNone) {
         answer_status(Status::kError);
@@ -250,11 +256,6 @@ void Session::pump(Instant now) {
       }
       queue_.clear();
       auth_failure_at_ = now + config_.auth_failure_delay;
-      return;
-    }
-    if (draining_) {
-      answer_status(Status::kErrorDraining);
-      finish_close(CloseReason::kDraining);
       return;
     }
     if (!head.ok()) {

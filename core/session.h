@@ -23,8 +23,10 @@
 //    within `read_timeout` (0 = no limit); otherwise `error` and close. Idle timeout: with no
 //    partial request, nothing queued and nothing in flight for `idle_timeout` (0 = never), the
 //    session closes without a reply.
-//  * Draining (graceful shutdown): every request not yet started is answered `error_draining`
-//    and the session closes after the first of them; a request in flight finishes first.
+//  * Draining (graceful shutdown): a request in flight finishes first; then the session answers
+//    `error_draining` (the reply the client reads for its next request) and closes. Queued
+//    requests are not started. An idle session is answered and closed as soon as draining
+//    begins, so shutdown never waits for idle clients.
 //  * After close (peer EOF or a closing error) a request still in flight stays accounted for:
 //    when its reply arrives it is dropped, and if it was a grant the session asks the driver to
 //    give the token back (a release), so a grant that raced the close goes to the next waiter.

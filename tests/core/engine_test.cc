@@ -441,6 +441,45 @@ TEST_F(EngineTest, MaxLocks_IdleResourcesCountUntilCollected) {
   EXPECT_EQ(sem_lock(kS1, "a", 0, 1), only(Status::kErrorMaxLocks));
 }
 
+// Two engines sharing one budget (as the daemon's shards do) obey one exact cap together.
+TEST(EngineBudgetTest, Edge20_SharedBudgetMakesMaxLocksExactAcrossEngines) {
+  struct CountingBudget final : ResourceBudget {
+    std::int64_t used = 0;
+    std::int64_t max = 3;
+    bool try_take() override { return used < max ? (++used, true) : false; }
+    void give_back() override { --used; }
+  } budget;
+  EngineConfig config;
+  config.resources_max = 1;  // ignored when a budget is given
+  config.gc_max_idle = Duration::zero();
+  SplitMix64 salts_a(1), salts_b(2);
+  Engine a(config, salts_a, &budget);
+  Engine b(config, salts_b, &budget);
+  std::vector<Delivery> out;
+  auto lock = [](std::string key) {
+    Request request;
+    request.command = Command::kLock;
+    request.key = std::move(key);
+    return request;
+  };
+  const Instant t0 = Instant::from_ns(0);
+  EXPECT_EQ(a.handle(t0, SessionId{1}, lock("x"), out).status, Status::kOk);
+  EXPECT_EQ(b.handle(t0, SessionId{2}, lock("y"), out).status, Status::kOk);
+  Reply z = a.handle(t0, SessionId{1}, lock("z"), out);
+  EXPECT_EQ(z.status, Status::kOk);
+  EXPECT_EQ(b.handle(t0, SessionId{2}, lock("w"), out).status, Status::kErrorMaxLocks);
+  EXPECT_EQ(budget.used, 3);
+  Request release;
+  release.command = Command::kRelease;
+  release.key = "z";
+  release.token = z.token;
+  EXPECT_EQ(a.handle(t0, SessionId{1}, release, out).status, Status::kOk);
+  a.tick(t0 + Duration::nanoseconds(1), out);  // z is collected and its room given back
+  EXPECT_EQ(budget.used, 2);
+  EXPECT_EQ(b.handle(t0 + Duration::nanoseconds(1), SessionId{2}, lock("w"), out).status,
+            Status::kOk);
+}
+
 TEST_F(EngineTest, Edge21_GcLowersResourceCountSoTheCapFreesUp) {
   EngineConfig config;
   config.resources_max = 1;

@@ -732,45 +732,52 @@ TEST_F(IdleTimeoutTest, IdleHolderIsClosedAndItsLockAutoReleased) {
 
 // ---- draining (reference 2.14) ---------------------------------------------------------------
 
-TEST_F(DrainTest, NextRequestGetsErrorDrainingThenClose) {
+// An idle connection is answered `error_draining` at once and closed: the client reads it as the
+// reply to its next request, so shutdown need not wait for idle lock holders.
+TEST_F(DrainTest, IdleConnectionGetsErrorDrainingAtOnceThenClose) {
   Loopback& net = start();
   const SessionId a = net.connect();
   net.begin_drain();
-  EXPECT_TRUE(net.is_open(a));  // nothing to answer yet
-  net.send(a, std::string(kPing) + request("l", "k", "0"));
   EXPECT_EQ(net.read(a), "error_draining\n");
   EXPECT_FALSE(net.is_open(a));
+  net.send(a, std::string(kPing) + request("l", "k", "0"));  // too late: ignored
+  EXPECT_EQ(net.read(a), "");
   EXPECT_EQ(net.engine().resources_count(), 0U);
 }
 
-TEST_F(DrainTest, InFlightParkedRequestStillGetsItsReply) {
-  Loopback& net = start();
+// Without auto-release the idle holder's close keeps its lock: the parked request stays in
+// flight, is answered first, and only then comes `error_draining`. Queued requests never start.
+TEST_F(DrainTest, QueuedRequestsAreNotStartedOnlyErrorDraining) {
+  LoopbackConfig config;
+  config.auto_release = false;
+  Loopback& net = start(config);
   const SessionId holder = net.connect();
   const SessionId a = net.connect();
-  acquire(holder, "k", 5);
-  net.send(a, request("l", "k", "60") + std::string(kPing));
+  acquire(holder, "k", 3600);
+  net.send(a, request("l", "k", "60") + std::string(kPing) + request("l", "j", "0"));
   net.begin_drain();
-  EXPECT_EQ(net.read(a), "");
-  net.advance(Duration::seconds(5));  // the holder's lease ends: the waiter is granted
-  const std::vector<std::string> lines = lines_of(net.read(a));
-  ASSERT_EQ(lines.size(), 2U);
-  EXPECT_TRUE(is_grant_line(lines[0], "ok", 33));
-  EXPECT_EQ(lines[1], "error_draining");
+  EXPECT_EQ(net.read(holder), "error_draining\n");
+  EXPECT_EQ(net.read(a), "");  // the parked l is in flight
+  net.advance(Duration::seconds(60));
+  EXPECT_EQ(net.read(a), "timeout\nerror_draining\n");  // the ping and l j never ran
   EXPECT_FALSE(net.is_open(a));
+  EXPECT_EQ(net.engine().resources_count(), 1U);
 }
 
-TEST_F(DrainTest, ParkedRequestTimingOutDuringDrainIsAnswered) {
+// With auto-release, draining closes the idle holder, whose lock goes to the parked waiter: its
+// in-flight request is answered with the grant, then `error_draining`.
+TEST_F(DrainTest, DrainClosesIdleHolderAndItsParkedWaiterIsGranted) {
   Loopback& net = start();
   const SessionId holder = net.connect();
   const SessionId a = net.connect();
   acquire(holder, "k", 3600);
-  net.send(a, request("l", "k", "3"));
+  net.send(a, request("l", "k", "60") + std::string(kPing));
   net.begin_drain();
-  net.advance(Duration::seconds(3));
-  EXPECT_EQ(net.read(a), "timeout\n");
-  EXPECT_TRUE(net.is_open(a));
-  net.send(a, kPing);
-  EXPECT_EQ(net.read(a), "error_draining\n");
+  EXPECT_EQ(net.read(holder), "error_draining\n");
+  const std::vector<std::string> lines = lines_of(net.read(a));
+  ASSERT_EQ(lines.size(), 2U);
+  EXPECT_TRUE(is_grant_line(lines[0], "ok", 33));
+  EXPECT_EQ(lines[1], "error_draining");
   EXPECT_FALSE(net.is_open(a));
 }
 
