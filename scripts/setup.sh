@@ -13,6 +13,8 @@ packages=(
   libevent-dev
   libssl-dev
   nlohmann-json3-dev
+  netcat-openbsd
+  openssl
 )
 
 missing=()

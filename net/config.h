@@ -1,0 +1,64 @@
+// turnstiled's configuration: flags, then TURNSTILE_<NAME> environment variables, then
+// DFLOCKD_<NAME> (so an existing dflockd deployment can switch binaries), then defaults
+// (reference section 4, with the differences of compatibility.md section 2).
+//
+// Thread affinity: parsed once on the main thread before anything starts; read-only after.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace turnstile::net {
+
+struct Config {
+  std::string host = "127.0.0.1";
+  int port = 6388;                          // 0..65535; 0 = pick an ephemeral port
+  int threads = 0;                          // >= 1 after parsing (default: number of cores)
+  std::int64_t default_lease_ttl_s = 33;    // > 0
+  std::int64_t lease_sweep_interval_s = 1;  // > 0; bounds timer slack (expiry is event-driven)
+  std::int64_t gc_interval_s = 5;           // > 0; accepted for compatibility
+  std::int64_t gc_max_idle_s = 60;          // >= 0
+  std::int64_t max_locks = 1'048'576;       // > 0, across all shards, exact
+  std::int64_t max_waiters = 0;             // >= 0 per key; 0 = unlimited
+  std::int64_t max_connections = 0;         // >= 0; 0 = unlimited
+  std::int64_t max_connections_per_ip = 0;  // >= 0; 0 = unlimited
+  std::int64_t read_timeout_s = 23;         // > 0; time for one request to arrive
+  std::int64_t idle_timeout_s = 0;          // >= 0; 0 = never (turnstile addition)
+  std::int64_t write_timeout_s = 5;         // >= 0; 0 = no write deadline
+  std::int64_t shutdown_timeout_s = 30;     // >= 0; 0 = wait forever
+  bool auto_release_on_disconnect = true;
+  std::string tls_cert;  // both or neither
+  std::string tls_key;
+  std::optional<std::string> auth_token;  // resolved secret (trimmed, non-empty, no CR/LF)
+  bool debug = false;
+};
+
+// What parsing decided: run with a Config, or exit (help, version, or a one-line error).
+struct ConfigExit {
+  int code = 0;         // 0 for --help/--version, 2 for a bad flag or value
+  std::string message;  // printed to stdout (code 0) or stderr (code 2); no trailing newline
+};
+
+using ConfigResult = std::variant<Config, ConfigExit>;
+
+// Reads an environment variable; nullopt when unset. Injected so tests control the environment.
+using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;
+
+// Parses argv and the environment. `args` are the arguments after the program name
+// (argv[1..argc)). `cores` is the default for --threads (clamped to 1..1024).
+ConfigResult parse_config(const std::vector<std::string>& args, const EnvLookup& env, int cores);
+
+// The process environment (getenv).
+EnvLookup process_environment();
+
+// Start-up warnings (reference section 4 "Other"): non-loopback bind with unbounded caps. One
+// line per cap, without a program-name prefix; the caller logs them at warning level.
+std::vector<std::string> config_warnings(const Config& config);
+
+std::string version_string();
+
+}  // namespace turnstile::net

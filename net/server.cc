@@ -1,0 +1,236 @@
+#include "net/server.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <openssl/err.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstring>
+
+#include "net/clock.h"
+#include "net/log.h"
+
+namespace turnstile::net {
+namespace {
+
+std::string ip_of(const sockaddr* address) {
+  char text[INET6_ADDRSTRLEN] = {};
+  if (address->sa_family == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(address)->sin_addr, text, sizeof text);
+  } else if (address->sa_family == AF_INET6) {
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(address)->sin6_addr, text,
+              sizeof text);
+  } else {
+    return "unknown";
+  }
+  return text;
+}
+
+std::string address_text(const sockaddr_storage& address) {
+  const auto* generic = reinterpret_cast<const sockaddr*>(&address);
+  const std::string ip = ip_of(generic);
+  const int port = address.ss_family == AF_INET6
+                       ? ntohs(reinterpret_cast<const sockaddr_in6*>(&address)->sin6_port)
+                       : ntohs(reinterpret_cast<const sockaddr_in*>(&address)->sin_port);
+  return (address.ss_family == AF_INET6 ? "[" + ip + "]" : ip) + ":" + std::to_string(port);
+}
+
+std::string openssl_error() {
+  const unsigned long code = ERR_get_error();
+  if (code == 0) return "unknown error";
+  char text[256];
+  ERR_error_string_n(code, text, sizeof text);
+  return text;
+}
+
+timeval to_timeval(core::Duration duration) {
+  const std::int64_t ns = std::max<std::int64_t>(duration.ns(), 0);
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(ns / 1'000'000'000);
+  tv.tv_usec = static_cast<suseconds_t>((ns % 1'000'000'000) / 1000);
+  return tv;
+}
+
+}  // namespace
+
+Server::Server(Config config) : config_(std::move(config)), shared_(config_) {
+  base_ = event_base_new();
+  const std::uint64_t fence_floor = wall_clock_ns();  // fences start above the wall clock
+  for (int i = 0; i < config_.threads; ++i) {
+    shards_.push_back(std::make_unique<Shard>(static_cast<std::size_t>(i), shared_, fence_floor));
+    shared_.shards.push_back(shards_.back().get());
+  }
+}
+
+Server::~Server() {
+  if (listener_ != nullptr) evconnlistener_free(listener_);
+  if (accept_resume_ != nullptr) event_free(accept_resume_);
+  if (drain_poll_ != nullptr) event_free(drain_poll_);
+  for (event* signal_event : signals_) event_free(signal_event);
+  shards_.clear();
+  if (shared_.tls != nullptr) SSL_CTX_free(shared_.tls);
+  if (base_ != nullptr) event_base_free(base_);
+}
+
+bool Server::set_up_tls() {
+  if (config_.tls_cert.empty()) return true;
+  SSL_CTX* context = SSL_CTX_new(TLS_server_method());
+  if (context == nullptr) {
+    logf(LogLevel::kError, "TLS: cannot create a context: %s", openssl_error().c_str());
+    return false;
+  }
+  SSL_CTX_set_min_proto_version(context, TLS1_2_VERSION);
+  if (SSL_CTX_use_certificate_chain_file(context, config_.tls_cert.c_str()) != 1) {
+    logf(LogLevel::kError, "TLS: cannot load certificate %s: %s", config_.tls_cert.c_str(),
+         openssl_error().c_str());
+    SSL_CTX_free(context);
+    return false;
+  }
+  if (SSL_CTX_use_PrivateKey_file(context, config_.tls_key.c_str(), SSL_FILETYPE_PEM) != 1 ||
+      SSL_CTX_check_private_key(context) != 1) {
+    logf(LogLevel::kError, "TLS: cannot load key %s: %s", config_.tls_key.c_str(),
+         openssl_error().c_str());
+    SSL_CTX_free(context);
+    return false;
+  }
+  shared_.tls = context;
+  return true;
+}
+
+bool Server::listen() {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const std::string port = std::to_string(config_.port);
+  const int error = getaddrinfo(config_.host.c_str(), port.c_str(), &hints, &found);
+  if (error != 0 || found == nullptr) {
+    logf(LogLevel::kError, "cannot resolve --host %s: %s", config_.host.c_str(),
+         gai_strerror(error));
+    return false;
+  }
+  listener_ = evconnlistener_new_bind(base_, &Server::on_accept, this,
+                                      LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE, 1024,
+                                      found->ai_addr, static_cast<int>(found->ai_addrlen));
+  freeaddrinfo(found);
+  if (listener_ == nullptr) {
+    logf(LogLevel::kError, "cannot listen on %s port %d: %s", config_.host.c_str(), config_.port,
+         std::strerror(errno));
+    return false;
+  }
+  evconnlistener_set_error_cb(listener_, &Server::on_accept_error);
+  sockaddr_storage bound{};
+  socklen_t length = sizeof bound;
+  getsockname(evconnlistener_get_fd(listener_), reinterpret_cast<sockaddr*>(&bound), &length);
+  logf(LogLevel::kInfo, "listening on %s (%s, %d shards)", address_text(bound).c_str(),
+       shared_.tls != nullptr ? "tls" : "tcp", config_.threads);
+  return true;
+}
+
+int Server::run() {
+  std::signal(SIGPIPE, SIG_IGN);
+  if (!set_up_tls() || !listen()) return 1;
+  for (const std::string& warning : config_warnings(config_)) {
+    log_line(LogLevel::kWarn, warning);
+  }
+  for (int signal_number : {SIGTERM, SIGINT}) {
+    event* signal_event = evsignal_new(base_, signal_number, &Server::on_signal, this);
+    event_add(signal_event, nullptr);
+    signals_.push_back(signal_event);
+  }
+  accept_resume_ = evtimer_new(base_, &Server::on_accept_resume, this);
+  drain_poll_ = evtimer_new(base_, &Server::on_drain_poll, this);
+  for (auto& shard : shards_) shard->start();
+  event_base_dispatch(base_);
+  stop_shards();
+  log_line(LogLevel::kInfo, "stopped");
+  return 0;
+}
+
+void Server::on_accept(evconnlistener*, evutil_socket_t fd, sockaddr* address, int, void* self) {
+  auto* server = static_cast<Server*>(self);
+  server->accept_backoff_ = core::Duration::milliseconds(5);
+  std::string ip = ip_of(address);
+  if (server->shutting_down_ || !server->shared_.admit(ip)) {
+    // Over a cap: refused at accept, with no reply (reference 1.6).
+    logf(LogLevel::kDebug, "connection from %s refused: connection cap reached", ip.c_str());
+    ::close(fd);
+    return;
+  }
+  Shard& shard = *server->shards_[server->next_shard_++ % server->shards_.size()];
+  shard.post(message::NewConnection{fd, std::move(ip)});
+}
+
+// accept() failed (EMFILE, ENFILE, ENOBUFS...): pause accepting with a growing back-off instead
+// of spinning on a listener that stays readable; existing connections are unaffected.
+void Server::on_accept_error(evconnlistener* listener, void* self) {
+  auto* server = static_cast<Server*>(self);
+  const int error = EVUTIL_SOCKET_ERROR();
+  logf(LogLevel::kWarn, "accept failed: %s; pausing accepts for %lld ms",
+       evutil_socket_error_to_string(error),
+       static_cast<long long>(server->accept_backoff_.ns() / 1'000'000));
+  evconnlistener_disable(listener);
+  const timeval delay = to_timeval(server->accept_backoff_);
+  evtimer_add(server->accept_resume_, &delay);
+  server->accept_backoff_ =
+      std::min(server->accept_backoff_ + server->accept_backoff_, core::Duration::seconds(1));
+}
+
+void Server::on_accept_resume(evutil_socket_t, short, void* self) {
+  auto* server = static_cast<Server*>(self);
+  if (server->listener_ != nullptr && !server->shutting_down_) {
+    evconnlistener_enable(server->listener_);
+  }
+}
+
+void Server::on_signal(evutil_socket_t signal_number, short, void* self) {
+  static_cast<Server*>(self)->begin_shutdown(static_cast<int>(signal_number));
+}
+
+void Server::begin_shutdown(int signal_number) {
+  if (shutting_down_) {
+    log_line(LogLevel::kWarn, "second signal: stopping now");
+    event_base_loopbreak(base_);
+    return;
+  }
+  shutting_down_ = true;
+  logf(LogLevel::kInfo, "signal %d: draining (shutdown timeout %lld s)", signal_number,
+       static_cast<long long>(config_.shutdown_timeout_s));
+  evconnlistener_free(listener_);
+  listener_ = nullptr;
+  if (config_.shutdown_timeout_s > 0) {
+    shutdown_deadline_ = monotonic_now() + core::Duration::seconds(config_.shutdown_timeout_s);
+  }
+  for (auto& shard : shards_) shard->post(message::Drain{});
+  on_drain_poll(-1, 0, this);
+}
+
+void Server::on_drain_poll(evutil_socket_t, short, void* self) {
+  auto* server = static_cast<Server*>(self);
+  std::int64_t open = 0;
+  for (auto& shard : server->shards_) open += shard->sockets_open();
+  if (open == 0) {
+    log_line(LogLevel::kInfo, "drained");
+    event_base_loopbreak(server->base_);
+    return;
+  }
+  if (server->shutdown_deadline_ && monotonic_now() >= *server->shutdown_deadline_) {
+    logf(LogLevel::kWarn, "shutdown timeout: closing %lld connections",
+         static_cast<long long>(open));
+    event_base_loopbreak(server->base_);
+    return;
+  }
+  const timeval poll = to_timeval(core::Duration::milliseconds(20));
+  evtimer_add(server->drain_poll_, &poll);
+}
+
+void Server::stop_shards() {
+  for (auto& shard : shards_) shard->post(message::Stop{});
+  for (auto& shard : shards_) shard->join();
+}
+
+}  // namespace turnstile::net

@@ -1,0 +1,63 @@
+// Server: the whole of turnstiled. The main thread runs the acceptor (listener, connection caps,
+// accept back-off), signal handling and the shutdown sequence; each shard runs on its own thread.
+//
+// Shutdown (SIGTERM/SIGINT): stop accepting, drain every shard (requests in flight finish, every
+// session is then answered error_draining and closed), wait until every socket is closed or
+// --shutdown-timeout passes (0: no limit), then stop the shards and return.
+//
+// Thread affinity: construct and run() on the main thread.
+#pragma once
+
+#include <event2/event.h>
+#include <event2/listener.h>
+#include <openssl/ssl.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/time.h"
+#include "net/config.h"
+#include "net/shard.h"
+
+namespace turnstile::net {
+
+class Server {
+ public:
+  explicit Server(Config config);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Listens, serves until a shutdown signal, drains and returns the exit code (0, or 1 when the
+  // server could not start: the reason is logged).
+  int run();
+
+ private:
+  bool listen();
+  bool set_up_tls();
+  static void on_accept(evconnlistener*, evutil_socket_t fd, sockaddr* address, int length,
+                        void* self);
+  static void on_accept_error(evconnlistener*, void* self);
+  static void on_accept_resume(evutil_socket_t, short, void* self);
+  static void on_signal(evutil_socket_t signal, short, void* self);
+  static void on_drain_poll(evutil_socket_t, short, void* self);
+  void begin_shutdown(int signal);
+  void stop_shards();
+
+  Config config_;
+  SharedState shared_;
+  std::vector<std::unique_ptr<Shard>> shards_;
+  event_base* base_ = nullptr;
+  evconnlistener* listener_ = nullptr;
+  event* accept_resume_ = nullptr;
+  core::Duration accept_backoff_ = core::Duration::milliseconds(5);
+  std::vector<event*> signals_;
+  event* drain_poll_ = nullptr;
+  std::optional<core::Instant> shutdown_deadline_;
+  std::size_t next_shard_ = 0;
+  bool shutting_down_ = false;
+};
+
+}  // namespace turnstile::net

@@ -1,0 +1,558 @@
+#include "net/shard.h"
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "core/assert.h"
+#include "core/routing.h"
+#include "net/clock.h"
+#include "net/log.h"
+
+namespace turnstile::net {
+namespace {
+
+// Reply bytes handed to a socket's output buffer at most; the rest waits in the session, which
+// then stops starting requests (core::SessionConfig::output_max).
+constexpr std::size_t kSocketOutputMax = 256 * 1024;
+// Request bytes buffered from a socket before libevent stops reading it (backpressure).
+constexpr std::size_t kSocketInputMax = 64 * 1024;
+
+timeval to_timeval(core::Duration duration) {
+  const std::int64_t ns = std::max<std::int64_t>(duration.ns(), 0);
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(ns / 1'000'000'000);
+  tv.tv_usec = static_cast<suseconds_t>((ns % 1'000'000'000) / 1000);
+  return tv;
+}
+
+core::SessionConfig session_config(const Config& config) {
+  core::SessionConfig session;
+  session.auth_secret = config.auth_token;
+  session.read_timeout = core::Duration::seconds(config.read_timeout_s);
+  session.idle_timeout = core::Duration::seconds(config.idle_timeout_s);
+  return session;
+}
+
+core::EngineConfig engine_config(const Config& config, std::uint64_t fence_floor) {
+  core::EngineConfig engine;
+  engine.default_lease_s = config.default_lease_ttl_s;
+  engine.gc_max_idle = core::Duration::seconds(config.gc_max_idle_s);
+  engine.resources_max = config.max_locks;  // superseded by the shared budget
+  engine.waiters_max = config.max_waiters;
+  engine.fence_floor = core::Fence{fence_floor};
+  return engine;
+}
+
+}  // namespace
+
+// ---- SharedState -----------------------------------------------------------------------------
+
+bool SharedState::Budget::try_take() {
+  std::int64_t used = used_.load(std::memory_order_relaxed);
+  while (used < max_) {
+    if (used_.compare_exchange_weak(used, used + 1, std::memory_order_relaxed)) return true;
+  }
+  return false;
+}
+
+void SharedState::Budget::give_back() { used_.fetch_sub(1, std::memory_order_relaxed); }
+
+bool SharedState::admit(const std::string& ip) {
+  const std::int64_t max_total = config.max_connections;
+  std::int64_t open = connections_open.load(std::memory_order_relaxed);
+  do {
+    if (max_total > 0 && open >= max_total) return false;
+  } while (!connections_open.compare_exchange_weak(open, open + 1, std::memory_order_relaxed));
+  std::lock_guard<std::mutex> lock(per_ip_mutex);
+  std::int64_t& count = per_ip[ip];
+  if (config.max_connections_per_ip > 0 && count >= config.max_connections_per_ip) {
+    if (count == 0) per_ip.erase(ip);
+    connections_open.fetch_sub(1, std::memory_order_relaxed);
+    return false;
+  }
+  ++count;
+  return true;
+}
+
+void SharedState::release(const std::string& ip) {
+  connections_open.fetch_sub(1, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(per_ip_mutex);
+  auto it = per_ip.find(ip);
+  if (it != per_ip.end() && --it->second <= 0) per_ip.erase(it);
+}
+
+// ---- Connection --------------------------------------------------------------------------------
+
+// One client connection on its shard: the socket (a bufferevent, plain or TLS), the core session
+// that makes every protocol decision, and the bookkeeping for routing and close notices.
+struct Connection {
+  Connection(Shard& owner, core::SessionId id, bufferevent* socket, std::string ip,
+             const core::SessionConfig& config, core::Instant now)
+      : shard(owner),
+        session(id, config, now),
+        bev(socket),
+        peer_ip(std::move(ip)),
+        touched(owner.shared_.shards.size(), false) {}
+
+  Shard& shard;
+  core::Session session;
+  bufferevent* bev;        // null once the socket is closed
+  event* timer = nullptr;  // the session's next deadline
+  std::string peer_ip;
+  std::vector<bool> touched;  // shards this session sent engine requests to
+  bool close_notified = false;
+  bool eof_pending = false;  // EOF seen with request bytes still buffered
+  bool abort = false;        // the socket failed: close without flushing
+  std::size_t stats_pending = 0;
+  core::StatsSnapshot stats;
+
+  static void on_read(bufferevent*, void* self);
+  static void on_write(bufferevent*, void* self);
+  static void on_event(bufferevent*, short events, void* self);
+  static void on_timer(evutil_socket_t, short, void* self);
+};
+
+void Connection::on_read(bufferevent*, void* self) {
+  auto* connection = static_cast<Connection*>(self);
+  connection->shard.dirty_.push_back(connection);
+  connection->shard.settle();
+}
+
+void Connection::on_write(bufferevent*, void* self) {
+  auto* connection = static_cast<Connection*>(self);
+  connection->shard.dirty_.push_back(connection);
+  connection->shard.settle();
+}
+
+void Connection::on_event(bufferevent*, short events, void* self) {
+  auto* connection = static_cast<Connection*>(self);
+  const core::Instant now = monotonic_now();
+  if ((events & BEV_EVENT_EOF) != 0) {
+    connection->eof_pending = true;  // delivered to the session once buffered input is taken
+  } else if ((events & BEV_EVENT_ERROR) != 0) {
+    connection->abort = true;
+    connection->session.on_peer_closed(now);
+  } else if ((events & BEV_EVENT_TIMEOUT) != 0 && (events & BEV_EVENT_WRITING) != 0) {
+    logf(LogLevel::kDebug, "session %llu: write timeout, closing",
+         static_cast<unsigned long long>(connection->session.id().value));
+    connection->abort = true;
+    connection->session.close(core::CloseReason::kDriver);
+  }
+  connection->shard.dirty_.push_back(connection);
+  connection->shard.settle();
+}
+
+void Connection::on_timer(evutil_socket_t, short, void* self) {
+  auto* connection = static_cast<Connection*>(self);
+  connection->session.on_timer(monotonic_now());
+  connection->shard.dirty_.push_back(connection);
+  connection->shard.settle();
+}
+
+// ---- Shard ------------------------------------------------------------------------------------
+
+Shard::Shard(std::size_t index, SharedState& shared, std::uint64_t fence_floor)
+    : index_(index),
+      shared_(shared),
+      engine_(engine_config(shared.config, fence_floor), salts_, &shared.budget) {
+  event_config* config = event_config_new();
+  event_config_set_flag(config, EVENT_BASE_FLAG_NOLOCK);  // one thread owns this base
+  base_ = event_base_new_with_config(config);
+  event_config_free(config);
+  TS_ASSERT(base_ != nullptr);
+  wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  TS_ASSERT(wake_fd_ >= 0);
+  mailbox_event_ = event_new(base_, wake_fd_, EV_READ | EV_PERSIST, &Shard::on_mailbox, this);
+  event_add(mailbox_event_, nullptr);
+  engine_timer_ = evtimer_new(base_, &Shard::on_engine_timer, this);
+}
+
+Shard::~Shard() {
+  for (auto& [id, connection] : connections_) {
+    if (connection->timer != nullptr) event_free(connection->timer);
+    if (connection->bev != nullptr) bufferevent_free(connection->bev);
+  }
+  connections_.clear();
+  event_free(engine_timer_);
+  event_free(mailbox_event_);
+  close(wake_fd_);
+  event_base_free(base_);
+}
+
+void Shard::start() {
+  thread_ = std::thread([this] { run(); });
+}
+
+void Shard::join() {
+  if (thread_.joinable()) thread_.join();
+}
+
+void Shard::run() { event_base_dispatch(base_); }
+
+void Shard::post(Message message) {
+  bool was_empty = false;
+  {
+    std::lock_guard<std::mutex> lock(mailbox_mutex_);
+    was_empty = mailbox_.empty();
+    mailbox_.push_back(std::move(message));
+  }
+  if (was_empty) {
+    // The shard drains the whole mailbox per wake-up, so one eventfd write per batch suffices.
+    const std::uint64_t one = 1;
+    ssize_t written = ::write(wake_fd_, &one, sizeof one);
+    (void)written;  // EAGAIN means the counter is already non-zero: the shard will wake anyway
+  }
+}
+
+void Shard::on_mailbox(evutil_socket_t fd, short, void* self) {
+  auto* shard = static_cast<Shard*>(self);
+  std::uint64_t count = 0;
+  ssize_t got = ::read(fd, &count, sizeof count);
+  (void)got;
+  {
+    std::lock_guard<std::mutex> lock(shard->mailbox_mutex_);
+    shard->processing_.swap(shard->mailbox_);
+  }
+  for (Message& message : shard->processing_) shard->handle(message);
+  shard->processing_.clear();
+  shard->settle();
+}
+
+void Shard::on_engine_timer(evutil_socket_t, short, void* self) {
+  auto* shard = static_cast<Shard*>(self);
+  std::vector<core::Delivery> out;
+  shard->engine_.tick(monotonic_now(), out);
+  shard->dispatch(out);
+  shard->settle();
+}
+
+void Shard::handle(Message& message) {
+  std::visit([this](auto& m) { handle(m); }, message);
+}
+
+void Shard::handle(message::NewConnection& m) {
+  bufferevent* bev = nullptr;
+  if (shared_.tls != nullptr) {
+    SSL* ssl = SSL_new(shared_.tls);
+    bev = bufferevent_openssl_socket_new(base_, m.fd, ssl, BUFFEREVENT_SSL_ACCEPTING,
+                                         BEV_OPT_CLOSE_ON_FREE);
+    if (bev != nullptr) bufferevent_openssl_set_allow_dirty_shutdown(bev, 1);
+  } else {
+    bev = bufferevent_socket_new(base_, m.fd, BEV_OPT_CLOSE_ON_FREE);
+  }
+  if (bev == nullptr) {
+    logf(LogLevel::kWarn, "cannot set up a connection from %s", m.peer_ip.c_str());
+    ::close(m.fd);
+    shared_.release(m.peer_ip);
+    return;
+  }
+  const core::SessionId id{next_session_sequence_++ * shared_.shards.size() + index_};
+  const core::Instant now = monotonic_now();
+  auto connection =
+      std::make_unique<Connection>(*this, id, bev, m.peer_ip, session_config(shared_.config), now);
+  Connection* raw = connection.get();
+  connections_.emplace(id.value, std::move(connection));
+  sockets_open_.fetch_add(1, std::memory_order_relaxed);
+  raw->timer = evtimer_new(base_, &Connection::on_timer, raw);
+  bufferevent_setcb(bev, &Connection::on_read, &Connection::on_write, &Connection::on_event, raw);
+  bufferevent_setwatermark(bev, EV_READ, 0, kSocketInputMax);
+  if (shared_.config.write_timeout_s > 0) {
+    const timeval write_timeout =
+        to_timeval(core::Duration::seconds(shared_.config.write_timeout_s));
+    bufferevent_set_timeouts(bev, nullptr, &write_timeout);
+  }
+  bufferevent_enable(bev, EV_READ | EV_WRITE);
+  logf(LogLevel::kDebug, "session %llu: connected from %s",
+       static_cast<unsigned long long>(id.value), m.peer_ip.c_str());
+  if (draining_) raw->session.begin_drain(now);
+  dirty_.push_back(raw);
+}
+
+void Shard::handle(message::EngineRequest& m) { run_engine_request(m.session, m.request); }
+
+void Shard::handle(message::EngineReply& m) { local_replies_.emplace_back(m.session, m.reply); }
+
+void Shard::handle(message::Parked& m) {
+  if (Connection* connection = find(m.session)) {
+    connection->session.on_parked();
+    dirty_.push_back(connection);
+  }
+}
+
+void Shard::handle(message::CloseSession& m) { close_on_this_shard(m.session); }
+
+void Shard::close_on_this_shard(core::SessionId session) {
+  std::vector<core::Delivery> out;
+  const bool dropped = engine_.close_session(monotonic_now(), session,
+                                             shared_.config.auto_release_on_disconnect, out);
+  dispatch(out);
+  if (dropped) {
+    // The session's parked request here will never be answered: complete it on its owner.
+    Shard& owner = owner_of(session);
+    if (&owner == this) {
+      handle_cancelled_locally(session);
+    } else {
+      owner.post(message::Cancelled{session});
+    }
+  }
+}
+
+void Shard::handle(message::Cancelled& m) { handle_cancelled_locally(m.session); }
+
+void Shard::handle_cancelled_locally(core::SessionId session) {
+  if (Connection* connection = find(session)) {
+    connection->session.on_cancelled();
+    dirty_.push_back(connection);
+  }
+}
+
+void Shard::handle(message::StatsRequest& m) {
+  std::vector<core::Delivery> out;
+  core::StatsSnapshot snapshot = engine_.stats(monotonic_now(), out);
+  dispatch(out);
+  owner_of(m.session).post(message::StatsPart{m.session, std::move(snapshot)});
+}
+
+void Shard::handle(message::StatsPart& m) { add_stats_part(m.session, std::move(m.snapshot)); }
+
+void Shard::add_stats_part(core::SessionId session, core::StatsSnapshot&& part) {
+  Connection* connection = find(session);
+  if (connection == nullptr) return;
+  core::merge_stats(connection->stats, std::move(part), core::EngineConfig{}.stats_entries_max);
+  TS_ASSERT(connection->stats_pending > 0);
+  if (--connection->stats_pending > 0) return;
+  const std::int64_t connections = shared_.connections_open.load(std::memory_order_relaxed);
+  local_replies_.emplace_back(
+      session, core::Reply::stats(core::encode_stats_json(connections, connection->stats)));
+  connection->stats = core::StatsSnapshot{};
+}
+
+void Shard::handle(message::Drain&) {
+  draining_ = true;
+  const core::Instant now = monotonic_now();
+  for (auto& [id, connection] : connections_) {
+    connection->session.begin_drain(now);
+    dirty_.push_back(connection.get());
+  }
+}
+
+void Shard::handle(message::Stop&) {
+  for (auto& [id, connection] : connections_) {
+    if (connection->bev != nullptr) close_socket(*connection);
+  }
+  event_base_loopbreak(base_);
+}
+
+// ---- routing ----------------------------------------------------------------------------------
+
+Shard& Shard::owner_of(core::SessionId session) const {
+  return *shared_.shards[session.value % shared_.shards.size()];
+}
+
+Connection* Shard::find(core::SessionId session) {
+  auto it = connections_.find(session.value);
+  return it == connections_.end() ? nullptr : it->second.get();
+}
+
+void Shard::run_engine_request(core::SessionId session, const core::Request& request) {
+  std::vector<core::Delivery> out;
+  core::Reply reply = engine_.handle(monotonic_now(), session, request, out);
+  Shard& owner = owner_of(session);
+  if (reply.status == core::Status::kParked) {
+    if (&owner == this) {
+      if (Connection* connection = find(session)) connection->session.on_parked();
+    } else {
+      owner.post(message::Parked{session});
+    }
+  } else {
+    send_reply(session, std::move(reply));
+  }
+  dispatch(out);
+}
+
+void Shard::send_reply(core::SessionId session, core::Reply reply) {
+  Shard& owner = owner_of(session);
+  if (&owner == this) {
+    local_replies_.emplace_back(session, std::move(reply));
+  } else {
+    owner.post(message::EngineReply{session, std::move(reply)});
+  }
+}
+
+void Shard::dispatch(std::vector<core::Delivery>& out) {
+  for (core::Delivery& delivery : out) send_reply(delivery.session, std::move(delivery.reply));
+  out.clear();
+}
+
+void Shard::route(Connection& connection, const core::Request& request) {
+  const core::SessionId id = connection.session.id();
+  if (request.command == core::Command::kStats) {
+    connection.stats_pending = shared_.shards.size();
+    connection.stats = core::StatsSnapshot{};
+    for (Shard* shard : shared_.shards) {
+      if (shard == this) {
+        std::vector<core::Delivery> out;
+        core::StatsSnapshot snapshot = engine_.stats(monotonic_now(), out);
+        dispatch(out);
+        add_stats_part(id, std::move(snapshot));
+      } else {
+        shard->post(message::StatsRequest{id});
+      }
+    }
+    return;
+  }
+  TS_ASSERT(core::is_engine_command(request.command));
+  const std::size_t target =
+      core::shard_of(core::command_namespace(request.command), request.key, shared_.shards.size());
+  connection.touched[target] = true;
+  if (target == index_) {
+    run_engine_request(id, request);
+  } else {
+    shared_.shards[target]->post(message::EngineRequest{id, request});
+  }
+}
+
+// ---- connection servicing ---------------------------------------------------------------------
+
+void Shard::settle() {
+  // Local replies and dirty connections may create more of each; go until both are empty.
+  while (!local_replies_.empty() || !dirty_.empty()) {
+    std::vector<std::pair<core::SessionId, core::Reply>> replies;
+    replies.swap(local_replies_);
+    const core::Instant now = monotonic_now();
+    for (auto& [session, reply] : replies) {
+      Connection* connection = find(session);
+      if (connection == nullptr) {
+        logf(LogLevel::kWarn, "reply for unknown session %llu dropped",
+             static_cast<unsigned long long>(session.value));
+        continue;
+      }
+      connection->session.on_reply(now, reply);
+      dirty_.push_back(connection);
+    }
+    std::vector<Connection*> dirty;
+    dirty.swap(dirty_);
+    std::sort(dirty.begin(), dirty.end());
+    dirty.erase(std::unique(dirty.begin(), dirty.end()), dirty.end());
+    for (Connection* connection : dirty) service(*connection);
+  }
+  // Forget connections whose socket is closed and whose session has settled everything.
+  for (auto it = connections_.begin(); it != connections_.end();) {
+    Connection& connection = *it->second;
+    if (connection.bev == nullptr && connection.session.finished() && connection.close_notified) {
+      if (connection.timer != nullptr) event_free(connection.timer);
+      it = connections_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  arm_engine_timer();
+}
+
+void Shard::arm_engine_timer() {
+  const std::optional<core::Instant> wake = engine_.next_wake();
+  if (!wake) {
+    evtimer_del(engine_timer_);
+    return;
+  }
+  const timeval delay = to_timeval(*wake - monotonic_now());
+  evtimer_add(engine_timer_, &delay);
+}
+
+void Shard::feed_input(Connection& connection, core::Instant now) {
+  evbuffer* input = bufferevent_get_input(connection.bev);
+  while (evbuffer_get_length(input) > 0) {
+    evbuffer_iovec chunk{};
+    if (evbuffer_peek(input, -1, nullptr, &chunk, 1) < 1) break;
+    const std::size_t used = connection.session.on_bytes(
+        now, std::string_view(static_cast<const char*>(chunk.iov_base), chunk.iov_len));
+    evbuffer_drain(input, used);
+    if (used < chunk.iov_len) break;  // the session's pipeline is full: leave the rest
+  }
+  if (connection.eof_pending && evbuffer_get_length(input) == 0) {
+    connection.eof_pending = false;
+    connection.session.on_peer_eof(now);
+  }
+}
+
+void Shard::flush_output(Connection& connection) {
+  evbuffer* output = bufferevent_get_output(connection.bev);
+  while (!connection.session.output().empty()) {
+    const std::size_t queued = evbuffer_get_length(output);
+    if (queued >= kSocketOutputMax) break;
+    const std::string_view bytes = connection.session.output();
+    const std::size_t take = std::min(bytes.size(), kSocketOutputMax - queued);
+    evbuffer_add(output, bytes.data(), take);
+    connection.session.consume_output(take);
+  }
+}
+
+void Shard::service(Connection& connection) {
+  core::Session& session = connection.session;
+  const core::Instant now = monotonic_now();
+  bool progress = true;
+  while (progress) {
+    progress = false;
+    if (connection.bev != nullptr && !connection.abort) {
+      feed_input(connection, now);
+      const std::size_t before = session.output().size();
+      flush_output(connection);
+      progress = session.output().size() != before;
+    }
+    while (std::optional<core::Request> request = session.next_request(now)) {
+      route(connection, *request);
+      progress = true;
+    }
+    // Local replies to this connection are applied by settle(), which services it again.
+  }
+
+  if (session.closed() && !connection.close_notified) {
+    connection.close_notified = true;
+    for (std::size_t shard = 0; shard < connection.touched.size(); ++shard) {
+      if (!connection.touched[shard]) continue;
+      if (shard == index_) {
+        close_on_this_shard(session.id());
+      } else {
+        shared_.shards[shard]->post(message::CloseSession{session.id()});
+      }
+    }
+  }
+
+  if (connection.bev != nullptr && session.closed()) {
+    const bool flushed = session.output().empty() &&
+                         evbuffer_get_length(bufferevent_get_output(connection.bev)) == 0;
+    if (flushed || connection.abort) {
+      close_socket(connection);
+    } else {
+      bufferevent_disable(connection.bev, EV_READ);  // only the remaining replies go out
+    }
+  }
+
+  if (connection.timer != nullptr) {
+    if (const std::optional<core::Instant> deadline = session.next_deadline()) {
+      const timeval delay = to_timeval(*deadline - now);
+      evtimer_add(connection.timer, &delay);
+    } else {
+      evtimer_del(connection.timer);
+    }
+  }
+}
+
+void Shard::close_socket(Connection& connection) {
+  logf(LogLevel::kDebug, "session %llu: closed (%s)",
+       static_cast<unsigned long long>(connection.session.id().value),
+       std::string(core::close_reason_name(connection.session.close_reason())).c_str());
+  bufferevent_free(connection.bev);
+  connection.bev = nullptr;
+  sockets_open_.fetch_sub(1, std::memory_order_relaxed);
+  shared_.release(connection.peer_ip);
+}
+
+}  // namespace turnstile::net

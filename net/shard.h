@@ -1,0 +1,194 @@
+// Shard: one thread, one event_base (created without internal locking), one core::Engine for
+// the keys that hash to it (core::shard_of), and the connections accepted onto it.
+//
+// A connection's session lives on its shard. A request for a key of another shard travels to
+// that shard's mailbox and its reply travels back the same way; replies to parked requests
+// (Deliveries) go to the shard that owns the session, which is encoded in the session id. Shards
+// share nothing but their mailboxes and the few counters in SharedState.
+//
+// Thread affinity: everything but post() runs on the shard's own thread.
+#pragma once
+
+#include <event2/event.h>
+#include <openssl/ssl.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <variant>
+#include <vector>
+
+#include "core/engine.h"
+#include "core/session.h"
+#include "core/stats.h"
+#include "net/config.h"
+#include "net/crypto_random.h"
+
+namespace turnstile::net {
+
+class Shard;
+
+// What all shards share. Counters are atomics; the per-IP table is behind a mutex (touched only
+// when a connection opens or closes).
+struct SharedState {
+  explicit SharedState(const Config& server_config)
+      : config(server_config), budget(server_config.max_locks) {}
+
+  const Config& config;
+  std::vector<Shard*> shards;
+  SSL_CTX* tls = nullptr;  // non-null: every connection is TLS
+  std::atomic<std::int64_t> connections_open{0};
+
+  // --max-locks, exact across shards.
+  class Budget final : public core::ResourceBudget {
+   public:
+    explicit Budget(std::int64_t max) : max_(max) {}
+    bool try_take() override;
+    void give_back() override;
+
+   private:
+    std::int64_t max_;
+    std::atomic<std::int64_t> used_{0};
+  } budget;
+
+  // Per-IP connection counts for --max-connections-per-ip.
+  std::mutex per_ip_mutex;
+  std::unordered_map<std::string, std::int64_t> per_ip;
+
+  // Reserves a slot for a new connection from `ip`; false when a cap is reached.
+  bool admit(const std::string& ip);
+  void release(const std::string& ip);
+
+  SharedState(const SharedState&) = delete;
+  SharedState& operator=(const SharedState&) = delete;
+};
+
+// Messages between shards. Each names the session it concerns; the owning shard of a session
+// is session_id % shard_count.
+namespace message {
+struct NewConnection {
+  int fd;
+  std::string peer_ip;
+};
+struct EngineRequest {
+  core::SessionId session;
+  core::Request request;
+};
+struct EngineReply {  // an immediate reply or a Delivery
+  core::SessionId session;
+  core::Reply reply;
+};
+struct Parked {
+  core::SessionId session;
+};
+struct CloseSession {
+  core::SessionId session;
+};
+struct Cancelled {
+  core::SessionId session;
+};
+struct StatsRequest {
+  core::SessionId session;
+};
+struct StatsPart {
+  core::SessionId session;
+  core::StatsSnapshot snapshot;
+};
+struct Drain {};
+struct Stop {};
+}  // namespace message
+
+using Message =
+    std::variant<message::NewConnection, message::EngineRequest, message::EngineReply,
+                 message::Parked, message::CloseSession, message::Cancelled, message::StatsRequest,
+                 message::StatsPart, message::Drain, message::Stop>;
+
+struct Connection;
+
+class Shard {
+ public:
+  Shard(std::size_t index, SharedState& shared, std::uint64_t fence_floor);
+  ~Shard();
+  Shard(const Shard&) = delete;
+  Shard& operator=(const Shard&) = delete;
+
+  void start();  // runs the event loop on a new thread
+  void join();
+
+  // Any thread: queue a message and wake the shard.
+  void post(Message message);
+
+  std::size_t index() const { return index_; }
+  // Connections (sockets) still open on this shard; read by the server during drain.
+  std::int64_t sockets_open() const { return sockets_open_.load(std::memory_order_relaxed); }
+
+ private:
+  friend struct Connection;
+
+  void run();
+  static void on_mailbox(evutil_socket_t fd, short events, void* self);
+  static void on_engine_timer(evutil_socket_t fd, short events, void* self);
+  void handle(Message& message);
+  void handle(message::NewConnection& m);
+  void handle(message::EngineRequest& m);
+  void handle(message::EngineReply& m);
+  void handle(message::Parked& m);
+  void handle(message::CloseSession& m);
+  void handle(message::Cancelled& m);
+  void handle(message::StatsRequest& m);
+  void handle(message::StatsPart& m);
+  void handle(message::Drain& m);
+  void handle(message::Stop& m);
+
+  void close_on_this_shard(core::SessionId session);
+  void handle_cancelled_locally(core::SessionId session);
+  void add_stats_part(core::SessionId session, core::StatsSnapshot&& part);
+  // Sends a request of `connection` to the engine that owns its key (or, for stats, to all).
+  void route(Connection& connection, const core::Request& request);
+
+  // Runs `request` from `session` on this shard's engine and sends the outcome to its owner.
+  void run_engine_request(core::SessionId session, const core::Request& request);
+  // Sends engine deliveries to the shards (or local connections) that own them.
+  void dispatch(std::vector<core::Delivery>& out);
+  void send_reply(core::SessionId session, core::Reply reply);
+  Shard& owner_of(core::SessionId session) const;
+  Connection* find(core::SessionId session);
+  // After any event: local replies are applied, connections serviced, the engine timer re-armed.
+  void settle();
+  void arm_engine_timer();
+
+  // Connection lifecycle (shard thread): feed input to the session, route its requests, move
+  // its replies to the socket, send close notices, close the socket once flushed.
+  void service(Connection& connection);
+  void feed_input(Connection& connection, core::Instant now);
+  void flush_output(Connection& connection);
+  void close_socket(Connection& connection);
+
+  std::size_t index_;
+  SharedState& shared_;
+  CryptoRandom salts_;  // token salts must be unpredictable: a token is a capability
+  core::Engine engine_;
+  event_base* base_ = nullptr;
+  event* mailbox_event_ = nullptr;
+  event* engine_timer_ = nullptr;
+  int wake_fd_ = -1;
+  std::thread thread_;
+
+  std::mutex mailbox_mutex_;
+  std::vector<Message> mailbox_;  // guarded by mailbox_mutex_
+  std::vector<Message> processing_;
+
+  std::uint64_t next_session_sequence_ = 1;
+  std::unordered_map<std::uint64_t, std::unique_ptr<Connection>> connections_;
+  std::vector<std::pair<core::SessionId, core::Reply>> local_replies_;
+  std::vector<Connection*> dirty_;  // connections to service in settle()
+  bool draining_ = false;
+  std::atomic<std::int64_t> sockets_open_{0};
+};
+
+}  // namespace turnstile::net

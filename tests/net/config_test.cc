@@ -1,0 +1,723 @@
+// Unit tests for net/config.h: turnstiled's flags and environment (reference section 4,
+// compatibility.md sections 1 and 2, edge cases 7, 11, 23 and 31).
+#include "net/config.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace turnstile::net {
+namespace {
+
+using Env = std::map<std::string, std::string>;
+
+constexpr std::int64_t kMaxSeconds = 9'223'372'036;
+constexpr std::int64_t kI64Max = std::numeric_limits<std::int64_t>::max();
+
+EnvLookup lookup_in(Env env) {
+  return [env = std::move(env)](const std::string& name) -> std::optional<std::string> {
+    auto it = env.find(name);
+    if (it == env.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+ConfigResult parse(const std::vector<std::string>& args, const Env& env = {}, int cores = 4) {
+  return parse_config(args, lookup_in(env), cores);
+}
+
+// The Config a successful parse produced; fails the test (and returns defaults) otherwise.
+Config ok(const ConfigResult& result) {
+  if (const auto* exit = std::get_if<ConfigExit>(&result)) {
+    ADD_FAILURE() << "expected a config, got exit " << exit->code << ": " << exit->message;
+    return Config{};
+  }
+  return std::get<Config>(result);
+}
+
+// The message of a code-2 exit; checks it is one line starting with the program name.
+std::string error(const ConfigResult& result) {
+  const auto* exit = std::get_if<ConfigExit>(&result);
+  if (exit == nullptr) {
+    ADD_FAILURE() << "expected an error, got a config";
+    return "";
+  }
+  EXPECT_EQ(exit->code, 2);
+  EXPECT_EQ(exit->message.find('\n'), std::string::npos) << exit->message;
+  EXPECT_EQ(exit->message.rfind("turnstiled: ", 0), 0U) << exit->message;
+  return exit->message;
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// A directory under /tmp for token files, removed with everything in it.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = "/tmp/turnstile_config_test_XXXXXX";
+    const char* made = mkdtemp(pattern.data());
+    EXPECT_NE(made, nullptr);
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  std::string write(const std::string& name, const std::string& contents) const {
+    const std::string file = path_ + "/" + name;
+    std::ofstream out(file, std::ios::binary);
+    out << contents;
+    return file;
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// ---- defaults -------------------------------------------------------------------------------
+
+TEST(ConfigDefaults, MatchTheReferenceWithTurnstileDifferences) {
+  const Config config = ok(parse({}));
+  EXPECT_EQ(config.host, "127.0.0.1");
+  EXPECT_EQ(config.port, 6388);
+  EXPECT_EQ(config.threads, 4);
+  EXPECT_EQ(config.default_lease_ttl_s, 33);
+  EXPECT_EQ(config.lease_sweep_interval_s, 1);
+  EXPECT_EQ(config.gc_interval_s, 5);
+  EXPECT_EQ(config.gc_max_idle_s, 60);
+  EXPECT_EQ(config.max_locks, 1'048'576);
+  EXPECT_EQ(config.max_waiters, 0);
+  EXPECT_EQ(config.max_connections, 0);
+  EXPECT_EQ(config.max_connections_per_ip, 0);
+  EXPECT_EQ(config.read_timeout_s, 23);
+  EXPECT_EQ(config.idle_timeout_s, 0);
+  EXPECT_EQ(config.write_timeout_s, 5);
+  EXPECT_EQ(config.shutdown_timeout_s, 30);
+  EXPECT_TRUE(config.auto_release_on_disconnect);
+  EXPECT_EQ(config.tls_cert, "");
+  EXPECT_EQ(config.tls_key, "");
+  EXPECT_FALSE(config.auth_token.has_value());
+  EXPECT_FALSE(config.debug);
+}
+
+TEST(ConfigDefaults, ThreadsDefaultToCoresClampedToOneAnd1024) {
+  EXPECT_EQ(ok(parse({}, {}, 1)).threads, 1);
+  EXPECT_EQ(ok(parse({}, {}, 0)).threads, 1);
+  EXPECT_EQ(ok(parse({}, {}, -3)).threads, 1);
+  EXPECT_EQ(ok(parse({}, {}, 64)).threads, 64);
+  EXPECT_EQ(ok(parse({}, {}, 5000)).threads, 1024);
+}
+
+// ---- integer flags: every flag's boundaries, from the flag and from both env names ----------
+
+struct IntegerFlag {
+  std::string flag;
+  std::string env;  // after TURNSTILE_ / DFLOCKD_
+  std::int64_t min;
+  std::int64_t max;
+  std::int64_t Config::*field64;
+  int Config::*field32;
+};
+
+std::int64_t read_field(const Config& config, const IntegerFlag& flag) {
+  return flag.field64 != nullptr ? config.*flag.field64 : config.*flag.field32;
+}
+
+const IntegerFlag kIntegerFlags[] = {
+    {"port", "PORT", 0, 65535, nullptr, &Config::port},
+    {"threads", "THREADS", 1, 1024, nullptr, &Config::threads},
+    {"default-lease-ttl", "DEFAULT_LEASE_TTL_S", 1, kMaxSeconds, &Config::default_lease_ttl_s,
+     nullptr},
+    {"lease-sweep-interval", "LEASE_SWEEP_INTERVAL_S", 1, kMaxSeconds,
+     &Config::lease_sweep_interval_s, nullptr},
+    {"gc-interval", "GC_INTERVAL_S", 1, kMaxSeconds, &Config::gc_interval_s, nullptr},
+    {"gc-max-idle", "GC_MAX_IDLE_S", 0, kMaxSeconds, &Config::gc_max_idle_s, nullptr},
+    {"max-locks", "MAX_LOCKS", 1, kI64Max, &Config::max_locks, nullptr},
+    {"max-waiters", "MAX_WAITERS", 0, kI64Max, &Config::max_waiters, nullptr},
+    {"max-connections", "MAX_CONNECTIONS", 0, kI64Max, &Config::max_connections, nullptr},
+    {"max-connections-per-ip", "MAX_CONNECTIONS_PER_IP", 0, kI64Max,
+     &Config::max_connections_per_ip, nullptr},
+    {"read-timeout", "READ_TIMEOUT_S", 1, kMaxSeconds, &Config::read_timeout_s, nullptr},
+    {"idle-timeout", "IDLE_TIMEOUT_S", 0, kMaxSeconds, &Config::idle_timeout_s, nullptr},
+    {"write-timeout", "WRITE_TIMEOUT_S", 0, kMaxSeconds, &Config::write_timeout_s, nullptr},
+    {"shutdown-timeout", "SHUTDOWN_TIMEOUT_S", 0, kMaxSeconds, &Config::shutdown_timeout_s,
+     nullptr},
+};
+
+class IntegerFlagTest : public testing::TestWithParam<IntegerFlag> {};
+
+TEST_P(IntegerFlagTest, AcceptsItsMinimumAndMaximum) {
+  const IntegerFlag& f = GetParam();
+  EXPECT_EQ(read_field(ok(parse({"--" + f.flag, std::to_string(f.min)})), f), f.min);
+  EXPECT_EQ(read_field(ok(parse({"--" + f.flag + "=" + std::to_string(f.max)})), f), f.max);
+}
+
+TEST_P(IntegerFlagTest, RejectsBelowMinimum) {
+  const IntegerFlag& f = GetParam();
+  const std::string message = error(parse({"--" + f.flag, std::to_string(f.min - 1)}));
+  EXPECT_TRUE(contains(message, "for --" + f.flag + ":")) << message;
+  EXPECT_TRUE(contains(message, "must be")) << message;
+}
+
+TEST_P(IntegerFlagTest, RejectsAboveMaximumAndInt64Overflow) {
+  const IntegerFlag& f = GetParam();
+  if (f.max != kI64Max) {
+    const std::string message = error(parse({"--" + f.flag, std::to_string(f.max + 1)}));
+    EXPECT_TRUE(contains(message, "for --" + f.flag + ": must be between")) << message;
+  }
+  const std::string message = error(parse({"--" + f.flag, "9223372036854775808"}));
+  EXPECT_TRUE(contains(message, "for --" + f.flag + ": must be")) << message;
+  EXPECT_TRUE(contains(error(parse({"--" + f.flag, "-9223372036854775809"})), "must be"));
+}
+
+TEST_P(IntegerFlagTest, RejectsNonIntegers) {
+  const IntegerFlag& f = GetParam();
+  for (const std::string bad :
+       {"", "abc", "1.5", " 7", "7 ", "7s", "0x10", "1_000", "+", "-", "--7", "+-7", "1e3"}) {
+    const std::string message = error(parse({"--" + f.flag + "=" + bad}));
+    EXPECT_TRUE(contains(message, "for --" + f.flag + ": not an integer")) << message;
+  }
+}
+
+TEST_P(IntegerFlagTest, ReadsTurnstileAndDflockdEnvironmentNames) {
+  const IntegerFlag& f = GetParam();
+  const std::string value = std::to_string(f.min + 1);
+  EXPECT_EQ(read_field(ok(parse({}, {{"TURNSTILE_" + f.env, value}})), f), f.min + 1);
+  EXPECT_EQ(read_field(ok(parse({}, {{"DFLOCKD_" + f.env, value}})), f), f.min + 1);
+  const std::string message = error(parse({}, {{"DFLOCKD_" + f.env, std::to_string(f.min - 1)}}));
+  EXPECT_TRUE(contains(message, "for --" + f.flag + " (from DFLOCKD_" + f.env + "): must be"))
+      << message;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllIntegerFlags, IntegerFlagTest, testing::ValuesIn(kIntegerFlags),
+                         [](const testing::TestParamInfo<IntegerFlag>& param_info) {
+                           std::string name;
+                           for (char c : param_info.param.flag) name += c == '-' ? '_' : c;
+                           return name;
+                         });
+
+TEST(ConfigIntegers, ErrorMessageIsExact) {
+  EXPECT_EQ(error(parse({"--port", "abc"})),
+            "turnstiled: invalid value \"abc\" for --port: not an integer");
+  EXPECT_EQ(error(parse({"--port", "65536"})),
+            "turnstiled: invalid value \"65536\" for --port: must be between 0 and 65535");
+  EXPECT_EQ(error(parse({}, {{"TURNSTILE_MAX_LOCKS", "0"}})),
+            "turnstiled: invalid value \"0\" for --max-locks (from TURNSTILE_MAX_LOCKS): must be "
+            ">= 1");
+}
+
+TEST(ConfigIntegers, PlusSignAndLeadingZerosAreDecimalLikeGoParseInt) {
+  EXPECT_EQ(ok(parse({"--port", "+7000"})).port, 7000);
+  EXPECT_EQ(ok(parse({"--port", "007000"})).port, 7000);
+  EXPECT_EQ(ok(parse({"--max-waiters", "-0"})).max_waiters, 0);
+}
+
+TEST(ConfigIntegers, NegativeValueAfterSpaceIsTakenAsTheValue) {
+  const std::string message = error(parse({"--max-waiters", "-1"}));
+  EXPECT_EQ(message, "turnstiled: invalid value \"-1\" for --max-waiters: must be >= 0");
+}
+
+TEST(ConfigIntegers, Edge07_GcMaxIdleZeroIsValidAndNegativeIsNot) {
+  EXPECT_EQ(ok(parse({"--gc-max-idle", "0"})).gc_max_idle_s, 0);
+  EXPECT_TRUE(contains(error(parse({"--gc-max-idle", "-1"})), "--gc-max-idle"));
+}
+
+TEST(ConfigIntegers, Edge06_WriteTimeoutZeroIsValid) {
+  EXPECT_EQ(ok(parse({"--write-timeout", "0"})).write_timeout_s, 0);
+}
+
+TEST(ConfigIntegers, Edge23_SecondsAbove9223372036AreRejectedNotWrapped) {
+  EXPECT_EQ(ok(parse({"--read-timeout", "9223372036"})).read_timeout_s, kMaxSeconds);
+  EXPECT_EQ(error(parse({"--read-timeout", "9223372037"})),
+            "turnstiled: invalid value \"9223372037\" for --read-timeout: must be between 1 and "
+            "9223372036 seconds");
+  EXPECT_TRUE(contains(error(parse({"--default-lease-ttl", "99999999999999999999"})),
+                       "must be between 1 and 9223372036 seconds"));
+  EXPECT_TRUE(contains(error(parse({}, {{"TURNSTILE_SHUTDOWN_TIMEOUT_S", "18446744073709551616"}})),
+                       "(from TURNSTILE_SHUTDOWN_TIMEOUT_S): must be between 0 and 9223372036"));
+}
+
+// ---- flag syntax ----------------------------------------------------------------------------
+
+TEST(ConfigSyntax, SpaceAndEqualsFormsAreEquivalent) {
+  EXPECT_EQ(ok(parse({"--port", "7000"})).port, 7000);
+  EXPECT_EQ(ok(parse({"--port=7000"})).port, 7000);
+  EXPECT_EQ(ok(parse({"--host", "::1"})).host, "::1");
+  EXPECT_EQ(ok(parse({"--host=0.0.0.0"})).host, "0.0.0.0");
+}
+
+TEST(ConfigSyntax, SingleDashLongFlagsLikeGo) {
+  EXPECT_EQ(ok(parse({"-port", "7000"})).port, 7000);
+  EXPECT_EQ(ok(parse({"-port=7001"})).port, 7001);
+  EXPECT_TRUE(ok(parse({"-debug"})).debug);
+  EXPECT_FALSE(ok(parse({"-auto-release-on-disconnect=false"})).auto_release_on_disconnect);
+}
+
+TEST(ConfigSyntax, ValueStartingWithDashIsAValueNotAFlag) {
+  EXPECT_EQ(ok(parse({"--host", "-debug"})).host, "-debug");
+  const Config config = ok(parse({"--auth-token", "--port"}));
+  EXPECT_EQ(config.auth_token, "--port");
+  EXPECT_EQ(config.port, 6388);
+}
+
+TEST(ConfigSyntax, RepeatedFlagLastWins) {
+  EXPECT_EQ(ok(parse({"--port", "1", "--port=2"})).port, 2);
+}
+
+TEST(ConfigSyntax, EveryFlagTogether) {
+  const Config config = ok(parse({"--host=0.0.0.0",
+                                  "--port=1",
+                                  "--threads=2",
+                                  "--default-lease-ttl=3",
+                                  "--lease-sweep-interval=4",
+                                  "--gc-interval=5",
+                                  "--gc-max-idle=6",
+                                  "--max-locks=7",
+                                  "--max-waiters=8",
+                                  "--max-connections=9",
+                                  "--max-connections-per-ip=10",
+                                  "--read-timeout=11",
+                                  "--idle-timeout=12",
+                                  "--write-timeout=13",
+                                  "--shutdown-timeout=14",
+                                  "--auto-release-on-disconnect=false",
+                                  "--tls-cert=c.pem",
+                                  "--tls-key=k.pem",
+                                  "--auth-token=secret",
+                                  "--debug"}));
+  EXPECT_EQ(config.host, "0.0.0.0");
+  EXPECT_EQ(config.port, 1);
+  EXPECT_EQ(config.threads, 2);
+  EXPECT_EQ(config.default_lease_ttl_s, 3);
+  EXPECT_EQ(config.lease_sweep_interval_s, 4);
+  EXPECT_EQ(config.gc_interval_s, 5);
+  EXPECT_EQ(config.gc_max_idle_s, 6);
+  EXPECT_EQ(config.max_locks, 7);
+  EXPECT_EQ(config.max_waiters, 8);
+  EXPECT_EQ(config.max_connections, 9);
+  EXPECT_EQ(config.max_connections_per_ip, 10);
+  EXPECT_EQ(config.read_timeout_s, 11);
+  EXPECT_EQ(config.idle_timeout_s, 12);
+  EXPECT_EQ(config.write_timeout_s, 13);
+  EXPECT_EQ(config.shutdown_timeout_s, 14);
+  EXPECT_FALSE(config.auto_release_on_disconnect);
+  EXPECT_EQ(config.tls_cert, "c.pem");
+  EXPECT_EQ(config.tls_key, "k.pem");
+  EXPECT_EQ(config.auth_token, "secret");
+  EXPECT_TRUE(config.debug);
+}
+
+TEST(ConfigSyntax, UnknownFlagIsAnError) {
+  EXPECT_EQ(error(parse({"--nope"})), "turnstiled: unknown flag --nope");
+  EXPECT_EQ(error(parse({"--nope=1"})), "turnstiled: unknown flag --nope");
+  EXPECT_EQ(error(parse({"-x"})), "turnstiled: unknown flag -x");
+  EXPECT_EQ(error(parse({"-xyz"})), "turnstiled: unknown flag --xyz");
+  EXPECT_EQ(error(parse({"-1"})), "turnstiled: unknown flag -1");
+  // dflockd has no --no-... form of its boolean flags (reference section 4).
+  EXPECT_EQ(error(parse({"--no-auto-release-on-disconnect"})),
+            "turnstiled: unknown flag --no-auto-release-on-disconnect");
+  // Flags turnstile does not implement yet are unknown, not silently ignored.
+  EXPECT_EQ(error(parse({"--http-port=8080"})), "turnstiled: unknown flag --http-port");
+}
+
+TEST(ConfigSyntax, PositionalArgumentsAreErrors) {
+  EXPECT_EQ(error(parse({"serve"})), "turnstiled: unexpected argument \"serve\"");
+  EXPECT_EQ(error(parse({"--port", "1", "--", "x"})), "turnstiled: unexpected argument \"x\"");
+  EXPECT_EQ(error(parse({"-"})), "turnstiled: unexpected argument \"-\"");
+}
+
+TEST(ConfigSyntax, MissingValueNamesTheFlag) {
+  EXPECT_EQ(error(parse({"--port"})), "turnstiled: flag needs an argument: --port");
+  EXPECT_EQ(error(parse({"--debug", "--auth-token-file"})),
+            "turnstiled: flag needs an argument: --auth-token-file");
+}
+
+TEST(ConfigSyntax, BadFlagSyntax) { EXPECT_TRUE(contains(error(parse({"---port=1"})), "flag")); }
+
+TEST(ConfigSyntax, ValuesInMessagesStayOnOneLine) {
+  const std::string message = error(parse({"--port", "1\n2"}));
+  EXPECT_TRUE(contains(message, "\"1\\n2\"")) << message;
+  const std::string long_value = std::string(500, '9') + "x";
+  EXPECT_LT(error(parse({"--port", long_value})).size(), 200U);
+}
+
+TEST(ConfigSyntax, EmptyHostIsAnError) {
+  EXPECT_TRUE(contains(error(parse({"--host="})), "for --host: empty"));
+}
+
+// ---- booleans -------------------------------------------------------------------------------
+
+TEST(ConfigBooleans, BareFlagMeansTrue) {
+  EXPECT_TRUE(ok(parse({"--debug"})).debug);
+  EXPECT_TRUE(ok(parse({"--auto-release-on-disconnect"})).auto_release_on_disconnect);
+}
+
+TEST(ConfigBooleans, EqualsFormsAcceptGoAndEnvironmentWords) {
+  for (const std::string yes : {"true", "TRUE", "True", "1", "t", "T", "yes", "YES"}) {
+    EXPECT_TRUE(ok(parse({"--debug=" + yes})).debug) << yes;
+  }
+  for (const std::string no : {"false", "FALSE", "False", "0", "f", "F", "no", "No"}) {
+    EXPECT_TRUE(
+        ok(parse({"--auto-release-on-disconnect=" + no}, {}, 4)).auto_release_on_disconnect ==
+        false)
+        << no;
+  }
+}
+
+TEST(ConfigBooleans, BadValueIsAnError) {
+  EXPECT_EQ(error(parse({"--debug=maybe"})),
+            "turnstiled: invalid value \"maybe\" for --debug: not a boolean (use --debug=true or "
+            "--debug=false)");
+  EXPECT_TRUE(contains(error(parse({"--debug="})), "for --debug: not a boolean"));
+}
+
+TEST(ConfigBooleans, SpaceSeparatedValueIsNotTakenLikeGo) {
+  EXPECT_EQ(error(parse({"--auto-release-on-disconnect", "false"})),
+            "turnstiled: unexpected argument \"false\" (boolean flags take --name=false, not "
+            "--name false)");
+}
+
+TEST(ConfigBooleans, EnvironmentAcceptsOneYesTrueZeroNoFalseAnyCase) {
+  for (const std::string yes : {"1", "yes", "YES", "true", "True", "tRuE"}) {
+    EXPECT_TRUE(ok(parse({}, {{"TURNSTILE_DEBUG", yes}})).debug) << yes;
+    EXPECT_TRUE(ok(parse({}, {{"DFLOCKD_DEBUG", yes}})).debug) << yes;
+  }
+  for (const std::string no : {"0", "no", "NO", "false", "False"}) {
+    EXPECT_FALSE(
+        ok(parse({}, {{"TURNSTILE_AUTO_RELEASE_ON_DISCONNECT", no}})).auto_release_on_disconnect)
+        << no;
+    EXPECT_FALSE(
+        ok(parse({}, {{"DFLOCKD_AUTO_RELEASE_ON_DISCONNECT", no}})).auto_release_on_disconnect)
+        << no;
+  }
+}
+
+TEST(ConfigBooleans, EnvironmentRejectsAnyOtherValue) {
+  for (const std::string bad : {"t", "f", "on", "off", "2", "y", "n", " true", "truee"}) {
+    const std::string message = error(parse({}, {{"DFLOCKD_AUTO_RELEASE_ON_DISCONNECT", bad}}));
+    EXPECT_TRUE(contains(message,
+                         "for --auto-release-on-disconnect (from "
+                         "DFLOCKD_AUTO_RELEASE_ON_DISCONNECT): not a boolean"))
+        << message;
+  }
+  EXPECT_EQ(error(parse({}, {{"TURNSTILE_DEBUG", "on"}})),
+            "turnstiled: invalid value \"on\" for --debug (from TURNSTILE_DEBUG): not a boolean "
+            "(use 1/yes/true or 0/no/false)");
+}
+
+// ---- environment precedence -----------------------------------------------------------------
+
+TEST(ConfigPrecedence, TurnstileEnvironmentWinsOverDflockd) {
+  const Env env = {{"TURNSTILE_PORT", "1111"}, {"DFLOCKD_PORT", "2222"}};
+  EXPECT_EQ(ok(parse({}, env)).port, 1111);
+  EXPECT_EQ(ok(parse({}, {{"DFLOCKD_PORT", "2222"}})).port, 2222);
+}
+
+TEST(ConfigPrecedence, FlagWinsOverBothEnvironmentNames) {
+  const Env env = {{"TURNSTILE_PORT", "1111"}, {"DFLOCKD_PORT", "2222"}};
+  EXPECT_EQ(ok(parse({"--port", "3333"}, env)).port, 3333);
+  const Env bools = {{"TURNSTILE_DEBUG", "true"}, {"DFLOCKD_DEBUG", "true"}};
+  EXPECT_FALSE(ok(parse({"--debug=false"}, bools)).debug);
+}
+
+TEST(ConfigPrecedence, EnvironmentIsNotReadForAFlagGivenOnTheCommandLine) {
+  EXPECT_EQ(ok(parse({"--port", "3333"}, {{"TURNSTILE_PORT", "junk"}})).port, 3333);
+}
+
+TEST(ConfigPrecedence, InvalidTurnstileValueIsAnErrorEvenWithAValidDflockdOne) {
+  const Env env = {{"TURNSTILE_PORT", "junk"}, {"DFLOCKD_PORT", "2222"}};
+  EXPECT_EQ(error(parse({}, env)),
+            "turnstiled: invalid value \"junk\" for --port (from TURNSTILE_PORT): not an integer");
+}
+
+TEST(ConfigPrecedence, EmptyEnvironmentValueCountsAsUnset) {
+  EXPECT_EQ(ok(parse({}, {{"TURNSTILE_PORT", ""}, {"DFLOCKD_PORT", "2222"}})).port, 2222);
+  EXPECT_EQ(ok(parse({}, {{"TURNSTILE_HOST", ""}})).host, "127.0.0.1");
+  EXPECT_TRUE(
+      ok(parse({}, {{"DFLOCKD_AUTO_RELEASE_ON_DISCONNECT", ""}})).auto_release_on_disconnect);
+}
+
+TEST(ConfigPrecedence, TextSettingsFromEnvironment) {
+  EXPECT_EQ(ok(parse({}, {{"TURNSTILE_HOST", "::"}, {"DFLOCKD_HOST", "0.0.0.0"}})).host, "::");
+  EXPECT_EQ(ok(parse({}, {{"DFLOCKD_HOST", "0.0.0.0"}})).host, "0.0.0.0");
+  const Config tls = ok(parse({}, {{"DFLOCKD_TLS_CERT", "c"}, {"TURNSTILE_TLS_KEY", "k"}}));
+  EXPECT_EQ(tls.tls_cert, "c");
+  EXPECT_EQ(tls.tls_key, "k");
+}
+
+// ---- TLS ------------------------------------------------------------------------------------
+
+TEST(ConfigTls, Edge11_CertAndKeyBothOrNeither) {
+  const Config both = ok(parse({"--tls-cert", "c.pem", "--tls-key", "k.pem"}));
+  EXPECT_EQ(both.tls_cert, "c.pem");
+  EXPECT_EQ(both.tls_key, "k.pem");
+  EXPECT_EQ(error(parse({"--tls-cert", "c.pem"})),
+            "turnstiled: --tls-cert is set but --tls-key is not");
+  EXPECT_EQ(error(parse({"--tls-key", "k.pem"})),
+            "turnstiled: --tls-key is set but --tls-cert is not");
+  EXPECT_TRUE(contains(error(parse({}, {{"TURNSTILE_TLS_CERT", "c.pem"}})), "--tls-cert is set"));
+  EXPECT_TRUE(contains(error(parse({"--tls-cert=c.pem", "--tls-key="})), "--tls-key is not"));
+}
+
+TEST(ConfigTls, CertFromFlagAndKeyFromEnvironmentCombine) {
+  const Config config = ok(parse({"--tls-cert=c.pem"}, {{"DFLOCKD_TLS_KEY", "k.pem"}}));
+  EXPECT_EQ(config.tls_key, "k.pem");
+}
+
+// ---- auth token -----------------------------------------------------------------------------
+
+TEST(ConfigAuthToken, FromFlagIsTrimmed) {
+  EXPECT_EQ(ok(parse({"--auth-token", "  s3cret \t"})).auth_token, "s3cret");
+  EXPECT_EQ(ok(parse({"--auth-token=inner space"})).auth_token, "inner space");
+}
+
+TEST(ConfigAuthToken, Edge31_EmptyOrWhitespaceOnlyIsRejected) {
+  EXPECT_EQ(error(parse({"--auth-token="})),
+            "turnstiled: invalid value for --auth-token: empty after trimming whitespace");
+  EXPECT_TRUE(contains(error(parse({"--auth-token", " \t "})), "empty"));
+  EXPECT_EQ(error(parse({}, {{"TURNSTILE_AUTH_TOKEN", ""}})),
+            "turnstiled: invalid value for --auth-token (from TURNSTILE_AUTH_TOKEN): empty after "
+            "trimming whitespace");
+  EXPECT_TRUE(contains(error(parse({}, {{"DFLOCKD_AUTH_TOKEN", "  "}})), "DFLOCKD_AUTH_TOKEN"));
+}
+
+TEST(ConfigAuthToken, Edge11_InnerNewlineOrCarriageReturnIsRejected) {
+  EXPECT_EQ(error(parse({"--auth-token", "abc\ndef"})),
+            "turnstiled: invalid value for --auth-token: contains CR or LF (the token must be one "
+            "line)");
+  EXPECT_TRUE(contains(error(parse({"--auth-token", "abc\rdef"})), "CR or LF"));
+  EXPECT_TRUE(contains(error(parse({}, {{"DFLOCKD_AUTH_TOKEN", "a\nb"}})), "CR or LF"));
+}
+
+TEST(ConfigAuthToken, ErrorsNeverEchoTheSecret) {
+  for (const std::string bad : {"topsecret\nx", "topsecret\r"}) {
+    // "topsecret\r" trims to a valid token; only the first is an error.
+    const ConfigResult result = parse({"--auth-token", bad});
+    if (std::holds_alternative<ConfigExit>(result)) {
+      EXPECT_FALSE(contains(error(result), "topsecret"));
+    }
+  }
+  EXPECT_FALSE(contains(error(parse({}, {{"TURNSTILE_AUTH_TOKEN", "topsecret\nx"}})), "topsecret"));
+}
+
+TEST(ConfigAuthToken, LongestSendableTokenIsAcceptedOneMoreByteIsNot) {
+  const std::string longest(65536, 'a');
+  EXPECT_EQ(ok(parse({"--auth-token", longest})).auth_token, longest);
+  EXPECT_TRUE(contains(error(parse({"--auth-token", longest + "a"})), "longer than 65536 bytes"));
+}
+
+TEST(ConfigAuthToken, FromFileIsTrimmedOneLine) {
+  TempDir dir;
+  EXPECT_EQ(ok(parse({"--auth-token-file", dir.write("lf", "tok\n")})).auth_token, "tok");
+  EXPECT_EQ(ok(parse({"--auth-token-file", dir.write("crlf", "  tok\r\n\n")})).auth_token, "tok");
+  EXPECT_EQ(ok(parse({"--auth-token-file=" + dir.write("bare", "tok")})).auth_token, "tok");
+}
+
+TEST(ConfigAuthToken, Edge11_EmptyFileIsRejected) {
+  TempDir dir;
+  const std::string empty = dir.write("empty", "");
+  EXPECT_EQ(error(parse({"--auth-token-file", empty})),
+            "turnstiled: invalid value \"" + empty + "\" for --auth-token-file: the file is empty");
+  EXPECT_TRUE(contains(error(parse({"--auth-token-file", dir.write("blank", " \n\r\n\t")})),
+                       "the file is empty"));
+}
+
+TEST(ConfigAuthToken, Edge11_FileWithTwoLinesIsRejected) {
+  TempDir dir;
+  const std::string two = dir.write("two", "secret-one\nsecret-two\n");
+  const std::string message = error(parse({"--auth-token-file", two}));
+  EXPECT_EQ(message, "turnstiled: invalid value \"" + two +
+                         "\" for --auth-token-file: the file holds more than one line (the token "
+                         "must be one line)");
+  EXPECT_FALSE(contains(message, "secret-one")) << message;
+}
+
+TEST(ConfigAuthToken, UnreadableFileIsRejected) {
+  TempDir dir;
+  const std::string missing = dir.path() + "/missing";
+  EXPECT_EQ(error(parse({"--auth-token-file", missing})),
+            "turnstiled: invalid value \"" + missing +
+                "\" for --auth-token-file: cannot open: No such file or directory");
+  EXPECT_TRUE(contains(error(parse({"--auth-token-file", dir.path()})), "cannot read"));
+  EXPECT_TRUE(contains(error(parse({"--auth-token-file="})), "for --auth-token-file: empty path"));
+  EXPECT_TRUE(contains(error(parse({}, {{"DFLOCKD_AUTH_TOKEN_FILE", missing}})),
+                       "for --auth-token-file (from DFLOCKD_AUTH_TOKEN_FILE): cannot open"));
+}
+
+TEST(ConfigAuthToken, HugeFileIsRejectedWithoutReadingItAll) {
+  const std::string message = error(parse({"--auth-token-file", "/dev/zero"}));
+  EXPECT_TRUE(contains(message, "larger than")) << message;
+}
+
+// --auth-token > --auth-token-file > TURNSTILE_AUTH_TOKEN > DFLOCKD_AUTH_TOKEN >
+// TURNSTILE_AUTH_TOKEN_FILE > DFLOCKD_AUTH_TOKEN_FILE; each test removes the winner of the last.
+TEST(ConfigAuthToken, Edge31_PrecedenceChain) {
+  TempDir dir;
+  const std::string flag_file = dir.write("flag", "from-flag-file\n");
+  const std::string turnstile_file = dir.write("t", "from-turnstile-file\n");
+  const std::string dflockd_file = dir.write("d", "from-dflockd-file\n");
+  Env env = {{"TURNSTILE_AUTH_TOKEN", "from-turnstile-env"},
+             {"DFLOCKD_AUTH_TOKEN", "from-dflockd-env"},
+             {"TURNSTILE_AUTH_TOKEN_FILE", turnstile_file},
+             {"DFLOCKD_AUTH_TOKEN_FILE", dflockd_file}};
+  EXPECT_EQ(
+      ok(parse({"--auth-token-file", flag_file, "--auth-token", "from-flag"}, env)).auth_token,
+      "from-flag");
+  EXPECT_EQ(ok(parse({"--auth-token-file", flag_file}, env)).auth_token, "from-flag-file");
+  EXPECT_EQ(ok(parse({}, env)).auth_token, "from-turnstile-env");
+  env.erase("TURNSTILE_AUTH_TOKEN");
+  EXPECT_EQ(ok(parse({}, env)).auth_token, "from-dflockd-env");
+  env.erase("DFLOCKD_AUTH_TOKEN");
+  EXPECT_EQ(ok(parse({}, env)).auth_token, "from-turnstile-file");
+  env.erase("TURNSTILE_AUTH_TOKEN_FILE");
+  EXPECT_EQ(ok(parse({}, env)).auth_token, "from-dflockd-file");
+  env.erase("DFLOCKD_AUTH_TOKEN_FILE");
+  EXPECT_FALSE(ok(parse({}, env)).auth_token.has_value());
+}
+
+TEST(ConfigAuthToken, OnlyTheWinningSourceIsRead) {
+  TempDir dir;
+  const std::string missing = dir.path() + "/missing";
+  EXPECT_EQ(ok(parse({"--auth-token", "x", "--auth-token-file", missing})).auth_token, "x");
+  EXPECT_EQ(ok(parse({}, {{"DFLOCKD_AUTH_TOKEN", "y"}, {"TURNSTILE_AUTH_TOKEN_FILE", missing}}))
+                .auth_token,
+            "y");
+}
+
+// ---- help and version -----------------------------------------------------------------------
+
+TEST(ConfigHelp, ListsEveryFlagWithEnvironmentNamesAndDefaults) {
+  const ConfigResult result = parse({"--help"}, {}, 6);
+  const auto* exit = std::get_if<ConfigExit>(&result);
+  ASSERT_NE(exit, nullptr);
+  EXPECT_EQ(exit->code, 0);
+  for (const std::string flag : {"host",
+                                 "port",
+                                 "threads",
+                                 "default-lease-ttl",
+                                 "lease-sweep-interval",
+                                 "gc-interval",
+                                 "gc-max-idle",
+                                 "max-locks",
+                                 "max-waiters",
+                                 "max-connections",
+                                 "max-connections-per-ip",
+                                 "read-timeout",
+                                 "idle-timeout",
+                                 "write-timeout",
+                                 "shutdown-timeout",
+                                 "auto-release-on-disconnect",
+                                 "tls-cert",
+                                 "tls-key",
+                                 "auth-token",
+                                 "auth-token-file",
+                                 "debug",
+                                 "help",
+                                 "version"}) {
+    EXPECT_TRUE(contains(exit->message, "  --" + flag)) << flag;
+  }
+  for (const std::string env :
+       {"TURNSTILE_HOST, DFLOCKD_HOST; default 127.0.0.1",
+        "TURNSTILE_PORT, DFLOCKD_PORT; default 6388",
+        "TURNSTILE_THREADS, DFLOCKD_THREADS; default number of cores (6)",
+        "TURNSTILE_DEFAULT_LEASE_TTL_S, DFLOCKD_DEFAULT_LEASE_TTL_S; default 33",
+        "TURNSTILE_IDLE_TIMEOUT_S, DFLOCKD_IDLE_TIMEOUT_S; default 0",
+        "TURNSTILE_MAX_LOCKS, DFLOCKD_MAX_LOCKS; default 1048576",
+        "TURNSTILE_AUTO_RELEASE_ON_DISCONNECT, DFLOCKD_AUTO_RELEASE_ON_DISCONNECT; default true",
+        "TURNSTILE_AUTH_TOKEN_FILE, DFLOCKD_AUTH_TOKEN_FILE; default unset",
+        "TURNSTILE_DEBUG, DFLOCKD_DEBUG; default false"}) {
+    EXPECT_TRUE(contains(exit->message, env)) << env;
+  }
+}
+
+TEST(ConfigHelp, ShortAndSingleDashFormsAndHelpWinsOverBadValues) {
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"-h"}, {"-h=true"}, {"-help"}, {"--port=junk", "--help"}}) {
+    const ConfigResult result = parse(args, {{"TURNSTILE_PORT", "junk"}});
+    const auto* exit = std::get_if<ConfigExit>(&result);
+    ASSERT_NE(exit, nullptr);
+    EXPECT_EQ(exit->code, 0);
+    EXPECT_TRUE(contains(exit->message, "Usage: turnstiled"));
+  }
+}
+
+TEST(ConfigHelp, VersionPrintsVersionString) {
+  EXPECT_EQ(version_string(), "turnstiled 0.1.0");
+  for (const std::string arg : {"--version", "-version"}) {
+    const ConfigResult result = parse({arg});
+    const auto* exit = std::get_if<ConfigExit>(&result);
+    ASSERT_NE(exit, nullptr);
+    EXPECT_EQ(exit->code, 0);
+    EXPECT_EQ(exit->message, version_string());
+  }
+}
+
+// ---- warnings -------------------------------------------------------------------------------
+
+TEST(ConfigWarnings, LoopbackHostNeverWarns) {
+  for (const std::string host : {"127.0.0.1", "127.8.9.10", "::1", "[::1]", "localhost",
+                                 "LocalHost", "::ffff:127.0.0.1", "0:0:0:0:0:0:0:1"}) {
+    Config config;
+    config.host = host;
+    EXPECT_TRUE(config_warnings(config).empty()) << host;
+  }
+}
+
+TEST(ConfigWarnings, NonLoopbackWithUnboundedCapsWarnsOncePerCap) {
+  for (const std::string host : {"0.0.0.0", "::", "10.0.0.1", "128.0.0.1", "example.com", "::2"}) {
+    Config config;
+    config.host = host;
+    const std::vector<std::string> warnings = config_warnings(config);
+    ASSERT_EQ(warnings.size(), 3U) << host;
+    EXPECT_TRUE(contains(warnings[0], "--max-connections is 0"));
+    EXPECT_TRUE(contains(warnings[1], "--max-connections-per-ip is 0"));
+    EXPECT_TRUE(contains(warnings[2], "--max-waiters is 0"));
+    for (const std::string& warning : warnings) {
+      EXPECT_EQ(warning.find('\n'), std::string::npos);
+      EXPECT_TRUE(contains(warning, host));
+    }
+  }
+}
+
+TEST(ConfigWarnings, OnlyUnboundedCapsWarn) {
+  Config config;
+  config.host = "0.0.0.0";
+  config.max_connections = 100;
+  config.max_waiters = 10;
+  const std::vector<std::string> warnings = config_warnings(config);
+  ASSERT_EQ(warnings.size(), 1U);
+  EXPECT_TRUE(contains(warnings[0], "--max-connections-per-ip"));
+  config.max_connections_per_ip = 5;
+  EXPECT_TRUE(config_warnings(config).empty());
+}
+
+// ---- the process environment ----------------------------------------------------------------
+
+TEST(ConfigProcessEnvironment, WrapsGetenv) {
+  const std::string name = "TURNSTILE_CONFIG_TEST_" + std::to_string(getpid());
+  const EnvLookup env = process_environment();
+  EXPECT_FALSE(env(name).has_value());
+  ASSERT_EQ(setenv(name.c_str(), "value", 1), 0);
+  EXPECT_EQ(env(name), "value");
+  ASSERT_EQ(setenv(name.c_str(), "", 1), 0);
+  EXPECT_EQ(env(name), "");
+  unsetenv(name.c_str());
+  EXPECT_FALSE(env(name).has_value());
+}
+
+}  // namespace
+}  // namespace turnstile::net
