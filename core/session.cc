@@ -129,25 +129,29 @@ void Session::on_timer(Instant now) {
     return;
   }
   if (request_started_at_ && config_.read_timeout > Duration::zero() &&
-      now - *request_started_at_ >= config_.read_timeout &&
-      close_when_done_ == CloseReason::kNone) {
-    request_started_at_.reset();
-    if (!authenticated_ && queue_.empty() && !ready_ && !in_flight_) {
-      // A handshake that never completes is an auth failure (edge case 5): same delay, same
-      // constant-time comparison, `error_auth`.
-      (void)constant_time_equal(std::string_view(), *config_.auth_secret);
-      auth_failure_at_ = now + config_.auth_failure_delay;
-      return;
-    }
-    // Earlier pipelined requests are still answered first; then `error` and close.
-    close_when_done_ = CloseReason::kReadTimeout;
-    pump(now);
+      now - *request_started_at_ >= config_.read_timeout) {
+    on_read_timeout(now);
     return;
   }
   if (config_.idle_timeout > Duration::zero() && !parser_.mid_request() && queue_.empty() &&
       !ready_ && !in_flight_ && !auth_failure_at_ && now - last_activity_ >= config_.idle_timeout) {
     finish_close(CloseReason::kIdleTimeout);
   }
+}
+
+void Session::on_read_timeout(Instant now) {
+  if (closed() || auth_failure_at_ || close_when_done_ != CloseReason::kNone) return;
+  request_started_at_.reset();
+  if (!authenticated_ && queue_.empty() && !ready_ && !in_flight_) {
+    // A handshake that never completes is an auth failure (edge case 5): same delay, same
+    // constant-time comparison, `error_auth`.
+    (void)constant_time_equal(std::string_view(), *config_.auth_secret);
+    auth_failure_at_ = now + config_.auth_failure_delay;
+    return;
+  }
+  // Earlier pipelined requests are still answered first; then `error` and close.
+  close_when_done_ = CloseReason::kReadTimeout;
+  pump(now);
 }
 
 std::optional<Instant> Session::next_deadline() const {

@@ -103,6 +103,10 @@ class Session {
 
   // Time passed: fires the auth delay, the read timeout and the idle timeout when due.
   void on_timer(Instant now);
+  // A request has been arriving for longer than the read timeout, as the driver sees it below
+  // the session (a TLS record trickled byte by byte, which the session never sees): the same
+  // outcome as the session's own read timeout.
+  void on_read_timeout(Instant now);
   // The earliest instant on_timer has something to do, if any.
   std::optional<Instant> next_deadline() const;
 

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 
 #include "core/assert.h"
 #include "core/routing.h"
@@ -109,7 +110,13 @@ struct Connection {
   std::vector<bool> touched;  // shards this session sent engine requests to
   bool close_notified = false;
   bool eof_pending = false;  // EOF seen with request bytes still buffered
-  bool abort = false;        // the socket failed: close without flushing
+  // TLS only: the session cannot see a handshake or a record that arrives byte by byte, so a
+  // guard timer holds them to --read-timeout (see on_tls_guard).
+  SSL* ssl = nullptr;
+  event* tls_guard = nullptr;
+  bool handshake_done = false;
+  std::optional<core::Instant> tls_partial_since;
+  bool abort = false;  // the socket failed: close without flushing
   std::size_t stats_pending = 0;
   core::StatsSnapshot stats;
 
@@ -117,7 +124,40 @@ struct Connection {
   static void on_write(bufferevent*, void* self);
   static void on_event(bufferevent*, short events, void* self);
   static void on_timer(evutil_socket_t, short, void* self);
+  static void on_tls_guard(evutil_socket_t, short, void* self);
 };
+
+// Checks a TLS connection every half read-timeout. A handshake not done within the read
+// timeout is dropped. After it, a partial record that OpenSSL has held for a read timeout, with
+// no request of the session's under way, counts as the session's read timeout: the session's
+// own timer only starts at the first decrypted byte, which a trickled record never delivers.
+void Connection::on_tls_guard(evutil_socket_t, short, void* self) {
+  auto* connection = static_cast<Connection*>(self);
+  if (connection->bev == nullptr) return;
+  const core::Instant now = monotonic_now();
+  const core::Duration read_timeout =
+      core::Duration::seconds(connection->shard.shared_.config.read_timeout_s);
+  if (!connection->handshake_done) {
+    logf(LogLevel::kDebug, "session %llu: TLS handshake not done within the read timeout",
+         static_cast<unsigned long long>(connection->session.id().value));
+    connection->abort = true;
+    connection->session.close(core::CloseReason::kReadTimeout);
+  } else if (SSL_has_pending(connection->ssl) == 1) {
+    if (!connection->tls_partial_since) {
+      connection->tls_partial_since = now;
+    } else if (now - *connection->tls_partial_since >= read_timeout) {
+      connection->session.on_read_timeout(now);
+    }
+  } else {
+    connection->tls_partial_since.reset();
+  }
+  if (!connection->session.closed()) {
+    const timeval period = to_timeval(core::Duration::nanoseconds(read_timeout.ns() / 2));
+    evtimer_add(connection->tls_guard, &period);
+  }
+  connection->shard.dirty_.push_back(connection);
+  connection->shard.settle();
+}
 
 void Connection::on_read(bufferevent*, void* self) {
   auto* connection = static_cast<Connection*>(self);
@@ -134,7 +174,9 @@ void Connection::on_write(bufferevent*, void* self) {
 void Connection::on_event(bufferevent*, short events, void* self) {
   auto* connection = static_cast<Connection*>(self);
   const core::Instant now = monotonic_now();
-  if ((events & BEV_EVENT_EOF) != 0) {
+  if ((events & BEV_EVENT_CONNECTED) != 0) {
+    connection->handshake_done = true;  // TLS: the handshake completed
+  } else if ((events & BEV_EVENT_EOF) != 0) {
     connection->eof_pending = true;  // delivered to the session once buffered input is taken
   } else if ((events & BEV_EVENT_ERROR) != 0) {
     connection->abort = true;
@@ -177,6 +219,7 @@ Shard::Shard(std::size_t index, SharedState& shared, std::uint64_t fence_floor)
 Shard::~Shard() {
   for (auto& [id, connection] : connections_) {
     if (connection->timer != nullptr) event_free(connection->timer);
+    if (connection->tls_guard != nullptr) event_free(connection->tls_guard);
     if (connection->bev != nullptr) bufferevent_free(connection->bev);
   }
   connections_.clear();
@@ -239,8 +282,9 @@ void Shard::handle(Message& message) {
 
 void Shard::handle(message::NewConnection& m) {
   bufferevent* bev = nullptr;
+  SSL* ssl = nullptr;
   if (shared_.tls != nullptr) {
-    SSL* ssl = SSL_new(shared_.tls);
+    ssl = SSL_new(shared_.tls);
     bev = bufferevent_openssl_socket_new(base_, m.fd, ssl, BUFFEREVENT_SSL_ACCEPTING,
                                          BEV_OPT_CLOSE_ON_FREE);
     if (bev != nullptr) bufferevent_openssl_set_allow_dirty_shutdown(bev, 1);
@@ -261,6 +305,13 @@ void Shard::handle(message::NewConnection& m) {
   connections_.emplace(id.value, std::move(connection));
   sockets_open_.fetch_add(1, std::memory_order_relaxed);
   raw->timer = evtimer_new(base_, &Connection::on_timer, raw);
+  if (ssl != nullptr) {
+    raw->ssl = ssl;
+    raw->tls_guard = evtimer_new(base_, &Connection::on_tls_guard, raw);
+    const timeval first =
+        to_timeval(core::Duration::seconds(shared_.config.read_timeout_s));  // handshake limit
+    evtimer_add(raw->tls_guard, &first);
+  }
   bufferevent_setcb(bev, &Connection::on_read, &Connection::on_write, &Connection::on_event, raw);
   bufferevent_setwatermark(bev, EV_READ, 0, kSocketInputMax);
   if (shared_.config.write_timeout_s > 0) {
@@ -448,6 +499,7 @@ void Shard::settle() {
     Connection& connection = *it->second;
     if (connection.bev == nullptr && connection.session.finished() && connection.close_notified) {
       if (connection.timer != nullptr) event_free(connection.timer);
+      if (connection.tls_guard != nullptr) event_free(connection.tls_guard);
       it = connections_.erase(it);
     } else {
       ++it;
@@ -551,6 +603,8 @@ void Shard::close_socket(Connection& connection) {
        std::string(core::close_reason_name(connection.session.close_reason())).c_str());
   bufferevent_free(connection.bev);
   connection.bev = nullptr;
+  connection.ssl = nullptr;  // freed with the bufferevent
+  if (connection.tls_guard != nullptr) evtimer_del(connection.tls_guard);
   sockets_open_.fetch_sub(1, std::memory_order_relaxed);
   shared_.release(connection.peer_ip);
 }
