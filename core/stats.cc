@@ -60,7 +60,9 @@ void merge_stats(StatsSnapshot& total, StatsSnapshot&& part, std::size_t entries
   total.truncated = total.truncated || part.truncated || cut;
 }
 
-std::string encode_stats_json(std::int64_t connections, const StatsSnapshot& snapshot) {
+namespace {
+
+std::string encode_stats_json_whole(std::int64_t connections, const StatsSnapshot& snapshot) {
   using Json = nlohmann::ordered_json;
 
   // Built as arrays from the start so that an empty list is `[]`, never `null`.
@@ -97,6 +99,35 @@ std::string encode_stats_json(std::int64_t connections, const StatsSnapshot& sna
   // Keys are client bytes and need not be UTF-8; like Go's encoding/json, replace invalid
   // sequences with U+FFFD instead of failing (nlohmann's default is to throw).
   return root.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+template <typename Entry>
+void keep_first_half(std::vector<Entry>& entries) {
+  entries.resize(entries.size() / 2);
+}
+
+}  // namespace
+
+std::string encode_stats_json(std::int64_t connections, const StatsSnapshot& snapshot,
+                              std::size_t bytes_max) {
+  std::string json = encode_stats_json_whole(connections, snapshot);
+  if (json.size() <= bytes_max) return json;
+  // Too long for a client's reply-line limit: keep the first half of every array (they are
+  // sorted by key) until it fits, and say so. Each pass halves the work of the next.
+  StatsSnapshot cut = snapshot;
+  cut.truncated = true;
+  while (json.size() > bytes_max) {
+    keep_first_half(cut.locks);
+    keep_first_half(cut.semaphores);
+    keep_first_half(cut.idle_locks);
+    keep_first_half(cut.idle_semaphores);
+    json = encode_stats_json_whole(connections, cut);
+    if (cut.locks.empty() && cut.semaphores.empty() && cut.idle_locks.empty() &&
+        cut.idle_semaphores.empty()) {
+      break;  // the skeleton alone always fits any sensible limit
+    }
+  }
+  return json;
 }
 
 }  // namespace turnstile::core

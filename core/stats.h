@@ -10,8 +10,8 @@
 //    "idle_semaphores":[{"key","idle_s"}...],
 //    "truncated":bool}                       <- turnstile's addition, after dflockd's fields
 // A resource is classified by its limit: limit 1 is a lock even when `sl` created it. Entries are
-// sorted by key, so the output is deterministic. Each array holds at most `entries_max` entries;
-// `truncated` says whether any array was cut.
+// sorted by key, so the output is deterministic. Each array holds at most `entries_max` entries,
+// and the whole line at most kStatsJsonBytesMax bytes; `truncated` says whether anything was cut.
 //
 // Thread affinity: plain values, safe anywhere.
 #pragma once
@@ -60,7 +60,14 @@ struct StatsSnapshot {
 // `entries_max` entries (setting `truncated` when something was cut).
 void merge_stats(StatsSnapshot& total, StatsSnapshot&& part, std::size_t entries_max);
 
-// The compact one-line JSON above (no trailing newline), written with nlohmann::json.
-std::string encode_stats_json(std::int64_t connections, const StatsSnapshot& snapshot);
+// Longest stats JSON we send: the Python and TypeScript dflockd clients reject reply lines over
+// 1 MiB (1048576 bytes), so the whole line, "ok " and "\n" included, stays below that.
+inline constexpr std::size_t kStatsJsonBytesMax = 1'000'000;
+
+// The compact one-line JSON above (no trailing newline), written with nlohmann::json. When it
+// would exceed `bytes_max`, every array keeps only its first half (by key) until it fits, and
+// `truncated` is true.
+std::string encode_stats_json(std::int64_t connections, const StatsSnapshot& snapshot,
+                              std::size_t bytes_max = kStatsJsonBytesMax);
 
 }  // namespace turnstile::core

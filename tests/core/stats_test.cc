@@ -228,3 +228,35 @@ TEST(StatsMergeDeathTest, LimitOneSemaphoreEntryIsAProgrammerError) {
 
 }  // namespace
 }  // namespace turnstile::core
+
+namespace turnstile::core {
+namespace {
+
+// The Python and TypeScript dflockd clients reject reply lines over 1 MiB: a stats reply with
+// many long keys is cut to fit, sorted prefix first, and marked truncated.
+TEST(StatsJson, LongReplyIsCutBelowTheClientLineLimit) {
+  StatsSnapshot snapshot;
+  for (int i = 0; i < 10'000; ++i) {
+    const std::string key = std::string(200, 'k') + std::to_string(100'000 + i);
+    snapshot.locks.push_back(LockStats{key, SessionId{7}, 1.5, 0});
+    snapshot.idle_semaphores.push_back(IdleStats{key, 2.5});
+  }
+  const std::string whole = encode_stats_json(1, snapshot, SIZE_MAX);
+  ASSERT_GT(whole.size(), kStatsJsonBytesMax);
+  const std::string json = encode_stats_json(1, snapshot);
+  EXPECT_LE(json.size(), kStatsJsonBytesMax);
+  const auto parsed = nlohmann::json::parse(json);
+  EXPECT_TRUE(parsed["truncated"].get<bool>());
+  ASSERT_FALSE(parsed["locks"].empty());
+  EXPECT_EQ(parsed["locks"][0]["key"], snapshot.locks[0].key);  // the first keys are kept
+  EXPECT_EQ(nlohmann::json::parse(whole)["truncated"].get<bool>(), false);
+}
+
+TEST(StatsJson, ShortReplyIsUntouchedByTheLimit) {
+  StatsSnapshot snapshot;
+  snapshot.locks.push_back(LockStats{"a", SessionId{1}, 1.0, 2});
+  EXPECT_EQ(encode_stats_json(1, snapshot), encode_stats_json(1, snapshot, SIZE_MAX));
+}
+
+}  // namespace
+}  // namespace turnstile::core
