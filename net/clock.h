@@ -2,6 +2,9 @@
 // that seeds the fence counter. The core never reads either; net/ reads them and passes them in.
 #pragma once
 
+#include <sys/time.h>
+
+#include <algorithm>
 #include <cstdint>
 #include <ctime>
 
@@ -21,6 +24,15 @@ inline std::uint64_t wall_clock_ns() {
   clock_gettime(CLOCK_REALTIME, &ts);
   return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ULL +
          static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+// A libevent timer delay; negative durations (a deadline already passed) become zero.
+inline timeval to_timeval(core::Duration duration) {
+  const std::int64_t ns = std::max<std::int64_t>(duration.ns(), 0);
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(ns / 1'000'000'000);
+  tv.tv_usec = static_cast<suseconds_t>((ns % 1'000'000'000) / 1000);
+  return tv;
 }
 
 }  // namespace turnstile::net

@@ -46,14 +46,6 @@ std::string openssl_error() {
   return text;
 }
 
-timeval to_timeval(core::Duration duration) {
-  const std::int64_t ns = std::max<std::int64_t>(duration.ns(), 0);
-  timeval tv{};
-  tv.tv_sec = static_cast<time_t>(ns / 1'000'000'000);
-  tv.tv_usec = static_cast<suseconds_t>((ns % 1'000'000'000) / 1000);
-  return tv;
-}
-
 }  // namespace
 
 Server::Server(Config config) : config_(std::move(config)), shared_(config_) {

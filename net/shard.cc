@@ -25,14 +25,6 @@ constexpr std::size_t kSocketOutputMax = 256 * 1024;
 // Request bytes buffered from a socket before libevent stops reading it (backpressure).
 constexpr std::size_t kSocketInputMax = 64 * 1024;
 
-timeval to_timeval(core::Duration duration) {
-  const std::int64_t ns = std::max<std::int64_t>(duration.ns(), 0);
-  timeval tv{};
-  tv.tv_sec = static_cast<time_t>(ns / 1'000'000'000);
-  tv.tv_usec = static_cast<suseconds_t>((ns % 1'000'000'000) / 1000);
-  return tv;
-}
-
 core::SessionConfig session_config(const Config& config) {
   core::SessionConfig session;
   session.auth_secret = config.auth_token;
@@ -127,7 +119,7 @@ struct Connection {
   static void on_tls_guard(evutil_socket_t, short, void* self);
 };
 
-// Checks a TLS connection every half read-timeout. A handshake not done within the read
+// Checks a TLS connection every quarter read-timeout. A handshake not done within the read
 // timeout is dropped. After it, a partial record that OpenSSL has held for a read timeout, with
 // no request of the session's under way, counts as the session's read timeout: the session's
 // own timer only starts at the first decrypted byte, which a trickled record never delivers.
@@ -152,7 +144,7 @@ void Connection::on_tls_guard(evutil_socket_t, short, void* self) {
     connection->tls_partial_since.reset();
   }
   if (!connection->session.closed()) {
-    const timeval period = to_timeval(core::Duration::nanoseconds(read_timeout.ns() / 2));
+    const timeval period = to_timeval(core::Duration::nanoseconds(read_timeout.ns() / 4));
     evtimer_add(connection->tls_guard, &period);
   }
   connection->shard.dirty_.push_back(connection);

@@ -22,6 +22,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <stdexcept>
 #include <utility>
 
@@ -557,6 +558,13 @@ TempDir::TempDir() {
 TempDir::~TempDir() {
   std::error_code ignored;
   std::filesystem::remove_all(path_, ignored);
+}
+
+std::string TempDir::write(const std::string& name, const std::string& contents) const {
+  const std::string path = file(name);
+  std::ofstream out(path, std::ios::binary);
+  out << contents;
+  return path;
 }
 
 CertificateFiles write_self_signed_certificate(const std::string& directory,

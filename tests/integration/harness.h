@@ -182,6 +182,8 @@ class TempDir {
   TempDir& operator=(const TempDir&) = delete;
   const std::string& path() const { return path_; }
   std::string file(const std::string& name) const { return path_ + "/" + name; }
+  // Writes `contents` to file(name) and returns that path.
+  std::string write(const std::string& name, const std::string& contents) const;
 
  private:
   std::string path_;

@@ -54,35 +54,6 @@ milliseconds since(Clock::time_point start) {
 }
 
 // ---- local helpers ------------------------------------------------------------------------------
-
-// A scratch directory, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "turnstile-hostile-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  std::string write(const std::string& name, const std::string& contents) const {
-    const std::string path = file(name);
-    std::ofstream out(path, std::ios::binary);
-    out << contents;
-    return path;
-  }
-
- private:
-  std::filesystem::path path_;
-};
-
 // A start-up that must fail: exit code 2 and exactly one stderr line that names `flag`.
 void expect_startup_rejected(std::vector<std::string> args, const std::string& flag) {
   SCOPED_TRACE("flags:" + [&] {
@@ -865,8 +836,8 @@ TEST(Hostile, TlsRecordTrickledOneByteAtATimeIsClosedAfterReadTimeout) {
   }
   const std::string reply = client.read_line();
   const milliseconds elapsed = since(first_byte);
-  // As for plain TCP: `error` and a close, within two read timeouts of the first byte (the guard
-  // checks every half read-timeout).
+  // As for plain TCP: `error` and a close, well before the record completes (~3 s): the guard
+  // checks every quarter read-timeout.
   EXPECT_EQ(reply, "error") << "after " << elapsed.count() << " ms";
   EXPECT_LT(elapsed, 2500ms);
   EXPECT_EQ(client.read_line(), "<closed>");
