@@ -11,3 +11,7 @@ jobs=$(nproc)
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build "$build_dir" -j "$jobs"
 ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" "$@"
+# The libFuzzer harnesses, each for a bounded time (docs/fuzzing.md); 0 seconds skips them.
+if [ "${TURNSTILE_FUZZ_SECONDS:-60}" != 0 ]; then
+  ./scripts/fuzz.sh "${TURNSTILE_FUZZ_SECONDS:-60}"
+fi
