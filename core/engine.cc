@@ -359,6 +359,13 @@ struct Engine::Impl {
   void promote(Resource& resource, std::vector<Delivery>& out) {
     while (!resource.full() && !resource.waiters.empty()) {
       Waiter* waiter = resource.waiters.front();
+#ifdef TURNSTILE_CANARY_SKIP_FIFO
+      // CANARY, never defined in a real build: only sim/'s turnstile-sim-canary compiles it, to
+      // prove that the simulator catches a broken FIFO. Grants the tail instead of the head.
+      while (decltype(resource.waiters)::next(waiter) != nullptr) {
+        waiter = decltype(resource.waiters)::next(waiter);
+      }
+#endif
       SessionState& state = *waiter->owner;
       Holder* holder = grant(resource, waiter->session, &state, waiter->lease_s);
       if (holder == nullptr) {

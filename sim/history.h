@@ -1,0 +1,68 @@
+// History: what the simulated clients saw, per operation: call time, return time (or none: the
+// connection was lost first, an indefinite outcome), the request and the reply. At the end of a
+// run it checks each key's history, per server life, for linearizability (porcupine-style
+// search with memoization) against a lock/semaphore model with leases:
+//
+//  * a grant adds its token (capacity permitting); release/renew `ok` need the token held;
+//    release/renew `error` need it not held;
+//  * a holder MAY vanish (never must) once its lease can have ended (earliest grant point +
+//    lease), once its session's close reached the server (auto-release), or once an unanswered
+//    release of its token was sent: the model allows, it never forces, so it has no false alarms;
+//  * an unanswered (indefinite) acquire is left out: a holder nobody knows the token of can only
+//    make grants harder, so leaving it out only widens what the model accepts;
+//  * a crash ends a life: its histories are checked separately.
+//
+// Thread affinity: single-threaded, owned by one simulation run.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/protocol.h"
+#include "core/types.h"
+
+namespace turnstile::sim {
+
+class History {
+ public:
+  struct Operation {
+    std::uint64_t client = 0;
+    std::uint64_t connection = 0;
+    std::uint64_t life = 0;
+    core::Request request;
+    std::int64_t call_ns = 0;
+    std::optional<std::int64_t> return_ns;  // nullopt: never answered (indefinite)
+    std::string status;                     // the reply's first word
+    std::optional<core::Token> token;       // the token a grant carried
+    std::int64_t lease_s = 0;               // the lease a grant or renew carried
+  };
+
+  void new_life(std::uint64_t life) { life_ = life; }
+  // Returns the operation's id (never 0).
+  std::uint64_t call(std::uint64_t client, std::uint64_t connection, const core::Request& request,
+                     std::int64_t now_ns);
+  void complete(std::uint64_t op, std::int64_t now_ns, const std::string& status,
+                std::optional<core::Token> token, std::int64_t seconds);
+  // A two-phase grant (w answered with a token) may have happened as early as its `e`.
+  void widen_call(std::uint64_t op, std::int64_t call_ns);
+  // The server learned that the connection closed (its holdings may be released from then on).
+  void connection_closed(std::uint64_t connection, std::int64_t now_ns);
+
+  struct Outcome {
+    std::string violation;           // empty when every key's history linearizes
+    std::uint64_t keys_checked = 0;  // (life, key) partitions searched
+    std::uint64_t inconclusive = 0;  // partitions whose search hit the step budget
+    std::uint64_t operations = 0;    // operations that took part
+  };
+  Outcome check() const;
+
+ private:
+  std::uint64_t life_ = 0;
+  std::vector<Operation> operations_;  // index = id - 1
+  std::map<std::uint64_t, std::int64_t> closed_at_;
+};
+
+}  // namespace turnstile::sim

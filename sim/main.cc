@@ -1,0 +1,165 @@
+// turnstile-sim: runs the deterministic simulator for one seed or a range of seeds.
+//
+//   turnstile-sim --seed S [--events N] [--profile NAME] [--trace]
+//   turnstile-sim --seeds A..B | --seeds N  [--events N] [--profile NAME|all]
+//
+// One seed prints its swarm settings and ends with `digest <hex>`; a failure prints the broken
+// invariant and the command that replays it, and exits 1.
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <string_view>
+
+#include "core/assert.h"
+#include "sim/simulator.h"
+
+namespace {
+
+using turnstile::sim::Options;
+using turnstile::sim::Result;
+
+// The run in progress, for the assertion hook (a core assertion prints the replay command too).
+Options g_current;
+// The program's name as invoked (turnstile-sim, or turnstile-sim-canary), for replay lines.
+std::string g_program = "turnstile-sim";
+
+void print_replay(const Options& options) {
+  std::printf("replay: %s --seed %" PRIu64 " --events %" PRIu64 " --profile %s\n",
+              g_program.c_str(), options.seed, options.events, options.profile.c_str());
+  std::fflush(stdout);
+}
+
+void on_assert() {
+  std::printf("FAILED: core assertion (see above)\n");
+  print_replay(g_current);
+}
+
+bool parse_u64(std::string_view text, std::uint64_t& out) {
+  if (text.empty()) return false;
+  std::uint64_t value = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return false;
+    value = value * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  out = value;
+  return true;
+}
+
+int usage() {
+  std::fprintf(stderr,
+               "usage: turnstile-sim --seed S [--events N] [--profile NAME] [--trace]\n"
+               "       turnstile-sim --seeds A..B|N [--events N] [--profile NAME|all]\n"
+               "profiles: all");
+  for (const std::string& name : turnstile::sim::profile_names()) {
+    std::fprintf(stderr, " %s", name.c_str());
+  }
+  std::fprintf(stderr, "\n");
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options options;
+  if (argc > 0) {
+    const std::string_view invoked = argv[0];
+    const std::size_t slash = invoked.rfind('/');
+    g_program = std::string(slash == std::string_view::npos ? invoked : invoked.substr(slash + 1));
+  }
+  bool many = false;
+  std::uint64_t first = 1, last = 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    const bool has_value = i + 1 < argc;
+    if (arg == "--seed" && has_value) {
+      if (!parse_u64(argv[++i], options.seed)) return usage();
+    } else if (arg == "--events" && has_value) {
+      if (!parse_u64(argv[++i], options.events)) return usage();
+    } else if (arg == "--profile" && has_value) {
+      options.profile = argv[++i];
+    } else if (arg == "--seeds" && has_value) {
+      many = true;
+      const std::string_view range = argv[++i];
+      const std::size_t dots = range.find("..");
+      if (dots == std::string_view::npos) {
+        if (!parse_u64(range, last) || last == 0) return usage();
+        first = 1;
+      } else if (!parse_u64(range.substr(0, dots), first) ||
+                 !parse_u64(range.substr(dots + 2), last) || last < first) {
+        return usage();
+      }
+    } else if (arg == "--trace") {
+      options.trace = true;
+    } else {
+      return usage();
+    }
+  }
+  const bool all_profiles = options.profile == "all";
+  if (!all_profiles && !turnstile::sim::is_profile(options.profile)) return usage();
+  if (all_profiles && !many) return usage();
+  turnstile::core::set_assert_hook(on_assert);
+
+  if (!many) {
+    g_current = options;
+    const Result result = turnstile::sim::run_simulation(options);
+    std::printf("seed %" PRIu64 " profile %s events %" PRIu64 "\n", options.seed,
+                options.profile.c_str(), options.events);
+    std::printf("settings %s\n", result.settings.c_str());
+    std::printf("ran %" PRIu64 " events, %" PRIu64 " grants, %" PRIu64 " crashes\n",
+                result.events_run, result.grants_seen, result.crashes);
+    std::printf("linearizability: %" PRIu64 " key histories, %" PRIu64 " operations, %" PRIu64
+                " inconclusive\n",
+                result.keys_checked, result.operations_checked, result.inconclusive);
+    std::printf("coverage");
+    for (const auto& [name, count] : result.coverage) {
+      std::printf(" %s=%" PRIu64, name.c_str(), count);
+    }
+    std::printf("\n");
+    if (!result.ok) {
+      std::printf("FAILED: %s: %s\n", result.invariant.c_str(), result.detail.c_str());
+      print_replay(options);
+      return 1;
+    }
+    std::printf("digest %016" PRIx64 "\n", result.digest);
+    return 0;
+  }
+
+  const auto started = std::chrono::steady_clock::now();
+  std::uint64_t seeds = 0, events = 0, grants = 0, failures = 0, inconclusive = 0;
+  std::map<std::string, std::uint64_t> coverage;
+  const auto& names = turnstile::sim::profile_names();
+  for (std::uint64_t seed = first; seed <= last; ++seed) {
+    Options run = options;
+    run.seed = seed;
+    if (all_profiles) run.profile = names[seed % names.size()];
+    g_current = run;
+    const Result result = turnstile::sim::run_simulation(run);
+    ++seeds;
+    events += result.events_run;
+    grants += result.grants_seen;
+    inconclusive += result.inconclusive;
+    for (const auto& [name, count] : result.coverage) coverage[name] += count;
+    if (!result.ok) {
+      ++failures;
+      std::printf("FAILED: %s: %s\n", result.invariant.c_str(), result.detail.c_str());
+      print_replay(run);
+    } else {
+      std::printf("seed %" PRIu64 " %s digest %016" PRIx64 "\n", seed, run.profile.c_str(),
+                  result.digest);
+    }
+    if (seed == last) break;
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  std::printf("summary: seeds %" PRIu64 " failed %" PRIu64 " events %" PRIu64 " grants %" PRIu64
+              " inconclusive-histories %" PRIu64 " wall %.2f s events/s %.0f\n",
+              seeds, failures, events, grants, inconclusive, seconds,
+              seconds > 0 ? static_cast<double>(events) / seconds : 0.0);
+  std::printf("coverage");
+  for (const auto& [name, count] : coverage) std::printf(" %s=%" PRIu64, name.c_str(), count);
+  std::printf("\n");
+  return failures == 0 ? 0 : 1;
+}

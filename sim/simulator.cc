@@ -1,0 +1,1552 @@
+#include "sim/simulator.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <queue>
+#include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "core/assert.h"
+#include "core/engine.h"
+#include "core/protocol.h"
+#include "core/random.h"
+#include "core/routing.h"
+#include "core/session.h"
+#include "core/stats.h"
+#include "core/time.h"
+#include "core/types.h"
+#include "core/wire.h"
+#include "sim/history.h"
+#include "sim/prng.h"
+
+namespace turnstile::sim {
+namespace {
+
+using core::Instant;
+using core::Namespace;
+using core::SessionId;
+
+constexpr std::int64_t kUs = 1'000;
+constexpr std::int64_t kMs = 1'000'000;
+constexpr std::int64_t kS = 1'000'000'000;
+constexpr std::int64_t kHour = 3600 * kS;
+// The wall clock at virtual time 0 (2026-01-01 in nanoseconds since the epoch).
+constexpr std::int64_t kWallStart = 1'767'225'600 * kS;
+// Virtual time the liveness phase allows for every pending request to be answered, then for
+// everything to close.
+constexpr std::int64_t kLivenessWindow = 120 * kS;
+constexpr std::int64_t kDrainWindow = 200 * kS;
+
+// Subsystem streams of the seed.
+enum Stream : std::uint64_t { kSwarm = 1, kNetwork, kWorkload, kFaults, kClocks, kSalts };
+
+const std::vector<std::string> kProfiles = {"default", "crash-heavy", "clock-chaos",
+                                            "disconnect-storm", "contention"};
+
+// ---- swarm settings: which faults and shapes a seed gets -----------------------------------
+
+struct Settings {
+  std::size_t shards = 1;
+  std::size_t clients = 4;
+  std::size_t hot_keys = 2;
+  std::size_t cold_keys = 16;
+  bool auto_release = true;
+  std::int64_t waiters_max = 0;
+  std::int64_t resources_max = 1'048'576;
+  std::int64_t gc_idle_ms = 60'000;
+  // BUGGIFY switches.
+  bool fault_crash = false;
+  bool fault_pause = false;
+  bool fault_wall_step = false;
+  bool fault_expiry_burst = false;
+  bool fault_disconnect = false;
+  bool fragment = false;
+  bool pipelining = false;
+  std::int64_t fault_interval_ms = 2'000;  // mean gap between fault events
+  std::uint64_t vanish_permille = 10;      // per client action
+  std::uint64_t hot_permille = 600;        // share of operations on hot keys
+  std::int64_t net_delay_max_us = 2'000;
+  std::int64_t hop_delay_max_us = 200;
+
+  std::string describe() const {
+    std::string text;
+    auto add = [&](const std::string& part) {
+      if (!text.empty()) text += ' ';
+      text += part;
+    };
+    add("shards=" + std::to_string(shards));
+    add("clients=" + std::to_string(clients));
+    add("keys=" + std::to_string(hot_keys) + "hot+" + std::to_string(cold_keys) + "cold");
+    add(std::string("auto_release=") + (auto_release ? "on" : "off"));
+    add("waiters_max=" + std::to_string(waiters_max));
+    add("max_locks=" + std::to_string(resources_max));
+    add("gc_idle_ms=" + std::to_string(gc_idle_ms));
+    add("faults=[");
+    std::string faults;
+    auto fault = [&](bool on, const char* name) {
+      if (!on) return;
+      if (!faults.empty()) faults += ',';
+      faults += name;
+    };
+    fault(fault_crash, "crash");
+    fault(fault_pause, "pause");
+    fault(fault_wall_step, "wall-step");
+    fault(fault_expiry_burst, "expiry-burst");
+    fault(fault_disconnect, "disconnect");
+    fault(fragment, "fragment");
+    fault(pipelining, "pipelining");
+    text += faults + "]";
+    add("fault_interval_ms=" + std::to_string(fault_interval_ms));
+    add("vanish_permille=" + std::to_string(vanish_permille));
+    return text;
+  }
+};
+
+Settings choose_settings(std::uint64_t seed, const std::string& profile) {
+  Prng prng(seed, kSwarm);
+  Settings s;
+  s.shards = static_cast<std::size_t>(prng.between(1, 4));
+  s.clients = static_cast<std::size_t>(prng.between(2, 8));
+  s.hot_keys = static_cast<std::size_t>(prng.between(1, 3));
+  s.cold_keys = static_cast<std::size_t>(prng.between(4, 24));
+  s.auto_release = prng.chance(800);
+  s.waiters_max = prng.chance(200) ? prng.between(1, 4) : 0;
+  s.resources_max = prng.chance(150) ? prng.between(2, 12) : 1'048'576;
+  const std::int64_t gc_choices[] = {0, 1, 500, 5'000, 60'000};
+  s.gc_idle_ms = gc_choices[prng.below(5)];
+  s.fault_crash = prng.chance(400);
+  s.fault_pause = prng.chance(400);
+  s.fault_wall_step = prng.chance(100);
+  s.fault_expiry_burst = prng.chance(300);
+  s.fault_disconnect = prng.chance(500);
+  s.fragment = prng.chance(700);
+  s.pipelining = prng.chance(500);
+  s.fault_interval_ms = prng.between(300, 5'000);
+  s.vanish_permille = static_cast<std::uint64_t>(prng.between(0, 20));
+  s.hot_permille = static_cast<std::uint64_t>(prng.between(300, 900));
+  s.net_delay_max_us = prng.between(10, 5'000);
+  s.hop_delay_max_us = prng.between(0, 500);
+  if (profile == "crash-heavy") {
+    s.fault_crash = true;
+    s.fault_interval_ms = prng.between(300, 1'500);
+  } else if (profile == "clock-chaos") {
+    s.fault_wall_step = true;
+    s.fault_pause = true;
+    s.fault_expiry_burst = true;
+    s.fault_crash = prng.chance(700);
+  } else if (profile == "disconnect-storm") {
+    s.fault_disconnect = true;
+    s.vanish_permille = static_cast<std::uint64_t>(prng.between(60, 200));
+    s.fragment = true;
+  } else if (profile == "contention") {
+    s.clients = static_cast<std::size_t>(prng.between(8, 16));
+    s.hot_keys = 1;
+    s.hot_permille = 950;
+    s.pipelining = true;
+  }
+  return s;
+}
+
+// ---- trace digest ----------------------------------------------------------------------------
+
+class Digest {
+ public:
+  Digest() : state_(XXH3_createState()) { XXH3_64bits_reset(state_); }
+  ~Digest() { XXH3_freeState(state_); }
+  Digest(const Digest&) = delete;
+  Digest& operator=(const Digest&) = delete;
+  void add(std::uint64_t value) { XXH3_64bits_update(state_, &value, sizeof value); }
+  void add(std::string_view bytes) {
+    add(static_cast<std::uint64_t>(bytes.size()));
+    XXH3_64bits_update(state_, bytes.data(), bytes.size());
+  }
+  std::uint64_t value() const { return XXH3_64bits_digest(state_); }
+
+ private:
+  XXH3_state_t* state_;
+};
+
+// ---- the resource budget shared by the shards of one process (--max-locks) ---------------------
+
+class Budget final : public core::ResourceBudget {
+ public:
+  explicit Budget(std::int64_t max) : max_(max) {}
+  bool try_take() override {
+    if (used_ >= max_) return false;
+    ++used_;
+    return true;
+  }
+  void give_back() override {
+    TS_ASSERT(used_ > 0);
+    --used_;
+  }
+
+ private:
+  std::int64_t max_;
+  std::int64_t used_ = 0;
+};
+
+// A salt source drawing from the run's salt stream.
+class SaltSource final : public core::RandomSource {
+ public:
+  explicit SaltSource(Prng& prng) : prng_(prng) {}
+  std::uint64_t next_u64() override { return prng_.next(); }
+
+ private:
+  Prng& prng_;
+};
+
+// ---- events --------------------------------------------------------------------------------
+
+enum class EventKind : std::uint8_t {
+  kClientAct,      // a = client
+  kNetToServer,    // a = connection
+  kNetToClient,    // a = connection
+  kHop,            // a = life, b = source shard, c = destination shard
+  kServerTimer,    // a = life
+  kFault,          //
+  kRestart,        //
+  kUnpause,        //
+  kLivenessStart,  //
+};
+
+struct Event {
+  std::int64_t at = 0;
+  std::uint64_t sequence = 0;
+  EventKind kind = EventKind::kFault;
+  std::uint64_t a = 0, b = 0, c = 0;
+  bool operator>(const Event& other) const {
+    return at != other.at ? at > other.at : sequence > other.sequence;
+  }
+};
+
+// ---- the simulated network ---------------------------------------------------------------------
+
+enum class SegmentKind : std::uint8_t { kData, kFin, kReset };
+
+struct Segment {
+  std::int64_t at = 0;
+  SegmentKind kind = SegmentKind::kData;
+  std::string bytes;
+};
+
+struct Pipe {
+  std::deque<Segment> segments;
+  std::int64_t last_at = 0;  // arrivals in one direction keep their order
+};
+
+struct Connection {
+  std::uint64_t client = 0;
+  std::uint64_t life = 0;     // the server process it was accepted by
+  std::uint64_t session = 0;  // the server-side session id
+  Pipe to_server;
+  Pipe to_client;
+};
+
+// ---- the server process --------------------------------------------------------------------
+
+enum class HopKind : std::uint8_t { kRoute, kResult, kDeliver, kClose, kCloseDone };
+
+struct Hop {
+  std::int64_t at = 0;
+  HopKind kind = HopKind::kRoute;
+  std::uint64_t session = 0;
+  core::Request request;
+  core::Reply reply;
+  bool dropped = false;  // kCloseDone: the engine dropped the session's parked request
+};
+
+struct ServerSession {
+  std::unique_ptr<core::Session> session;
+  std::uint64_t connection = 0;
+  std::size_t owner = 0;
+  std::string input;               // bytes the session has not taken yet
+  std::vector<bool> touched;       // shards this session sent engine requests to
+  bool notified = false;           // close notices sent
+  int close_pending = 0;           // close notices not yet processed by their shard
+  bool awaiting_delivery = false;  // the request in flight is parked in an engine
+  bool remote_pending = false;     // the request in flight is on its way to / in another shard
+  bool socket_open = true;         // false after a reset or once the server closed the socket
+  bool fin_sent = false;
+  std::string inflight_key;  // key of the engine request in flight (namespace in inflight_ns)
+  Namespace inflight_ns = Namespace::kLock;
+};
+
+struct Process {
+  std::uint64_t life = 0;
+  std::int64_t mono_origin = 0;  // Instant = mono_origin + virtual time
+  std::unique_ptr<Budget> budget;
+  std::vector<std::unique_ptr<core::Engine>> engines;
+  std::map<std::uint64_t, ServerSession> sessions;
+  std::map<std::pair<std::size_t, std::size_t>, std::deque<Hop>> channels;
+  std::uint64_t next_sequence = 1;
+  std::size_t next_owner = 0;
+  std::optional<std::int64_t> timer_at;
+};
+
+// ---- clients -------------------------------------------------------------------------------
+
+struct Outstanding {
+  core::Request request;
+  bool malformed = false;
+  bool closes = false;  // a line-too-long request: `error`, then the server closes
+  std::int64_t sent_at = 0;
+  std::uint64_t op = 0;  // history operation, 0 when not recorded
+};
+
+struct Client {
+  std::uint64_t id = 0;
+  std::uint64_t connection = 0;  // 0: not connected
+  bool half_closed = false;
+  std::string input;  // reply bytes not yet split into lines
+  std::deque<Outstanding> pending;
+  std::map<std::pair<Namespace, std::string>, core::Token> held;
+  std::map<std::pair<Namespace, std::string>, std::int64_t> enqueued;  // -> call time of `e`
+  bool stopped = false;  // liveness phase: no new work
+};
+
+using ResourceKey = std::pair<Namespace, std::string>;
+
+std::string key_name(const ResourceKey& key) {
+  return std::string(key.first == Namespace::kLock ? "lock:" : "sem:") + key.second;
+}
+
+std::string join(const std::vector<std::uint64_t>& values) {
+  std::string text = "[";
+  for (std::uint64_t value : values) {
+    if (text.size() > 1) text += ',';
+    text += std::to_string(value);
+  }
+  return text + "]";
+}
+
+// ---- the world -------------------------------------------------------------------------------
+
+class World {
+ public:
+  World(const Options& options, Settings settings)
+      : options_(options),
+        settings_(std::move(settings)),
+        network_(options.seed, kNetwork),
+        workload_(options.seed, kWorkload),
+        faults_(options.seed, kFaults),
+        clocks_(options.seed, kClocks),
+        salts_prng_(options.seed, kSalts),
+        salts_(salts_prng_) {}
+
+  Result run();
+
+ private:
+  // -- scheduling
+  void schedule(std::int64_t at, EventKind kind, std::uint64_t a = 0, std::uint64_t b = 0,
+                std::uint64_t c = 0) {
+    queue_.push(Event{at, next_event_sequence_++, kind, a, b, c});
+  }
+  void dispatch(const Event& event);
+  bool server_side(const Event& event) const {
+    return event.kind == EventKind::kNetToServer || event.kind == EventKind::kHop ||
+           event.kind == EventKind::kServerTimer;
+  }
+
+  // -- failure
+  void fail(const std::string& invariant, const std::string& detail) {
+    if (failed_) return;
+    failed_ = true;
+    result_.ok = false;
+    result_.invariant = invariant;
+    result_.detail = detail;
+  }
+
+  // -- network
+  void send(Pipe& pipe, std::uint64_t connection, bool to_server, SegmentKind kind,
+            std::string bytes);
+  void on_net_to_server(std::uint64_t connection_id);
+  void on_net_to_client(std::uint64_t connection_id);
+
+  // -- server
+  Instant server_now() const { return Instant::from_ns(process_->mono_origin + now_); }
+  void start_process();
+  void crash();
+  void harvest_counters();  // adds the engines' counters to the coverage
+  std::uint64_t accept(std::uint64_t connection_id);
+  void pump();
+  bool pump_session(std::uint64_t id, ServerSession& ss);
+  void route(std::uint64_t id, ServerSession& ss, const core::Request& request);
+  void post(std::size_t from, std::size_t to, Hop hop);
+  void on_hop(std::uint64_t life, std::size_t from, std::size_t to);
+  void deliver(std::size_t from_shard, std::vector<core::Delivery>& out);
+  void deliver_local(std::uint64_t session, const core::Reply& reply);
+  void on_result(std::uint64_t session, const core::Reply& reply);
+  // Records the grants one engine call made (its reply and its Deliveries) for the fence check,
+  // before they travel anywhere: fences are ordered by the call that minted them.
+  void observe_call(std::size_t shard, const std::vector<core::Delivery>& out,
+                    const core::Reply* reply, const core::Request* request);
+  void on_server_timer();
+  void arm_timer();
+  std::size_t owner_of(std::uint64_t session) const { return session % settings_.shards; }
+
+  // -- clients
+  void client_act(Client& client);
+  void client_send(Client& client, Outstanding outstanding, std::string bytes);
+  void client_disconnect(Client& client, bool reset);
+  void client_connection_lost(Client& client);
+  void client_line(Client& client, std::string_view line);
+  ResourceKey pick_key(bool semaphore);
+  std::int64_t semaphore_limit(const std::string& key) const;
+
+  // -- faults
+  void on_fault();
+
+  // -- checks
+  void check_invariants();
+  // Checks one engine right after a call into it, so that queue changes between two snapshots
+  // come from one engine input (a session cannot leave a queue and join it again within one).
+  void check_engine(std::size_t shard);
+  void check_final();
+  std::string describe_connection(const Client& client);
+
+  Options options_;
+  Settings settings_;
+  Prng network_, workload_, faults_, clocks_, salts_prng_;
+  SaltSource salts_;
+  Digest digest_;
+  Result result_;
+  bool failed_ = false;
+
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> queue_;
+  std::uint64_t next_event_sequence_ = 0;
+  std::int64_t now_ = 0;
+  std::uint64_t events_ = 0;
+
+  std::int64_t wall_offset_ = 0;           // wall clock = kWallStart + now_ + wall_offset_
+  bool wall_went_back_ = false;            // a backward wall step happened at some point
+  bool cross_life_fences_checked_ = true;  // this life's fences must beat earlier lives'
+  std::int64_t paused_until_ = 0;          // the server process is stopped until then
+  bool liveness_ = false;
+  bool draining_ = false;
+
+  std::unique_ptr<Process> process_;  // null while crashed
+  std::uint64_t life_ = 0;
+  std::map<std::uint64_t, Connection> connections_;
+  std::uint64_t next_connection_ = 1;
+  std::vector<Client> clients_;
+  std::vector<core::Token> token_pool_;  // tokens seen anywhere, for foreign/stale releases
+
+  // Checker state.
+  struct KeySnapshot {
+    std::vector<std::uint64_t> waiters;
+  };
+  std::vector<std::map<ResourceKey, KeySnapshot>> previous_;       // per shard
+  std::set<std::pair<std::uint64_t, std::uint64_t>> seen_tokens_;  // (fence, salt) this life
+  std::map<ResourceKey, std::uint64_t> max_fence_life_;
+  std::map<ResourceKey, std::uint64_t> max_fence_ever_;
+  std::vector<std::pair<ResourceKey, core::Token>> observed_grants_;  // this event, by the driver
+  std::vector<std::string> observed_paths_;                           // how each reached it
+  std::set<std::uint64_t> forgotten_sessions_;                        // this life
+  History history_;
+};
+
+// ---- network -------------------------------------------------------------------------------
+
+void World::send(Pipe& pipe, std::uint64_t connection, bool to_server, SegmentKind kind,
+                 std::string bytes) {
+  const EventKind event = to_server ? EventKind::kNetToServer : EventKind::kNetToClient;
+  auto push = [&](SegmentKind segment_kind, std::string payload) {
+    const std::int64_t delay = network_.between(1, settings_.net_delay_max_us) * kUs;
+    const std::int64_t at = std::max(pipe.last_at, now_ + delay);
+    pipe.last_at = at;
+    pipe.segments.push_back(Segment{at, segment_kind, std::move(payload)});
+    schedule(at, event, connection);
+  };
+  if (kind != SegmentKind::kData) {
+    push(kind, {});
+    return;
+  }
+  std::size_t offset = 0;
+  while (offset < bytes.size()) {
+    std::size_t length = bytes.size() - offset;
+    if (settings_.fragment && network_.chance(300)) {
+      length = static_cast<std::size_t>(network_.below(length)) + 1;
+    }
+    push(SegmentKind::kData, bytes.substr(offset, length));
+    offset += length;
+  }
+}
+
+void World::on_net_to_server(std::uint64_t connection_id) {
+  auto it = connections_.find(connection_id);
+  if (it == connections_.end()) return;
+  Connection& connection = it->second;
+  if (connection.to_server.segments.empty() || connection.to_server.segments.front().at > now_) {
+    return;
+  }
+  Segment segment = std::move(connection.to_server.segments.front());
+  connection.to_server.segments.pop_front();
+  digest_.add(segment.bytes);
+  digest_.add(static_cast<std::uint64_t>(segment.kind));
+  if (!process_ || connection.life != life_) return;  // the process that accepted it is gone
+  auto session_it = process_->sessions.find(connection.session);
+  if (session_it == process_->sessions.end()) return;
+  ServerSession& ss = session_it->second;
+  if (!ss.socket_open) return;
+  switch (segment.kind) {
+    case SegmentKind::kData:
+      ss.input += segment.bytes;
+      break;
+    case SegmentKind::kFin:
+      // Bytes the session has not taken yet come first (the kernel buffer holds them).
+      if (!ss.input.empty()) ss.session->on_bytes(server_now(), ss.input);
+      ss.input.clear();
+      ss.session->on_peer_eof(server_now());
+      break;
+    case SegmentKind::kReset:
+      ss.socket_open = false;
+      ss.input.clear();
+      ss.session->on_peer_closed(server_now());
+      break;
+  }
+  pump();
+}
+
+void World::on_net_to_client(std::uint64_t connection_id) {
+  auto it = connections_.find(connection_id);
+  if (it == connections_.end()) return;
+  Connection& connection = it->second;
+  if (connection.to_client.segments.empty() || connection.to_client.segments.front().at > now_) {
+    return;
+  }
+  Segment segment = std::move(connection.to_client.segments.front());
+  connection.to_client.segments.pop_front();
+  digest_.add(segment.bytes);
+  digest_.add(static_cast<std::uint64_t>(segment.kind));
+  Client& client = clients_[connection.client];
+  if (client.connection != connection_id) return;  // the client already dropped it
+  if (segment.kind == SegmentKind::kData) {
+    client.input += segment.bytes;
+    std::size_t newline = 0;
+    while (!failed_ && (newline = client.input.find('\n')) != std::string::npos) {
+      const std::string line = client.input.substr(0, newline);
+      client.input.erase(0, newline + 1);
+      client_line(client, line);
+    }
+    return;
+  }
+  client_connection_lost(client);
+}
+
+// ---- server process ----------------------------------------------------------------------------
+
+void World::start_process() {
+  process_ = std::make_unique<Process>();
+  process_->life = ++life_;
+  process_->mono_origin = clocks_.between(1, 1'000'000) * kS;
+  process_->budget = std::make_unique<Budget>(settings_.resources_max);
+  const std::int64_t wall_ns = kWallStart + now_ + wall_offset_;
+  core::EngineConfig config;
+  config.gc_max_idle = core::Duration::milliseconds(settings_.gc_idle_ms);
+  config.waiters_max = settings_.waiters_max;
+  // Production without the fence journal: the counter starts at the wall clock (docs/daemon.md).
+  config.fence_floor = core::Fence{static_cast<std::uint64_t>(wall_ns)};
+  for (std::size_t shard = 0; shard < settings_.shards; ++shard) {
+    process_->engines.push_back(
+        std::make_unique<core::Engine>(config, salts_, process_->budget.get()));
+  }
+  // Without a fence journal, fences beat earlier lives' only while the wall clock never went back.
+  cross_life_fences_checked_ = !wall_went_back_;
+  seen_tokens_.clear();
+  max_fence_life_.clear();
+  previous_.assign(settings_.shards, {});
+  forgotten_sessions_.clear();
+  history_.new_life(life_);
+  digest_.add(static_cast<std::uint64_t>(wall_ns));
+}
+
+void World::harvest_counters() {
+  if (!process_) return;
+  for (const auto& engine : process_->engines) {
+    const core::EngineCounters& counters = engine->counters();
+    result_.coverage["lease-expiry"] += counters.lease_expiries;
+    result_.coverage["wait-timeout"] += counters.wait_timeouts;
+    result_.coverage["gc"] += counters.resources_collected;
+    result_.coverage["clock-regression"] += counters.clock_regressions;
+  }
+}
+
+void World::crash() {
+  if (!process_) return;
+  harvest_counters();
+  ++result_.crashes;
+  digest_.add(0xc0ffee);
+  for (auto& [id, connection] : connections_) {
+    if (connection.life != life_) continue;
+    connection.to_server.segments.clear();
+    if (!connection.to_client.segments.empty()) {
+      connection.to_client.segments.clear();
+    }
+    send(connection.to_client, id, false, SegmentKind::kReset, {});
+  }
+  process_.reset();
+  schedule(now_ + faults_.between(1, 500) * kMs, EventKind::kRestart);
+}
+
+std::uint64_t World::accept(std::uint64_t connection_id) {
+  Process& p = *process_;
+  const std::size_t owner = p.next_owner;
+  p.next_owner = (p.next_owner + 1) % settings_.shards;
+  const std::uint64_t id = p.next_sequence++ * settings_.shards + owner;
+  ServerSession& ss = p.sessions[id];
+  core::SessionConfig config;
+  ss.session = std::make_unique<core::Session>(SessionId{id}, config, server_now());
+  ss.connection = connection_id;
+  ss.owner = owner;
+  ss.touched.assign(settings_.shards, false);
+  return id;
+}
+
+void World::post(std::size_t from, std::size_t to, Hop hop) {
+  auto& channel = process_->channels[{from, to}];
+  const std::int64_t delay = network_.between(0, settings_.hop_delay_max_us) * kUs;
+  hop.at = std::max(channel.empty() ? 0 : channel.back().at, now_ + delay);
+  schedule(hop.at, EventKind::kHop, life_, from, to);
+  channel.push_back(std::move(hop));
+}
+
+void World::route(std::uint64_t id, ServerSession& ss, const core::Request& request) {
+  const Namespace ns = core::command_namespace(request.command);
+  const std::size_t shard = core::shard_of(ns, request.key, settings_.shards);
+  ss.touched[shard] = true;
+  if (ss.session->closed()) ++result_.coverage["give-back"];
+  ss.inflight_key = request.key;
+  ss.inflight_ns = ns;
+  digest_.add(id);
+  digest_.add(static_cast<std::uint64_t>(request.command));
+  if (shard != ss.owner) {
+    ss.remote_pending = true;
+    Hop hop;
+    hop.kind = HopKind::kRoute;
+    hop.session = id;
+    hop.request = request;
+    post(ss.owner, shard, std::move(hop));
+    return;
+  }
+  std::vector<core::Delivery> out;
+  const core::Reply reply =
+      process_->engines[shard]->handle(server_now(), SessionId{id}, request, out);
+  observe_call(shard, out, &reply, &request);
+  if (reply.status == core::Status::kParked) {
+    ss.awaiting_delivery = true;
+    ss.session->on_parked();
+  }
+  deliver(shard, out);
+  if (reply.status != core::Status::kParked) {
+    ss.session->on_reply(server_now(), reply);
+  }
+}
+
+void World::observe_call(std::size_t shard, const std::vector<core::Delivery>& out,
+                         const core::Reply* reply, const core::Request* request) {
+  for (const core::Delivery& delivery : out) {
+    if (!delivery.reply.token) continue;
+    auto it = process_->sessions.find(delivery.session.value);
+    if (it == process_->sessions.end()) continue;  // reported by deliver_local
+    observed_grants_.emplace_back(ResourceKey{it->second.inflight_ns, it->second.inflight_key},
+                                  *delivery.reply.token);
+    observed_paths_.push_back("delivery to session " + std::to_string(delivery.session.value));
+  }
+  if (reply != nullptr && reply->token && request != nullptr) {
+    observed_grants_.emplace_back(
+        ResourceKey{core::command_namespace(request->command), request->key}, *reply->token);
+    observed_paths_.push_back("reply");
+  }
+  check_engine(shard);
+}
+
+void World::deliver(std::size_t from_shard, std::vector<core::Delivery>& out) {
+  for (core::Delivery& delivery : out) {
+    const std::size_t owner = owner_of(delivery.session.value);
+    if (owner == from_shard) {
+      deliver_local(delivery.session.value, delivery.reply);
+    } else {
+      Hop hop;
+      hop.kind = HopKind::kDeliver;
+      hop.session = delivery.session.value;
+      hop.reply = delivery.reply;
+      post(from_shard, owner, std::move(hop));
+    }
+  }
+  out.clear();
+}
+
+void World::deliver_local(std::uint64_t session, const core::Reply& reply) {
+  auto it = process_->sessions.find(session);
+  if (it == process_->sessions.end()) {
+    fail("driver-contract", "delivery for unknown session " + std::to_string(session));
+    return;
+  }
+  ServerSession& ss = it->second;
+  if (!ss.awaiting_delivery || !ss.session->in_flight() || reply.status == core::Status::kParked) {
+    fail("driver-contract", "delivery with nothing parked, session " + std::to_string(session));
+    return;
+  }
+  ss.awaiting_delivery = false;
+  ss.session->on_reply(server_now(), reply);
+}
+
+void World::on_result(std::uint64_t session, const core::Reply& reply) {
+  auto it = process_->sessions.find(session);
+  if (it == process_->sessions.end() || !it->second.remote_pending) {
+    fail("driver-contract", "result for session with nothing routed " + std::to_string(session));
+    return;
+  }
+  ServerSession& ss = it->second;
+  ss.remote_pending = false;
+  if (reply.status == core::Status::kParked) {
+    ss.awaiting_delivery = true;
+    ss.session->on_parked();
+  } else {
+    ss.session->on_reply(server_now(), reply);
+  }
+}
+
+void World::on_hop(std::uint64_t life, std::size_t from, std::size_t to) {
+  if (!process_ || life != life_) return;
+  auto& channel = process_->channels[{from, to}];
+  if (channel.empty() || channel.front().at > now_) return;
+  Hop hop = std::move(channel.front());
+  channel.pop_front();
+  digest_.add(static_cast<std::uint64_t>(hop.kind));
+  digest_.add(hop.session);
+  core::Engine& engine = *process_->engines[to];
+  std::vector<core::Delivery> out;
+  switch (hop.kind) {
+    case HopKind::kRoute: {
+      Hop result;
+      result.kind = HopKind::kResult;
+      result.session = hop.session;
+      result.reply = engine.handle(server_now(), SessionId{hop.session}, hop.request, out);
+      observe_call(to, out, &result.reply, &hop.request);
+      deliver(to, out);
+      post(to, from, std::move(result));
+      break;
+    }
+    case HopKind::kResult:
+      on_result(hop.session, hop.reply);
+      break;
+    case HopKind::kDeliver:
+      deliver_local(hop.session, hop.reply);
+      break;
+    case HopKind::kClose: {
+      Hop done;
+      done.kind = HopKind::kCloseDone;
+      done.session = hop.session;
+      done.dropped =
+          engine.close_session(server_now(), SessionId{hop.session}, settings_.auto_release, out);
+      observe_call(to, out, nullptr, nullptr);
+      deliver(to, out);
+      post(to, from, std::move(done));
+      break;
+    }
+    case HopKind::kCloseDone: {
+      auto it = process_->sessions.find(hop.session);
+      if (it == process_->sessions.end()) {
+        fail("driver-contract", "close-done for unknown session");
+        break;
+      }
+      ServerSession& ss = it->second;
+      --ss.close_pending;
+      if (hop.dropped) {
+        if (!ss.awaiting_delivery || !ss.session->in_flight()) {
+          fail("driver-contract", "close dropped a request nobody parked");
+          break;
+        }
+        ss.awaiting_delivery = false;
+        ss.session->on_cancelled();
+        ++result_.coverage["cancelled"];
+      }
+      break;
+    }
+  }
+  pump();
+}
+
+bool World::pump_session(std::uint64_t id, ServerSession& ss) {
+  bool progress = false;
+  core::Session& session = *ss.session;
+  if (!ss.input.empty()) {
+    const std::size_t used = session.on_bytes(server_now(), ss.input);
+    if (used > 0) {
+      ss.input.erase(0, std::min(used, ss.input.size()));
+      progress = true;
+    }
+  }
+  if (session.closed() && !ss.notified) {
+    ss.notified = true;
+    history_.connection_closed(ss.connection, now_);
+    progress = true;
+    for (std::size_t shard = 0; shard < settings_.shards; ++shard) {
+      if (!ss.touched[shard]) continue;
+      if (shard == ss.owner) {
+        std::vector<core::Delivery> out;
+        const bool dropped = process_->engines[shard]->close_session(server_now(), SessionId{id},
+                                                                     settings_.auto_release, out);
+        observe_call(shard, out, nullptr, nullptr);
+        if (dropped) {
+          if (!ss.awaiting_delivery || !session.in_flight()) {
+            fail("driver-contract", "close dropped a request nobody parked");
+          } else {
+            ss.awaiting_delivery = false;
+            session.on_cancelled();
+            ++result_.coverage["cancelled"];
+          }
+        }
+        deliver(shard, out);
+      } else {
+        ++ss.close_pending;
+        Hop hop;
+        hop.kind = HopKind::kClose;
+        hop.session = id;
+        post(ss.owner, shard, std::move(hop));
+      }
+    }
+  }
+  while (!ss.awaiting_delivery && !ss.remote_pending && !failed_) {
+    std::optional<core::Request> request = session.next_request(server_now());
+    if (!request) break;
+    progress = true;
+    if (core::is_engine_command(request->command)) {
+      route(id, ss, *request);
+    } else if (request->command == core::Command::kStats) {
+      // Simplification: the parts of every shard are gathered at once (production sends a
+      // StatsRequest to each shard and merges the StatsParts as they come back).
+      core::StatsSnapshot total;
+      for (std::size_t shard = 0; shard < settings_.shards; ++shard) {
+        std::vector<core::Delivery> out;
+        core::StatsSnapshot part = process_->engines[shard]->stats(server_now(), out);
+        observe_call(shard, out, nullptr, nullptr);
+        deliver(shard, out);
+        core::merge_stats(total, std::move(part), core::EngineConfig{}.stats_entries_max);
+      }
+      std::int64_t open = 0;
+      for (const auto& [other_id, other] : process_->sessions) {
+        if (!other.session->closed()) ++open;
+      }
+      session.on_reply(server_now(), core::Reply::stats(core::encode_stats_json(open, total)));
+    } else {
+      fail("driver-contract", "session routed a request it should answer itself");
+    }
+  }
+  if (ss.socket_open && !session.output().empty()) {
+    const std::string bytes(session.output());
+    session.consume_output(bytes.size());
+    send(connections_[ss.connection].to_client, ss.connection, false, SegmentKind::kData, bytes);
+    progress = true;
+  }
+  if (session.closed() && ss.socket_open && !ss.fin_sent && session.output().empty()) {
+    ss.fin_sent = true;
+    ss.socket_open = false;
+    send(connections_[ss.connection].to_client, ss.connection, false, SegmentKind::kFin, {});
+    progress = true;
+  }
+  return progress;
+}
+
+void World::pump() {
+  if (!process_) return;
+  for (int pass = 0; pass < 10'000 && !failed_; ++pass) {
+    bool progress = false;
+    std::vector<std::uint64_t> forget;
+    for (auto& [id, ss] : process_->sessions) {
+      if (pump_session(id, ss)) progress = true;
+      if (ss.session->finished() && ss.notified && ss.close_pending == 0) forget.push_back(id);
+    }
+    for (std::uint64_t id : forget) {
+      process_->sessions.erase(id);
+      forgotten_sessions_.insert(id);
+    }
+    if (!progress) {
+      arm_timer();
+      return;
+    }
+  }
+  if (!failed_) fail("driver-contract", "routing loop did not settle");
+}
+
+void World::on_server_timer() {
+  Process& p = *process_;
+  if (p.timer_at && *p.timer_at <= now_) p.timer_at.reset();
+  for (std::size_t shard = 0; shard < settings_.shards; ++shard) {
+    std::vector<core::Delivery> out;
+    p.engines[shard]->tick(server_now(), out);
+    observe_call(shard, out, nullptr, nullptr);
+    deliver(shard, out);
+  }
+  for (auto& [id, ss] : p.sessions) ss.session->on_timer(server_now());
+  pump();
+}
+
+void World::arm_timer() {
+  Process& p = *process_;
+  std::optional<std::int64_t> next;
+  auto consider = [&](std::optional<Instant> at) {
+    if (!at) return;
+    const std::int64_t virtual_at = std::max(at->ns() - p.mono_origin, now_ + 1);
+    if (!next || virtual_at < *next) next = virtual_at;
+  };
+  for (const auto& engine : p.engines) consider(engine->next_wake());
+  for (const auto& [id, ss] : p.sessions) consider(ss.session->next_deadline());
+  if (next && (!p.timer_at || *next < *p.timer_at)) {
+    p.timer_at = next;
+    schedule(*next, EventKind::kServerTimer, life_);
+  }
+}
+
+// ---- clients -------------------------------------------------------------------------------
+
+ResourceKey World::pick_key(bool semaphore) {
+  std::string key;
+  if (workload_.chance(settings_.hot_permille)) {
+    key = "h" + std::to_string(workload_.below(settings_.hot_keys));
+  } else {
+    key = "c" + std::to_string(workload_.below(settings_.cold_keys));
+  }
+  return {semaphore ? Namespace::kSemaphore : Namespace::kLock, key};
+}
+
+std::int64_t World::semaphore_limit(const std::string& key) const {
+  // Fixed per key so that limit mismatches are the exception the workload makes on purpose.
+  return 1 + static_cast<std::int64_t>(key.back() - '0' + 1) % 3;
+}
+
+void World::client_send(Client& client, Outstanding outstanding, std::string bytes) {
+  outstanding.sent_at = now_;
+  if (!outstanding.malformed && core::is_engine_command(outstanding.request.command)) {
+    outstanding.op = history_.call(client.id, client.connection, outstanding.request, now_);
+  }
+  client.pending.push_back(std::move(outstanding));
+  send(connections_[client.connection].to_server, client.connection, true, SegmentKind::kData,
+       std::move(bytes));
+}
+
+void World::client_connection_lost(Client& client) {
+  // Whatever was pending may or may not have happened.
+  // Whatever was pending stays indefinite in the history.
+  client.pending.clear();
+  client.held.clear();
+  client.enqueued.clear();
+  client.input.clear();
+  client.connection = 0;
+  client.half_closed = false;
+}
+
+void World::client_disconnect(Client& client, bool reset) {
+  Connection& connection = connections_[client.connection];
+  digest_.add(reset ? 0x7e5e7 : 0xf1f1);
+  if (reset) {
+    send(connection.to_server, client.connection, true, SegmentKind::kReset, {});
+    client_connection_lost(client);
+  } else {
+    send(connection.to_server, client.connection, true, SegmentKind::kFin, {});
+    client.half_closed = true;  // reads on until the server closes
+  }
+}
+
+void World::client_act(Client& client) {
+  const std::int64_t think = workload_.between(0, 300) * kMs;
+  if (client.stopped) {
+    if (draining_ && client.connection != 0 && !client.half_closed) {
+      client_disconnect(client, workload_.chance(500));
+    }
+    return;
+  }
+  schedule(now_ + think + 1, EventKind::kClientAct, client.id);
+  if (client.connection == 0) {
+    if (!process_) return;
+    const std::uint64_t id = next_connection_++;
+    Connection& connection = connections_[id];
+    connection.client = client.id;
+    connection.life = life_;
+    connection.session = accept(id);
+    client.connection = id;
+    digest_.add(id);
+    return;
+  }
+  if (client.half_closed) return;
+  const std::size_t depth_max = settings_.pipelining ? 3 : 1;
+  if (client.pending.size() >= depth_max) return;
+  if (client.pending.empty() && workload_.chance(settings_.vanish_permille)) {
+    client_disconnect(client, workload_.chance(600));
+    return;
+  }
+  if (!client.pending.empty() && settings_.fault_disconnect &&
+      workload_.chance(settings_.vanish_permille)) {
+    client_disconnect(client, workload_.chance(600));  // vanish while queued or parked
+    return;
+  }
+
+  Outstanding out;
+  core::Request& request = out.request;
+  std::string bytes;
+  const std::uint64_t dice = workload_.below(1000);
+  const bool semaphore = workload_.chance(400);
+  auto lease = [&]() -> std::int64_t {
+    return workload_.chance(300) ? 0 : workload_.between(1, 8);
+  };
+  if (dice < 30) {
+    // Malformed: one request's worth of lines, answered `error`.
+    static const char* const kMalformed[] = {"x\ny\nz\n",     "l\n\n5\n",    "l\nk\n-1\n",
+                                             "sl\nk\n1 0\n",  "l\nk\nabc\n", "r\nk\n\n",
+                                             "n\nk\ntok 0\n", "l\nk a\n1\n", "w\nk\n1 2 3\n"};
+    out.malformed = true;
+    bytes = kMalformed[workload_.below(std::size(kMalformed))];
+  } else if (dice < 36) {
+    out.malformed = true;
+    out.closes = true;
+    bytes = "l\n" + std::string(300, 'k') + "\n1\n";
+  } else if (dice < 60) {
+    request.command = workload_.chance(900) ? core::Command::kPing : core::Command::kStats;
+  } else if (dice < 420) {
+    const ResourceKey key = pick_key(semaphore);
+    request.command = semaphore ? core::Command::kSemLock : core::Command::kLock;
+    request.key = key.second;
+    request.timeout_s = workload_.chance(250) ? 0 : workload_.between(1, 4);
+    request.lease_s = lease();
+    if (semaphore) {
+      request.limit = semaphore_limit(key.second);
+      if (workload_.chance(20)) request.limit += 1;  // a mismatch
+    }
+  } else if (dice < 620) {
+    // Release: mostly a token we hold, sometimes a stale, foreign or malformed one.
+    ResourceKey key;
+    std::optional<core::Token> token;
+    if (!client.held.empty() && workload_.chance(800)) {
+      auto it = client.held.begin();
+      std::advance(it, static_cast<long>(workload_.below(client.held.size())));
+      key = it->first;
+      token = it->second;
+    } else {
+      key = pick_key(semaphore);
+      if (!token_pool_.empty()) token = token_pool_[workload_.below(token_pool_.size())];
+    }
+    request.command =
+        key.first == Namespace::kSemaphore ? core::Command::kSemRelease : core::Command::kRelease;
+    request.key = key.second;
+    if (!token || workload_.chance(30)) {
+      out.malformed = true;  // not a token we could have issued: `error`, nothing changes
+      bytes =
+          std::string(core::command_name(request.command)) + "\n" + key.second + "\nNOT-A-TOKEN\n";
+    } else {
+      request.token = token;
+    }
+  } else if (dice < 720) {
+    // Renew (sometimes too late: leases are short and think time is long).
+    if (client.held.empty()) {
+      request.command = core::Command::kPing;
+    } else {
+      auto it = client.held.begin();
+      std::advance(it, static_cast<long>(workload_.below(client.held.size())));
+      request.command = it->first.first == Namespace::kSemaphore ? core::Command::kSemRenew
+                                                                 : core::Command::kRenew;
+      request.key = it->first.second;
+      request.token = it->second;
+      request.lease_s = lease();
+    }
+  } else if (dice < 850) {
+    // Two-phase step one.
+    const ResourceKey key = pick_key(semaphore);
+    request.command = semaphore ? core::Command::kSemEnqueue : core::Command::kEnqueue;
+    request.key = key.second;
+    request.lease_s = lease();
+    if (semaphore) request.limit = semaphore_limit(key.second);
+  } else {
+    // Two-phase step two: mostly for a key we enqueued.
+    ResourceKey key;
+    if (!client.enqueued.empty() && workload_.chance(900)) {
+      auto it = client.enqueued.begin();
+      std::advance(it, static_cast<long>(workload_.below(client.enqueued.size())));
+      key = it->first;
+    } else {
+      key = pick_key(semaphore);
+    }
+    request.command =
+        key.first == Namespace::kSemaphore ? core::Command::kSemWait : core::Command::kWait;
+    request.key = key.second;
+    request.timeout_s = workload_.chance(250) ? 0 : workload_.between(1, 4);
+  }
+  if (bytes.empty()) core::encode_request(request, bytes);
+  digest_.add(bytes);
+  client_send(client, std::move(out), std::move(bytes));
+}
+
+void World::client_line(Client& client, std::string_view line) {
+  if (client.pending.empty()) {
+    fail("protocol",
+         "client " + std::to_string(client.id) + " got an unsolicited reply: " + std::string(line));
+    return;
+  }
+  Outstanding outstanding = std::move(client.pending.front());
+  client.pending.pop_front();
+  // Parse: status word, then fields.
+  std::vector<std::string> fields;
+  std::size_t start = 0;
+  while (start <= line.size()) {
+    const std::size_t space = line.find(' ', start);
+    const std::size_t end = space == std::string_view::npos ? line.size() : space;
+    fields.emplace_back(line.substr(start, end - start));
+    start = end + 1;
+  }
+  const std::string& status = fields[0];
+  const core::Request& request = outstanding.request;
+  if (outstanding.malformed) {
+    if (status != "error") fail("protocol", "malformed request answered " + std::string(line));
+    return;
+  }
+  std::optional<core::Token> token;
+  if ((status == "ok" || status == "acquired") && fields.size() == 3) {
+    token = core::Token::parse(fields[1]);
+    if (!token) fail("protocol", "bad token in reply " + std::string(line));
+  }
+  const ResourceKey key{core::command_namespace(request.command), request.key};
+  using core::Command;
+  switch (request.command) {
+    case Command::kLock:
+    case Command::kSemLock:
+    case Command::kWait:
+    case Command::kSemWait:
+      if (request.command == Command::kWait || request.command == Command::kSemWait) {
+        auto it = client.enqueued.find(key);
+        if (it != client.enqueued.end()) {
+          // A two-phase grant may have happened any time after its `e`.
+          if (outstanding.op != 0) history_.widen_call(outstanding.op, it->second);
+          client.enqueued.erase(it);
+        }
+      }
+      if (token) {
+        client.held[key] = *token;
+        token_pool_.push_back(*token);
+      }
+      break;
+    case Command::kEnqueue:
+    case Command::kSemEnqueue:
+      if (status == "acquired" && token) {
+        client.held[key] = *token;
+        token_pool_.push_back(*token);
+      } else if (status == "queued") {
+        client.enqueued[key] = outstanding.sent_at;
+      }
+      break;
+    case Command::kRelease:
+    case Command::kSemRelease:
+      if (status == "ok") {
+        auto it = client.held.find(key);
+        if (it != client.held.end() && request.token && it->second == *request.token) {
+          client.held.erase(it);
+        }
+      }
+      break;
+    case Command::kRenew:
+    case Command::kSemRenew:
+      if (status != "ok") client.held.erase(key);  // the lease ended
+      break;
+    default:
+      break;
+  }
+  if (token_pool_.size() > 256) token_pool_.erase(token_pool_.begin(), token_pool_.begin() + 128);
+  std::int64_t seconds = -1;
+  if (fields.size() >= 2) {
+    const std::string& number = fields.back();
+    if (!number.empty() && number.size() < 12 &&
+        std::all_of(number.begin(), number.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      seconds = std::stoll(number);
+    }
+  }
+  if (outstanding.op != 0) history_.complete(outstanding.op, now_, status, token, seconds);
+}
+
+// ---- faults --------------------------------------------------------------------------------
+
+void World::on_fault() {
+  if (liveness_) return;
+  schedule(now_ + faults_.between(1, 2 * settings_.fault_interval_ms) * kMs, EventKind::kFault);
+  std::vector<int> choices;
+  if (settings_.fault_crash && process_) choices.push_back(0);
+  if (settings_.fault_pause && process_ && paused_until_ <= now_) choices.push_back(1);
+  if (settings_.fault_wall_step) choices.push_back(2);
+  if (settings_.fault_expiry_burst && process_ && paused_until_ <= now_) choices.push_back(3);
+  if (settings_.fault_disconnect) choices.push_back(4);
+  if (choices.empty()) return;
+  const int choice = choices[faults_.below(choices.size())];
+  digest_.add(static_cast<std::uint64_t>(choice) + 0xfa000);
+  static const char* const kFaultNames[] = {"crash", "pause", "wall-step", "expiry-burst",
+                                            "disconnect-fault"};
+  ++result_.coverage[kFaultNames[choice]];
+  if (options_.trace) std::printf("%lld fault %d\n", static_cast<long long>(now_), choice);
+  switch (choice) {
+    case 0:
+      crash();
+      break;
+    case 1:  // the process stops (a GC pause, SIGSTOP): its clock reads jump when it resumes
+      paused_until_ = now_ + faults_.between(1, 2'000) * kMs;
+      schedule(paused_until_, EventKind::kUnpause);
+      break;
+    case 2: {  // the wall clock steps by an hour
+      const bool back = faults_.chance(500);
+      wall_offset_ += back ? -kHour : kHour;
+      if (back) wall_went_back_ = true;
+      break;
+    }
+    case 3:  // a long stop: every lease ends at once when the process resumes
+      paused_until_ = now_ + faults_.between(30, 120) * kS;
+      schedule(paused_until_, EventKind::kUnpause);
+      break;
+    case 4: {  // a random client's connection resets
+      Client& client = clients_[faults_.below(clients_.size())];
+      if (client.connection != 0 && !client.half_closed) client_disconnect(client, true);
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+// ---- the run -------------------------------------------------------------------------------
+
+void World::dispatch(const Event& event) {
+  switch (event.kind) {
+    case EventKind::kClientAct:
+      client_act(clients_[event.a]);
+      break;
+    case EventKind::kNetToServer:
+      on_net_to_server(event.a);
+      break;
+    case EventKind::kNetToClient:
+      on_net_to_client(event.a);
+      break;
+    case EventKind::kHop:
+      on_hop(event.a, event.b, event.c);
+      break;
+    case EventKind::kServerTimer:
+      if (process_ && event.a == life_) on_server_timer();
+      break;
+    case EventKind::kFault:
+      on_fault();
+      break;
+    case EventKind::kRestart:
+      if (!process_) start_process();
+      break;
+    case EventKind::kUnpause:
+      break;
+    case EventKind::kLivenessStart:
+      break;
+  }
+}
+
+Result World::run() {
+  result_.settings = settings_.describe();
+  start_process();
+  clients_.resize(settings_.clients);
+  for (std::size_t i = 0; i < clients_.size(); ++i) {
+    clients_[i].id = i;
+    schedule(workload_.between(0, 100) * kMs, EventKind::kClientAct, i);
+  }
+  schedule(faults_.between(1, settings_.fault_interval_ms) * kMs, EventKind::kFault);
+
+  std::int64_t liveness_deadline = 0;
+  std::int64_t drain_deadline = 0;
+  while (!failed_ && !queue_.empty()) {
+    Event event = queue_.top();
+    queue_.pop();
+    // A stopped process handles nothing; its events wait for it (in their order).
+    if (server_side(event) && paused_until_ > event.at) {
+      event.at = paused_until_;
+      event.sequence = next_event_sequence_++;
+      queue_.push(event);
+      continue;
+    }
+    now_ = event.at;
+    ++events_;
+    digest_.add(static_cast<std::uint64_t>(event.at));
+    digest_.add(static_cast<std::uint64_t>(event.kind) << 32 | event.a);
+    if (options_.trace) {
+      std::printf("%lld ev %d a=%llu b=%llu c=%llu\n", static_cast<long long>(now_),
+                  static_cast<int>(event.kind), static_cast<unsigned long long>(event.a),
+                  static_cast<unsigned long long>(event.b),
+                  static_cast<unsigned long long>(event.c));
+    }
+    dispatch(event);
+    if (failed_) break;
+    check_invariants();
+
+    if (!liveness_ && events_ >= options_.events) {
+      // Heal: no more faults, the process runs, clients issue nothing new.
+      liveness_ = true;
+      // Events a pause deferred stay scheduled at its end: the window starts from there.
+      const std::int64_t resumed_at = std::max(now_, paused_until_);
+      paused_until_ = 0;
+      if (!process_) start_process();
+      for (Client& client : clients_) client.stopped = true;
+      liveness_deadline = resumed_at + kLivenessWindow;
+      schedule(liveness_deadline, EventKind::kLivenessStart);
+      if (process_) pump();
+    }
+    if (liveness_ && !draining_ && now_ >= liveness_deadline) {
+      for (const Client& client : clients_) {
+        if (client.connection != 0 && !client.pending.empty()) {
+          fail("liveness", "client " + std::to_string(client.id) + " still waits for " +
+                               std::to_string(client.pending.size()) + " replies after " +
+                               std::to_string(kLivenessWindow / kS) + " s of healed time; " +
+                               describe_connection(client));
+          break;
+        }
+      }
+      draining_ = true;
+      drain_deadline = now_ + kDrainWindow;
+      for (Client& client : clients_) schedule(now_ + 1, EventKind::kClientAct, client.id);
+    }
+    if (draining_ && now_ >= drain_deadline) break;
+  }
+  harvest_counters();
+  if (!failed_) check_final();
+  if (!failed_) {
+    const History::Outcome outcome = history_.check();
+    result_.keys_checked = outcome.keys_checked;
+    result_.inconclusive = outcome.inconclusive;
+    result_.operations_checked = outcome.operations;
+    if (!outcome.violation.empty()) fail("linearizability", outcome.violation);
+  }
+  result_.events_run = events_;
+  result_.digest = digest_.value();
+  return result_;
+}
+
+// ---- checks --------------------------------------------------------------------------------
+
+void World::check_invariants() {
+  if (!process_) {
+    observed_grants_.clear();
+    observed_paths_.clear();
+    return;
+  }
+  for (std::size_t shard = 0; shard < settings_.shards && !failed_; ++shard) check_engine(shard);
+  observed_grants_.clear();
+  observed_paths_.clear();
+}
+
+void World::check_engine(std::size_t shard) {
+  if (failed_) return;
+  std::map<ResourceKey, KeySnapshot> current;
+  std::map<ResourceKey, std::vector<core::Token>> fresh;
+  std::map<std::uint64_t, std::string> source;  // fence -> where the checker saw it first
+  std::map<ResourceKey, std::set<std::uint64_t>> fresh_holders;  // sessions granted this call
+  for (std::size_t i = 0; i < observed_grants_.size(); ++i) {
+    const auto& [key, token] = observed_grants_[i];
+    if (seen_tokens_.count({token.fence.value, token.salt}) == 0) {
+      fresh[key].push_back(token);
+      source[token.fence.value] = "a " + observed_paths_[i];
+    }
+  }
+  observed_grants_.clear();
+  observed_paths_.clear();
+  {
+    const core::Engine& engine = *process_->engines[shard];
+    for (const core::Engine::ResourceView& view : engine.inspect()) {
+      const ResourceKey key{view.ns, view.key};
+      if (core::shard_of(view.ns, view.key, settings_.shards) != shard) {
+        fail("routing", key_name(key) + " lives on shard " + std::to_string(shard));
+        return;
+      }
+      std::int64_t live = 0;
+      for (const auto& holder : view.holders) {
+        if (holder.deadline > engine.now()) ++live;
+        if (seen_tokens_.count({holder.token.fence.value, holder.token.salt}) == 0) {
+          fresh[key].push_back(holder.token);
+          source[holder.token.fence.value] =
+              "a holder of session " + std::to_string(holder.session.value);
+          fresh_holders[key].insert(holder.session.value);
+        }
+        if (forgotten_sessions_.count(holder.session.value) != 0 && settings_.auto_release) {
+          fail("leak", key_name(key) + " held by forgotten session " +
+                           std::to_string(holder.session.value));
+          return;
+        }
+      }
+      if (live > view.limit) {
+        fail("mutual-exclusion", key_name(key) + " has " + std::to_string(live) +
+                                     " live holders, limit " + std::to_string(view.limit));
+        return;
+      }
+      KeySnapshot& snapshot = current[key];
+      for (SessionId waiter : view.waiters) {
+        if (forgotten_sessions_.count(waiter.value) != 0) {
+          fail("leak", key_name(key) + " has a waiter of forgotten session " +
+                           std::to_string(waiter.value));
+          return;
+        }
+        snapshot.waiters.push_back(waiter.value);
+      }
+    }
+  }
+  // Fences: every new grant beats every earlier grant of the key.
+  for (auto& [key, tokens] : fresh) {
+    std::sort(tokens.begin(), tokens.end(),
+              [](const core::Token& x, const core::Token& y) { return x.fence < y.fence; });
+    tokens.erase(std::unique(tokens.begin(), tokens.end()), tokens.end());
+    for (const core::Token& token : tokens) {
+      const std::uint64_t fence = token.fence.value;
+      std::uint64_t& life_max = max_fence_life_[key];
+      std::uint64_t& ever_max = max_fence_ever_[key];
+      if (fence <= life_max) {
+        fail("fence-monotonic", key_name(key) + " fence " + std::to_string(fence) + " (seen in " +
+                                    source[fence] + " on shard " + std::to_string(shard) +
+                                    ") after " + std::to_string(life_max) + " in life " +
+                                    std::to_string(life_) + " at " + std::to_string(now_));
+        return;
+      }
+      if (cross_life_fences_checked_ && fence <= ever_max) {
+        fail("fence-monotonic-across-restarts", key_name(key) + " fence " + std::to_string(fence) +
+                                                    " after " + std::to_string(ever_max) +
+                                                    " from an earlier life");
+        return;
+      }
+      life_max = fence;
+      ever_max = std::max(ever_max, fence);
+      seen_tokens_.insert({fence, token.salt});
+      ++result_.grants_seen;
+    }
+  }
+  // FIFO: a waiter is granted only after every waiter ahead of it left the queue.
+  for (const auto& [key, before] : previous_[shard]) {
+    const std::vector<std::uint64_t>& w = before.waiters;
+    if (w.empty()) continue;
+    std::set<std::uint64_t> distinct(w.begin(), w.end());
+    if (distinct.size() != w.size()) continue;  // one session twice: ambiguous, skip
+    auto it = current.find(key);
+    const std::vector<std::uint64_t> empty;
+    const std::vector<std::uint64_t>& r = it == current.end() ? empty : it->second.waiters;
+    // Which of the earlier waiters are still waiting.
+    // A session granted in this call that is in the queue again joined anew (a session may queue
+    // behind its own grant: locks are not re-entrant), so it does not count as still waiting.
+    const std::set<std::uint64_t>& granted = fresh_holders[key];
+    std::set<std::uint64_t> still;
+    for (std::uint64_t session : r) {
+      if (granted.count(session) == 0) still.insert(session);
+    }
+    std::size_t first_still = w.size();
+    for (std::size_t i = 0; i < w.size(); ++i) {
+      if (still.count(w[i]) != 0) {
+        first_still = i;
+        break;
+      }
+    }
+    for (std::size_t i = first_still + 1; i < w.size(); ++i) {
+      if (still.count(w[i]) == 0 && granted.count(w[i]) != 0) {
+        fail("fifo", key_name(key) + ": session " + std::to_string(w[i]) +
+                         " was granted while session " + std::to_string(w[first_still]) +
+                         ", ahead of it, still waits; queue before " + join(w) + " after " +
+                         join(r) + " at " + std::to_string(now_));
+        return;
+      }
+    }
+    for (std::uint64_t session : granted) {
+      if (first_still < w.size() && distinct.count(session) == 0) {
+        fail("fifo", key_name(key) + ": newcomer session " + std::to_string(session) +
+                         " was granted while session " + std::to_string(w[first_still]) +
+                         " still waits");
+        return;
+      }
+    }
+  }
+  previous_[shard] = std::move(current);
+}
+
+std::string World::describe_connection(const Client& client) {
+  std::string text = "first pending: ";
+  const Outstanding& first = client.pending.front();
+  text += first.malformed
+              ? std::string("malformed")
+              : std::string(core::command_name(first.request.command)) + " " + first.request.key +
+                    " timeout " + std::to_string(first.request.timeout_s);
+  text += ", sent at " + std::to_string(first.sent_at);
+  Connection& connection = connections_[client.connection];
+  text += "; connection " + std::to_string(client.connection) + " life " +
+          std::to_string(connection.life) + " (now " + std::to_string(life_) + ")";
+  text += ", segments to server " + std::to_string(connection.to_server.segments.size()) +
+          ", to client " + std::to_string(connection.to_client.segments.size());
+  if (!process_) return text + ", no process";
+  auto it = process_->sessions.find(connection.session);
+  if (it == process_->sessions.end()) return text + ", server session forgotten";
+  const ServerSession& ss = it->second;
+  text += ", session " + std::to_string(connection.session) +
+          (ss.session->closed() ? " closed" : " open") +
+          (ss.session->in_flight() ? " in-flight" : "") + (ss.awaiting_delivery ? " parked" : "") +
+          (ss.remote_pending ? " remote" : "") + " queued " +
+          std::to_string(ss.session->queued_requests()) + " buffered " +
+          std::to_string(ss.session->buffered_input_bytes()) + " input " +
+          std::to_string(ss.input.size()) + (ss.socket_open ? " socket-open" : " socket-closed");
+  for (std::size_t shard = 0; shard < settings_.shards; ++shard) {
+    const core::Engine& engine = *process_->engines[shard];
+    const std::optional<Instant> wake = engine.next_wake();
+    text += "; shard " + std::to_string(shard) + " next wake " +
+            (wake ? std::to_string(wake->ns() - process_->mono_origin) : std::string("none"));
+    for (const core::Engine::ResourceView& view : engine.inspect()) {
+      for (SessionId waiter : view.waiters) {
+        if (waiter.value == connection.session)
+          text += ", waits on " + key_name({view.ns, view.key});
+      }
+      for (const auto& holder : view.holders) {
+        if (holder.session.value == connection.session) {
+          text += ", holds " + key_name({view.ns, view.key});
+        }
+      }
+    }
+  }
+  return text;
+}
+
+void World::check_final() {
+  for (const Client& client : clients_) {
+    if (client.connection != 0) {
+      fail("liveness", "client " + std::to_string(client.id) + " still connected at the end");
+      return;
+    }
+  }
+  if (!process_) return;
+  if (!process_->sessions.empty()) {
+    fail("leak", std::to_string(process_->sessions.size()) + " sessions never finished");
+    return;
+  }
+  for (const auto& engine : process_->engines) {
+    for (const core::Engine::ResourceView& view : engine->inspect()) {
+      if (!view.holders.empty() || !view.waiters.empty()) {
+        fail("leak", key_name({view.ns, view.key}) + " still has " +
+                         std::to_string(view.holders.size()) + " holders and " +
+                         std::to_string(view.waiters.size()) +
+                         " waiters after every session closed");
+        return;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+const std::vector<std::string>& profile_names() { return kProfiles; }
+
+bool is_profile(const std::string& name) {
+  return std::find(kProfiles.begin(), kProfiles.end(), name) != kProfiles.end();
+}
+
+Result run_simulation(const Options& options) {
+  World world(options, choose_settings(options.seed, options.profile));
+  return world.run();
+}
+
+}  // namespace turnstile::sim
