@@ -1,0 +1,30 @@
+# Runs turnstile-sim twice on the same seeds and demands that both runs pass and print identical
+# output, digests included: same seed, same trace (docs/simulator.md).
+#   cmake -DSIM=<turnstile-sim> -DPROFILE=<name|all> -DSEEDS=<A..B> -DEVENTS=<n> -P run_twice.cmake
+foreach(required SIM PROFILE SEEDS EVENTS)
+  if(NOT ${required})
+    message(FATAL_ERROR "${required} is required")
+  endif()
+endforeach()
+foreach(run first second)
+  execute_process(COMMAND ${SIM} --seeds ${SEEDS} --profile ${PROFILE} --events ${EVENTS}
+    OUTPUT_VARIABLE output ERROR_VARIABLE errors RESULT_VARIABLE status)
+  if(NOT status EQUAL 0)
+    message(FATAL_ERROR "turnstile-sim failed (${run} run):\n${output}\n${errors}")
+  endif()
+  if(run STREQUAL "first")
+    string(REGEX MATCH "summary:[^\n]*" summary "${output}")
+  endif()
+  # The summary line holds wall-clock figures; everything else must match byte for byte.
+  string(REGEX REPLACE "summary:[^\n]*\n?" "" output "${output}")
+  set(output_${run} "${output}")
+endforeach()
+if(NOT output_first STREQUAL output_second)
+  message(FATAL_ERROR "same seeds, different traces:\n--- first\n${output_first}\n--- second\n${output_second}")
+endif()
+string(REGEX MATCHALL "digest [0-9a-f]+" digests "${output_first}")
+list(LENGTH digests count)
+if(count EQUAL 0)
+  message(FATAL_ERROR "no digests in the output:\n${output_first}")
+endif()
+message(STATUS "${count} seeds (${PROFILE}) passed twice with identical digests; ${summary}")
