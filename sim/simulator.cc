@@ -69,6 +69,7 @@ struct Settings {
   bool fault_wall_step = false;
   bool fault_expiry_burst = false;
   bool fault_disconnect = false;
+  bool fault_clock_back = false;
   bool fragment = false;
   bool pipelining = false;
   std::int64_t fault_interval_ms = 2'000;  // mean gap between fault events
@@ -102,6 +103,7 @@ struct Settings {
     fault(fault_wall_step, "wall-step");
     fault(fault_expiry_burst, "expiry-burst");
     fault(fault_disconnect, "disconnect");
+    fault(fault_clock_back, "clock-back");
     fault(fragment, "fragment");
     fault(pipelining, "pipelining");
     text += faults + "]";
@@ -128,6 +130,7 @@ Settings choose_settings(std::uint64_t seed, const std::string& profile) {
   s.fault_wall_step = prng.chance(100);
   s.fault_expiry_burst = prng.chance(300);
   s.fault_disconnect = prng.chance(500);
+  s.fault_clock_back = prng.chance(200);
   s.fragment = prng.chance(700);
   s.pipelining = prng.chance(500);
   s.fault_interval_ms = prng.between(300, 5'000);
@@ -140,6 +143,7 @@ Settings choose_settings(std::uint64_t seed, const std::string& profile) {
     s.fault_interval_ms = prng.between(300, 1'500);
   } else if (profile == "clock-chaos") {
     s.fault_wall_step = true;
+    s.fault_clock_back = true;
     s.fault_pause = true;
     s.fault_expiry_burst = true;
     s.fault_crash = prng.chance(700);
@@ -283,7 +287,8 @@ struct ServerSession {
 
 struct Process {
   std::uint64_t life = 0;
-  std::int64_t mono_origin = 0;  // Instant = mono_origin + virtual time
+  std::int64_t mono_origin = 0;  // Instant = mono_origin + virtual time - mono_back
+  std::int64_t mono_back = 0;    // a monotonic clock reading behind (the clock-back fault)
   std::unique_ptr<Budget> budget;
   std::vector<std::unique_ptr<core::Engine>> engines;
   std::map<std::uint64_t, ServerSession> sessions;
@@ -373,7 +378,9 @@ class World {
   void on_net_to_client(std::uint64_t connection_id);
 
   // -- server
-  Instant server_now() const { return Instant::from_ns(process_->mono_origin + now_); }
+  Instant server_now() const {
+    return Instant::from_ns(process_->mono_origin + now_ - process_->mono_back);
+  }
   void start_process();
   void crash();
   void harvest_counters();  // adds the engines' counters to the coverage
@@ -898,7 +905,7 @@ void World::arm_timer() {
   std::optional<std::int64_t> next;
   auto consider = [&](std::optional<Instant> at) {
     if (!at) return;
-    const std::int64_t virtual_at = std::max(at->ns() - p.mono_origin, now_ + 1);
+    const std::int64_t virtual_at = std::max(at->ns() - p.mono_origin + p.mono_back, now_ + 1);
     if (!next || virtual_at < *next) next = virtual_at;
   };
   for (const auto& engine : p.engines) consider(engine->next_wake());
@@ -1182,11 +1189,12 @@ void World::on_fault() {
   if (settings_.fault_wall_step) choices.push_back(2);
   if (settings_.fault_expiry_burst && process_ && paused_until_ <= now_) choices.push_back(3);
   if (settings_.fault_disconnect) choices.push_back(4);
+  if (settings_.fault_clock_back && process_ && process_->mono_back < 30 * kS) choices.push_back(5);
   if (choices.empty()) return;
   const int choice = choices[faults_.below(choices.size())];
   digest_.add(static_cast<std::uint64_t>(choice) + 0xfa000);
-  static const char* const kFaultNames[] = {"crash", "pause", "wall-step", "expiry-burst",
-                                            "disconnect-fault"};
+  static const char* const kFaultNames[] = {
+      "crash", "pause", "wall-step", "expiry-burst", "disconnect-fault", "clock-back"};
   ++result_.coverage[kFaultNames[choice]];
   if (options_.trace) std::printf("%lld fault %d\n", static_cast<long long>(now_), choice);
   switch (choice) {
@@ -1206,6 +1214,12 @@ void World::on_fault() {
     case 3:  // a long stop: every lease ends at once when the process resumes
       paused_until_ = now_ + faults_.between(30, 120) * kS;
       schedule(paused_until_, EventKind::kUnpause);
+      break;
+    case 5:  // the monotonic clock steps back by up to 10 s and stays behind: the engines see
+             // regressions, hold their time still until the readings catch up, and must neither
+             // revive nor extend a lease. (It never jumps forward again: a forward jump ends
+             // leases early in real time, which no lease service can prevent; fences guard that.)
+      process_->mono_back += faults_.between(1, 10'000) * kMs;
       break;
     case 4: {  // a random client's connection resets
       Client& client = clients_[faults_.below(clients_.size())];
