@@ -127,11 +127,16 @@ std::int64_t ns_index(Namespace ns) { return ns == Namespace::kLock ? 0 : 1; }
 }  // namespace
 
 struct Engine::Impl {
-  Impl(const EngineConfig& engine_config, RandomSource& salts, ResourceBudget* resource_budget)
+  Impl(const EngineConfig& engine_config, RandomSource& salts, ResourceBudget* resource_budget,
+       FenceSource* fence_source)
       : config(engine_config),
         salt_source(salts),
         budget(resource_budget),
-        last_fence(engine_config.fence_floor) {
+        fences(fence_source),
+        last_fence(engine_config.fence_floor),
+        block_next(engine_config.fence_floor.value + 1),
+        block_left(fence_source != nullptr ? 0 : UINT64_MAX - engine_config.fence_floor.value) {
+    TS_ASSERT(config.fence_block >= 1);
     TS_ASSERT(config.default_lease_s >= 1 && config.default_lease_s <= kMaxSeconds);
     TS_ASSERT(config.gc_max_idle >= Duration::zero());
     TS_ASSERT(config.resources_max >= 0 && config.waiters_max >= 0);
@@ -158,8 +163,11 @@ struct Engine::Impl {
   EngineConfig config;
   RandomSource& salt_source;
   ResourceBudget* budget;  // null: resources_max applies to this engine alone
+  FenceSource* fences;     // null: fences count up from fence_floor
   Instant now = Instant::min();
-  Fence last_fence;
+  Fence last_fence;          // the last fence minted
+  std::uint64_t block_next;  // the next fence of the current block, valid while block_left > 0
+  std::uint64_t block_left;
   EngineCounters counters;
   ResourceMap resources[2];
   std::uint64_t next_serial = 0;
@@ -255,13 +263,27 @@ struct Engine::Impl {
     return sessions[session.value];
   }
 
-  // Mints the next token, or nullopt when the fence space is used up (it never wraps).
+  // Whether a fence can be minted now, taking the next block from the source when the current
+  // one is used up.
+  bool fence_available() {
+    if (block_left > 0) return true;
+    if (fences == nullptr) return false;  // UINT64_MAX reached: the space is used up
+    const FenceBlock block = fences->take(config.fence_block);
+    if (block.count == 0) return false;
+    TS_ASSERT(block.first > last_fence.value && block.count - 1 <= UINT64_MAX - block.first);
+    block_next = block.first;
+    block_left = block.count;
+    return true;
+  }
+
+  // Mints the next token, or nullopt when no fence is available (it never wraps).
   std::optional<Token> mint() {
-    if (last_fence.value == UINT64_MAX) {
+    if (!fence_available()) {
       ++counters.fence_exhausted;
       return std::nullopt;
     }
-    ++last_fence.value;
+    last_fence.value = block_next++;  // wraps only past the last fence, which is never minted
+    --block_left;
     ++counters.grants;
     return Token{last_fence, salt_source.next_u64()};
   }
@@ -431,8 +453,8 @@ struct Engine::Impl {
         status = Status::kErrorMaxLocks;
         return nullptr;
       }
-      if (last_fence.value == UINT64_MAX) {
-        // Creating a resource that could never be granted would only leave litter behind.
+      if (!fence_available()) {
+        // Creating a resource that could not be granted would only leave litter behind.
         if (budget != nullptr) budget->give_back();
         ++counters.fence_exhausted;
         status = Status::kError;
@@ -683,8 +705,9 @@ struct Engine::Impl {
   }
 };
 
-Engine::Engine(const EngineConfig& config, RandomSource& salt_source, ResourceBudget* budget)
-    : impl_(std::make_unique<Impl>(config, salt_source, budget)) {}
+Engine::Engine(const EngineConfig& config, RandomSource& salt_source, ResourceBudget* budget,
+               FenceSource* fences)
+    : impl_(std::make_unique<Impl>(config, salt_source, budget, fences)) {}
 
 Engine::~Engine() = default;
 

@@ -30,6 +30,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/fence.h"
 #include "core/protocol.h"
 #include "core/random.h"
 #include "core/stats.h"
@@ -44,6 +45,7 @@ struct EngineConfig {
   std::int64_t resources_max = 1'048'576;        // --max-locks: resources in this engine, exact
   std::int64_t waiters_max = 0;                  // --max-waiters: per resource; 0 = unlimited
   Fence fence_floor{0};                          // every fence issued is > fence_floor
+  std::uint64_t fence_block = 4096;              // fences taken from a FenceSource at a time
   std::size_t stats_entries_max = 10'000;        // per stats array
 };
 
@@ -60,7 +62,9 @@ struct EngineCounters {
   std::uint64_t lease_expiries = 0;
   std::uint64_t wait_timeouts = 0;
   std::uint64_t resources_collected = 0;
-  std::uint64_t fence_exhausted = 0;  // grants refused because no fence was left
+  // Grants refused because no fence was available: the space is used up, or the FenceSource
+  // had none (with the fence journal: none durable yet).
+  std::uint64_t fence_exhausted = 0;
 };
 
 // Counts resources across all engines of a server, so that --max-locks is exact for the whole
@@ -77,8 +81,11 @@ class ResourceBudget {
 class Engine {
  public:
   // `salt_source` supplies the random half of every token; `budget`, when given, replaces
-  // resources_max. Both must outlive the engine.
-  Engine(const EngineConfig& config, RandomSource& salt_source, ResourceBudget* budget = nullptr);
+  // resources_max; `fences`, when given, supplies every fence in blocks of config.fence_block
+  // (without one, fences count up from config.fence_floor to UINT64_MAX). All must outlive the
+  // engine.
+  Engine(const EngineConfig& config, RandomSource& salt_source, ResourceBudget* budget = nullptr,
+         FenceSource* fences = nullptr);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
