@@ -2,10 +2,12 @@
 // Run: ./build/bench/core_bench --benchmark_filter=Engine --benchmark_repetitions=5
 #include <benchmark/benchmark.h>
 
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "core/engine.h"
+#include "core/fence.h"
 
 namespace turnstile::core {
 namespace {
@@ -17,11 +19,34 @@ Request make(Command command, std::string key) {
   return request;
 }
 
+// The daemon's fence source with an instant disk: a FenceJournal behind a mutex, as every shard
+// of turnstiled shares it, whose writes are durable at once. What it adds to a grant is what the
+// journal costs the hot path; the fsync itself runs off it, on the journal thread.
+class LockedJournal final : public FenceSource {
+ public:
+  LockedJournal() : journal_(FenceJournalConfig{}, recover_journal({}), 1'767'225'600'000'000'000) {
+    make_durable();
+  }
+  FenceBlock take(std::uint64_t want) override {
+    std::lock_guard lock(mutex_);
+    const FenceBlock block = journal_.take(want);
+    if (journal_.write_wanted()) make_durable();
+    return block;
+  }
+
+ private:
+  void make_durable() {
+    if (auto write = journal_.begin_write()) journal_.end_write(write->seq, true);
+  }
+  std::mutex mutex_;
+  FenceJournal journal_;
+};
+
 // One key per worker, each acquire immediately followed by its release: the fast path.
-void BM_EngineUncontendedAcquireRelease(benchmark::State& state) {
+void uncontended_acquire_release(benchmark::State& state, FenceSource* fences) {
   const auto workers = static_cast<int>(state.range(0));
   SplitMix64 salts(1);
-  Engine engine(EngineConfig{}, salts);
+  Engine engine(EngineConfig{}, salts, nullptr, fences);
   std::vector<Delivery> out;
   std::vector<Request> acquires;
   std::vector<Request> releases;
@@ -49,7 +74,17 @@ void BM_EngineUncontendedAcquireRelease(benchmark::State& state) {
   state.counters["pairs_per_s"] =
       benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
 }
+void BM_EngineUncontendedAcquireRelease(benchmark::State& state) {
+  uncontended_acquire_release(state, nullptr);
+}
 BENCHMARK(BM_EngineUncontendedAcquireRelease)->Arg(1)->Arg(100)->Arg(10000);
+
+// The same with fences drawn from the fence journal (--fence-state-file).
+void BM_EngineUncontendedAcquireReleaseJournal(benchmark::State& state) {
+  LockedJournal journal;
+  uncontended_acquire_release(state, &journal);
+}
+BENCHMARK(BM_EngineUncontendedAcquireReleaseJournal)->Arg(1)->Arg(100)->Arg(10000);
 
 // Many sessions queued on one key: each release hands the lock to the head waiter (a Delivery)
 // and the releasing session queues again at the tail. One iteration = one hand-off.
