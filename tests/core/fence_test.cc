@@ -83,6 +83,16 @@ TEST(FenceFormat, RecordLayoutIsMagicSeqCeilingChecksumBigEndian) {
   }
 }
 
+// The example in docs/fence-journal.md.
+TEST(FenceFormat, DocumentedExampleRecord) {
+  const std::vector<std::uint8_t> expected = {0x74, 0x73, 0x66, 0x65, 0x6e, 0x63, 0x65, 0x31,
+                                              0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x02,
+                                              0x18, 0x86, 0x72, 0x51, 0xee, 0x3a, 0x00, 0x00,
+                                              0xb1, 0xb8, 0xcb, 0x82, 0xb3, 0x68, 0x2f, 0xf9};
+  const auto bytes = encode_journal_record({2, 1'767'225'600'004'194'304ULL});
+  EXPECT_EQ(std::vector<std::uint8_t>(bytes.begin(), bytes.end()), expected);
+}
+
 RC_GTEST_PROP(FenceFormat, EncodeDecodeRoundTrip, ()) {
   const JournalRecord record{*rc::gen::inRange<std::uint64_t>(1, kU64Max),
                              *rc::gen::arbitrary<std::uint64_t>()};
