@@ -72,6 +72,16 @@ Request release_request(const std::optional<Token>& token) {
   return request;
 }
 
+// A journal with `range` started on a new file at `wall`, its first reservation durable.
+struct StartedJournal {
+  StartedJournal(std::uint64_t range, std::uint64_t wall)
+      : journal(FenceJournalConfig{range}, recover_journal({}), wall) {
+    sync(journal, file);
+  }
+  FenceJournal journal;
+  MemoryFile file;
+};
+
 // ---- format ------------------------------------------------------------------------------------
 
 TEST(FenceFormat, RecordLayoutIsMagicSeqCeilingChecksumBigEndian) {
@@ -273,11 +283,9 @@ TEST(FenceJournalMachine, StartsAboveThePersistedCeilingOrTheWallClockWhicheverI
 }
 
 TEST(FenceJournalMachine, ReservesTheNextRangeAtHalfAndWritesAlternateSlots) {
-  FenceJournalConfig config;
-  config.range = 100;
-  FenceJournal journal(config, recover_journal({}), 0);
-  MemoryFile file;
-  sync(journal, file);
+  StartedJournal started(100, 0);
+  FenceJournal& journal = started.journal;
+  MemoryFile& file = started.file;
   EXPECT_EQ(journal.durable_ceiling(), 100u);
   EXPECT_EQ(journal.take(50).count, 50u);  // 50 left: not yet under half
   EXPECT_FALSE(journal.write_wanted());
@@ -302,11 +310,8 @@ TEST(FenceJournalMachine, ReservesTheNextRangeAtHalfAndWritesAlternateSlots) {
 }
 
 TEST(FenceJournalMachine, AFailedWriteChangesNothingAndIsRetriedToTheSameSlot) {
-  FenceJournalConfig config;
-  config.range = 100;
-  FenceJournal journal(config, recover_journal({}), 0);
-  MemoryFile file;
-  sync(journal, file);
+  StartedJournal started(100, 0);
+  FenceJournal& journal = started.journal;
   journal.take(60);
   auto write = journal.begin_write();
   ASSERT_TRUE(write.has_value());
@@ -411,11 +416,8 @@ RC_GTEST_PROP(FenceJournalMachine, FencesIncreaseAcrossCrashesAndTornWrites, ())
 // ---- engines drawing from a source -------------------------------------------------------------
 
 TEST(FenceEngine, EnginesSharingASourceNeverRepeatAndEachIncreases) {
-  FenceJournalConfig config;
-  config.range = 1000;
-  FenceJournal journal(config, recover_journal({}), 0);
-  MemoryFile file;
-  sync(journal, file);
+  StartedJournal started(1000, 0);
+  FenceJournal& journal = started.journal;
   SplitMix64 salts(1);
   EngineConfig engine_config;
   engine_config.fence_block = 3;
