@@ -26,6 +26,20 @@ inline std::uint64_t wall_clock_ns() {
          static_cast<std::uint64_t>(ts.tv_nsec);
 }
 
+// The wall clock shifted by `offset_s` seconds (--test-wall-clock-offset-s, 0 outside tests),
+// clamped to the u64 range. |offset_s| is bounded by the config (a century), so the offset in
+// nanoseconds fits an int64.
+inline std::uint64_t shifted_wall_clock_ns(std::int64_t offset_s) {
+  const std::uint64_t wall_ns = wall_clock_ns();
+  const std::int64_t offset_ns = offset_s * 1'000'000'000;
+  if (offset_ns >= 0) {
+    const auto up = static_cast<std::uint64_t>(offset_ns);
+    return wall_ns > UINT64_MAX - up ? UINT64_MAX : wall_ns + up;
+  }
+  const auto down = static_cast<std::uint64_t>(-offset_ns);
+  return wall_ns < down ? 0 : wall_ns - down;
+}
+
 // A libevent timer delay; negative durations (a deadline already passed) become zero.
 inline timeval to_timeval(core::Duration duration) {
   const std::int64_t ns = std::max<std::int64_t>(duration.ns(), 0);

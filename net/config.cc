@@ -40,6 +40,11 @@ constexpr std::size_t kMaxAuthTokenBytes = 64 * 1024;
 // Reading a token file stops here, so pointing the flag at /dev/zero cannot exhaust memory.
 constexpr std::size_t kMaxAuthTokenFileBytes = 1024 * 1024;
 constexpr std::size_t kQuotedValueMax = 64;
+// --test-wall-clock-offset-s: a century either way is more than any test needs, and keeps the
+// offset in nanoseconds far from overflowing.
+constexpr std::int64_t kMaxWallClockOffsetSeconds = 3'155'760'000;
+// --test-fence-range: at most the production range, 2^22.
+constexpr std::int64_t kMaxTestFenceRange = std::int64_t{1} << 22;
 constexpr std::string_view kEnvPrefixes[] = {"TURNSTILE_", "DFLOCKD_"};
 
 enum class Kind { kText, kInteger, kBool, kAuthToken, kAuthTokenFile };
@@ -49,7 +54,7 @@ using Target = std::variant<std::monostate, std::string Config::*, int Config::*
 
 struct Setting {
   std::string_view flag;  // without the leading "--"
-  std::string_view env;   // after the TURNSTILE_ / DFLOCKD_ prefix
+  std::string_view env;   // after the TURNSTILE_ / DFLOCKD_ prefix; empty: flag only
   Kind kind;
   std::string_view value_name;  // shown in --help
   std::int64_t min;             // integers only
@@ -102,7 +107,19 @@ const Setting kSettings[] = {
      "shared secret clients must send with `auth` (visible in ps; prefer the file)"},
     {"auth-token-file", "AUTH_TOKEN_FILE", Kind::kAuthTokenFile, "path", 0, 0, std::monostate{},
      "file holding the shared secret on one line"},
+    {"fence-state-file", "FENCE_STATE_FILE", Kind::kText, "path", 0, 0, &Config::fence_state_file,
+     "fence journal: fences keep increasing across restarts and clock steps; empty = off"},
     {"debug", "DEBUG", Kind::kBool, "", 0, 0, &Config::debug, "log at debug level"},
+    // Not read from the environment: a stray variable must never shift a production clock.
+    {"test-wall-clock-offset-s", "", Kind::kInteger, "seconds", -kMaxWallClockOffsetSeconds,
+     kMaxWallClockOffsetSeconds, &Config::test_wall_clock_offset_s,
+     "FOR TESTS ONLY: added to the wall clock that seeds fences (simulates a clock step)"},
+    {"test-fence-range", "", Kind::kInteger, "fences", 2, kMaxTestFenceRange,
+     &Config::test_fence_range,
+     "FOR TESTS ONLY: the fence journal's reservation range (default: the production 2^22)"},
+    {"test-fence-write-failures", "", Kind::kInteger, "n", 0, 1000,
+     &Config::test_fence_write_failures,
+     "FOR TESTS ONLY: fail the next n fence journal writes after start-up as if fsync failed"},
 };
 
 bool takes_value(const Setting& setting) { return setting.kind != Kind::kBool; }
@@ -281,6 +298,7 @@ std::optional<ConfigExit> apply(const Setting& setting, const Source& source, Co
 // never starts without one.
 std::optional<Source> from_environment(const Setting& setting, const EnvLookup& env,
                                        bool empty_is_value) {
+  if (setting.env.empty()) return std::nullopt;  // a flag-only setting
   for (std::string_view prefix : kEnvPrefixes) {
     std::string name = std::string(prefix) + std::string(setting.env);
     std::optional<std::string> value = env(name);
@@ -454,10 +472,14 @@ std::string usage_text(const Config& defaults) {
       text += setting.max == kInt64Max ? "" : std::to_string(setting.max);
       text += ")";
     }
-    text += "\n      env ";
-    for (std::string_view prefix : kEnvPrefixes) {
-      text += std::string(prefix) + std::string(setting.env);
-      text += prefix == kEnvPrefixes[0] ? ", " : "";
+    if (setting.env.empty()) {
+      text += "\n      flag only";
+    } else {
+      text += "\n      env ";
+      for (std::string_view prefix : kEnvPrefixes) {
+        text += std::string(prefix) + std::string(setting.env);
+        text += prefix == kEnvPrefixes[0] ? ", " : "";
+      }
     }
     text += "; default " + default_text(setting, defaults) + "\n";
   }

@@ -34,6 +34,15 @@ struct Config {
   std::string tls_cert;  // both or neither
   std::string tls_key;
   std::optional<std::string> auth_token;  // resolved secret (trimmed, non-empty, no CR/LF)
+  std::string fence_state_file;           // the fence journal (docs/fence-journal.md); empty = off
+  // For tests only: seconds added to the wall clock that seeds the fence counter, so a test can
+  // restart the daemon "with the clock set back". Flag only (no environment variable).
+  std::int64_t test_wall_clock_offset_s = 0;
+  // For tests only: the journal's reservation range (0: the production 2^22), so that a test
+  // reaches running reservations after a few grants; and how many reservation writes after
+  // start-up fail as if fsync had returned EIO. Flag only.
+  std::int64_t test_fence_range = 0;
+  std::int64_t test_fence_write_failures = 0;
   bool debug = false;
 };
 

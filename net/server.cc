@@ -50,9 +50,37 @@ std::string openssl_error() {
 
 Server::Server(Config config) : config_(std::move(config)), shared_(config_) {
   base_ = event_base_new();
-  const std::uint64_t fence_floor = wall_clock_ns();  // fences start above the wall clock
+}
+
+// With --fence-state-file the first reservation is durable here, before any shard or listener
+// exists, so no grant can come before it.
+bool Server::open_fence_file() {
+  if (config_.fence_state_file.empty()) return true;
+  FenceFile::TestOptions test;
+  test.wall_clock_offset_s = config_.test_wall_clock_offset_s;
+  test.range = static_cast<std::uint64_t>(config_.test_fence_range);
+  test.write_failures = static_cast<std::uint64_t>(config_.test_fence_write_failures);
+  auto opened = FenceFile::open(config_.fence_state_file, test);
+  if (auto* refusal = std::get_if<std::string>(&opened)) {
+    log_line(LogLevel::kError, *refusal);
+    return false;
+  }
+  fence_file_ = std::move(std::get<std::unique_ptr<FenceFile>>(opened));
+  log_line(LogLevel::kInfo, fence_file_->startup_summary());
+  if (config_.test_wall_clock_offset_s != 0) {
+    logf(LogLevel::kWarn, "--test-wall-clock-offset-s %lld is for tests only",
+         static_cast<long long>(config_.test_wall_clock_offset_s));
+  }
+  return true;
+}
+
+void Server::create_shards() {
+  // Without the journal, fences start above the wall clock (shifted only in tests).
+  const std::uint64_t fence_floor =
+      fence_file_ == nullptr ? shifted_wall_clock_ns(config_.test_wall_clock_offset_s) : 0;
   for (int i = 0; i < config_.threads; ++i) {
-    shards_.push_back(std::make_unique<Shard>(static_cast<std::size_t>(i), shared_, fence_floor));
+    shards_.push_back(std::make_unique<Shard>(static_cast<std::size_t>(i), shared_, fence_floor,
+                                              fence_file_.get()));
     shared_.shards.push_back(shards_.back().get());
   }
 }
@@ -63,6 +91,7 @@ Server::~Server() {
   if (drain_poll_ != nullptr) event_free(drain_poll_);
   for (event* signal_event : signals_) event_free(signal_event);
   shards_.clear();
+  fence_file_.reset();  // after the engines that take from it; closing releases the lock
   if (shared_.tls != nullptr) SSL_CTX_free(shared_.tls);
   if (base_ != nullptr) event_base_free(base_);
 }
@@ -125,6 +154,8 @@ bool Server::listen() {
 
 int Server::run() {
   std::signal(SIGPIPE, SIG_IGN);
+  if (!open_fence_file()) return 1;
+  create_shards();
   if (!set_up_tls() || !listen()) return 1;
   for (const std::string& warning : config_warnings(config_)) {
     log_line(LogLevel::kWarn, warning);
@@ -136,9 +167,11 @@ int Server::run() {
   }
   accept_resume_ = evtimer_new(base_, &Server::on_accept_resume, this);
   drain_poll_ = evtimer_new(base_, &Server::on_drain_poll, this);
+  if (fence_file_ != nullptr) fence_file_->start_writer();
   for (auto& shard : shards_) shard->start();
   event_base_dispatch(base_);
   stop_shards();
+  if (fence_file_ != nullptr) fence_file_->stop_writer();  // after a write in flight finishes
   log_line(LogLevel::kInfo, "stopped");
   return 0;
 }

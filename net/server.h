@@ -19,6 +19,7 @@
 
 #include "core/time.h"
 #include "net/config.h"
+#include "net/fence_file.h"
 #include "net/shard.h"
 
 namespace turnstile::net {
@@ -30,11 +31,14 @@ class Server {
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
 
-  // Listens, serves until a shutdown signal, drains and returns the exit code (0, or 1 when the
-  // server could not start: the reason is logged).
+  // Opens the fence state file (when configured), listens, serves until a shutdown signal,
+  // drains and returns the exit code (0, or 1 when the server could not start: the reason is
+  // logged).
   int run();
 
  private:
+  bool open_fence_file();
+  void create_shards();
   bool listen();
   bool set_up_tls();
   static void on_accept(evconnlistener*, evutil_socket_t fd, sockaddr* address, int length,
@@ -48,6 +52,7 @@ class Server {
 
   Config config_;
   SharedState shared_;
+  std::unique_ptr<FenceFile> fence_file_;  // with --fence-state-file; outlives the shards
   std::vector<std::unique_ptr<Shard>> shards_;
   event_base* base_ = nullptr;
   evconnlistener* listener_ = nullptr;

@@ -192,10 +192,11 @@ void Connection::on_timer(evutil_socket_t, short, void* self) {
 
 // ---- Shard ------------------------------------------------------------------------------------
 
-Shard::Shard(std::size_t index, SharedState& shared, std::uint64_t fence_floor)
+Shard::Shard(std::size_t index, SharedState& shared, std::uint64_t fence_floor,
+             core::FenceSource* fences)
     : index_(index),
       shared_(shared),
-      engine_(engine_config(shared.config, fence_floor), salts_, &shared.budget) {
+      engine_(engine_config(shared.config, fence_floor), salts_, &shared.budget, fences) {
   event_config* config = event_config_new();
   event_config_set_flag(config, EVENT_BASE_FLAG_NOLOCK);  // one thread owns this base
   base_ = event_base_new_with_config(config);

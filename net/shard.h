@@ -112,7 +112,10 @@ struct Connection;
 
 class Shard {
  public:
-  Shard(std::size_t index, SharedState& shared, std::uint64_t fence_floor);
+  // Fences: from `fences` when given (the fence journal, shared by every shard), else counting up
+  // from `fence_floor`.
+  Shard(std::size_t index, SharedState& shared, std::uint64_t fence_floor,
+        core::FenceSource* fences);
   ~Shard();
   Shard(const Shard&) = delete;
   Shard& operator=(const Shard&) = delete;

@@ -705,6 +705,100 @@ TEST(ConfigWarnings, OnlyUnboundedCapsWarn) {
   EXPECT_TRUE(config_warnings(config).empty());
 }
 
+// ---- the fence journal and the test-only wall-clock offset ----------------------------------
+
+TEST(ConfigFenceStateFile, OffByDefault) {
+  const Config config = ok(parse({}));
+  EXPECT_EQ(config.fence_state_file, "");
+  EXPECT_EQ(config.test_wall_clock_offset_s, 0);
+}
+
+TEST(ConfigFenceStateFile, FromFlagInBothForms) {
+  EXPECT_EQ(ok(parse({"--fence-state-file", "/var/lib/t/fences"})).fence_state_file,
+            "/var/lib/t/fences");
+  EXPECT_EQ(ok(parse({"--fence-state-file=f"})).fence_state_file, "f");
+  EXPECT_EQ(ok(parse({"-fence-state-file=f"})).fence_state_file, "f");
+}
+
+TEST(ConfigFenceStateFile, PrecedenceFlagThenTurnstileThenDflockd) {
+  const Env both = {{"TURNSTILE_FENCE_STATE_FILE", "t"}, {"DFLOCKD_FENCE_STATE_FILE", "d"}};
+  EXPECT_EQ(ok(parse({"--fence-state-file=flag"}, both)).fence_state_file, "flag");
+  EXPECT_EQ(ok(parse({}, both)).fence_state_file, "t");
+  EXPECT_EQ(ok(parse({}, {{"DFLOCKD_FENCE_STATE_FILE", "d"}})).fence_state_file, "d");
+  // An empty variable counts as unset, like every other ordinary setting.
+  EXPECT_EQ(ok(parse({}, {{"TURNSTILE_FENCE_STATE_FILE", ""}, {"DFLOCKD_FENCE_STATE_FILE", "d"}}))
+                .fence_state_file,
+            "d");
+}
+
+TEST(ConfigFenceStateFile, EmptyFlagTurnsItOff) {
+  EXPECT_EQ(
+      ok(parse({"--fence-state-file="}, {{"TURNSTILE_FENCE_STATE_FILE", "t"}})).fence_state_file,
+      "");
+}
+
+TEST(ConfigFenceStateFile, MissingValueNamesTheFlag) {
+  EXPECT_TRUE(contains(error(parse({"--fence-state-file"})), "--fence-state-file"));
+}
+
+TEST(ConfigTestWallClockOffset, SignedSecondsWithinACentury) {
+  EXPECT_EQ(ok(parse({"--test-wall-clock-offset-s=-3600"})).test_wall_clock_offset_s, -3600);
+  EXPECT_EQ(ok(parse({"--test-wall-clock-offset-s", "-86400"})).test_wall_clock_offset_s, -86400);
+  EXPECT_EQ(ok(parse({"--test-wall-clock-offset-s=+60"})).test_wall_clock_offset_s, 60);
+  EXPECT_EQ(ok(parse({"--test-wall-clock-offset-s=3155760000"})).test_wall_clock_offset_s,
+            3'155'760'000);
+  EXPECT_EQ(ok(parse({"--test-wall-clock-offset-s=-3155760000"})).test_wall_clock_offset_s,
+            -3'155'760'000);
+}
+
+TEST(ConfigTestWallClockOffset, InvalidValuesAreRejected) {
+  EXPECT_EQ(error(parse({"--test-wall-clock-offset-s=3155760001"})),
+            "turnstiled: invalid value \"3155760001\" for --test-wall-clock-offset-s: must be "
+            "between -3155760000 and 3155760000 seconds");
+  EXPECT_TRUE(contains(error(parse({"--test-wall-clock-offset-s=-3155760001"})),
+                       "must be between -3155760000 and 3155760000 seconds"));
+  EXPECT_TRUE(contains(error(parse({"--test-wall-clock-offset-s=-99999999999999999999"})),
+                       "must be between"));
+  EXPECT_TRUE(contains(error(parse({"--test-wall-clock-offset-s=1h"})), "not an integer"));
+  EXPECT_TRUE(contains(error(parse({"--test-wall-clock-offset-s="})), "not an integer"));
+}
+
+TEST(ConfigTestWallClockOffset, IsNeverReadFromTheEnvironment) {
+  const Env env = {{"TURNSTILE_TEST_WALL_CLOCK_OFFSET_S", "-3600"},
+                   {"DFLOCKD_TEST_WALL_CLOCK_OFFSET_S", "-3600"},
+                   {"TURNSTILE_", "-3600"},
+                   {"DFLOCKD_", "-3600"}};
+  EXPECT_EQ(ok(parse({}, env)).test_wall_clock_offset_s, 0);
+}
+
+TEST(ConfigTestFenceKnobs, RangeAndWriteFailuresAreFlagOnlyAndBounded) {
+  const Config defaults = ok(parse({}));
+  EXPECT_EQ(defaults.test_fence_range, 0);
+  EXPECT_EQ(defaults.test_fence_write_failures, 0);
+  EXPECT_EQ(ok(parse({"--test-fence-range=64"})).test_fence_range, 64);
+  EXPECT_EQ(ok(parse({"--test-fence-range=4194304"})).test_fence_range, 4'194'304);
+  EXPECT_TRUE(contains(error(parse({"--test-fence-range=1"})), "must be between 2 and 4194304"));
+  EXPECT_TRUE(contains(error(parse({"--test-fence-range=4194305"})), "must be between"));
+  EXPECT_EQ(ok(parse({"--test-fence-write-failures", "3"})).test_fence_write_failures, 3);
+  EXPECT_TRUE(contains(error(parse({"--test-fence-write-failures=-1"})), "must be between 0"));
+  EXPECT_TRUE(contains(error(parse({"--test-fence-write-failures=1001"})), "must be between"));
+  const Env env = {{"TURNSTILE_TEST_FENCE_RANGE", "64"},
+                   {"TURNSTILE_TEST_FENCE_WRITE_FAILURES", "3"}};
+  EXPECT_EQ(ok(parse({}, env)).test_fence_range, 0);
+  EXPECT_EQ(ok(parse({}, env)).test_fence_write_failures, 0);
+}
+
+TEST(ConfigHelp, ListsTheFenceStateFileAndMarksTheTestFlag) {
+  const ConfigResult result = parse({"--help"});
+  const auto* exit = std::get_if<ConfigExit>(&result);
+  ASSERT_NE(exit, nullptr);
+  EXPECT_TRUE(contains(exit->message,
+                       "TURNSTILE_FENCE_STATE_FILE, DFLOCKD_FENCE_STATE_FILE; default unset"));
+  EXPECT_TRUE(
+      contains(exit->message, "  --test-wall-clock-offset-s seconds\n      FOR TESTS ONLY"));
+  EXPECT_TRUE(contains(exit->message, "flag only; default 0"));
+}
+
 // ---- the process environment ----------------------------------------------------------------
 
 TEST(ConfigProcessEnvironment, WrapsGetenv) {
