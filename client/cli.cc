@@ -1,0 +1,534 @@
+#include "client/cli.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/eventfd.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <cxxopts.hpp>
+#include <fstream>
+#include <iostream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/cluster.h"
+#include "client/connection.h"
+#include "client/guard.h"
+
+extern char** environ;
+
+namespace turnstile::client {
+namespace {
+
+using Json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kUsage =
+    "usage: turnstile <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  acquire --key K [--timeout S] [--lease S] [--semaphore LIMIT]\n"
+    "  release --key K --token T [--semaphore]\n"
+    "  renew   --key K --token T [--lease S] [--semaphore]\n"
+    "  stats\n"
+    "  ping\n"
+    "  run     --key K [--timeout S] [--lease S] [--semaphore LIMIT] [--grace S]\n"
+    "          [--no-kill-on-loss] -- command [args...]\n"
+    "\n"
+    "common options: --server HOST:PORT (repeatable; default 127.0.0.1:6388), --tls,\n"
+    "  --tls-ca PATH, --tls-server-name NAME, --auth-token-file PATH, --connect-timeout S,\n"
+    "  --json. `turnstile <command> --help` lists a command's options. See docs/cli.md.\n"
+    "\n"
+    "exit codes: 0 ok, 1 error, 64 usage, 69 could not connect, 75 timed out waiting,\n"
+    "  76 lock lost during run, 77 auth refused; run: the command's code, 128+N if it\n"
+    "  was killed by signal N, 126/127 if it could not be executed / found.\n";
+
+struct UsageError {
+  std::string message;
+};
+
+int exit_code_for(const Error& error) {
+  switch (error.code) {
+    case ErrorCode::kTimeout:
+      return kExitTimedOut;
+    case ErrorCode::kConnect:
+    case ErrorCode::kTls:
+      return kExitNoConnection;
+    case ErrorCode::kAuth:
+      return kExitAuth;
+    case ErrorCode::kInvalidArgument:
+      return kExitUsage;
+    default:
+      return kExitError;
+  }
+}
+
+struct Common {
+  std::vector<Endpoint> servers;
+  ConnectOptions connect;
+  bool json = false;
+  std::string command;
+};
+
+// Reports an error on stderr (and, with --json, as a JSON line on stdout); returns its exit code.
+int fail(const Common& common, const Error& error, const std::string& context = {}) {
+  std::cerr << "turnstile " << common.command << ": " << (context.empty() ? "" : context + ": ")
+            << error.to_string() << "\n";
+  if (common.json) {
+    Json out = {{"ok", false},
+                {"error", std::string(error_code_name(error.code))},
+                {"message", error.message}};
+    std::cout << out.dump() << "\n";
+  }
+  return exit_code_for(error);
+}
+
+void add_common_options(cxxopts::Options& options) {
+  options.add_options()("s,server", "server HOST:PORT, repeatable (keys are placed by CRC-32)",
+                        cxxopts::value<std::vector<std::string>>())(
+      "tls", "connect with TLS (system trust store unless --tls-ca)")(
+      "tls-ca", "PEM file of CA certificates to trust (implies --tls)",
+      cxxopts::value<std::string>())("tls-server-name",
+                                     "name the certificate must carry (default: the host)",
+                                     cxxopts::value<std::string>())(
+      "auth-token-file", "file holding the auth token (one line)", cxxopts::value<std::string>())(
+      "connect-timeout", "seconds to connect, handshake and authenticate",
+      cxxopts::value<double>()->default_value("5"))("json", "machine-readable output")(
+      "h,help", "print this help");
+}
+
+std::string trim(std::string text) {
+  const auto is_space = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; };
+  while (!text.empty() && is_space(text.back())) text.pop_back();
+  std::size_t start = 0;
+  while (start < text.size() && is_space(text[start])) ++start;
+  return text.substr(start);
+}
+
+Common read_common(const cxxopts::ParseResult& parsed, const std::string& command) {
+  Common common;
+  common.command = command;
+  common.json = parsed.count("json") != 0;
+  std::vector<std::string> servers{"127.0.0.1:6388"};
+  if (parsed.count("server") != 0) servers = parsed["server"].as<std::vector<std::string>>();
+  for (const std::string& text : servers) {
+    auto endpoint = parse_endpoint(text);
+    if (!endpoint) throw UsageError{endpoint.error().message};
+    common.servers.push_back(*endpoint);
+  }
+  const double connect_s = parsed["connect-timeout"].as<double>();
+  if (!(connect_s > 0 && connect_s < 86400)) throw UsageError{"--connect-timeout out of range"};
+  common.connect.connect_timeout = Milliseconds{static_cast<std::int64_t>(connect_s * 1000)};
+  if (parsed.count("tls") != 0 || parsed.count("tls-ca") != 0 ||
+      parsed.count("tls-server-name") != 0) {
+    TlsOptions tls;
+    if (parsed.count("tls-ca") != 0) tls.ca_file = parsed["tls-ca"].as<std::string>();
+    if (parsed.count("tls-server-name") != 0) {
+      tls.server_name = parsed["tls-server-name"].as<std::string>();
+    }
+    common.connect.tls = tls;
+  }
+  if (parsed.count("auth-token-file") != 0) {
+    const std::string path = parsed["auth-token-file"].as<std::string>();
+    std::ifstream file(path, std::ios::binary);
+    if (!file) throw UsageError{"cannot read --auth-token-file " + path};
+    std::stringstream contents;
+    contents << file.rdbuf();
+    common.connect.auth_token = trim(contents.str());
+    if (common.connect.auth_token.empty()) throw UsageError{"the auth token file is empty"};
+  }
+  return common;
+}
+
+Seconds seconds_option(const cxxopts::ParseResult& parsed, const std::string& name) {
+  const std::int64_t value = parsed[name].as<std::int64_t>();
+  if (value < 0) throw UsageError{"--" + name + " must not be negative"};
+  return Seconds{value};
+}
+
+std::string required(const cxxopts::ParseResult& parsed, const std::string& name) {
+  if (parsed.count(name) == 0) throw UsageError{"--" + name + " is required"};
+  return parsed[name].as<std::string>();
+}
+
+// --- acquire, release, renew, stats, ping
+// ---------------------------------------------------------
+
+int do_acquire(const cxxopts::ParseResult& parsed, const Common& common) {
+  const std::string key = required(parsed, "key");
+  if (auto valid = validate_key(key); !valid) return fail(common, valid.error());
+  const Seconds timeout = seconds_option(parsed, "timeout");
+  const Seconds lease = seconds_option(parsed, "lease");
+  Cluster cluster(common.servers, common.connect);
+  auto connection = cluster.connect_for(key);
+  if (!connection) return fail(common, connection.error(), cluster.server_for(key).to_string());
+  auto grant =
+      parsed.count("semaphore") != 0
+          ? connection->sem_lock(key, timeout, parsed["semaphore"].as<std::int64_t>(), lease)
+          : connection->lock(key, timeout, lease);
+  if (!grant) return fail(common, grant.error(), key);
+  if (common.json) {
+    Json out = {{"ok", true},
+                {"key", key},
+                {"token", grant->token.to_string()},
+                {"fence", grant->fence()},
+                {"lease_s", grant->lease.count()},
+                {"server", connection->endpoint().to_string()}};
+    std::cout << out.dump() << "\n";
+  } else {
+    std::cout << grant->token.to_string() << " " << grant->fence() << " " << grant->lease.count()
+              << "\n";
+  }
+  return kExitOk;
+}
+
+int do_release_or_renew(const cxxopts::ParseResult& parsed, const Common& common, bool renew) {
+  const std::string key = required(parsed, "key");
+  if (auto valid = validate_key(key); !valid) return fail(common, valid.error());
+  auto token = parse_token(required(parsed, "token"));
+  if (!token) return fail(common, token.error());
+  const bool semaphore = parsed.count("semaphore") != 0;
+  Cluster cluster(common.servers, common.connect);
+  auto connection = cluster.connect_for(key);
+  if (!connection) return fail(common, connection.error(), cluster.server_for(key).to_string());
+  if (!renew) {
+    auto released =
+        semaphore ? connection->sem_release(key, *token) : connection->release(key, *token);
+    if (!released) return fail(common, released.error(), key);
+    std::cout << (common.json ? Json{{"ok", true}}.dump() : "ok") << "\n";
+    return kExitOk;
+  }
+  const Seconds lease = seconds_option(parsed, "lease");
+  auto renewed =
+      semaphore ? connection->sem_renew(key, *token, lease) : connection->renew(key, *token, lease);
+  if (!renewed) return fail(common, renewed.error(), key);
+  if (common.json) {
+    std::cout << Json{{"ok", true}, {"lease_s", renewed->count()}}.dump() << "\n";
+  } else {
+    std::cout << renewed->count() << "\n";
+  }
+  return kExitOk;
+}
+
+int do_stats_or_ping(const Common& common, bool stats) {
+  int worst = kExitOk;
+  for (const Endpoint& endpoint : common.servers) {
+    const std::string name = endpoint.to_string();
+    auto connection = Connection::connect(endpoint, common.connect);
+    if (!connection) {
+      worst = std::max(worst, fail(common, connection.error(), name));
+      continue;
+    }
+    const auto started = Clock::now();
+    if (stats) {
+      auto result = connection->stats();
+      if (!result) {
+        worst = std::max(worst, fail(common, result.error(), name));
+        continue;
+      }
+      if (common.json) {
+        std::cout
+            << Json{{"ok", true}, {"server", name}, {"stats", Json::parse(result->json)}}.dump()
+            << "\n";
+      } else if (common.servers.size() == 1) {
+        std::cout << result->json << "\n";
+      } else {
+        std::cout << name << " " << result->json << "\n";
+      }
+    } else {
+      auto result = connection->ping();
+      if (!result) {
+        worst = std::max(worst, fail(common, result.error(), name));
+        continue;
+      }
+      const double rtt_ms =
+          std::chrono::duration<double, std::milli>(Clock::now() - started).count();
+      if (common.json) {
+        std::cout << Json{{"ok", true}, {"server", name}, {"rtt_ms", rtt_ms}}.dump() << "\n";
+      } else {
+        char text[64];
+        std::snprintf(text, sizeof text, "%.3f", rtt_ms);
+        std::cout << name << " ok " << text << " ms\n";
+      }
+    }
+  }
+  return worst;
+}
+
+// --- run
+// ------------------------------------------------------------------------------------------
+
+struct RunOptions {
+  std::string key;
+  Seconds timeout{10};
+  Seconds lease{0};
+  std::optional<std::int64_t> limit;
+  double grace_s = 10;
+  bool kill_on_loss = true;
+  std::vector<std::string> command;
+};
+
+constexpr int kForwardedSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+
+int exit_status_code(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return kExitError;
+}
+
+int do_run(const Common& common, const RunOptions& run) {
+  if (auto valid = validate_key(run.key); !valid) return fail(common, valid.error());
+  // Block the signals we handle before any thread starts, so they all arrive at the signalfd.
+  sigset_t handled;
+  sigemptyset(&handled);
+  for (int number : kForwardedSignals) sigaddset(&handled, number);
+  sigaddset(&handled, SIGCHLD);
+  sigset_t original;
+  pthread_sigmask(SIG_BLOCK, &handled, &original);
+  const int signal_fd = signalfd(-1, &handled, SFD_CLOEXEC | SFD_NONBLOCK);
+  const int lost_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  const int acquired_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (signal_fd < 0 || lost_fd < 0 || acquired_fd < 0) {
+    return fail(common, make_error(ErrorCode::kIo, std::strerror(errno)), "run");
+  }
+
+  GuardOptions options;
+  options.timeout = run.timeout;
+  options.lease = run.lease;
+  options.on_lost = [lost_fd](const LossEvent&) {
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const ssize_t written = ::write(lost_fd, &one, sizeof one);
+  };
+
+  // Acquire on a helper thread so that a signal while we wait still ends us at once.
+  Cluster cluster(common.servers, common.connect);
+  std::optional<Result<Guard>> acquired;
+  std::thread acquirer([&] {
+    Result<Guard> result = make_error(ErrorCode::kIo, "not acquired");
+    if (run.limit) {
+      auto guard = cluster.semaphore(run.key, *run.limit, options);
+      result = guard ? Result<Guard>(Guard(std::move(*guard))) : Result<Guard>(guard.error());
+    } else {
+      auto guard = cluster.lock(run.key, options);
+      result = guard ? Result<Guard>(Guard(std::move(*guard))) : Result<Guard>(guard.error());
+    }
+    acquired.emplace(std::move(result));
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const ssize_t written = ::write(acquired_fd, &one, sizeof one);
+  });
+  while (true) {
+    pollfd fds[2] = {{acquired_fd, POLLIN, 0}, {signal_fd, POLLIN, 0}};
+    if (::poll(fds, 2, -1) < 0) continue;
+    if ((fds[0].revents & POLLIN) != 0) break;
+    signalfd_siginfo info{};
+    while (::read(signal_fd, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
+      if (info.ssi_signo == SIGCHLD) continue;
+      // Interrupted while waiting: leave now; closing the socket withdraws us from the queue.
+      std::cerr << "turnstile run: interrupted by signal " << info.ssi_signo
+                << " while waiting for " << run.key << "\n";
+      std::cerr.flush();
+      std::_Exit(128 + static_cast<int>(info.ssi_signo));
+    }
+  }
+  acquirer.join();
+  if (!acquired->ok()) {
+    return fail(common, acquired->error(),
+                run.key + " on " + cluster.server_for(run.key).to_string());
+  }
+  Guard guard = std::move(acquired->value());
+
+  // The command's environment: ours, plus the lock's identity.
+  std::vector<std::string> environment;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    const std::string_view text(*entry);
+    if (text.starts_with("TURNSTILE_KEY=") || text.starts_with("TURNSTILE_TOKEN=") ||
+        text.starts_with("TURNSTILE_FENCE=") || text.starts_with("TURNSTILE_SERVER=")) {
+      continue;
+    }
+    environment.emplace_back(text);
+  }
+  environment.push_back("TURNSTILE_KEY=" + run.key);
+  environment.push_back("TURNSTILE_TOKEN=" + guard.token_string());
+  environment.push_back("TURNSTILE_FENCE=" + std::to_string(guard.fence()));
+  environment.push_back("TURNSTILE_SERVER=" + guard.endpoint().to_string());
+  std::vector<char*> envp;
+  for (std::string& entry : environment) envp.push_back(entry.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> arguments = run.command;
+  std::vector<char*> argv;
+  for (std::string& argument : arguments) argv.push_back(argument.data());
+  argv.push_back(nullptr);
+
+  posix_spawnattr_t attributes;
+  posix_spawnattr_init(&attributes);
+  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK);
+  posix_spawnattr_setsigmask(&attributes, &original);
+  pid_t child = -1;
+  const int spawned = posix_spawnp(&child, argv[0], nullptr, &attributes, argv.data(), envp.data());
+  posix_spawnattr_destroy(&attributes);
+  if (spawned != 0) {
+    std::cerr << "turnstile run: " << run.command[0] << ": " << std::strerror(spawned) << "\n";
+    (void)guard.release();
+    return spawned == ENOENT ? kExitNotFound : kExitCannotExecute;
+  }
+
+  bool lost = false;
+  std::optional<Clock::time_point> kill_at;
+  int status = 0;
+  bool exited = false;
+  while (!exited) {
+    int wait_ms = -1;
+    if (kill_at) {
+      wait_ms = static_cast<int>(std::max<std::int64_t>(
+          0, std::chrono::duration_cast<Milliseconds>(*kill_at - Clock::now()).count() + 1));
+    }
+    pollfd fds[2] = {{signal_fd, POLLIN, 0}, {lost_fd, POLLIN, 0}};
+    ::poll(fds, 2, wait_ms);
+    if (kill_at && Clock::now() >= *kill_at) {
+      std::cerr << "turnstile run: command still running after the grace period: SIGKILL\n";
+      ::kill(child, SIGKILL);
+      kill_at.reset();
+    }
+    std::uint64_t count = 0;
+    if (::read(lost_fd, &count, sizeof count) == static_cast<ssize_t>(sizeof count) && !lost) {
+      lost = true;
+      const auto loss = guard.loss();
+      std::cerr << "turnstile run: lost the lock on " << run.key << " ("
+                << (loss ? loss_reason_name(loss->reason) : "unknown") << ")"
+                << (run.kill_on_loss ? ": sending SIGTERM to the command" : "") << "\n";
+      if (run.kill_on_loss) {
+        ::kill(child, SIGTERM);
+        kill_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                     std::chrono::duration<double>(run.grace_s));
+      }
+    }
+    signalfd_siginfo info{};
+    while (::read(signal_fd, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
+      if (info.ssi_signo == SIGCHLD) continue;
+      // A terminal's signal (SI_KERNEL) already reached the whole foreground process group,
+      // the command included; forwarding it again would deliver it twice.
+      if (info.ssi_code == SI_KERNEL) continue;
+      ::kill(child, static_cast<int>(info.ssi_signo));
+    }
+    if (::waitpid(child, &status, WNOHANG) == child) exited = true;
+  }
+  const auto released = guard.release();
+  if (lost) return kExitLockLost;
+  if (!released) {
+    std::cerr << "turnstile run: release failed: " << released.error().to_string() << "\n";
+  }
+  return exit_status_code(status);
+}
+
+cxxopts::Options command_options(const std::string& command) {
+  cxxopts::Options options("turnstile " + command);
+  add_common_options(options);
+  auto add = options.add_options();
+  if (command == "acquire" || command == "run") {
+    add("k,key", "lock key", cxxopts::value<std::string>())(
+        "t,timeout", "seconds to wait for the lock (0: try once)",
+        cxxopts::value<std::int64_t>()->default_value("10"))(
+        "l,lease", "lease in seconds (0: the server's default)",
+        cxxopts::value<std::int64_t>()->default_value("0"))(
+        "semaphore", "a semaphore with this many slots instead of a lock",
+        cxxopts::value<std::int64_t>());
+  }
+  if (command == "run") {
+    add("grace", "seconds between SIGTERM and SIGKILL when the lock is lost",
+        cxxopts::value<double>()->default_value("10"))(
+        "no-kill-on-loss", "let the command run on when the lock is lost");
+  }
+  if (command == "release" || command == "renew") {
+    add("k,key", "lock key", cxxopts::value<std::string>())("token", "the grant's token",
+                                                            cxxopts::value<std::string>())(
+        "semaphore", "the token is a semaphore's (sr/sn)");
+  }
+  if (command == "renew") {
+    add("l,lease", "new lease in seconds (0: the server's default)",
+        cxxopts::value<std::int64_t>()->default_value("0"));
+  }
+  return options;
+}
+
+int dispatch(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) == "-h" || std::string(argv[1]) == "--help" ||
+      std::string(argv[1]) == "help") {
+    std::cout << kUsage;
+    return argc < 2 ? kExitUsage : kExitOk;
+  }
+  const std::string command = argv[1];
+  if (command != "acquire" && command != "release" && command != "renew" && command != "stats" &&
+      command != "ping" && command != "run") {
+    throw UsageError{"unknown command '" + command + "'"};
+  }
+  // Everything after `--` is the command `run` runs; cxxopts sees only what comes before.
+  std::vector<char*> own{argv[0]};
+  std::vector<std::string> rest;
+  bool after_separator = false;
+  for (int i = 2; i < argc; ++i) {
+    if (after_separator) {
+      rest.emplace_back(argv[i]);
+    } else if (std::string(argv[i]) == "--") {
+      after_separator = true;
+    } else {
+      own.push_back(argv[i]);
+    }
+  }
+  if (after_separator && command != "run") throw UsageError{"`--` is only for run"};
+  cxxopts::Options options = command_options(command);
+  const cxxopts::ParseResult parsed = options.parse(static_cast<int>(own.size()), own.data());
+  if (parsed.count("help") != 0) {
+    std::cout << options.help() << "\n";
+    return kExitOk;
+  }
+  if (!parsed.unmatched().empty()) {
+    throw UsageError{"unexpected argument '" + parsed.unmatched().front() + "'"};
+  }
+  const Common common = read_common(parsed, command);
+  if (command == "acquire") return do_acquire(parsed, common);
+  if (command == "release") return do_release_or_renew(parsed, common, false);
+  if (command == "renew") return do_release_or_renew(parsed, common, true);
+  if (command == "stats") return do_stats_or_ping(common, true);
+  if (command == "ping") return do_stats_or_ping(common, false);
+
+  RunOptions run;
+  run.key = required(parsed, "key");
+  run.timeout = seconds_option(parsed, "timeout");
+  run.lease = seconds_option(parsed, "lease");
+  if (parsed.count("semaphore") != 0) run.limit = parsed["semaphore"].as<std::int64_t>();
+  run.grace_s = parsed["grace"].as<double>();
+  if (!(run.grace_s >= 0 && run.grace_s < 86400)) throw UsageError{"--grace out of range"};
+  run.kill_on_loss = parsed.count("no-kill-on-loss") == 0;
+  run.command = std::move(rest);
+  if (run.command.empty()) throw UsageError{"run needs a command after `--`"};
+  return do_run(common, run);
+}
+
+}  // namespace
+
+int run_cli(int argc, char** argv) {
+  try {
+    return dispatch(argc, argv);
+  } catch (const UsageError& error) {
+    std::cerr << "turnstile: " << error.message << "\n(see turnstile --help)\n";
+    return kExitUsage;
+  } catch (const cxxopts::exceptions::exception& error) {
+    std::cerr << "turnstile: " << error.what() << "\n(see turnstile --help)\n";
+    return kExitUsage;
+  }
+}
+
+}  // namespace turnstile::client

@@ -1,0 +1,740 @@
+#include "client/connection.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <utility>
+
+#include "core/protocol.h"
+#include "core/wire.h"
+
+namespace turnstile::client {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A reply line longer than this is not something a server of ours sends (stats stays under
+// 1,000,000 bytes, docs/protocol.md).
+constexpr std::size_t kReplyLineMax = 2 * 1024 * 1024;
+constexpr std::size_t kAuthSecretMax = 64 * 1024;
+
+std::string errno_text(int error_number) { return std::strerror(error_number); }
+
+std::string openssl_errors() {
+  std::string text;
+  while (const unsigned long code = ERR_get_error()) {
+    char buffer[256];
+    ERR_error_string_n(code, buffer, sizeof buffer);
+    if (!text.empty()) text += "; ";
+    text += buffer;
+  }
+  return text.empty() ? std::string("unknown TLS error") : text;
+}
+
+bool is_ip_literal(const std::string& host) {
+  in6_addr v6{};
+  in_addr v4{};
+  return inet_pton(AF_INET, host.c_str(), &v4) == 1 || inet_pton(AF_INET6, host.c_str(), &v6) == 1;
+}
+
+// Milliseconds left until `deadline`, clamped to [0, INT_MAX] for poll().
+int poll_timeout(Clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<Milliseconds>(deadline - Clock::now()).count() + 1;
+  if (left <= 0) return 0;
+  return left > 1'000'000'000 ? 1'000'000'000 : static_cast<int>(left);
+}
+
+// Waits for `events` on fd until the deadline; false on timeout.
+bool wait_fd(int fd, short events, Clock::time_point deadline) {
+  while (true) {
+    pollfd entry{fd, events, 0};
+    const int ready = ::poll(&entry, 1, poll_timeout(deadline));
+    if (ready > 0) return true;
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready == 0 && Clock::now() < deadline) continue;
+    return false;
+  }
+}
+
+std::optional<std::int64_t> parse_int(std::string_view text) {
+  std::int64_t value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc{} || end != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+// The error for a reply status that is not the success shape, or nullopt if it is no error.
+std::optional<Error> status_error(const std::string& status, std::string_view line) {
+  struct Entry {
+    std::string_view status;
+    ErrorCode code;
+  };
+  static constexpr Entry kErrors[] = {
+      {"timeout", ErrorCode::kTimeout},
+      {"error", ErrorCode::kProtocol},
+      {"error_auth", ErrorCode::kAuth},
+      {"error_max_locks", ErrorCode::kMaxLocks},
+      {"error_max_waiters", ErrorCode::kMaxWaiters},
+      {"error_limit_mismatch", ErrorCode::kLimitMismatch},
+      {"error_not_enqueued", ErrorCode::kNotEnqueued},
+      {"error_already_enqueued", ErrorCode::kAlreadyEnqueued},
+      {"error_lease_expired", ErrorCode::kLeaseExpired},
+      {"error_draining", ErrorCode::kDraining},
+  };
+  for (const Entry& entry : kErrors) {
+    if (status == entry.status) return make_error(entry.code, "server replied '" + status + "'");
+  }
+  if (status.rfind("error", 0) == 0) {
+    return make_error(ErrorCode::kBadReply, "unknown error reply '" + std::string(line) + "'");
+  }
+  return std::nullopt;
+}
+
+Error bad_reply(std::string_view line) {
+  return make_error(ErrorCode::kBadReply, "unexpected reply '" + std::string(line) + "'");
+}
+
+// "<status> <token> <lease>" with the given status.
+Result<Grant> grant_from(const ParsedReply& reply, std::string_view line) {
+  if (reply.fields.size() != 2) return bad_reply(line);
+  auto token = core::Token::parse(reply.fields[0]);
+  const auto lease = parse_int(reply.fields[1]);
+  if (!token || !lease || *lease < 0) return bad_reply(line);
+  return Grant{*token, Seconds{*lease}};
+}
+
+}  // namespace
+
+// --- argument checks
+// ------------------------------------------------------------------------------
+
+Result<void> validate_key(std::string_view key) {
+  if (key.empty()) return make_error(ErrorCode::kInvalidArgument, "empty key");
+  if (key.size() > kKeyMaxBytes) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "key longer than " + std::to_string(kKeyMaxBytes) + " bytes");
+  }
+  if (key.find_first_of(" \t\r\n") != std::string_view::npos) {
+    return make_error(ErrorCode::kInvalidArgument, "key contains space, tab, CR or LF");
+  }
+  return {};
+}
+
+Result<core::Token> parse_token(std::string_view text) {
+  auto token = core::Token::parse(text);
+  if (!token) {
+    return make_error(ErrorCode::kInvalidArgument, "a token is 32 lowercase hex characters");
+  }
+  return *token;
+}
+
+Result<void> validate_timeout(Seconds timeout) {
+  if (timeout.count() < 0 || timeout.count() > core::kMaxSeconds) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "timeout must be 0.." + std::to_string(core::kMaxSeconds) + " s");
+  }
+  return {};
+}
+
+Result<void> validate_lease(Seconds lease) {
+  if (lease.count() < 0 || lease.count() > core::kMaxSeconds) {
+    return make_error(
+        ErrorCode::kInvalidArgument,
+        "lease must be 1.." + std::to_string(core::kMaxSeconds) + " s (0: server default)");
+  }
+  return {};
+}
+
+Result<void> validate_limit(std::int64_t limit) {
+  if (limit < 1 || limit > core::kMaxSemaphoreLimit) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "limit must be 1.." + std::to_string(core::kMaxSemaphoreLimit));
+  }
+  return {};
+}
+
+ParsedReply split_reply(std::string_view line) {
+  ParsedReply reply;
+  std::size_t start = 0;
+  bool first = true;
+  while (start <= line.size()) {
+    std::size_t end = line.find(' ', start);
+    if (end == std::string_view::npos) end = line.size();
+    std::string part(line.substr(start, end - start));
+    if (first) {
+      reply.status = std::move(part);
+      first = false;
+    } else {
+      reply.fields.push_back(std::move(part));
+    }
+    start = end + 1;
+  }
+  return reply;
+}
+
+// --- endpoints
+// ------------------------------------------------------------------------------------
+
+std::string Endpoint::to_string() const {
+  const bool v6 = host.find(':') != std::string::npos;
+  return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
+Result<Endpoint> parse_endpoint(std::string_view text) {
+  const auto bad = [&](const std::string& why) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "bad server address '" + std::string(text) + "': " + why);
+  };
+  Endpoint endpoint;
+  std::string_view port_text;
+  if (!text.empty() && text.front() == '[') {
+    const std::size_t close = text.find(']');
+    if (close == std::string_view::npos) return bad("missing ']'");
+    endpoint.host = std::string(text.substr(1, close - 1));
+    const std::string_view rest = text.substr(close + 1);
+    if (!rest.empty()) {
+      if (rest.front() != ':') return bad("expected ':' after ']'");
+      port_text = rest.substr(1);
+      if (port_text.empty()) return bad("empty port");
+    }
+  } else if (std::count(text.begin(), text.end(), ':') > 1) {
+    endpoint.host = std::string(text);  // a bare IPv6 literal
+  } else {
+    const std::size_t colon = text.find(':');
+    endpoint.host = std::string(text.substr(0, colon));
+    if (colon != std::string_view::npos) {
+      port_text = text.substr(colon + 1);
+      if (port_text.empty()) return bad("empty port");
+    }
+  }
+  if (endpoint.host.empty()) return bad("empty host");
+  if (!port_text.empty()) {
+    const auto port = parse_int(port_text);
+    if (!port || *port < 1 || *port > 65535) return bad("port must be 1..65535");
+    endpoint.port = static_cast<std::uint16_t>(*port);
+  }
+  return endpoint;
+}
+
+// --- the connection
+// -------------------------------------------------------------------------------
+
+struct Connection::Impl {
+  Endpoint endpoint;
+  ConnectOptions options;
+  int fd = -1;
+  SSL_CTX* tls_context = nullptr;
+  SSL* tls = nullptr;
+  std::string buffer;  // received bytes not yet returned as a line
+
+  ~Impl() { close(); }
+
+  void close() {
+    if (tls != nullptr) {
+      SSL_free(tls);
+      tls = nullptr;
+    }
+    if (tls_context != nullptr) {
+      SSL_CTX_free(tls_context);
+      tls_context = nullptr;
+    }
+    if (fd >= 0) {
+      ::close(fd);
+      fd = -1;
+    }
+    buffer.clear();
+  }
+
+  Result<void> connect_tcp(Clock::time_point deadline) {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV;
+    addrinfo* addresses = nullptr;
+    const std::string port = std::to_string(endpoint.port);
+    const int resolved = ::getaddrinfo(endpoint.host.c_str(), port.c_str(), &hints, &addresses);
+    if (resolved != 0) {
+      return make_error(ErrorCode::kConnect,
+                        "resolve " + endpoint.host + ": " + ::gai_strerror(resolved));
+    }
+    std::string last_error = "no address";
+    for (addrinfo* address = addresses; address != nullptr; address = address->ai_next) {
+      const int socket_fd =
+          ::socket(address->ai_family, address->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                   address->ai_protocol);
+      if (socket_fd < 0) {
+        last_error = errno_text(errno);
+        continue;
+      }
+      int result = ::connect(socket_fd, address->ai_addr, address->ai_addrlen);
+      if (result != 0 && errno == EINPROGRESS) {
+        if (wait_fd(socket_fd, POLLOUT, deadline)) {
+          int socket_error = 0;
+          socklen_t length = sizeof socket_error;
+          ::getsockopt(socket_fd, SOL_SOCKET, SO_ERROR, &socket_error, &length);
+          result = socket_error == 0 ? 0 : -1;
+          errno = socket_error;
+        } else {
+          errno = ETIMEDOUT;
+          result = -1;
+        }
+      }
+      if (result == 0) {
+        const int one = 1;
+        ::setsockopt(socket_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        fd = socket_fd;
+        break;
+      }
+      last_error = errno_text(errno);
+      ::close(socket_fd);
+    }
+    ::freeaddrinfo(addresses);
+    if (fd < 0) {
+      return make_error(ErrorCode::kConnect, "connect " + endpoint.to_string() + ": " + last_error);
+    }
+    return {};
+  }
+
+  Result<void> handshake(const TlsOptions& tls_options, Clock::time_point deadline) {
+    ERR_clear_error();
+    tls_context = SSL_CTX_new(TLS_client_method());
+    if (tls_context == nullptr) return make_error(ErrorCode::kTls, openssl_errors());
+    SSL_CTX_set_min_proto_version(tls_context, TLS1_2_VERSION);
+    SSL_CTX_set_verify(tls_context, SSL_VERIFY_PEER, nullptr);
+    const int loaded =
+        tls_options.ca_file.empty()
+            ? SSL_CTX_set_default_verify_paths(tls_context)
+            : SSL_CTX_load_verify_locations(tls_context, tls_options.ca_file.c_str(), nullptr);
+    if (loaded != 1) {
+      return make_error(ErrorCode::kTls,
+                        "load CA certificates '" + tls_options.ca_file + "': " + openssl_errors());
+    }
+    tls = SSL_new(tls_context);
+    if (tls == nullptr || SSL_set_fd(tls, fd) != 1) {
+      return make_error(ErrorCode::kTls, openssl_errors());
+    }
+    const std::string name =
+        tls_options.server_name.empty() ? endpoint.host : tls_options.server_name;
+    if (is_ip_literal(name)) {
+      if (X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(tls), name.c_str()) != 1) {
+        return make_error(ErrorCode::kTls, "bad IP for verification: " + name);
+      }
+    } else {
+      SSL_set_tlsext_host_name(tls, name.c_str());
+      if (SSL_set1_host(tls, name.c_str()) != 1) {
+        return make_error(ErrorCode::kTls, "bad host name for verification: " + name);
+      }
+    }
+    while (true) {
+      const int result = SSL_connect(tls);
+      if (result == 1) return {};
+      const int error = SSL_get_error(tls, result);
+      if (error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE) {
+        const short events = error == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT;
+        if (!wait_fd(fd, events, deadline)) {
+          return make_error(ErrorCode::kTls, "TLS handshake timed out");
+        }
+        continue;
+      }
+      const long verify = SSL_get_verify_result(tls);
+      if (verify != X509_V_OK) {
+        return make_error(ErrorCode::kTls, std::string("certificate verification failed: ") +
+                                               X509_verify_cert_error_string(verify));
+      }
+      return make_error(ErrorCode::kTls, "TLS handshake failed: " + openssl_errors());
+    }
+  }
+
+  Result<void> send_all(std::string_view bytes, Clock::time_point deadline) {
+    std::size_t sent = 0;
+    while (sent < bytes.size()) {
+      const std::size_t chunk = bytes.size() - sent;
+      short want = POLLOUT;
+      if (tls != nullptr) {
+        ERR_clear_error();
+        const int written = SSL_write(tls, bytes.data() + sent,
+                                      static_cast<int>(chunk > 1U << 30 ? 1U << 30 : chunk));
+        if (written > 0) {
+          sent += static_cast<std::size_t>(written);
+          continue;
+        }
+        const int error = SSL_get_error(tls, written);
+        if (error == SSL_ERROR_WANT_READ) {
+          want = POLLIN;
+        } else if (error != SSL_ERROR_WANT_WRITE) {
+          return make_error(ErrorCode::kIo, "TLS write failed: " + openssl_errors());
+        }
+      } else {
+        const ssize_t written = ::send(fd, bytes.data() + sent, chunk, MSG_NOSIGNAL);
+        if (written > 0) {
+          sent += static_cast<std::size_t>(written);
+          continue;
+        }
+        if (written < 0 && errno == EINTR) continue;
+        if (written < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+          return make_error(ErrorCode::kIo, "send: " + errno_text(errno));
+        }
+      }
+      if (!wait_fd(fd, want, deadline)) return make_error(ErrorCode::kIo, "send timed out");
+    }
+    return {};
+  }
+
+  // Reads into buffer_ at least one more byte; an error on EOF, failure or deadline.
+  Result<void> fill(Clock::time_point deadline, bool* timed_out = nullptr) {
+    char chunk[16384];
+    while (true) {
+      short want = POLLIN;
+      if (tls != nullptr) {
+        ERR_clear_error();
+        const int received = SSL_read(tls, chunk, sizeof chunk);
+        if (received > 0) {
+          buffer.append(chunk, static_cast<std::size_t>(received));
+          return {};
+        }
+        const int error = SSL_get_error(tls, received);
+        if (error == SSL_ERROR_ZERO_RETURN) {
+          return make_error(ErrorCode::kIo, "connection closed by the server");
+        }
+        if (error == SSL_ERROR_WANT_WRITE) {
+          want = POLLOUT;
+        } else if (error != SSL_ERROR_WANT_READ) {
+          return make_error(ErrorCode::kIo, "connection closed or failed (TLS)");
+        }
+      } else {
+        const ssize_t received = ::recv(fd, chunk, sizeof chunk, 0);
+        if (received > 0) {
+          buffer.append(chunk, static_cast<std::size_t>(received));
+          return {};
+        }
+        if (received == 0) return make_error(ErrorCode::kIo, "connection closed by the server");
+        if (errno == EINTR) continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) {
+          return make_error(ErrorCode::kIo, "recv: " + errno_text(errno));
+        }
+      }
+      if (!wait_fd(fd, want, deadline)) {
+        if (timed_out != nullptr) *timed_out = true;
+        return make_error(ErrorCode::kIo, "no reply from the server in time");
+      }
+    }
+  }
+
+  Result<std::string> read_line(Clock::time_point deadline) {
+    std::size_t scanned = 0;
+    while (true) {
+      const std::size_t newline = buffer.find('\n', scanned);
+      if (newline != std::string::npos) {
+        std::string line = buffer.substr(0, newline);
+        buffer.erase(0, newline + 1);
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        return line;
+      }
+      scanned = buffer.size();
+      if (buffer.size() > kReplyLineMax) {
+        return make_error(ErrorCode::kBadReply, "reply line too long");
+      }
+      if (auto filled = fill(deadline); !filled) return filled.error();
+    }
+  }
+
+  // Sends `bytes`, reads one reply line. Closes the connection on any failure.
+  // A line (or EOF) that arrived while no request was in flight: `error_draining` written to an
+  // idle connection at shutdown, or the server closing it. Reported before sending anything, so
+  // the next call tells the caller what happened instead of failing obscurely.
+  Result<void> check_unsolicited() {
+    if (buffer.find('\n') == std::string::npos) {
+      pollfd entry{fd, POLLIN, 0};
+      if (::poll(&entry, 1, 0) <= 0) return {};
+      bool timed_out = false;
+      // Readable may be only TLS records without data (a TLS 1.3 session ticket): no error.
+      if (auto filled = fill(Clock::now(), &timed_out); !filled && !timed_out) {
+        return filled.error();
+      }
+      if (buffer.find('\n') == std::string::npos) return {};
+    }
+    auto line = read_line(Clock::now());
+    if (!line) return line.error();
+    if (auto error = status_error(split_reply(*line).status, *line)) return *std::move(error);
+    return make_error(ErrorCode::kBadReply, "unsolicited line '" + *line + "'");
+  }
+
+  Result<std::string> exchange(std::string_view bytes, Clock::time_point deadline) {
+    if (fd < 0) return make_error(ErrorCode::kIo, "connection is closed");
+    if (auto early = check_unsolicited(); !early) {
+      close();
+      return early.error();
+    }
+    if (auto sent = send_all(bytes, deadline); !sent) {
+      close();
+      return sent.error();
+    }
+    auto line = read_line(deadline);
+    if (!line) close();
+    return line;
+  }
+
+  // Encodes and sends `request`; returns the reply line, or the typed error its status names.
+  // `blocking`: the request's own timeout extends the reply deadline.
+  Result<ParsedReply> call(const core::Request& request, std::string& line_out) {
+    std::string bytes;
+    core::encode_request(request, bytes);
+    auto wait = options.reply_timeout;
+    if (request.timeout_s > 0) {
+      // Cap at a year: a longer wait is effectively forever, and keeps the arithmetic in range.
+      const std::int64_t capped = std::min<std::int64_t>(request.timeout_s, 366LL * 24 * 3600);
+      wait += std::chrono::duration_cast<Milliseconds>(Seconds{capped});
+    }
+    auto line = exchange(bytes, Clock::now() + wait);
+    if (!line) return line.error();
+    line_out = std::move(*line);
+    ParsedReply reply = split_reply(line_out);
+    if (auto error = status_error(reply.status, line_out)) {
+      if (error->code == ErrorCode::kAuth || error->code == ErrorCode::kDraining) close();
+      return *std::move(error);
+    }
+    return reply;
+  }
+};
+
+Connection::Connection() = default;
+Connection::Connection(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Connection::~Connection() = default;
+Connection::Connection(Connection&& other) noexcept = default;
+Connection& Connection::operator=(Connection&& other) noexcept = default;
+
+Result<Connection> Connection::connect(const Endpoint& endpoint, const ConnectOptions& options) {
+  if (options.auth_token.size() > kAuthSecretMax ||
+      options.auth_token.find_first_of("\r\n") != std::string::npos) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "auth token must be at most 64 KiB with no CR or LF");
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->endpoint = endpoint;
+  impl->options = options;
+  const auto deadline = Clock::now() + options.connect_timeout;
+  if (auto connected = impl->connect_tcp(deadline); !connected) return connected.error();
+  if (options.tls) {
+    if (auto shaken = impl->handshake(*options.tls, deadline); !shaken) return shaken.error();
+  }
+  if (!options.auth_token.empty()) {
+    core::Request request;
+    request.command = core::Command::kAuth;
+    request.secret = options.auth_token;
+    std::string bytes;
+    core::encode_request(request, bytes);
+    auto line = impl->exchange(bytes, deadline + options.reply_timeout);
+    if (!line) return line.error();
+    if (*line != "ok") {
+      if (*line == "error_auth") return make_error(ErrorCode::kAuth, "auth token refused");
+      return bad_reply(*line);
+    }
+  }
+  return Connection(std::move(impl));
+}
+
+bool Connection::is_open() const { return impl_ != nullptr && impl_->fd >= 0; }
+
+const Endpoint& Connection::endpoint() const {
+  static const Endpoint kNone{};
+  return impl_ != nullptr ? impl_->endpoint : kNone;
+}
+
+void Connection::close() {
+  if (impl_ != nullptr) impl_->close();
+}
+
+void Connection::set_reply_timeout(Milliseconds timeout) {
+  if (impl_ != nullptr) impl_->options.reply_timeout = timeout;
+}
+
+Connection::Impl* Connection::open_impl() { return impl_ != nullptr ? impl_.get() : nullptr; }
+
+namespace {
+
+core::Request make_request(core::Command command, std::string_view key) {
+  core::Request request;
+  request.command = command;
+  request.key = std::string(key);
+  return request;
+}
+
+}  // namespace
+
+#define TS_CLIENT_CHECK(expression)                                       \
+  do {                                                                    \
+    if (auto checked_ = (expression); !checked_) return checked_.error(); \
+  } while (false)
+
+namespace {
+
+Result<Grant> do_grant(Connection::Impl* impl, const core::Request& request) {
+  if (impl == nullptr) return make_error(ErrorCode::kIo, "connection is closed");
+  std::string line;
+  auto reply = impl->call(request, line);
+  if (!reply) return reply.error();
+  if (reply->status != "ok") return bad_reply(line);
+  return grant_from(*reply, line);
+}
+
+Result<void> do_release(Connection::Impl* impl, const core::Request& request) {
+  if (impl == nullptr) return make_error(ErrorCode::kIo, "connection is closed");
+  std::string line;
+  auto reply = impl->call(request, line);
+  if (!reply) return reply.error();
+  if (reply->status != "ok" || !reply->fields.empty()) return bad_reply(line);
+  return {};
+}
+
+Result<Seconds> do_renew(Connection::Impl* impl, const core::Request& request) {
+  if (impl == nullptr) return make_error(ErrorCode::kIo, "connection is closed");
+  std::string line;
+  auto reply = impl->call(request, line);
+  if (!reply) return reply.error();
+  if (reply->status != "ok" || reply->fields.size() != 1) return bad_reply(line);
+  const auto ttl = parse_int(reply->fields[0]);
+  if (!ttl || *ttl < 0) return bad_reply(line);
+  return Seconds{*ttl};
+}
+
+Result<EnqueueResult> do_enqueue(Connection::Impl* impl, const core::Request& request) {
+  if (impl == nullptr) return make_error(ErrorCode::kIo, "connection is closed");
+  std::string line;
+  auto reply = impl->call(request, line);
+  if (!reply) return reply.error();
+  if (reply->status == "queued" && reply->fields.empty()) return EnqueueResult{};
+  if (reply->status != "acquired") return bad_reply(line);
+  auto grant = grant_from(*reply, line);
+  if (!grant) return grant.error();
+  return EnqueueResult{*grant};
+}
+
+}  // namespace
+
+Result<Grant> Connection::lock(std::string_view key, Seconds timeout, Seconds lease) {
+  TS_CLIENT_CHECK(validate_key(key));
+  TS_CLIENT_CHECK(validate_timeout(timeout));
+  TS_CLIENT_CHECK(validate_lease(lease));
+  auto request = make_request(core::Command::kLock, key);
+  request.timeout_s = timeout.count();
+  request.lease_s = lease.count();
+  return do_grant(open_impl(), request);
+}
+
+Result<Grant> Connection::sem_lock(std::string_view key, Seconds timeout, std::int64_t limit,
+                                   Seconds lease) {
+  TS_CLIENT_CHECK(validate_key(key));
+  TS_CLIENT_CHECK(validate_timeout(timeout));
+  TS_CLIENT_CHECK(validate_limit(limit));
+  TS_CLIENT_CHECK(validate_lease(lease));
+  auto request = make_request(core::Command::kSemLock, key);
+  request.timeout_s = timeout.count();
+  request.limit = limit;
+  request.lease_s = lease.count();
+  return do_grant(open_impl(), request);
+}
+
+Result<void> Connection::release(std::string_view key, const core::Token& token) {
+  TS_CLIENT_CHECK(validate_key(key));
+  auto request = make_request(core::Command::kRelease, key);
+  request.token = token;
+  return do_release(open_impl(), request);
+}
+
+Result<void> Connection::sem_release(std::string_view key, const core::Token& token) {
+  TS_CLIENT_CHECK(validate_key(key));
+  auto request = make_request(core::Command::kSemRelease, key);
+  request.token = token;
+  return do_release(open_impl(), request);
+}
+
+Result<Seconds> Connection::renew(std::string_view key, const core::Token& token, Seconds lease) {
+  TS_CLIENT_CHECK(validate_key(key));
+  TS_CLIENT_CHECK(validate_lease(lease));
+  auto request = make_request(core::Command::kRenew, key);
+  request.token = token;
+  request.lease_s = lease.count();
+  return do_renew(open_impl(), request);
+}
+
+Result<Seconds> Connection::sem_renew(std::string_view key, const core::Token& token,
+                                      Seconds lease) {
+  TS_CLIENT_CHECK(validate_key(key));
+  TS_CLIENT_CHECK(validate_lease(lease));
+  auto request = make_request(core::Command::kSemRenew, key);
+  request.token = token;
+  request.lease_s = lease.count();
+  return do_renew(open_impl(), request);
+}
+
+Result<EnqueueResult> Connection::enqueue(std::string_view key, Seconds lease) {
+  TS_CLIENT_CHECK(validate_key(key));
+  TS_CLIENT_CHECK(validate_lease(lease));
+  auto request = make_request(core::Command::kEnqueue, key);
+  request.lease_s = lease.count();
+  return do_enqueue(open_impl(), request);
+}
+
+Result<EnqueueResult> Connection::sem_enqueue(std::string_view key, std::int64_t limit,
+                                              Seconds lease) {
+  TS_CLIENT_CHECK(validate_key(key));
+  TS_CLIENT_CHECK(validate_limit(limit));
+  TS_CLIENT_CHECK(validate_lease(lease));
+  auto request = make_request(core::Command::kSemEnqueue, key);
+  request.limit = limit;
+  request.lease_s = lease.count();
+  return do_enqueue(open_impl(), request);
+}
+
+Result<Grant> Connection::wait(std::string_view key, Seconds timeout) {
+  TS_CLIENT_CHECK(validate_key(key));
+  TS_CLIENT_CHECK(validate_timeout(timeout));
+  auto request = make_request(core::Command::kWait, key);
+  request.timeout_s = timeout.count();
+  return do_grant(open_impl(), request);
+}
+
+Result<Grant> Connection::sem_wait(std::string_view key, Seconds timeout) {
+  TS_CLIENT_CHECK(validate_key(key));
+  TS_CLIENT_CHECK(validate_timeout(timeout));
+  auto request = make_request(core::Command::kSemWait, key);
+  request.timeout_s = timeout.count();
+  return do_grant(open_impl(), request);
+}
+
+Result<void> Connection::ping() {
+  return do_release(open_impl(), make_request(core::Command::kPing, {}));
+}
+
+Result<StatsResult> Connection::stats() {
+  Impl* impl = open_impl();
+  if (impl == nullptr) return make_error(ErrorCode::kIo, "connection is closed");
+  std::string line;
+  auto reply = impl->call(make_request(core::Command::kStats, {}), line);
+  if (!reply) return reply.error();
+  if (line.rfind("ok {", 0) != 0) return bad_reply(line);
+  return StatsResult{line.substr(3)};
+}
+
+Result<std::string> Connection::raw_request(std::string_view bytes, Milliseconds timeout) {
+  Impl* impl = open_impl();
+  if (impl == nullptr) return make_error(ErrorCode::kIo, "connection is closed");
+  return impl->exchange(bytes, Clock::now() + timeout);
+}
+
+#undef TS_CLIENT_CHECK
+
+}  // namespace turnstile::client

@@ -1,0 +1,155 @@
+// Connection: one TCP (or TLS) connection to a turnstile (or dflockd) server, and every command
+// of the wire protocol as a typed call.
+//
+// Each call sends one request (three lines, encoded by core::encode_request) and reads its one
+// reply line. A reply is waited for at most `reply_timeout`, plus the request's own timeout for
+// the blocking commands (l, sl, w, sw). When no reply comes in time, or the connection fails, the
+// call returns kIo and the connection is closed: a reply arriving later could otherwise be taken
+// for the answer to the next request. `error_auth` and `error_draining` also close it (the
+// server closes its side after sending them).
+//
+// Arguments are checked before anything is sent, with the server's rules (docs/protocol.md):
+// a key is 1..256 bytes without space, tab, CR or LF; a token is 32 lowercase hex characters;
+// timeouts are 0..9223372036 s, leases 1..9223372036 s (0 = the server's default), semaphore
+// limits 1..1048576. A refused argument returns kInvalidArgument and sends nothing, so no key or
+// token can inject a line into the stream.
+//
+// Locks belong to the connection that took them: with the server's default
+// --auto-release-on-disconnect, closing (or destroying) the connection releases them.
+//
+// Thread affinity: one thread at a time. A Connection is movable, not copyable.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "client/result.h"
+#include "core/types.h"
+
+namespace turnstile::client {
+
+using Seconds = std::chrono::seconds;
+using Milliseconds = std::chrono::milliseconds;
+
+inline constexpr std::uint16_t kDefaultPort = 6388;
+inline constexpr std::size_t kKeyMaxBytes = 256;  // the server's line cap (core RequestParser)
+
+// host:port. `host` is a name or an IP literal, without brackets.
+struct Endpoint {
+  std::string host;
+  std::uint16_t port = kDefaultPort;
+
+  // "host:port", with brackets around an IPv6 literal ("[::1]:6388").
+  std::string to_string() const;
+  bool operator==(const Endpoint&) const = default;
+};
+
+// Parses "host:port", "[v6]:port", "host" or "[v6]" (port 6388), or a bare IPv6 literal "::1".
+Result<Endpoint> parse_endpoint(std::string_view text);
+
+struct TlsOptions {
+  // PEM file of the CA certificates to trust; empty: the system's default trust store.
+  std::string ca_file;
+  // Name the certificate must carry (DNS SAN/CN, or an IP SAN for an IP literal); empty: the
+  // endpoint's host. Also sent as SNI when it is not an IP literal.
+  std::string server_name;
+};
+
+struct ConnectOptions {
+  Milliseconds connect_timeout{5000};  // TCP connect + TLS handshake + auth, in total
+  Milliseconds reply_timeout{10000};   // wait for a reply, beyond a blocking request's timeout
+  std::optional<TlsOptions> tls;       // nullopt: plain TCP
+  std::string auth_token;              // empty: no `auth`; else sent first, `ok` required
+};
+
+// A grant: `ok <token> <lease>` (or `acquired <token> <lease>`).
+struct Grant {
+  core::Token token;
+  Seconds lease{0};  // the lease the server granted, in whole seconds
+
+  std::uint64_t fence() const { return token.fence.value; }
+};
+
+// The reply to `e` / `se`: granted at once (`acquired`, the lease is already running) or queued.
+struct EnqueueResult {
+  std::optional<Grant> acquired;  // nullopt: `queued`
+};
+
+// `stats`: the JSON object the server sent, as text.
+struct StatsResult {
+  std::string json;
+};
+
+// Client-side argument checks, the server's rules (see the header comment).
+Result<void> validate_key(std::string_view key);
+Result<core::Token> parse_token(std::string_view text);
+Result<void> validate_timeout(Seconds timeout);
+Result<void> validate_lease(Seconds lease);  // 0 allowed: the server's default
+Result<void> validate_limit(std::int64_t limit);
+
+// Parses one reply line (without '\n') into a status and its fields; exposed for tests.
+struct ParsedReply {
+  std::string status;
+  std::vector<std::string> fields;
+};
+ParsedReply split_reply(std::string_view line);
+
+class Connection {
+ public:
+  // Connects, completes the TLS handshake and authenticates. Errors: kConnect (resolve, connect,
+  // timeout), kTls (handshake, verification), kAuth (secret refused), kIo.
+  static Result<Connection> connect(const Endpoint& endpoint, const ConnectOptions& options = {});
+
+  Connection();
+  ~Connection();
+  Connection(Connection&& other) noexcept;
+  Connection& operator=(Connection&& other) noexcept;
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  bool is_open() const;
+  const Endpoint& endpoint() const;
+  void close();
+  // Changes ConnectOptions::reply_timeout for later calls (the guards' renewal bounds each
+  // renew by the time left on the lease).
+  void set_reply_timeout(Milliseconds timeout);
+
+  // Locks (`l r n e w`).
+  Result<Grant> lock(std::string_view key, Seconds timeout, Seconds lease = Seconds{0});
+  Result<void> release(std::string_view key, const core::Token& token);
+  Result<Seconds> renew(std::string_view key, const core::Token& token, Seconds lease = Seconds{0});
+  Result<EnqueueResult> enqueue(std::string_view key, Seconds lease = Seconds{0});
+  Result<Grant> wait(std::string_view key, Seconds timeout);
+
+  // Semaphores (`sl sr sn se sw`): `limit` holders at most; its creator fixes it.
+  Result<Grant> sem_lock(std::string_view key, Seconds timeout, std::int64_t limit,
+                         Seconds lease = Seconds{0});
+  Result<void> sem_release(std::string_view key, const core::Token& token);
+  Result<Seconds> sem_renew(std::string_view key, const core::Token& token,
+                            Seconds lease = Seconds{0});
+  Result<EnqueueResult> sem_enqueue(std::string_view key, std::int64_t limit,
+                                    Seconds lease = Seconds{0});
+  Result<Grant> sem_wait(std::string_view key, Seconds timeout);
+
+  Result<void> ping();
+  Result<StatsResult> stats();
+
+  // Sends raw request bytes and reads one reply line, with a reply deadline of `timeout`. For
+  // tests and tools; it does no validation.
+  Result<std::string> raw_request(std::string_view bytes, Milliseconds timeout);
+
+  struct Impl;  // implementation detail (connection.cc)
+
+ private:
+  explicit Connection(std::unique_ptr<Impl> impl);
+  Impl* open_impl();
+
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace turnstile::client

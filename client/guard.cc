@@ -1,0 +1,282 @@
+#include "client/guard.h"
+
+#include <condition_variable>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <utility>
+
+namespace turnstile::client {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+}  // namespace
+
+std::string_view loss_reason_name(LossReason reason) {
+  switch (reason) {
+    case LossReason::kRenewRefused:
+      return "renew_refused";
+    case LossReason::kConnectionFailed:
+      return "connection_failed";
+    case LossReason::kLeaseExpired:
+      return "lease_expired";
+  }
+  return "unknown";
+}
+
+struct Guard::State {
+  Connection connection;
+  core::Namespace space = core::Namespace::kLock;
+  std::string key;
+  std::int64_t limit = 1;
+  GuardOptions options;
+  Grant grant;
+
+  mutable std::mutex mutex;
+  std::condition_variable changed;
+  GuardState state = GuardState::kHeld;  // guarded by mutex
+  std::optional<LossEvent> loss;         // guarded by mutex
+  bool stopping = false;                 // guarded by mutex
+  Clock::time_point renewed_at;          // when the running lease began (local, conservative)
+  Clock::time_point lease_deadline;      // renewed_at + lease
+  std::thread renewer;
+
+  ~State() { stop(); }
+
+  // Starts the lease clock at `granted_at` and the renewal thread.
+  void start(const Grant& granted, Clock::time_point granted_at) {
+    grant = granted;
+    renewed_at = granted_at;
+    lease_deadline = granted_at + grant.lease;
+    renewer = std::thread([this] { renew_loop(); });
+  }
+
+  void stop() {
+    {
+      std::lock_guard lock(mutex);
+      stopping = true;
+    }
+    changed.notify_all();
+    if (renewer.joinable()) renewer.join();
+  }
+
+  Clock::duration renew_interval(std::mt19937_64& random) const {
+    const double ratio =
+        options.renew_ratio > 0 && options.renew_ratio < 1 ? options.renew_ratio : 0.5;
+    const double jitter =
+        options.renew_jitter >= 0 && options.renew_jitter < 1 ? options.renew_jitter : 0.0;
+    std::uniform_real_distribution<double> unit(0.0, 1.0);
+    const double fraction = ratio * (1.0 - jitter * unit(random));
+    const auto lease = std::chrono::duration_cast<Clock::duration>(grant.lease);
+    return std::chrono::duration_cast<Clock::duration>(lease * fraction);
+  }
+
+  void declare_lost(LossReason reason, Error error) {
+    LossEvent event{reason, std::move(error)};
+    {
+      std::lock_guard lock(mutex);
+      if (state != GuardState::kHeld) return;
+      state = GuardState::kLost;
+      loss = event;
+    }
+    changed.notify_all();
+    connection.close();  // with auto-release this frees anything the server still holds
+    if (options.on_lost) options.on_lost(event);
+  }
+
+  void renew_loop() {
+    std::mt19937_64 random{std::random_device{}()};
+    std::unique_lock lock(mutex);
+    while (!stopping && state == GuardState::kHeld) {
+      const Clock::time_point next =
+          options.renew ? renewed_at + renew_interval(random) : lease_deadline;
+      if (changed.wait_until(lock, next, [&] { return stopping; })) break;
+      if (!options.renew || Clock::now() >= lease_deadline) {
+        lock.unlock();
+        declare_lost(LossReason::kLeaseExpired,
+                     make_error(ErrorCode::kLeaseExpired, "the lease ended without a renewal"));
+        return;
+      }
+      const Clock::time_point sent_at = Clock::now();
+      const Clock::time_point deadline = lease_deadline;
+      lock.unlock();
+
+      // Wait for the reply no longer than the lease lasts: past it the lock may be someone
+      // else's whatever the server says later.
+      connection.set_reply_timeout(
+          std::max(Milliseconds{1}, std::chrono::duration_cast<Milliseconds>(deadline - sent_at)));
+      auto renewed = space == core::Namespace::kLock
+                         ? connection.renew(key, grant.token, grant.lease)
+                         : connection.sem_renew(key, grant.token, grant.lease);
+      if (!renewed) {
+        const Error& error = renewed.error();
+        LossReason reason = LossReason::kConnectionFailed;
+        if (error.code == ErrorCode::kProtocol) reason = LossReason::kRenewRefused;
+        if (Clock::now() >= deadline) reason = LossReason::kLeaseExpired;
+        declare_lost(reason, error);
+        return;
+      }
+      lock.lock();
+      renewed_at = sent_at;
+      lease_deadline = sent_at + *renewed;
+    }
+  }
+};
+
+Guard::Guard(std::unique_ptr<State> state) : state_(std::move(state)) {}
+Guard::Guard(Guard&& other) noexcept = default;
+
+Guard& Guard::operator=(Guard&& other) noexcept {
+  if (this != &other) {
+    (void)release();
+    state_ = std::move(other.state_);
+  }
+  return *this;
+}
+
+Guard::~Guard() { (void)release(); }
+
+const std::string& Guard::key() const { return state_->key; }
+const core::Token& Guard::token() const { return state_->grant.token; }
+std::string Guard::token_string() const { return state_->grant.token.to_string(); }
+std::uint64_t Guard::fence() const { return state_->grant.fence(); }
+Seconds Guard::lease() const { return state_->grant.lease; }
+const Endpoint& Guard::endpoint() const { return state_->connection.endpoint(); }
+
+GuardState Guard::state() const {
+  if (state_ == nullptr) return GuardState::kReleased;
+  std::lock_guard lock(state_->mutex);
+  return state_->state;
+}
+
+std::optional<LossEvent> Guard::loss() const {
+  if (state_ == nullptr) return std::nullopt;
+  std::lock_guard lock(state_->mutex);
+  return state_->loss;
+}
+
+Result<void> Guard::release() {
+  if (state_ == nullptr) return {};
+  State& state = *state_;
+  state.stop();
+  GuardState previous;
+  {
+    std::lock_guard lock(state.mutex);
+    previous = state.state;
+    state.state = GuardState::kReleased;
+  }
+  if (previous == GuardState::kReleased) return {};
+  if (previous == GuardState::kLost) {
+    return make_error(ErrorCode::kLeaseExpired, "the lock had been lost");
+  }
+  state.connection.set_reply_timeout(Milliseconds{5000});
+  auto released = state.space == core::Namespace::kLock
+                      ? state.connection.release(state.key, state.grant.token)
+                      : state.connection.sem_release(state.key, state.grant.token);
+  state.connection.close();
+  return released;
+}
+
+namespace {
+
+std::unique_ptr<Guard::State> make_state(Connection connection, core::Namespace space,
+                                         std::string key, std::int64_t limit,
+                                         GuardOptions options) {
+  auto state = std::make_unique<Guard::State>();
+  state->connection = std::move(connection);
+  state->space = space;
+  state->key = std::move(key);
+  state->limit = limit;
+  state->options = std::move(options);
+  return state;
+}
+
+Result<void> check_options(const GuardOptions& options) {
+  if (!(options.renew_ratio > 0 && options.renew_ratio < 1)) {
+    return make_error(ErrorCode::kInvalidArgument, "renew_ratio must be in (0, 1)");
+  }
+  if (!(options.renew_jitter >= 0 && options.renew_jitter < 1)) {
+    return make_error(ErrorCode::kInvalidArgument, "renew_jitter must be in [0, 1)");
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<Lock> Lock::acquire(Connection connection, std::string key, GuardOptions options) {
+  if (auto checked = check_options(options); !checked) return checked.error();
+  auto grant = connection.lock(key, options.timeout, options.lease);
+  if (!grant) return grant.error();
+  const auto granted_at = Clock::now();
+  auto state = make_state(std::move(connection), core::Namespace::kLock, std::move(key), 1,
+                          std::move(options));
+  state->start(*grant, granted_at);
+  return Lock(std::move(state));
+}
+
+Result<Semaphore> Semaphore::acquire(Connection connection, std::string key, std::int64_t limit,
+                                     GuardOptions options) {
+  if (auto checked = check_options(options); !checked) return checked.error();
+  auto grant = connection.sem_lock(key, options.timeout, limit, options.lease);
+  if (!grant) return grant.error();
+  const auto granted_at = Clock::now();
+  auto state = make_state(std::move(connection), core::Namespace::kSemaphore, std::move(key), limit,
+                          std::move(options));
+  state->start(*grant, granted_at);
+  return Semaphore(std::move(state));
+}
+
+std::int64_t Semaphore::limit() const { return state_->limit; }
+
+Result<PendingLock> Lock::enqueue(Connection connection, std::string key, GuardOptions options) {
+  if (auto checked = check_options(options); !checked) return checked.error();
+  auto enqueued = connection.enqueue(key, options.lease);
+  if (!enqueued) return enqueued.error();
+  auto state = make_state(std::move(connection), core::Namespace::kLock, std::move(key), 1,
+                          std::move(options));
+  return PendingLock(std::move(state), enqueued->acquired.has_value());
+}
+
+Result<PendingSemaphore> Semaphore::enqueue(Connection connection, std::string key,
+                                            std::int64_t limit, GuardOptions options) {
+  if (auto checked = check_options(options); !checked) return checked.error();
+  auto enqueued = connection.sem_enqueue(key, limit, options.lease);
+  if (!enqueued) return enqueued.error();
+  auto state = make_state(std::move(connection), core::Namespace::kSemaphore, std::move(key), limit,
+                          std::move(options));
+  return PendingSemaphore(std::move(state), enqueued->acquired.has_value());
+}
+
+Pending::Pending(std::unique_ptr<Guard::State> state, bool acquired)
+    : state_(std::move(state)), acquired_(acquired) {}
+Pending::Pending(Pending&&) noexcept = default;
+Pending& Pending::operator=(Pending&&) noexcept = default;
+Pending::~Pending() = default;
+
+bool Pending::acquired() const { return acquired_; }
+
+Result<std::unique_ptr<Guard::State>> Pending::wait_state(Seconds timeout) {
+  if (state_ == nullptr) return make_error(ErrorCode::kNotEnqueued, "already waited");
+  auto state = std::move(state_);
+  auto grant = state->space == core::Namespace::kLock
+                   ? state->connection.wait(state->key, timeout)
+                   : state->connection.sem_wait(state->key, timeout);
+  if (!grant) return grant.error();
+  state->start(*grant, Clock::now());
+  return state;
+}
+
+Result<Lock> PendingLock::wait(Seconds timeout) {
+  auto state = wait_state(timeout);
+  if (!state) return state.error();
+  return Lock(std::move(*state));
+}
+
+Result<Semaphore> PendingSemaphore::wait(Seconds timeout) {
+  auto state = wait_state(timeout);
+  if (!state) return state.error();
+  return Semaphore(std::move(*state));
+}
+
+}  // namespace turnstile::client

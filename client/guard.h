@@ -1,0 +1,171 @@
+// RAII guards over one held lock or semaphore slot, with background lease renewal.
+//
+//   auto connection = Connection::connect(endpoint);          // or Cluster::connect_for(key)
+//   auto lock = Lock::acquire(std::move(*connection), "build-job", {.timeout = Seconds{30}});
+//   if (!lock) { ... lock.error().code == ErrorCode::kTimeout ... }
+//   write_with_fence(lock->fence());                           // u64 from the token
+//   // ~Lock releases (r) and closes the connection.
+//
+// A guard owns its Connection: the lock lives and dies with it (the server's default
+// --auto-release-on-disconnect), and nothing else can block the connection the renewals need.
+//
+// Renewal: each guard runs one renewal thread (a thread per guard keeps one guard's slow server
+// from delaying another's renewals; guards are few per process). It renews the lease after
+// `renew_ratio` of it has passed, made earlier (never later) by up to `renew_jitter` of that
+// interval, so that many clients spread out without ever renewing late. Every renew asks for the
+// lease of the original grant and waits for its reply at most until the current lease would end.
+//
+// Loss: the lock is lost when a renew is refused (`error`: the server no longer knows the token),
+// when the connection fails (which, with auto-release, released it), or when the local lease
+// deadline passes without a successful renew (a slow or stopped server). The local deadline is
+// kept conservatively: a renew's lease counts from when it was sent, a grant's from when its reply
+// arrived. On loss the state becomes kLost and `on_lost` is called once, on the renewal thread.
+// The guard then does nothing more (no reconnect, no release).
+//
+// Thread affinity: a guard's methods are called from one thread at a time; state(), held() and
+// loss() may be called from any thread. `on_lost` runs on the renewal thread and must not call
+// release() or destroy the guard.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "client/connection.h"
+#include "client/result.h"
+#include "core/types.h"
+
+namespace turnstile::client {
+
+enum class GuardState : std::uint8_t {
+  kHeld,      // granted, and (as far as we know) the lease is running
+  kLost,      // renewal failed or the lease ran out: someone else may hold it now
+  kReleased,  // released by release() (or the guard was moved from)
+};
+
+enum class LossReason : std::uint8_t {
+  kRenewRefused,      // the server answered a renew with an error (token unknown: lease ended)
+  kConnectionFailed,  // the connection failed or closed, or the server is draining
+  kLeaseExpired,      // the local lease deadline passed without a successful renew
+};
+
+std::string_view loss_reason_name(LossReason reason);
+
+struct LossEvent {
+  LossReason reason = LossReason::kLeaseExpired;
+  Error error;  // what the last renew (or the deadline) returned
+};
+
+struct GuardOptions {
+  Seconds timeout{10};        // how long acquire (or wait) waits for the grant; 0 = try once
+  Seconds lease{0};           // lease to ask for; 0 = the server's default
+  double renew_ratio = 0.5;   // renew after this fraction of the lease, in (0, 1)
+  double renew_jitter = 0.1;  // renew up to this fraction of that interval earlier, in [0, 1)
+  bool renew = true;          // false: no renewals; the guard still reports the lease's end
+  std::function<void(const LossEvent&)> on_lost;  // called once, on the renewal thread
+};
+
+class Guard {
+ public:
+  Guard(Guard&& other) noexcept;
+  Guard& operator=(Guard&& other) noexcept;
+  Guard(const Guard&) = delete;
+  Guard& operator=(const Guard&) = delete;
+  ~Guard();  // release(), ignoring its result
+
+  const std::string& key() const;
+  const core::Token& token() const;
+  std::string token_string() const;
+  std::uint64_t fence() const;  // the fencing number: strictly increasing per key
+  Seconds lease() const;        // the lease granted (and asked for on every renew)
+  const Endpoint& endpoint() const;
+
+  GuardState state() const;
+  bool held() const { return state() == GuardState::kHeld; }
+  std::optional<LossEvent> loss() const;  // set once state() is kLost
+
+  // Stops renewing, releases (`r`/`sr`) if still held, closes the connection. Errors: what the
+  // release returned; kLeaseExpired if the lock had been lost; nothing if already released.
+  Result<void> release();
+
+  struct State;  // implementation detail (guard.cc)
+
+ protected:
+  explicit Guard(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+class PendingLock;
+class PendingSemaphore;
+
+class Lock : public Guard {
+ public:
+  // `l key timeout [lease]` on `connection`, then background renewal.
+  static Result<Lock> acquire(Connection connection, std::string key, GuardOptions options = {});
+  // Two-phase, step one: `e key [lease]`. Wait with PendingLock::wait.
+  static Result<PendingLock> enqueue(Connection connection, std::string key,
+                                     GuardOptions options = {});
+
+ private:
+  friend class PendingLock;
+  using Guard::Guard;
+};
+
+class Semaphore : public Guard {
+ public:
+  // `sl key timeout limit [lease]`: one of `limit` slots.
+  static Result<Semaphore> acquire(Connection connection, std::string key, std::int64_t limit,
+                                   GuardOptions options = {});
+  static Result<PendingSemaphore> enqueue(Connection connection, std::string key,
+                                          std::int64_t limit, GuardOptions options = {});
+  std::int64_t limit() const;
+
+ private:
+  friend class PendingSemaphore;
+  using Guard::Guard;
+};
+
+// Two-phase acquisition between `e` and `w`: the place in the queue is held by the connection.
+// Destroying it without waiting closes the connection, which gives the place (or the grant) up.
+class Pending {
+ public:
+  Pending(Pending&&) noexcept;
+  Pending& operator=(Pending&&) noexcept;
+  ~Pending();
+
+  // True when `e` answered `acquired`: the grant is already made and its lease running; wait()
+  // then returns at once (and restarts the lease).
+  bool acquired() const;
+
+ protected:
+  explicit Pending(std::unique_ptr<Guard::State> state, bool acquired);
+  // `w`/`sw`: the state of a held guard, or the error (kTimeout, kLeaseExpired, ...). The
+  // pending is spent afterwards either way (a second wait() returns kNotEnqueued).
+  Result<std::unique_ptr<Guard::State>> wait_state(Seconds timeout);
+
+  std::unique_ptr<Guard::State> state_;
+  bool acquired_ = false;
+};
+
+class PendingLock : public Pending {
+ public:
+  Result<Lock> wait(Seconds timeout);
+
+ private:
+  friend class Lock;
+  using Pending::Pending;
+};
+
+class PendingSemaphore : public Pending {
+ public:
+  Result<Semaphore> wait(Seconds timeout);
+
+ private:
+  friend class Semaphore;
+  using Pending::Pending;
+};
+
+}  // namespace turnstile::client

@@ -1,0 +1,374 @@
+// The `turnstile` CLI against a real turnstiled: every subcommand, the documented exit codes, and
+// `run`: the lock held for the command's lifetime, the fence in its environment, exit codes and
+// signals passed through, signals forwarded, the command terminated when the lock is lost.
+#include "client/cli.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/connection.h"
+#include "tests/integration/harness.h"
+
+extern char** environ;
+
+namespace turnstile::client {
+namespace {
+
+using integration::CertificateFiles;
+using integration::Daemon;
+using integration::eventually;
+using integration::TempDir;
+using namespace std::chrono_literals;
+using Json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+std::string read_file(const std::string& path) {
+  std::ifstream file(path);
+  std::stringstream contents;
+  contents << file.rdbuf();
+  return contents.str();
+}
+
+bool exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
+
+// One `turnstile` process in its own process group, stdout and stderr to files. The destructor
+// SIGKILLs the whole group if it is still running, and reaps it.
+class Cli {
+ public:
+  Cli(const TempDir& dir, std::vector<std::string> args) {
+    static int counter = 0;
+    const std::string tag = std::to_string(++counter);
+    out_path_ = dir.file("out" + tag);
+    err_path_ = dir.file("err" + tag);
+    args.insert(args.begin(), TURNSTILE_CLI_PATH);
+    std::vector<char*> argv;
+    for (std::string& arg : args) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&actions, 1, out_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                     0644);
+    posix_spawn_file_actions_addopen(&actions, 2, err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                     0644);
+    posix_spawnattr_t attributes;
+    posix_spawnattr_init(&attributes);
+    posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETPGROUP);
+    posix_spawnattr_setpgroup(&attributes, 0);
+    const int spawned = posix_spawn(&pid_, argv[0], &actions, &attributes, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    posix_spawnattr_destroy(&attributes);
+    if (spawned != 0) throw std::runtime_error("spawn turnstile failed");
+  }
+  ~Cli() {
+    if (!status_) {
+      ::kill(-pid_, SIGKILL);
+      int status = 0;
+      ::waitpid(pid_, &status, 0);
+    }
+  }
+  Cli(const Cli&) = delete;
+  Cli& operator=(const Cli&) = delete;
+
+  pid_t pid() const { return pid_; }
+  void signal(int number) { ::kill(pid_, number); }
+
+  // The exit code (128+N for a signal death), or -1 if it did not exit in time.
+  int wait(std::chrono::milliseconds timeout = 30s) {
+    const auto deadline = Clock::now() + timeout;
+    while (!status_) {
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        status_ = status;
+        break;
+      }
+      if (Clock::now() >= deadline) return -1;
+      std::this_thread::sleep_for(10ms);
+    }
+    if (WIFEXITED(*status_)) return WEXITSTATUS(*status_);
+    return 128 + WTERMSIG(*status_);
+  }
+  std::string out() const { return read_file(out_path_); }
+  std::string err() const { return read_file(err_path_); }
+
+ private:
+  pid_t pid_ = -1;
+  std::optional<int> status_;
+  std::string out_path_;
+  std::string err_path_;
+};
+
+std::string server(const Daemon& daemon) { return "127.0.0.1:" + std::to_string(daemon.port()); }
+
+// Runs to completion; returns {exit code, stdout, stderr}.
+struct Outcome {
+  int code;
+  std::string out;
+  std::string err;
+};
+Outcome run_cli(const TempDir& dir, std::vector<std::string> args) {
+  Cli cli(dir, std::move(args));
+  const int code = cli.wait(60s);
+  return {code, cli.out(), cli.err()};
+}
+
+Connection connect_to(const Daemon& daemon) {
+  auto connection =
+      Connection::connect(Endpoint{"127.0.0.1", static_cast<std::uint16_t>(daemon.port())});
+  if (!connection) throw std::runtime_error(connection.error().to_string());
+  return std::move(*connection);
+}
+
+TEST(TurnstileCli, PingStatsAcquireRenewRelease) {
+  Daemon daemon({"--auto-release-on-disconnect=false"});
+  TempDir dir;
+  const Outcome ping = run_cli(dir, {"ping", "--server", server(daemon)});
+  EXPECT_EQ(ping.code, kExitOk) << ping.err;
+  EXPECT_NE(ping.out.find(server(daemon) + " ok"), std::string::npos) << ping.out;
+
+  const Outcome acquired =
+      run_cli(dir, {"acquire", "-s", server(daemon), "--key", "job", "--lease", "30", "--json"});
+  ASSERT_EQ(acquired.code, kExitOk) << acquired.err;
+  const Json grant = Json::parse(acquired.out);
+  EXPECT_EQ(grant["key"], "job");
+  EXPECT_EQ(grant["lease_s"], 30);
+  const std::string token = grant["token"];
+  EXPECT_EQ(grant["fence"].get<std::uint64_t>(), *integration::fence_of(token));
+
+  const Outcome stats = run_cli(dir, {"stats", "-s", server(daemon), "--json"});
+  ASSERT_EQ(stats.code, kExitOk) << stats.err;
+  EXPECT_EQ(Json::parse(stats.out)["stats"]["locks"][0]["key"], "job");
+  const Outcome plain_stats = run_cli(dir, {"stats", "-s", server(daemon)});
+  EXPECT_EQ(Json::parse(plain_stats.out)["locks"].size(), 1U);
+
+  // Held (auto-release is off): another acquire times out.
+  const Outcome busy =
+      run_cli(dir, {"acquire", "-s", server(daemon), "--key", "job", "--timeout", "0"});
+  EXPECT_EQ(busy.code, kExitTimedOut) << busy.err;
+
+  const Outcome renewed =
+      run_cli(dir, {"renew", "-s", server(daemon), "--key", "job", "--token", token, "-l", "45"});
+  EXPECT_EQ(renewed.code, kExitOk) << renewed.err;
+  EXPECT_EQ(renewed.out, "45\n");
+  const Outcome released =
+      run_cli(dir, {"release", "-s", server(daemon), "--key", "job", "--token", token});
+  EXPECT_EQ(released.code, kExitOk) << released.err;
+  EXPECT_EQ(released.out, "ok\n");
+  const Outcome again =
+      run_cli(dir, {"release", "-s", server(daemon), "--key", "job", "--token", token, "--json"});
+  EXPECT_EQ(again.code, kExitError);
+  EXPECT_EQ(Json::parse(again.out)["error"], "protocol");
+
+  // Semaphores.
+  const Outcome slot = run_cli(
+      dir, {"acquire", "-s", server(daemon), "--key", "pool", "--semaphore", "2", "--json"});
+  ASSERT_EQ(slot.code, kExitOk) << slot.err;
+  const std::string slot_token = Json::parse(slot.out)["token"];
+  EXPECT_EQ(run_cli(dir, {"renew", "-s", server(daemon), "--key", "pool", "--token", slot_token,
+                          "--semaphore"})
+                .code,
+            kExitOk);
+  EXPECT_EQ(run_cli(dir, {"release", "-s", server(daemon), "--key", "pool", "--token", slot_token,
+                          "--semaphore"})
+                .code,
+            kExitOk);
+}
+
+TEST(TurnstileCli, SeveralServers) {
+  Daemon first;
+  Daemon second;
+  TempDir dir;
+  const Outcome ping = run_cli(dir, {"ping", "-s", server(first), "-s", server(second)});
+  EXPECT_EQ(ping.code, kExitOk) << ping.err;
+  EXPECT_NE(ping.out.find(server(first) + " ok"), std::string::npos) << ping.out;
+  EXPECT_NE(ping.out.find(server(second) + " ok"), std::string::npos) << ping.out;
+  // zlib.crc32: "a" % 2 == 1, "hello" % 2 == 0.
+  for (const auto& [key, expected] : {std::pair{"a", server(second)}, {"hello", server(first)}}) {
+    const Outcome acquired = run_cli(
+        dir, {"acquire", "-s", server(first), "-s", server(second), "--key", key, "--json"});
+    ASSERT_EQ(acquired.code, kExitOk) << acquired.err;
+    EXPECT_EQ(Json::parse(acquired.out)["server"], expected) << key;
+  }
+}
+
+TEST(TurnstileCli, ExitCodes) {
+  TempDir dir;
+  // Could not connect: nothing listens on the port of a stopped daemon.
+  std::string dead_server;
+  {
+    Daemon dead;
+    dead_server = server(dead);
+  }
+  const Outcome refused = run_cli(dir, {"ping", "-s", dead_server});
+  EXPECT_EQ(refused.code, kExitNoConnection) << refused.err;
+  EXPECT_EQ(run_cli(dir, {"run", "-s", dead_server, "-k", "k", "--", "true"}).code,
+            kExitNoConnection);
+
+  EXPECT_EQ(run_cli(dir, {}).code, kExitUsage);
+  EXPECT_EQ(run_cli(dir, {"frobnicate"}).code, kExitUsage);
+  EXPECT_EQ(run_cli(dir, {"acquire"}).code, kExitUsage);  // no --key
+  EXPECT_EQ(run_cli(dir, {"acquire", "-k", "a b"}).code, kExitUsage);
+  EXPECT_EQ(run_cli(dir, {"release", "-k", "a", "--token", "NOTHEX"}).code, kExitUsage);
+  EXPECT_EQ(run_cli(dir, {"run", "-k", "a"}).code, kExitUsage);  // no command
+  EXPECT_EQ(run_cli(dir, {"ping", "--bogus"}).code, kExitUsage);
+  EXPECT_EQ(run_cli(dir, {"ping", "-s", "host:notaport"}).code, kExitUsage);
+  EXPECT_EQ(run_cli(dir, {"--help"}).code, kExitOk);
+
+  // Timed out waiting.
+  Daemon daemon;
+  Connection holder = connect_to(daemon);
+  ASSERT_TRUE(holder.lock("held", 0s).ok());
+  const auto started = Clock::now();
+  const Outcome waited =
+      run_cli(dir, {"run", "-s", server(daemon), "-k", "held", "-t", "1", "--", "true"});
+  EXPECT_EQ(waited.code, kExitTimedOut) << waited.err;
+  EXPECT_GE(Clock::now() - started, 900ms);
+
+  // Auth.
+  Daemon guarded({"--auth-token", "s3cret"});
+  const std::string right = dir.write("right", "s3cret\n");
+  const std::string wrong = dir.write("wrong", "nope\n");
+  EXPECT_EQ(run_cli(dir, {"ping", "-s", server(guarded), "--auth-token-file", right}).code,
+            kExitOk);
+  EXPECT_EQ(run_cli(dir, {"ping", "-s", server(guarded), "--auth-token-file", wrong}).code,
+            kExitAuth);
+}
+
+TEST(TurnstileCli, RunPassesTheLockAndPropagatesTheExitCode) {
+  Daemon daemon;
+  TempDir dir;
+  const Outcome outcome =
+      run_cli(dir, {"run", "-s", server(daemon), "-k", "nightly", "--", "sh", "-c",
+                    "echo \"$TURNSTILE_KEY $TURNSTILE_FENCE $TURNSTILE_TOKEN\"; exit 7"});
+  EXPECT_EQ(outcome.code, 7) << outcome.err;
+  std::istringstream fields(outcome.out);
+  std::string key, fence, token;
+  fields >> key >> fence >> token;
+  EXPECT_EQ(key, "nightly");
+  ASSERT_EQ(token.size(), 32U) << outcome.out;
+  EXPECT_EQ(std::stoull(fence), *integration::fence_of(token));
+  // Released when the command ended.
+  Connection other = connect_to(daemon);
+  EXPECT_TRUE(other.lock("nightly", 0s).ok());
+  ASSERT_TRUE(other.ping().ok());
+
+  EXPECT_EQ(run_cli(dir, {"run", "-s", server(daemon), "-k", "x", "--", "true"}).code, 0);
+  EXPECT_EQ(
+      run_cli(dir, {"run", "-s", server(daemon), "-k", "x", "--", "sh", "-c", "kill -9 $$"}).code,
+      128 + SIGKILL);
+  EXPECT_EQ(run_cli(dir, {"run", "-s", server(daemon), "-k", "x", "--", "/no/such/command"}).code,
+            kExitNotFound);
+  // A semaphore run.
+  EXPECT_EQ(run_cli(dir, {"run", "-s", server(daemon), "-k", "pool", "--semaphore", "3", "--", "sh",
+                          "-c", "test -n \"$TURNSTILE_TOKEN\""})
+                .code,
+            0);
+}
+
+TEST(TurnstileCli, SecondRunWaitsForTheFirst) {
+  Daemon daemon;
+  TempDir dir;
+  const std::string first_script = "echo $TURNSTILE_FENCE > '" + dir.file("a_fence") +
+                                   "'; date +%s%N > '" + dir.file("a_start") + "'; sleep 2; " +
+                                   "date +%s%N > '" + dir.file("a_end") + "'";
+  const std::string second_script = "echo $TURNSTILE_FENCE > '" + dir.file("b_fence") +
+                                    "'; date +%s%N > '" + dir.file("b_start") + "'";
+  Cli first(dir, {"run", "-s", server(daemon), "-k", "serial", "--", "sh", "-c", first_script});
+  ASSERT_TRUE(eventually([&] { return exists(dir.file("a_start")); }, 20s));
+  Cli second(dir, {"run", "-s", server(daemon), "-k", "serial", "-t", "60", "--", "sh", "-c",
+                   second_script});
+  EXPECT_EQ(first.wait(), 0) << first.err();
+  EXPECT_EQ(second.wait(), 0) << second.err();
+  const long long first_end = std::stoll(read_file(dir.file("a_end")));
+  const long long second_start = std::stoll(read_file(dir.file("b_start")));
+  EXPECT_GE(second_start, first_end);
+  EXPECT_GT(std::stoull(read_file(dir.file("b_fence"))),
+            std::stoull(read_file(dir.file("a_fence"))));
+}
+
+TEST(TurnstileCli, SignalsReachTheCommand) {
+  Daemon daemon;
+  TempDir dir;
+  for (const auto& [number, name, code] :
+       {std::tuple{SIGTERM, "TERM", 42}, std::tuple{SIGHUP, "HUP", 43},
+        std::tuple{SIGINT, "INT", 44}}) {
+    const std::string ready = dir.file(std::string("ready_") + name);
+    const std::string script = std::string("trap 'exit ") + std::to_string(code) + "' " + name +
+                               "; echo > '" + ready + "'; while :; do sleep 0.1; done";
+    Cli cli(dir, {"run", "-s", server(daemon), "-k", "signalled", "--", "sh", "-c", script});
+    ASSERT_TRUE(eventually([&] { return exists(ready); }, 20s));
+    cli.signal(number);
+    EXPECT_EQ(cli.wait(), code) << name << ": " << cli.err();
+  }
+}
+
+TEST(TurnstileCli, LostLockTerminatesTheCommand) {
+  Daemon daemon;
+  TempDir dir;
+  const std::string ready = dir.file("ready");
+  Cli cli(dir, {"run", "-s", server(daemon), "-k", "fragile", "--lease", "2", "--", "sh", "-c",
+                "echo > '" + ready + "'; exec sleep 60"});
+  ASSERT_TRUE(eventually([&] { return exists(ready); }, 20s));
+  const auto stalled = Clock::now();
+  daemon.signal(SIGSTOP);  // no renewal is answered: the lease runs out
+  const int code = cli.wait(30s);
+  daemon.signal(SIGCONT);
+  EXPECT_EQ(code, kExitLockLost) << cli.err();
+  EXPECT_LT(Clock::now() - stalled, 20s);
+  EXPECT_NE(cli.err().find("lost the lock"), std::string::npos) << cli.err();
+}
+
+TEST(TurnstileCli, LostLockKillsACommandThatIgnoresSigterm) {
+  auto daemon = std::make_unique<Daemon>();
+  TempDir dir;
+  const std::string ready = dir.file("ready");
+  Cli cli(dir,
+          {"run", "-s", server(*daemon), "-k", "stubborn", "--lease", "2", "--grace", "1", "--",
+           "sh", "-c", "trap '' TERM; echo > '" + ready + "'; while :; do sleep 0.1; done"});
+  ASSERT_TRUE(eventually([&] { return exists(ready); }, 20s));
+  daemon.reset();  // server gone: the connection fails
+  EXPECT_EQ(cli.wait(30s), kExitLockLost) << cli.err();
+  EXPECT_NE(cli.err().find("SIGKILL"), std::string::npos) << cli.err();
+}
+
+TEST(TurnstileCli, NoKillOnLossLetsTheCommandFinish) {
+  auto daemon = std::make_unique<Daemon>();
+  TempDir dir;
+  const std::string ready = dir.file("ready");
+  const std::string finished = dir.file("finished");
+  Cli cli(dir, {"run", "-s", server(*daemon), "-k", "lenient", "--lease", "2", "--no-kill-on-loss",
+                "--", "sh", "-c", "echo > '" + ready + "'; sleep 3; echo > '" + finished + "'"});
+  ASSERT_TRUE(eventually([&] { return exists(ready); }, 20s));
+  daemon.reset();
+  EXPECT_EQ(cli.wait(30s), kExitLockLost) << cli.err();
+  EXPECT_TRUE(exists(finished));
+}
+
+TEST(TurnstileCli, RunOverTls) {
+  TempDir dir;
+  const CertificateFiles files = integration::write_self_signed_certificate(dir.path());
+  Daemon daemon({"--tls-cert", files.certificate_path, "--tls-key", files.key_path});
+  const Outcome ok = run_cli(dir, {"run", "-s", server(daemon), "--tls-ca", files.certificate_path,
+                                   "--tls-server-name", "localhost", "-k", "secure", "--", "true"});
+  EXPECT_EQ(ok.code, 0) << ok.err;
+  const Outcome unverified = run_cli(dir, {"ping", "-s", server(daemon), "--tls-ca",
+                                           files.certificate_path});  // name 127.0.0.1 not in SAN
+  EXPECT_EQ(unverified.code, kExitNoConnection) << unverified.err;
+}
+
+}  // namespace
+}  // namespace turnstile::client

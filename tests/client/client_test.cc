@@ -1,0 +1,540 @@
+// The client library against a real turnstiled on loopback: every call and every typed error,
+// TLS and auth, IPv6, placement over two servers, the RAII guards' renewal, release and loss.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/cluster.h"
+#include "client/connection.h"
+#include "client/guard.h"
+#include "client/placement.h"
+#include "tests/integration/harness.h"
+
+namespace turnstile::client {
+namespace {
+
+using integration::CertificateFiles;
+using integration::Daemon;
+using integration::DaemonOptions;
+using integration::eventually;
+using integration::TempDir;
+using integration::write_self_signed_certificate;
+using namespace std::chrono_literals;
+using Json = nlohmann::json;
+
+Endpoint local(const Daemon& daemon) {
+  return Endpoint{"127.0.0.1", static_cast<std::uint16_t>(daemon.port())};
+}
+
+Connection connect_or_die(const Endpoint& endpoint, const ConnectOptions& options = {}) {
+  auto connection = Connection::connect(endpoint, options);
+  if (!connection) throw std::runtime_error("connect: " + connection.error().to_string());
+  return std::move(*connection);
+}
+
+template <typename T>
+ErrorCode code_of(const Result<T>& result) {
+  EXPECT_FALSE(result.ok());
+  return result.ok() ? ErrorCode::kIo : result.error().code;
+}
+
+GuardOptions options_with(Seconds timeout, Seconds lease = 0s) {
+  GuardOptions options;
+  options.timeout = timeout;
+  options.lease = lease;
+  return options;
+}
+
+// A port with nothing listening (bound, then closed).
+std::uint16_t closed_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
+  socklen_t length = sizeof address;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
+
+TEST(ClientConnection, PingAndStats) {
+  Daemon daemon;
+  Connection connection = connect_or_die(local(daemon));
+  EXPECT_TRUE(connection.is_open());
+  EXPECT_TRUE(connection.ping().ok());
+  auto held = connection.lock("stats-key", 0s, 20s);
+  ASSERT_TRUE(held.ok());
+  auto stats = connection.stats();
+  ASSERT_TRUE(stats.ok()) << stats.error().to_string();
+  const Json json = Json::parse(stats->json);
+  ASSERT_EQ(json["locks"].size(), 1U);
+  EXPECT_EQ(json["locks"][0]["key"], "stats-key");
+}
+
+TEST(ClientConnection, LockRenewReleaseAndFences) {
+  Daemon daemon;
+  Connection a = connect_or_die(local(daemon));
+  Connection b = connect_or_die(local(daemon));
+  auto first = a.lock("k", 0s, 7s);
+  ASSERT_TRUE(first.ok()) << first.error().to_string();
+  EXPECT_EQ(first->lease, 7s);
+  EXPECT_EQ(first->fence(), first->token.fence.value);
+  EXPECT_EQ(code_of(b.lock("k", 0s)), ErrorCode::kTimeout);  // held: try once
+  auto renewed = a.renew("k", first->token, 11s);
+  ASSERT_TRUE(renewed.ok());
+  EXPECT_EQ(*renewed, 11s);
+  auto default_renew = a.renew("k", first->token);
+  ASSERT_TRUE(default_renew.ok());
+  EXPECT_EQ(*default_renew, 33s);  // the server's default lease
+  EXPECT_TRUE(a.release("k", first->token).ok());
+  // A token that matches no holder: plain `error`.
+  EXPECT_EQ(code_of(a.release("k", first->token)), ErrorCode::kProtocol);
+  EXPECT_EQ(code_of(a.renew("k", first->token)), ErrorCode::kProtocol);
+  auto second = b.lock("k", 0s);
+  ASSERT_TRUE(second.ok());
+  EXPECT_GT(second->fence(), first->fence());
+  EXPECT_EQ(second->lease, 33s);
+}
+
+TEST(ClientConnection, BlockingLockWaitsForTheRelease) {
+  Daemon daemon;
+  Connection a = connect_or_die(local(daemon));
+  auto held = a.lock("k", 0s);
+  ASSERT_TRUE(held.ok());
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(300ms);
+    EXPECT_TRUE(a.release("k", held->token).ok());
+  });
+  Connection b = connect_or_die(local(daemon));
+  auto waited = b.lock("k", 30s);
+  releaser.join();
+  ASSERT_TRUE(waited.ok()) << waited.error().to_string();
+  EXPECT_GT(waited->fence(), held->fence());
+  // A real timeout: held by b, a waits 1 s.
+  EXPECT_EQ(code_of(a.lock("k", 1s)), ErrorCode::kTimeout);
+}
+
+TEST(ClientConnection, Semaphores) {
+  Daemon daemon;
+  Connection a = connect_or_die(local(daemon));
+  Connection b = connect_or_die(local(daemon));
+  auto one = a.sem_lock("s", 0s, 2, 9s);
+  auto two = b.sem_lock("s", 0s, 2);
+  ASSERT_TRUE(one.ok());
+  ASSERT_TRUE(two.ok());
+  EXPECT_EQ(one->lease, 9s);
+  EXPECT_EQ(code_of(a.sem_lock("s", 0s, 2)), ErrorCode::kTimeout);
+  EXPECT_EQ(code_of(a.sem_lock("s", 0s, 3)), ErrorCode::kLimitMismatch);
+  auto renewed = a.sem_renew("s", one->token, 5s);
+  ASSERT_TRUE(renewed.ok());
+  EXPECT_EQ(*renewed, 5s);
+  EXPECT_TRUE(a.sem_release("s", one->token).ok());
+  EXPECT_EQ(code_of(a.sem_release("s", one->token)), ErrorCode::kProtocol);
+  // The lock namespace is separate: the same key is free there.
+  EXPECT_TRUE(a.lock("s", 0s).ok());
+}
+
+TEST(ClientConnection, TwoPhaseAndItsErrors) {
+  Daemon daemon;
+  Connection a = connect_or_die(local(daemon));
+  Connection b = connect_or_die(local(daemon));
+  auto acquired = a.enqueue("k", 20s);
+  ASSERT_TRUE(acquired.ok());
+  ASSERT_TRUE(acquired->acquired.has_value());
+  EXPECT_EQ(acquired->acquired->lease, 20s);
+  EXPECT_EQ(code_of(a.enqueue("k")), ErrorCode::kAlreadyEnqueued);
+  auto queued = b.enqueue("k");
+  ASSERT_TRUE(queued.ok());
+  EXPECT_FALSE(queued->acquired.has_value());
+  auto mine = a.wait("k", 5s);
+  ASSERT_TRUE(mine.ok());
+  EXPECT_EQ(mine->token, acquired->acquired->token);
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(300ms);
+    EXPECT_TRUE(a.release("k", mine->token).ok());
+  });
+  auto theirs = b.wait("k", 30s);
+  releaser.join();
+  ASSERT_TRUE(theirs.ok()) << theirs.error().to_string();
+  EXPECT_GT(theirs->fence(), mine->fence());
+  EXPECT_EQ(code_of(b.wait("k", 1s)), ErrorCode::kNotEnqueued);
+  // Semaphore two-phase: acquired at once, then a timeout for a queued waiter.
+  auto slot = a.sem_enqueue("s", 1);
+  ASSERT_TRUE(slot.ok());
+  ASSERT_TRUE(slot->acquired.has_value());
+  EXPECT_EQ(code_of(a.sem_enqueue("s", 2)), ErrorCode::kAlreadyEnqueued);
+  EXPECT_EQ(code_of(b.sem_enqueue("s", 2)), ErrorCode::kLimitMismatch);
+  auto queued_slot = b.sem_enqueue("s", 1);
+  ASSERT_TRUE(queued_slot.ok());
+  EXPECT_FALSE(queued_slot->acquired.has_value());
+  EXPECT_EQ(code_of(b.sem_wait("s", 0s)), ErrorCode::kTimeout);
+  EXPECT_EQ(code_of(b.sem_wait("s", 0s)), ErrorCode::kNotEnqueued);
+  EXPECT_TRUE(a.sem_wait("s", 1s).ok());
+}
+
+TEST(ClientConnection, LeaseExpiredBeforeWait) {
+  Daemon daemon;
+  Connection a = connect_or_die(local(daemon));
+  auto acquired = a.enqueue("k", 1s);
+  ASSERT_TRUE(acquired.ok());
+  ASSERT_TRUE(acquired->acquired.has_value());
+  std::this_thread::sleep_for(2500ms);
+  EXPECT_EQ(code_of(a.wait("k", 1s)), ErrorCode::kLeaseExpired);
+}
+
+TEST(ClientConnection, MaxLocksAndMaxWaiters) {
+  Daemon daemon({"--max-locks", "1", "--max-waiters", "1"});
+  Connection a = connect_or_die(local(daemon));
+  Connection b = connect_or_die(local(daemon));
+  Connection c = connect_or_die(local(daemon));
+  auto held = a.lock("only", 0s);
+  ASSERT_TRUE(held.ok());
+  EXPECT_EQ(code_of(a.lock("another", 0s)), ErrorCode::kMaxLocks);
+  auto queued = b.enqueue("only");
+  ASSERT_TRUE(queued.ok());
+  EXPECT_EQ(code_of(c.lock("only", 5s)), ErrorCode::kMaxWaiters);
+}
+
+TEST(ClientConnection, InvalidArgumentsAreRefusedBeforeSending) {
+  Daemon daemon;
+  Connection connection = connect_or_die(local(daemon));
+  EXPECT_EQ(code_of(connection.lock("a\nr\nvictim", 0s)), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code_of(connection.lock("", 0s)), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code_of(connection.lock(std::string(257, 'k'), 0s)), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code_of(connection.lock("k", -1s)), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code_of(connection.lock("k", 0s, -5s)), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code_of(connection.sem_lock("k", 0s, 0)), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code_of(connection.sem_enqueue("k", 1'048'577)), ErrorCode::kInvalidArgument);
+  // Nothing was sent: the connection is in step and the longest key works.
+  EXPECT_TRUE(connection.ping().ok());
+  EXPECT_TRUE(connection.lock(std::string(256, 'k'), 0s).ok());
+}
+
+TEST(ClientConnection, ConnectFailures) {
+  auto refused = Connection::connect(Endpoint{"127.0.0.1", closed_port()});
+  EXPECT_EQ(code_of(refused), ErrorCode::kConnect);
+  auto unresolvable = Connection::connect(Endpoint{"no-such-host.invalid", 6388});
+  EXPECT_EQ(code_of(unresolvable), ErrorCode::kConnect);
+  Connection never_opened;
+  EXPECT_FALSE(never_opened.is_open());
+  EXPECT_EQ(code_of(never_opened.ping()), ErrorCode::kIo);
+}
+
+TEST(ClientConnection, Ipv6Literal) {
+  DaemonOptions options;
+  options.host = "::1";
+  options.wait_until_listening = false;
+  Daemon daemon(options);
+  if (!daemon.wait_listening(10s)) GTEST_SKIP() << "no IPv6 loopback here";
+  auto endpoint = parse_endpoint("[::1]:" + std::to_string(daemon.port()));
+  ASSERT_TRUE(endpoint.ok());
+  Connection connection = connect_or_die(*endpoint);
+  EXPECT_TRUE(connection.lock("v6", 0s).ok());
+}
+
+TEST(ClientConnection, Auth) {
+  Daemon daemon({"--auth-token", "s3cret"});
+  ConnectOptions right;
+  right.auth_token = "s3cret";
+  Connection connection = connect_or_die(local(daemon), right);
+  EXPECT_TRUE(connection.ping().ok());
+  ConnectOptions wrong;
+  wrong.auth_token = "guess";
+  EXPECT_EQ(code_of(Connection::connect(local(daemon), wrong)), ErrorCode::kAuth);
+  // No token: the first request is refused with error_auth, and the connection closes.
+  Connection anonymous = connect_or_die(local(daemon));
+  EXPECT_EQ(code_of(anonymous.ping()), ErrorCode::kAuth);
+  EXPECT_FALSE(anonymous.is_open());
+  ConnectOptions injected;
+  injected.auth_token = "a\nping";
+  EXPECT_EQ(code_of(Connection::connect(local(daemon), injected)), ErrorCode::kInvalidArgument);
+}
+
+TEST(ClientConnection, TlsVerifiesTheCertificateAndName) {
+  TempDir dir;
+  const CertificateFiles files = write_self_signed_certificate(dir.path(), "localhost");
+  Daemon daemon({"--tls-cert", files.certificate_path, "--tls-key", files.key_path});
+  ASSERT_TRUE(daemon.tls());
+  ConnectOptions trusted;
+  trusted.tls = TlsOptions{files.certificate_path, "localhost"};
+  Connection connection = connect_or_die(local(daemon), trusted);
+  auto grant = connection.lock("tls-key", 0s);
+  ASSERT_TRUE(grant.ok());
+  EXPECT_TRUE(connection.release("tls-key", grant->token).ok());
+  auto stats = connection.stats();
+  EXPECT_TRUE(stats.ok());
+
+  ConnectOptions wrong_name = trusted;
+  wrong_name.tls->server_name = "elsewhere.example";
+  EXPECT_EQ(code_of(Connection::connect(local(daemon), wrong_name)), ErrorCode::kTls);
+  ConnectOptions ip_name = trusted;
+  ip_name.tls->server_name = "";  // 127.0.0.1: the certificate has no IP SAN
+  EXPECT_EQ(code_of(Connection::connect(local(daemon), ip_name)), ErrorCode::kTls);
+  ConnectOptions untrusted;
+  untrusted.tls = TlsOptions{"", "localhost"};  // the system store does not know our CA
+  EXPECT_EQ(code_of(Connection::connect(local(daemon), untrusted)), ErrorCode::kTls);
+  // A plain client against the TLS listener gets no reply it understands.
+  ConnectOptions plain;
+  plain.reply_timeout = 2s;
+  auto plain_connection = Connection::connect(local(daemon), plain);
+  if (plain_connection.ok()) {
+    EXPECT_FALSE(plain_connection->ping().ok());
+  }
+}
+
+TEST(ClientConnection, DrainingIsReported) {
+  auto daemon = std::make_unique<Daemon>();
+  Connection connection = connect_or_die(local(*daemon));
+  ASSERT_TRUE(connection.ping().ok());
+  daemon->signal(SIGTERM);
+  ASSERT_TRUE(daemon->wait_exit(10s).has_value());
+  const auto result = connection.ping();
+  EXPECT_EQ(code_of(result), ErrorCode::kDraining) << result.error().to_string();
+  EXPECT_FALSE(connection.is_open());
+  EXPECT_EQ(code_of(connection.ping()), ErrorCode::kIo);
+}
+
+TEST(ClientCluster, KeysGoToTheirCrc32Server) {
+  Daemon first;
+  Daemon second;
+  Cluster cluster({local(first), local(second)});
+  // From zlib.crc32: "a" -> 1, "hello" -> 0, "build-job" -> 1, "nightly" -> 0 (mod 2).
+  const std::vector<std::pair<std::string, std::size_t>> placed = {
+      {"a", 1}, {"hello", 0}, {"build-job", 1}, {"nightly", 0}};
+  std::vector<Lock> held;
+  for (const auto& [key, index] : placed) {
+    EXPECT_EQ(cluster.server_for(key), cluster.servers()[index]) << key;
+    auto lock = cluster.lock(key, options_with(0s));
+    ASSERT_TRUE(lock.ok()) << lock.error().to_string();
+    EXPECT_EQ(lock->endpoint(), cluster.servers()[index]);
+    held.push_back(std::move(*lock));
+  }
+  for (std::size_t index = 0; index < 2; ++index) {
+    Connection observer = connect_or_die(cluster.servers()[index]);
+    const Json stats = Json::parse(observer.stats()->json);
+    std::vector<std::string> keys;
+    for (const Json& entry : stats["locks"]) keys.push_back(entry["key"]);
+    std::vector<std::string> expected;
+    for (const auto& [key, where] : placed) {
+      if (where == index) expected.push_back(key);
+    }
+    std::sort(expected.begin(), expected.end());
+    EXPECT_EQ(keys, expected) << "server " << index;
+  }
+  EXPECT_EQ(code_of(cluster.lock("bad key")), ErrorCode::kInvalidArgument);
+}
+
+// --- guards -----------------------------------------------------------------------------------
+
+TEST(ClientLockGuard, RenewalKeepsAShortLeaseAlive) {
+  Daemon daemon;
+  std::atomic<int> losses{0};
+  GuardOptions options;
+  options.lease = 2s;
+  options.on_lost = [&](const LossEvent&) { ++losses; };
+  auto lock = Lock::acquire(connect_or_die(local(daemon)), "renewed", options);
+  ASSERT_TRUE(lock.ok()) << lock.error().to_string();
+  EXPECT_EQ(lock->lease(), 2s);
+  EXPECT_EQ(lock->token_string().size(), 32U);
+  Connection other = connect_or_die(local(daemon));
+  // Four lease periods: without renewal the lease would have ended three times over.
+  for (int i = 0; i < 4; ++i) {
+    std::this_thread::sleep_for(2s);
+    EXPECT_TRUE(lock->held());
+    EXPECT_EQ(code_of(other.lock("renewed", 0s)), ErrorCode::kTimeout) << "period " << i;
+  }
+  EXPECT_EQ(losses.load(), 0);
+  const std::uint64_t fence = lock->fence();
+  EXPECT_TRUE(lock->release().ok());
+  EXPECT_EQ(lock->state(), GuardState::kReleased);
+  EXPECT_TRUE(lock->release().ok());  // idempotent
+  auto next = other.lock("renewed", 0s);
+  ASSERT_TRUE(next.ok());
+  EXPECT_GT(next->fence(), fence);
+}
+
+TEST(ClientLockGuard, ReleasesOnDestruction) {
+  Daemon daemon;
+  Connection other = connect_or_die(local(daemon));
+  {
+    auto lock = Lock::acquire(connect_or_die(local(daemon)), "scoped");
+    ASSERT_TRUE(lock.ok());
+    EXPECT_EQ(code_of(other.lock("scoped", 0s)), ErrorCode::kTimeout);
+    Lock moved = std::move(*lock);  // the moved-to guard owns the lock now
+    EXPECT_TRUE(moved.held());
+  }
+  EXPECT_TRUE(other.lock("scoped", 0s).ok());
+}
+
+TEST(ClientLockGuard, AcquireTimesOut) {
+  Daemon daemon;
+  Connection holder = connect_or_die(local(daemon));
+  ASSERT_TRUE(holder.lock("busy", 0s).ok());
+  const auto started = std::chrono::steady_clock::now();
+  auto lock = Lock::acquire(connect_or_die(local(daemon)), "busy", options_with(1s));
+  EXPECT_EQ(code_of(lock), ErrorCode::kTimeout);
+  EXPECT_GE(std::chrono::steady_clock::now() - started, 900ms);
+  GuardOptions bad;
+  bad.renew_ratio = 1.5;
+  EXPECT_EQ(code_of(Lock::acquire(connect_or_die(local(daemon)), "x", bad)),
+            ErrorCode::kInvalidArgument);
+}
+
+struct LossRecorder {
+  std::mutex mutex;
+  std::vector<LossEvent> events;
+  std::function<void(const LossEvent&)> callback() {
+    return [this](const LossEvent& event) {
+      std::lock_guard lock(mutex);
+      events.push_back(event);
+    };
+  }
+  std::size_t count() {
+    std::lock_guard lock(mutex);
+    return events.size();
+  }
+  LossEvent first() {
+    std::lock_guard lock(mutex);
+    return events.front();
+  }
+};
+
+TEST(ClientLockGuard, ServerRestartFiresTheCallback) {
+  auto daemon = std::make_unique<Daemon>();
+  LossRecorder recorder;
+  GuardOptions options;
+  options.lease = 2s;
+  options.on_lost = recorder.callback();
+  auto lock = Lock::acquire(connect_or_die(local(*daemon)), "restart", options);
+  ASSERT_TRUE(lock.ok());
+  daemon.reset();  // SIGTERM: the server drains and closes the connection
+  daemon = std::make_unique<Daemon>();
+  ASSERT_TRUE(eventually([&] { return recorder.count() > 0; }, 15s));
+  EXPECT_EQ(lock->state(), GuardState::kLost);
+  ASSERT_TRUE(lock->loss().has_value());
+  EXPECT_EQ(lock->loss()->reason, LossReason::kConnectionFailed);
+  std::this_thread::sleep_for(1500ms);
+  EXPECT_EQ(recorder.count(), 1U);  // once
+  EXPECT_EQ(lock->release().error().code, ErrorCode::kLeaseExpired);
+}
+
+TEST(ClientLockGuard, StalledServerExpiresTheLease) {
+  Daemon daemon;
+  LossRecorder recorder;
+  GuardOptions options;
+  options.lease = 2s;
+  options.on_lost = recorder.callback();
+  auto lock = Lock::acquire(connect_or_die(local(daemon)), "stalled", options);
+  ASSERT_TRUE(lock.ok());
+  daemon.signal(SIGSTOP);  // renewals get no reply: the local lease deadline passes
+  const bool lost = eventually([&] { return recorder.count() > 0; }, 15s);
+  daemon.signal(SIGCONT);
+  ASSERT_TRUE(lost);
+  EXPECT_EQ(recorder.first().reason, LossReason::kLeaseExpired);
+  EXPECT_FALSE(lock->held());
+  // The server agrees: the lock is free again.
+  Connection other = connect_or_die(local(daemon));
+  EXPECT_TRUE(other.lock("stalled", 10s).ok());
+}
+
+TEST(ClientLockGuard, WithoutRenewalTheLeaseEndsAndIsReported) {
+  Daemon daemon;
+  LossRecorder recorder;
+  GuardOptions options;
+  options.lease = 1s;
+  options.renew = false;
+  options.on_lost = recorder.callback();
+  auto lock = Lock::acquire(connect_or_die(local(daemon)), "unrenewed", options);
+  ASSERT_TRUE(lock.ok());
+  ASSERT_TRUE(eventually([&] { return recorder.count() > 0; }, 10s));
+  EXPECT_EQ(recorder.first().reason, LossReason::kLeaseExpired);
+  EXPECT_EQ(lock->state(), GuardState::kLost);
+}
+
+TEST(ClientLockGuard, RefusedRenewalIsALoss) {
+  Daemon daemon;
+  LossRecorder recorder;
+  GuardOptions options;
+  options.lease = 2s;
+  options.on_lost = recorder.callback();
+  auto lock = Lock::acquire(connect_or_die(local(daemon)), "stolen", options);
+  ASSERT_TRUE(lock.ok());
+  // Anyone holding the token may release: the next renewal finds no holder.
+  Connection other = connect_or_die(local(daemon));
+  ASSERT_TRUE(other.release("stolen", lock->token()).ok());
+  ASSERT_TRUE(eventually([&] { return recorder.count() > 0; }, 10s));
+  EXPECT_EQ(recorder.first().reason, LossReason::kRenewRefused);
+  EXPECT_EQ(recorder.first().error.code, ErrorCode::kProtocol);
+}
+
+TEST(ClientSemaphoreGuard, SlotsAreLimited) {
+  Daemon daemon;
+  GuardOptions options;
+  options.timeout = 0s;
+  options.lease = 2s;
+  auto one = Semaphore::acquire(connect_or_die(local(daemon)), "pool", 2, options);
+  auto two = Semaphore::acquire(connect_or_die(local(daemon)), "pool", 2, options);
+  ASSERT_TRUE(one.ok());
+  ASSERT_TRUE(two.ok());
+  EXPECT_EQ(one->limit(), 2);
+  EXPECT_EQ(code_of(Semaphore::acquire(connect_or_die(local(daemon)), "pool", 2, options)),
+            ErrorCode::kTimeout);
+  std::this_thread::sleep_for(5s);  // renewed past two leases
+  EXPECT_TRUE(one->held());
+  EXPECT_TRUE(two->held());
+  EXPECT_EQ(code_of(Semaphore::acquire(connect_or_die(local(daemon)), "pool", 2, options)),
+            ErrorCode::kTimeout);
+  EXPECT_TRUE(one->release().ok());
+  auto three = Semaphore::acquire(connect_or_die(local(daemon)), "pool", 2, options);
+  EXPECT_TRUE(three.ok());
+}
+
+TEST(ClientTwoPhaseGuard, EnqueueThenWait) {
+  Daemon daemon;
+  auto first = Lock::enqueue(connect_or_die(local(daemon)), "tp", options_with(10s, 2s));
+  ASSERT_TRUE(first.ok());
+  EXPECT_TRUE(first->acquired());
+  auto second = Lock::enqueue(connect_or_die(local(daemon)), "tp", options_with(10s, 2s));
+  ASSERT_TRUE(second.ok());
+  EXPECT_FALSE(second->acquired());
+  auto held = first->wait(5s);
+  ASSERT_TRUE(held.ok()) << held.error().to_string();
+  EXPECT_EQ(code_of(first->wait(1s)), ErrorCode::kNotEnqueued);  // spent
+  std::this_thread::sleep_for(3s);  // renewal runs for the two-phase grant too
+  EXPECT_TRUE(held->held());
+  const std::uint64_t fence = held->fence();
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(300ms);
+    EXPECT_TRUE(held->release().ok());
+  });
+  auto next = second->wait(30s);
+  releaser.join();
+  ASSERT_TRUE(next.ok()) << next.error().to_string();
+  EXPECT_GT(next->fence(), fence);
+
+  auto semaphore = Semaphore::enqueue(connect_or_die(local(daemon)), "tps", 1, {});
+  ASSERT_TRUE(semaphore.ok());
+  ASSERT_TRUE(semaphore->acquired());
+  auto queued = Semaphore::enqueue(connect_or_die(local(daemon)), "tps", 1, {});
+  ASSERT_TRUE(queued.ok());
+  EXPECT_EQ(code_of(queued->wait(0s)), ErrorCode::kTimeout);
+  auto slot = semaphore->wait(1s);
+  ASSERT_TRUE(slot.ok());
+  EXPECT_EQ(slot->limit(), 1);
+}
+
+}  // namespace
+}  // namespace turnstile::client
