@@ -15,6 +15,7 @@ packages=(
   nlohmann-json3-dev
   netcat-openbsd
   openssl
+  python3-matplotlib
 )
 
 missing=()

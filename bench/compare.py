@@ -1,0 +1,363 @@
+#!/usr/bin/python3
+"""Compare turnstiled with the do-nothing reference server, in one run, with turnstile-bench.
+
+Builds nothing: it takes the binaries (default: from BUILD_DIR, ./build). It starts
+turnstile-refserver and turnstiled on ephemeral loopback ports (or uses --ref-addr / --ts-addr),
+runs the matrix (modes x workers) against both, interleaved so that machine noise hits both
+alike, and repeats it. For every run it records the bench's ops/s and latency percentiles and the
+server's CPU time (utime+stime from /proc/<pid>/stat, divided by every op the bench completed,
+warm-up included) and its RSS (VmRSS after the run). It prints a table of medians with min-max
+ranges and the ratios turnstiled/reference, and writes results.json, table.txt and plot.png
+(ops/s and p99 against workers, matplotlib) to --out.
+
+    cmake -S . -B build -G Ninja && ninja -C build
+    bench/compare.py                               # full matrix, 5 repetitions (/usr/bin/python3)
+    bench/compare.py --quick                       # smoke run, under a minute
+    bench/compare.py --build-dir build-bench --repeats 7 --out /tmp/cmp
+
+The plot needs Debian's python3-matplotlib (scripts/setup.sh installs it); when the python3
+running this script cannot import it (a pyenv or venv python3 first on PATH), the script
+re-executes itself with /usr/bin/python3.
+
+Exit status: 0 when every bench run was clean (no unexpected reply, fences monotonic), else 1.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+MODES = ["uncontended", "shared", "semaphore", "pipelined"]
+WORKERS = [1, 10, 50, 100, 200]
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+LISTENING = re.compile(r"listening on (\S+):(\d+)")
+
+
+def parse_args():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--build-dir", default=os.path.join(root, "build"),
+                        help="where the binaries are (default: ./build)")
+    parser.add_argument("--bench", help="turnstile-bench (default BUILD_DIR/bench/turnstile-bench)")
+    parser.add_argument("--refserver",
+                        help="turnstile-refserver (default BUILD_DIR/bench/turnstile-refserver)")
+    parser.add_argument("--turnstiled", help="turnstiled (default BUILD_DIR/net/turnstiled)")
+    parser.add_argument("--ref-addr", help="HOST:PORT of a running reference server (not started)")
+    parser.add_argument("--ref-pid", type=int, help="its pid, for CPU and RSS")
+    parser.add_argument("--ts-addr", help="HOST:PORT of a running turnstiled (not started)")
+    parser.add_argument("--ts-pid", type=int, help="its pid, for CPU and RSS")
+    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--workers", help="comma-separated worker counts (1,10,50,100,200)")
+    parser.add_argument("--repeats", type=int, help="repetitions of the matrix (5)")
+    parser.add_argument("--duration", type=float, help="measured seconds per run (2)")
+    parser.add_argument("--warmup", type=float, help="warm-up seconds per run (0.5)")
+    parser.add_argument("--server-threads", type=int, default=2,
+                        help="--threads of both servers (turnstiled's default is the core count)")
+    parser.add_argument("--bench-threads", type=int, default=2, help="turnstile-bench --threads")
+    parser.add_argument("--limit", type=int, default=10, help="semaphore limit")
+    parser.add_argument("--keys-per-connection", type=int, default=1,
+                        help="pipelined mode: keys per connection")
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke run: workers 1,10,100, 1 repeat, 0.5 s runs")
+    parser.add_argument("--out", help="results folder (default bench/results/compare-<time>)")
+    parser.add_argument("--no-plot", action="store_true")
+    args = parser.parse_args()
+    defaults = {"workers": ",".join(map(str, WORKERS)), "repeats": 5, "duration": 2.0,
+                "warmup": 0.5}
+    if args.quick:
+        defaults = {"workers": "1,10,100", "repeats": 1, "duration": 0.5, "warmup": 0.2}
+    for name, value in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    args.bench = args.bench or os.path.join(args.build_dir, "bench", "turnstile-bench")
+    args.refserver = args.refserver or os.path.join(args.build_dir, "bench", "turnstile-refserver")
+    args.turnstiled = args.turnstiled or os.path.join(args.build_dir, "net", "turnstiled")
+    args.modes = [m for m in args.modes.split(",") if m]
+    args.workers = [int(w) for w in args.workers.split(",") if w]
+    if args.out is None:
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        args.out = os.path.join(root, "bench", "results", "compare-" + stamp)
+    return args
+
+
+def cpu_seconds(pid):
+    """utime+stime of every thread of pid, in seconds (clock-tick resolution)."""
+    with open(f"/proc/{pid}/stat") as f:
+        rest = f.read().rsplit(")", 1)[1].split()
+    return (int(rest[11]) + int(rest[12])) / CLOCK_TICKS
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return None
+
+
+class Server:
+    """A server under test: started here (and stopped here), or given by address."""
+
+    def __init__(self, name, argv, addr, pid, log_dir):
+        self.name = name
+        self.process = None
+        self.pid = pid
+        if addr:
+            self.host, port = addr.rsplit(":", 1)
+            self.port = int(port)
+            return
+        self.log_path = os.path.join(log_dir, name + ".log")
+        self.log = open(self.log_path, "w")
+        self.process = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL)
+        self.pid = self.process.pid
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with open(self.log_path) as f:
+                match = LISTENING.search(f.read())
+            if match:
+                self.host, self.port = match.group(1), int(match.group(2))
+                return
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.05)
+        self.stop()
+        with open(self.log_path) as f:
+            raise SystemExit(f"compare.py: {name} did not start:\n{f.read()}")
+
+    def stop(self):
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.log.close()
+        self.process = None
+
+
+def run_bench(args, server, mode, workers):
+    argv = [args.bench, "--host", server.host, "--port", str(server.port), "--mode", mode,
+            "--workers", str(workers), "--threads", str(min(args.bench_threads, workers)),
+            "--duration", str(args.duration), "--warmup", str(args.warmup), "--json",
+            "--no-progress", "--limit", str(args.limit)]
+    if server.name == "ref":
+        argv.append("--no-exclusion")  # it grants every acquire at once; see turnstile_bench.cc
+    if mode == "pipelined" and args.keys_per_connection > 1:
+        argv += ["--keys-per-connection", str(args.keys_per_connection)]
+    cpu_before = cpu_seconds(server.pid) if server.pid else None
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True,
+                              timeout=args.warmup + args.duration * 4 + 60)
+    except subprocess.TimeoutExpired as timeout:
+        done = subprocess.CompletedProcess(argv, 124, "", f"turnstile-bench hung: {timeout}")
+    cpu_after = cpu_seconds(server.pid) if server.pid else None
+    try:
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        result = {"ops": 0, "ops_all": 0, "ops_per_s": 0, "errors": 1, "fence_violations": 0,
+                  "latency_us": {}, "messages": [done.stderr.strip()[-500:]]}
+    result["exit_status"] = done.returncode
+    result["server"] = server.name
+    if cpu_before is not None and result.get("ops_all"):
+        result["server_cpu_s"] = cpu_after - cpu_before
+        result["server_cpu_us_per_op"] = (cpu_after - cpu_before) * 1e6 / result["ops_all"]
+    if server.pid:
+        result["server_rss_kib"] = rss_kib(server.pid)
+    return result
+
+
+def summary(values):
+    values = [v for v in values if v is not None]
+    if not values:
+        return None
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def aggregate(runs, args):
+    rows = []
+    for mode in args.modes:
+        for workers in args.workers:
+            row = {"mode": mode, "workers": workers}
+            for name in ("ref", "ts"):
+                chosen = [r for r in runs
+                          if r["server"] == name and r["mode"] == mode and r["workers"] == workers]
+                row[name] = {
+                    "ops_per_s": summary([r["ops_per_s"] for r in chosen]),
+                    "p50_us": summary([r["latency_us"].get("p50") for r in chosen]),
+                    "p99_us": summary([r["latency_us"].get("p99") for r in chosen]),
+                    "cpu_us_per_op": summary([r.get("server_cpu_us_per_op") for r in chosen]),
+                    "rss_kib": summary([r.get("server_rss_kib") for r in chosen]),
+                    "errors": sum(r["errors"] + r["fence_violations"] for r in chosen),
+                }
+            row["ratio"] = {}
+            for field in ("ops_per_s", "p99_us", "cpu_us_per_op"):
+                ref, ts = row["ref"][field], row["ts"][field]
+                if ref and ts and ref["median"]:
+                    row["ratio"][field] = ts["median"] / ref["median"]
+            rows.append(row)
+    return rows
+
+
+def format_table(rows, args):
+    def rng(s, fmt):
+        if s is None:
+            return "-"
+        return f"{fmt(s['median'])} ({fmt(s['min'])}-{fmt(s['max'])})"
+
+    kops = lambda v: f"{v / 1000:.1f}k"
+    us = lambda v: f"{v:.0f}"
+    cpu = lambda v: f"{v:.2f}"
+    ratio = lambda r, f: f"{r[f]:.2f}" if f in r else "-"
+    header = ["mode", "workers", "ref ops/s", "ts ops/s", "ts/ref", "ref p99 us", "ts p99 us",
+              "ts/ref", "ref cpu us/op", "ts cpu us/op", "ts RSS MiB", "errors"]
+    lines = [header]
+    for row in rows:
+        rss = row["ts"]["rss_kib"]
+        lines.append([
+            row["mode"], str(row["workers"]),
+            rng(row["ref"]["ops_per_s"], kops), rng(row["ts"]["ops_per_s"], kops),
+            ratio(row["ratio"], "ops_per_s"),
+            rng(row["ref"]["p99_us"], us), rng(row["ts"]["p99_us"], us),
+            ratio(row["ratio"], "p99_us"),
+            rng(row["ref"]["cpu_us_per_op"], cpu), rng(row["ts"]["cpu_us_per_op"], cpu),
+            f"{rss['max'] / 1024:.1f}" if rss else "-",
+            str(row["ref"]["errors"] + row["ts"]["errors"]),
+        ])
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    out = []
+    for n, line in enumerate(lines):
+        out.append("| " + " | ".join(cell.ljust(widths[i]) for i, cell in enumerate(line)) + " |")
+        if n == 0:
+            out.append("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(out)
+
+
+def plot(rows, args, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("compare.py: python3-matplotlib is not installed; no plot", file=sys.stderr)
+        return False
+    figure, axes = plt.subplots(2, len(args.modes), figsize=(4.2 * len(args.modes), 7),
+                                squeeze=False)
+    labels = {"ref": "reference server", "ts": "turnstiled"}
+    for column, mode in enumerate(args.modes):
+        mine = [r for r in rows if r["mode"] == mode]
+        for name, style in (("ref", "o--"), ("ts", "s-")):
+            for line, field, scale in ((0, "ops_per_s", 1e-3), (1, "p99_us", 1)):
+                points = [(r["workers"], r[name][field]) for r in mine if r[name][field]]
+                if not points:
+                    continue
+                x = [p[0] for p in points]
+                y = [p[1]["median"] * scale for p in points]
+                low = [(p[1]["median"] - p[1]["min"]) * scale for p in points]
+                high = [(p[1]["max"] - p[1]["median"]) * scale for p in points]
+                axes[line][column].errorbar(x, y, yerr=[low, high], fmt=style, capsize=3,
+                                            label=labels[name])
+        axes[0][column].set_title(mode)
+        axes[0][column].set_ylabel("k ops/s (acquire+release)")
+        axes[1][column].set_ylabel("p99 latency, us")
+        for line in (0, 1):
+            axes[line][column].set_xlabel("workers")
+            axes[line][column].set_xscale("symlog", linthresh=10)
+            axes[line][column].set_ylim(bottom=0)
+            axes[line][column].grid(True, alpha=0.3)
+            axes[line][column].legend(fontsize="small")
+    figure.suptitle(f"turnstiled vs the do-nothing reference server "
+                    f"(median, min-max of {args.repeats})")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    return True
+
+
+def reexec_with_debian_python(argv):
+    """Run under /usr/bin/python3 when this interpreter lacks matplotlib and that one may not."""
+    if "--no-plot" in argv or os.environ.get("TURNSTILE_COMPARE_REEXEC"):
+        return
+    try:
+        import matplotlib  # noqa: F401
+        return
+    except ImportError:
+        pass
+    debian = "/usr/bin/python3"
+    if os.path.realpath(sys.executable) != os.path.realpath(debian) and os.access(debian, os.X_OK):
+        os.environ["TURNSTILE_COMPARE_REEXEC"] = "1"
+        os.execv(debian, [debian, os.path.abspath(__file__)] + argv)
+
+
+def main():
+    reexec_with_debian_python(sys.argv[1:])
+    args = parse_args()
+    for path in (args.bench, args.refserver, args.turnstiled):
+        if not os.access(path, os.X_OK):
+            raise SystemExit(f"compare.py: {path} is not an executable; build first or pass it")
+    os.makedirs(args.out, exist_ok=True)
+    log_dir = tempfile.mkdtemp(prefix="turnstile-compare-")
+    threads = str(args.server_threads)
+    servers = []
+    try:
+        servers.append(Server("ref", [args.refserver, "--host", "127.0.0.1", "--port", "0",
+                                      "--threads", threads], args.ref_addr, args.ref_pid, log_dir))
+        servers.append(Server("ts", [args.turnstiled, "--host", "127.0.0.1", "--port", "0",
+                                     "--threads", threads], args.ts_addr, args.ts_pid, log_dir))
+        total = args.repeats * len(args.modes) * len(args.workers) * len(servers)
+        print(f"compare.py: {total} runs of {args.warmup}+{args.duration} s "
+              f"(about {total * (args.warmup + args.duration + 0.2) / 60:.1f} min); "
+              f"reference on :{servers[0].port}, turnstiled on :{servers[1].port}",
+              file=sys.stderr)
+        runs = []
+        bad = 0
+        for repeat in range(args.repeats):
+            for mode in args.modes:
+                for workers in args.workers:
+                    for server in servers:
+                        result = run_bench(args, server, mode, workers)
+                        result.update(repeat=repeat, mode=mode, workers=workers)
+                        runs.append(result)
+                        if result["exit_status"] != 0:
+                            bad += 1
+                            print(f"compare.py: {server.name} {mode} {workers}: exit "
+                                  f"{result['exit_status']}: {result.get('messages')}",
+                                  file=sys.stderr)
+            print(f"compare.py: repetition {repeat + 1}/{args.repeats} done", file=sys.stderr)
+        rss_after = {s.name: rss_kib(s.pid) for s in servers if s.pid}
+    finally:
+        for server in servers:
+            server.stop()
+
+    rows = aggregate(runs, args)
+    table = format_table(rows, args)
+    machine = f"{os.cpu_count()} CPUs, {os.uname().release}"
+    heading = (f"turnstiled vs reference server: median (min-max) of {args.repeats} runs, "
+               f"{args.warmup}+{args.duration} s each, servers --threads {args.server_threads}, "
+               f"bench --threads {args.bench_threads}, semaphore limit {args.limit}; {machine}\n"
+               f"op = acquire+release; cpu = server utime+stime / ops; ratios are of medians\n")
+    print(heading + table)
+    with open(os.path.join(args.out, "table.txt"), "w") as f:
+        f.write(heading + table + "\n")
+    with open(os.path.join(args.out, "results.json"), "w") as f:
+        json.dump({"settings": {k: v for k, v in vars(args).items()}, "machine": machine,
+                   "rss_kib_after": rss_after, "rows": rows, "runs": runs}, f, indent=1)
+    if not args.no_plot and plot(rows, args, os.path.join(args.out, "plot.png")):
+        print(f"compare.py: wrote {args.out}/plot.png", file=sys.stderr)
+    print(f"compare.py: wrote {args.out}/table.txt and results.json", file=sys.stderr)
+    if bad:
+        print(f"compare.py: {bad} runs had errors or fence violations", file=sys.stderr)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

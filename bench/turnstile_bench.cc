@@ -1,0 +1,815 @@
+// turnstile-bench: a load generator that speaks only the wire protocol, so it measures any
+// server at a loopback address (turnstiled, the do-nothing reference server, dflockd).
+//
+// Each worker is one TCP connection. Generator threads (--threads) each own an epoll set and a
+// share of the connections, so one thread drives many connections and the generator is not the
+// bottleneck. An op is one acquire plus its release.
+//
+// Modes:
+//   uncontended  a key per worker: `l key T`, then `r key token`.
+//   shared       every worker on one key: blocking `l key T`, FIFO hand-off by the server.
+//   semaphore    every worker on one key: `sl key T L`, then `sr key token`.
+//   pipelined    K keys per connection (--keys-per-connection): first K acquires in one write,
+//                then each round writes, for every key, its release and its next acquire in one
+//                write. A round completes K ops; each op's latency is the round trip of its round.
+// Closed loop: every worker starts its next op when the last one completes (--workers,
+// --duration or --rounds, --warmup). Open loop (--rate R): ops start at fixed intended times,
+// R per second over all workers, and latency is measured from the intended start, so a stalled
+// server is charged for the ops it delayed (no coordinated omission).
+//
+// Fence checks (token = 16 hex digits of big-endian fence, then 16 of salt):
+//   causal    every grant's fence is greater than the largest fence of the same key received by
+//             any worker before its acquire was sent (a grant received earlier was issued
+//             earlier, so the server must have issued a larger fence since). Always.
+//   capacity  a grant is counted as held from its receipt until just before its release is
+//             written; more than 1 (lock) or L (semaphore) counted at once means the server
+//             granted past its capacity (the server's own holder set can only be larger).
+//   order     lock modes: grants of a key are recorded as they are received, before the release
+//             is written; the holder being exclusive, recording order is grant order, and each
+//             recorded fence must be greater than the one recorded before it.
+//   unique    semaphore mode, and with --no-exclusion: no fence is granted twice for one key
+//             (checked after the run).
+// --no-exclusion drops capacity and order: for the do-nothing reference server, which grants
+// every acquire at once, so several "holders" overlap and their replies race between threads.
+// Exit status: 0 when no reply was unexpected and no fence check failed; 1 otherwise; 2 on a
+// usage error.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <csignal>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <queue>
+#include <random>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "bench/bench_protocol.h"
+#include "bench/log_histogram.h"
+
+namespace turnstile::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using TimePoint = Clock::time_point;
+using std::chrono::duration_cast;
+using std::chrono::nanoseconds;
+
+enum class Mode { kUncontended, kShared, kSemaphore, kPipelined };
+
+struct Options {
+  Mode mode = Mode::kUncontended;
+  std::string mode_name = "uncontended";
+  std::string host = "127.0.0.1";
+  int port = 6388;
+  int workers = 10;
+  int threads = 1;
+  double duration_s = 5;
+  std::int64_t rounds = 0;  // > 0: each worker does this many ops per key instead of a duration
+  double warmup_s = 1;
+  double rate = 0;  // ops per second over all workers; 0 = closed loop
+  std::int64_t timeout_s = 30;
+  std::int64_t limit = 10;
+  int keys_per_connection = 1;
+  bool json = false;
+  bool progress = true;
+  bool no_exclusion = false;  // the server does not enforce lock or semaphore capacity
+};
+
+[[noreturn]] void usage_error(const std::string& message) {
+  std::fprintf(stderr, "turnstile-bench: %s (see --help)\n", message.c_str());
+  std::exit(2);
+}
+
+void print_help() {
+  std::printf(
+      "usage: turnstile-bench [options]\n"
+      "  --host ADDR               server address, loopback only (127.0.0.1)\n"
+      "  --port N                  server port (6388)\n"
+      "  --mode M                  uncontended | shared | semaphore | pipelined (uncontended)\n"
+      "  --workers N               connections, one worker each (10)\n"
+      "  --threads N               generator threads, each with its own epoll (1)\n"
+      "  --duration S              measured seconds after the warm-up (5)\n"
+      "  --rounds N                instead of a duration: ops per worker and key\n"
+      "  --warmup S                seconds whose ops are not measured (1)\n"
+      "  --rate R                  open loop: R ops/s over all workers (0 = closed loop)\n"
+      "  --timeout S               timeout argument of each acquire (30)\n"
+      "  --limit L                 semaphore limit for --mode semaphore (10)\n"
+      "  --keys-per-connection K   pipelined mode: keys per connection (1)\n"
+      "  --json                    print the result as one JSON object\n"
+      "  --no-progress             no progress line on stderr\n"
+      "  --no-exclusion            server grants without exclusion (the reference server):\n"
+      "                            check only causal fence order and uniqueness\n"
+      "Exit status: 0 = no unexpected reply and every fence check passed, 1 = not, 2 = usage.\n");
+}
+
+template <typename T>
+T parse_number(const std::string& flag, const std::string& text) {
+  T value{};
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (ec != std::errc() || ptr != end) usage_error("bad value for " + flag + ": " + text);
+  return value;
+}
+
+double parse_double(const std::string& flag, const std::string& text) {
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || !(value >= 0)) {
+    usage_error("bad value for " + flag + ": " + text);
+  }
+  return value;
+}
+
+Options parse_options(int argc, char** argv) {
+  Options options;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--help" || flag == "-h") {
+      print_help();
+      std::exit(0);
+    }
+    if (flag == "--json") {
+      options.json = true;
+      continue;
+    }
+    if (flag == "--no-progress") {
+      options.progress = false;
+      continue;
+    }
+    if (flag == "--no-exclusion") {
+      options.no_exclusion = true;
+      continue;
+    }
+    if (i + 1 >= argc) usage_error("missing value for " + flag);
+    const std::string value = argv[++i];
+    if (flag == "--host") {
+      options.host = value;
+    } else if (flag == "--port") {
+      options.port = parse_number<int>(flag, value);
+    } else if (flag == "--mode") {
+      options.mode_name = value;
+      if (value == "uncontended") {
+        options.mode = Mode::kUncontended;
+      } else if (value == "shared") {
+        options.mode = Mode::kShared;
+      } else if (value == "semaphore") {
+        options.mode = Mode::kSemaphore;
+      } else if (value == "pipelined") {
+        options.mode = Mode::kPipelined;
+      } else {
+        usage_error("unknown mode " + value);
+      }
+    } else if (flag == "--workers") {
+      options.workers = parse_number<int>(flag, value);
+    } else if (flag == "--threads") {
+      options.threads = parse_number<int>(flag, value);
+    } else if (flag == "--duration") {
+      options.duration_s = parse_double(flag, value);
+    } else if (flag == "--rounds") {
+      options.rounds = parse_number<std::int64_t>(flag, value);
+    } else if (flag == "--warmup") {
+      options.warmup_s = parse_double(flag, value);
+    } else if (flag == "--rate") {
+      options.rate = parse_double(flag, value);
+    } else if (flag == "--timeout") {
+      options.timeout_s = parse_number<std::int64_t>(flag, value);
+    } else if (flag == "--limit") {
+      options.limit = parse_number<std::int64_t>(flag, value);
+    } else if (flag == "--keys-per-connection") {
+      options.keys_per_connection = parse_number<int>(flag, value);
+    } else {
+      usage_error("unknown option " + flag);
+    }
+  }
+  if (options.workers < 1 || options.workers > 100000) usage_error("--workers must be 1..100000");
+  if (options.threads < 1 || options.threads > 256) usage_error("--threads must be 1..256");
+  options.threads = std::min(options.threads, options.workers);
+  if (options.port < 1 || options.port > 65535) usage_error("--port must be 1..65535");
+  if (options.rounds < 0) usage_error("--rounds must be >= 0");
+  if (options.limit < 1) usage_error("--limit must be >= 1");
+  if (options.keys_per_connection < 1 || options.keys_per_connection > 64) {
+    usage_error("--keys-per-connection must be 1..64");
+  }
+  if (options.keys_per_connection > 1 && options.mode != Mode::kPipelined) {
+    usage_error("--keys-per-connection needs --mode pipelined");
+  }
+  if (options.rounds == 0 && options.duration_s <= 0) usage_error("--duration must be > 0");
+  return options;
+}
+
+// Loopback only: this tool generates enough load to hurt, so it refuses to aim it elsewhere.
+sockaddr_storage resolve_loopback(const std::string& host, int port, socklen_t& length) {
+  sockaddr_storage address{};
+  const std::string literal = host == "localhost" ? "127.0.0.1" : host;
+  auto* v4 = reinterpret_cast<sockaddr_in*>(&address);
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(&address);
+  if (inet_pton(AF_INET, literal.c_str(), &v4->sin_addr) == 1) {
+    if ((ntohl(v4->sin_addr.s_addr) >> 24) != 127) usage_error("not a loopback address: " + host);
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(static_cast<std::uint16_t>(port));
+    length = sizeof(sockaddr_in);
+    return address;
+  }
+  if (inet_pton(AF_INET6, literal.c_str(), &v6->sin6_addr) == 1) {
+    if (!IN6_IS_ADDR_LOOPBACK(&v6->sin6_addr)) usage_error("not a loopback address: " + host);
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(static_cast<std::uint16_t>(port));
+    length = sizeof(sockaddr_in6);
+    return address;
+  }
+  usage_error("--host must be a loopback IP literal or localhost: " + host);
+}
+
+// Fence bookkeeping for one key; shared by every worker using the key.
+struct KeyState {
+  std::atomic<std::uint64_t> max_received{0};   // largest fence any worker received
+  std::atomic<std::uint64_t> last_recorded{0};  // lock modes: fence of the last recorded grant
+  std::atomic<std::int64_t> holders{0};         // grants received and not yet released
+};
+
+// Counters and first messages shared by all threads.
+struct Shared {
+  std::atomic<std::uint64_t> errors{0};
+  std::atomic<std::uint64_t> fence_violations{0};
+  std::atomic<bool> stop{false};
+  std::mutex messages_mutex;
+  std::vector<std::string> messages;  // the first kMessagesMax problems, for the report
+  static constexpr std::size_t kMessagesMax = 10;
+
+  void report(std::atomic<std::uint64_t>& counter, const std::string& message) {
+    counter.fetch_add(1, std::memory_order_relaxed);
+    std::lock_guard lock(messages_mutex);
+    if (messages.size() < kMessagesMax) messages.push_back(message);
+  }
+};
+
+struct Slot {
+  std::string key;
+  std::size_t key_index = 0;
+  KeyState* state = nullptr;
+  TokenText token{};
+  std::uint64_t fence_floor = 0;  // max_received of the key when the acquire was sent
+};
+
+enum class Expect : std::uint8_t { kGrant, kRelease };
+
+struct Connection {
+  int fd = -1;
+  int index = 0;  // worker index over all threads
+  std::vector<Slot> slots;
+  std::string in;
+  std::string out;
+  std::size_t out_sent = 0;
+  bool want_write = false;
+  std::deque<std::pair<Expect, std::uint32_t>> expected;  // replies owed, in order
+  bool holding = false;       // pipelined: the first acquire round has been answered
+  bool releasing = false;     // non-pipelined: the release of the current op is in flight
+  TimePoint op_start{};       // intended start of the current op or round
+  TimePoint next_intended{};  // open loop: the start of the next op
+  std::int64_t rounds_done = 0;
+  bool active = true;
+};
+
+struct ThreadResult {
+  LogHistogram histogram;
+  std::uint64_t measured_ops = 0;
+  TimePoint last_completion{};
+  std::vector<std::pair<std::size_t, std::uint64_t>> fences;  // (key index, fence) for "unique"
+};
+
+class Worker {
+ public:
+  Worker(const Options& options, const Protocol& protocol, Shared& shared,
+         std::vector<Connection> connections)
+      : options_(options),
+        protocol_(protocol),
+        shared_(shared),
+        connections_(std::move(connections)) {}
+
+  std::atomic<std::uint64_t> ops_all{0};  // every completed op, warm-up included
+  ThreadResult result;
+
+  void run(TimePoint start, TimePoint warmup_end, std::optional<TimePoint> end) {
+    warmup_end_ = warmup_end;
+    epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+    timer_fd_ = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (epoll_fd_ < 0 || timer_fd_ < 0) fatal("epoll/timerfd");
+    epoll_event timer_event{};
+    timer_event.events = EPOLLIN;
+    timer_event.data.u64 = kTimerTag;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, timer_fd_, &timer_event);
+    for (std::size_t i = 0; i < connections_.size(); ++i) {
+      epoll_event event{};
+      event.events = EPOLLIN;
+      event.data.u64 = i;
+      epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, connections_[i].fd, &event);
+    }
+    const double interval_s =
+        options_.rate > 0 ? static_cast<double>(options_.workers) / options_.rate : 0;
+    interval_ = duration_cast<nanoseconds>(std::chrono::duration<double>(interval_s));
+    for (Connection& connection : connections_) {
+      // Open loop: worker i starts at i/R seconds, then every N/R seconds.
+      connection.next_intended =
+          start + duration_cast<nanoseconds>(std::chrono::duration<double>(
+                      options_.rate > 0 ? connection.index / options_.rate : 0.0));
+      schedule(connection, start);
+    }
+    arm_timer();
+
+    std::vector<epoll_event> events(256);
+    active_ = connections_.size();
+    while (active_ > 0 && !shared_.stop.load(std::memory_order_relaxed)) {
+      if (end && Clock::now() >= *end) break;
+      const int count = epoll_wait(epoll_fd_, events.data(), static_cast<int>(events.size()), 50);
+      if (count < 0) {
+        if (errno == EINTR) continue;
+        fatal("epoll_wait");
+      }
+      for (int i = 0; i < count; ++i) {
+        const epoll_event& event = events[static_cast<std::size_t>(i)];
+        if (event.data.u64 == kTimerTag) {
+          on_timer();
+          continue;
+        }
+        Connection& connection = connections_[event.data.u64];
+        if (!connection.active) continue;
+        if (event.events & EPOLLOUT) flush(connection);
+        if (connection.active && (event.events & (EPOLLIN | EPOLLHUP | EPOLLERR))) {
+          on_readable(connection);
+        }
+      }
+    }
+    for (Connection& connection : connections_) {
+      if (connection.fd >= 0) ::close(connection.fd);
+      connection.fd = -1;
+    }
+    ::close(timer_fd_);
+    ::close(epoll_fd_);
+  }
+
+ private:
+  static constexpr std::uint64_t kTimerTag = UINT64_MAX;
+
+  [[noreturn]] static void fatal(const char* what) {
+    std::fprintf(stderr, "turnstile-bench: %s: %s\n", what, std::strerror(errno));
+    std::exit(1);
+  }
+
+  bool closed_loop() const { return options_.rate <= 0; }
+  bool pipelined() const { return options_.mode == Mode::kPipelined; }
+
+  // Starts the connection's next op now (closed loop, or open loop when already late) or at its
+  // intended time.
+  void schedule(Connection& connection, TimePoint now) {
+    if (options_.rounds > 0 && connection.rounds_done >= options_.rounds) {
+      deactivate(connection);
+      return;
+    }
+    if (closed_loop()) {
+      start_op(connection, now);
+      return;
+    }
+    if (connection.next_intended <= now) {
+      start_op(connection, connection.next_intended);
+    } else {
+      const bool earliest = timers_.empty() || connection.next_intended < timers_.top().first;
+      timers_.emplace(connection.next_intended, &connection - connections_.data());
+      if (earliest) arm_timer();
+    }
+  }
+
+  void start_op(Connection& connection, TimePoint intended) {
+    connection.op_start = intended;
+    connection.next_intended += interval_;
+    if (!pipelined() || !connection.holding) {
+      for (std::uint32_t s = 0; s < connection.slots.size(); ++s) send_acquire(connection, s);
+    } else {
+      for (std::uint32_t s = 0; s < connection.slots.size(); ++s) {
+        append_release(connection, s);
+        send_acquire(connection, s);
+      }
+    }
+    flush(connection);
+  }
+
+  // The holder count drops before the release is written: once written, the server may grant
+  // the next acquirer, whose receipt must not find this grant still counted.
+  void append_release(Connection& connection, std::uint32_t s) {
+    Slot& slot = connection.slots[s];
+    if (check_capacity()) slot.state->holders.fetch_sub(1, std::memory_order_acq_rel);
+    protocol_.append_release(connection.out, slot.key, slot.token);
+    connection.expected.emplace_back(Expect::kRelease, s);
+  }
+
+  bool check_capacity() const { return !options_.no_exclusion; }
+  bool check_order() const { return !options_.no_exclusion && options_.mode != Mode::kSemaphore; }
+
+  void send_acquire(Connection& connection, std::uint32_t s) {
+    Slot& slot = connection.slots[s];
+    slot.fence_floor = slot.state->max_received.load(std::memory_order_acquire);
+    protocol_.append_acquire(connection.out, slot.key);
+    connection.expected.emplace_back(Expect::kGrant, s);
+  }
+
+  void flush(Connection& connection) {
+    while (connection.out_sent < connection.out.size()) {
+      const ssize_t written = ::send(connection.fd, connection.out.data() + connection.out_sent,
+                                     connection.out.size() - connection.out_sent, MSG_NOSIGNAL);
+      if (written < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+        fail(connection, std::string("send: ") + std::strerror(errno));
+        return;
+      }
+      connection.out_sent += static_cast<std::size_t>(written);
+    }
+    const bool pending = connection.out_sent < connection.out.size();
+    if (!pending) {
+      connection.out.clear();
+      connection.out_sent = 0;
+    }
+    if (pending != connection.want_write) {
+      connection.want_write = pending;
+      epoll_event event{};
+      event.events = EPOLLIN | (pending ? EPOLLOUT : 0u);
+      event.data.u64 = static_cast<std::uint64_t>(&connection - connections_.data());
+      epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, connection.fd, &event);
+    }
+  }
+
+  void on_readable(Connection& connection) {
+    char buffer[65536];
+    for (;;) {
+      const ssize_t got = ::recv(connection.fd, buffer, sizeof buffer, 0);
+      if (got > 0) {
+        connection.in.append(buffer, static_cast<std::size_t>(got));
+        if (static_cast<std::size_t>(got) < sizeof buffer) break;
+        continue;
+      }
+      if (got == 0) {
+        fail(connection, "server closed the connection");
+        return;
+      }
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      fail(connection, std::string("recv: ") + std::strerror(errno));
+      return;
+    }
+    std::size_t offset = 0;
+    while (connection.active && offset < connection.in.size()) {
+      if (connection.expected.empty()) {
+        fail(connection, "unsolicited reply: " + first_line(connection.in.substr(offset)));
+        return;
+      }
+      const auto [expect, s] = connection.expected.front();
+      const std::string_view input = std::string_view(connection.in).substr(offset);
+      Reply reply;
+      const std::size_t used = expect == Expect::kGrant ? protocol_.parse_grant(input, reply)
+                                                        : protocol_.parse_release(input, reply);
+      if (used == 0) break;
+      offset += used;
+      connection.expected.pop_front();
+      if (!reply.ok) {
+        fail(connection, std::string(expect == Expect::kGrant ? "acquire" : "release") + " of " +
+                             connection.slots[s].key + " answered \"" + std::string(reply.line) +
+                             "\"");
+        return;
+      }
+      if (expect == Expect::kGrant) on_grant(connection, s, reply);
+      if (connection.expected.empty()) on_all_replied(connection);
+    }
+    if (connection.active) connection.in.erase(0, offset);
+  }
+
+  void on_grant(Connection& connection, std::uint32_t s, const Reply& reply) {
+    Slot& slot = connection.slots[s];
+    slot.token = reply.token;
+    KeyState& key = *slot.state;
+    if (reply.fence <= slot.fence_floor) {
+      shared_.report(shared_.fence_violations,
+                     "fence " + std::to_string(reply.fence) + " of " + slot.key + " is not above " +
+                         std::to_string(slot.fence_floor) +
+                         ", a fence received before its acquire was sent");
+    }
+    std::uint64_t seen = key.max_received.load(std::memory_order_relaxed);
+    while (seen < reply.fence &&
+           !key.max_received.compare_exchange_weak(seen, reply.fence, std::memory_order_acq_rel)) {
+    }
+    if (check_capacity()) {
+      const std::int64_t capacity = options_.mode == Mode::kSemaphore ? options_.limit : 1;
+      const std::int64_t holders = key.holders.fetch_add(1, std::memory_order_acq_rel) + 1;
+      if (holders > capacity) {
+        shared_.report(shared_.fence_violations,
+                       "grant of " + slot.key + " (fence " + std::to_string(reply.fence) +
+                           ") makes " + std::to_string(holders) + " holders at once, capacity " +
+                           std::to_string(capacity));
+      }
+    }
+    if (!check_order()) {
+      result.fences.emplace_back(slot.key_index, reply.fence);
+    } else {
+      const std::uint64_t previous = key.last_recorded.exchange(reply.fence);
+      if (reply.fence <= previous) {
+        shared_.report(shared_.fence_violations, "fence " + std::to_string(reply.fence) + " of " +
+                                                     slot.key + " granted after fence " +
+                                                     std::to_string(previous));
+      }
+    }
+  }
+
+  // Every reply owed for the write just answered has arrived.
+  void on_all_replied(Connection& connection) {
+    const TimePoint now = Clock::now();
+    if (pipelined()) {
+      if (!connection.holding) {
+        connection.holding = true;  // the first round only acquires: no op completes
+      } else {
+        complete_ops(connection, now, connection.slots.size());
+      }
+      schedule(connection, now);
+      return;
+    }
+    if (!connection.releasing) {
+      connection.releasing = true;
+      append_release(connection, 0);
+      flush(connection);
+      return;
+    }
+    connection.releasing = false;
+    complete_ops(connection, now, 1);
+    schedule(connection, now);
+  }
+
+  void complete_ops(Connection& connection, TimePoint now, std::size_t ops) {
+    ++connection.rounds_done;
+    ops_all.fetch_add(ops, std::memory_order_relaxed);
+    if (now < warmup_end_) return;
+    const auto latency_ns = static_cast<std::uint64_t>(
+        std::max<std::int64_t>(0, duration_cast<nanoseconds>(now - connection.op_start).count()));
+    for (std::size_t i = 0; i < ops; ++i) result.histogram.record(latency_ns);
+    result.measured_ops += ops;
+    result.last_completion = std::max(result.last_completion, now);
+  }
+
+  void on_timer() {
+    std::uint64_t expirations = 0;
+    [[maybe_unused]] ssize_t ignored = ::read(timer_fd_, &expirations, sizeof expirations);
+    const TimePoint now = Clock::now();
+    while (!timers_.empty() && timers_.top().first <= now) {
+      Connection& connection = connections_[static_cast<std::size_t>(timers_.top().second)];
+      const TimePoint intended = timers_.top().first;
+      timers_.pop();
+      if (connection.active) start_op(connection, intended);
+    }
+    arm_timer();
+  }
+
+  void arm_timer() {
+    itimerspec spec{};
+    if (!timers_.empty()) {
+      const auto ns = duration_cast<nanoseconds>(timers_.top().first.time_since_epoch()).count();
+      spec.it_value.tv_sec = static_cast<time_t>(ns / 1000000000);
+      spec.it_value.tv_nsec = static_cast<long>(ns % 1000000000);
+      if (spec.it_value.tv_sec == 0 && spec.it_value.tv_nsec == 0) spec.it_value.tv_nsec = 1;
+    }
+    timerfd_settime(timer_fd_, TFD_TIMER_ABSTIME, &spec, nullptr);
+  }
+
+  void fail(Connection& connection, const std::string& why) {
+    shared_.report(shared_.errors, "worker " + std::to_string(connection.index) + ": " + why);
+    deactivate(connection);
+  }
+
+  void deactivate(Connection& connection) {
+    if (!connection.active) return;
+    connection.active = false;
+    --active_;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, connection.fd, nullptr);
+  }
+
+  static std::string first_line(const std::string& text) {
+    return text.substr(0, std::min(text.find('\n'), std::size_t{80}));
+  }
+
+  const Options& options_;
+  const Protocol& protocol_;
+  Shared& shared_;
+  std::vector<Connection> connections_;
+  int epoll_fd_ = -1;
+  int timer_fd_ = -1;
+  std::size_t active_ = 0;
+  TimePoint warmup_end_{};
+  nanoseconds interval_{0};
+  using Timer = std::pair<TimePoint, std::ptrdiff_t>;
+  std::priority_queue<Timer, std::vector<Timer>, std::greater<>> timers_;
+};
+
+int connect_to(const sockaddr_storage& address, socklen_t length) {
+  const int fd = ::socket(address.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&address), length) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  const int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  const int flags = fcntl(fd, F_GETFL);
+  fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+  return fd;
+}
+
+double to_us(std::uint64_t ns) { return static_cast<double>(ns) / 1000.0; }
+
+int run(const Options& options) {
+  socklen_t address_length = 0;
+  const sockaddr_storage address = resolve_loopback(options.host, options.port, address_length);
+
+  // Keys are unique per run so a run never meets locks left behind by an earlier one.
+  std::random_device random_device;
+  const std::string prefix = "tb-" + std::to_string(getpid()) + "-" +
+                             std::to_string(random_device() % 1000000) + "-" + options.mode_name +
+                             "-";
+  const bool one_key = options.mode == Mode::kShared || options.mode == Mode::kSemaphore;
+  const int keys_per_connection = options.keys_per_connection;
+  const std::size_t key_count =
+      one_key ? 1 : static_cast<std::size_t>(options.workers) * keys_per_connection;
+  auto keys = std::make_unique<KeyState[]>(key_count);
+
+  const LineProtocol protocol(options.timeout_s,
+                              options.mode == Mode::kSemaphore ? options.limit : 0);
+  Shared shared;
+  std::vector<std::vector<Connection>> per_thread(static_cast<std::size_t>(options.threads));
+  for (int w = 0; w < options.workers; ++w) {
+    Connection connection;
+    connection.index = w;
+    connection.fd = connect_to(address, address_length);
+    if (connection.fd < 0) {
+      std::fprintf(stderr, "turnstile-bench: connect to %s:%d: %s\n", options.host.c_str(),
+                   options.port, std::strerror(errno));
+      return 1;
+    }
+    for (int k = 0; k < keys_per_connection; ++k) {
+      Slot slot;
+      const std::size_t key_index =
+          one_key ? 0
+                  : static_cast<std::size_t>(w) * static_cast<std::size_t>(keys_per_connection) +
+                        static_cast<std::size_t>(k);
+      slot.key_index = key_index;
+      slot.key = prefix + (one_key ? std::string("shared") : std::to_string(key_index));
+      slot.state = &keys[key_index];
+      connection.slots.push_back(std::move(slot));
+    }
+    per_thread[static_cast<std::size_t>(w % options.threads)].push_back(std::move(connection));
+  }
+
+  std::vector<std::unique_ptr<Worker>> workers;
+  for (auto& connections : per_thread) {
+    workers.push_back(std::make_unique<Worker>(options, protocol, shared, std::move(connections)));
+  }
+  const auto seconds = [](double s) {
+    return duration_cast<nanoseconds>(std::chrono::duration<double>(s));
+  };
+  const TimePoint start = Clock::now() + std::chrono::milliseconds(5);
+  const TimePoint warmup_end = start + seconds(options.warmup_s);
+  std::optional<TimePoint> end;
+  if (options.rounds == 0) end = warmup_end + seconds(options.duration_s);
+  std::vector<std::thread> threads;
+  for (auto& worker : workers) {
+    threads.emplace_back(
+        [&worker, start, warmup_end, end] { worker->run(start, warmup_end, end); });
+  }
+
+  // Progress: a line a second once the run has lasted more than 3 seconds.
+  std::atomic<bool> done{false};
+  std::thread progress([&] {
+    std::uint64_t last_ops = 0;
+    TimePoint last = Clock::now();
+    int second = 0;
+    while (!done.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      const TimePoint now = Clock::now();
+      if (now - last < std::chrono::seconds(1)) continue;
+      ++second;
+      std::uint64_t ops = 0;
+      for (auto& worker : workers) ops += worker->ops_all.load(std::memory_order_relaxed);
+      const double rate =
+          static_cast<double>(ops - last_ops) / std::chrono::duration<double>(now - last).count();
+      last_ops = ops;
+      last = now;
+      if (options.progress && second > 3) {
+        std::fprintf(stderr,
+                     "turnstile-bench: %ds %s%.0f ops/s, errors %llu, fence violations %llu\n",
+                     second, now < warmup_end ? "(warm-up) " : "", rate,
+                     static_cast<unsigned long long>(shared.errors.load()),
+                     static_cast<unsigned long long>(shared.fence_violations.load()));
+      }
+    }
+  });
+  for (std::thread& thread : threads) thread.join();
+  done.store(true);
+  progress.join();
+
+  LogHistogram histogram;
+  std::uint64_t measured_ops = 0;
+  std::uint64_t ops_all = 0;
+  TimePoint last_completion = warmup_end;
+  std::vector<std::pair<std::size_t, std::uint64_t>> fences;
+  for (auto& worker : workers) {
+    histogram.add(worker->result.histogram);
+    measured_ops += worker->result.measured_ops;
+    ops_all += worker->ops_all.load();
+    last_completion = std::max(last_completion, worker->result.last_completion);
+    fences.insert(fences.end(), worker->result.fences.begin(), worker->result.fences.end());
+  }
+  std::sort(fences.begin(), fences.end());
+  const auto duplicate = std::adjacent_find(fences.begin(), fences.end());
+  if (duplicate != fences.end()) {
+    shared.report(shared.fence_violations,
+                  "fence " + std::to_string(duplicate->second) + " granted twice for one key");
+  }
+  const TimePoint measured_end = end ? *end : last_completion;
+  const double elapsed_s = std::chrono::duration<double>(measured_end - warmup_end).count();
+  const double ops_per_s = elapsed_s > 0 ? static_cast<double>(measured_ops) / elapsed_s : 0;
+  const char* checks = options.no_exclusion               ? "causal+unique"
+                       : options.mode == Mode::kSemaphore ? "causal+capacity+unique"
+                                                          : "causal+capacity+order";
+  const std::uint64_t errors = shared.errors.load();
+  const std::uint64_t violations = shared.fence_violations.load();
+
+  if (options.json) {
+    nlohmann::json out = {
+        {"mode", options.mode_name},
+        {"host", options.host},
+        {"port", options.port},
+        {"workers", options.workers},
+        {"threads", options.threads},
+        {"keys_per_connection", keys_per_connection},
+        {"rate", options.rate},
+        {"loop", options.rate > 0 ? "open" : "closed"},
+        {"warmup_s", options.warmup_s},
+        {"elapsed_s", elapsed_s},
+        {"ops", measured_ops},
+        {"ops_all", ops_all},
+        {"ops_per_s", ops_per_s},
+        {"latency_us",
+         {{"p50", to_us(histogram.value_at_quantile(0.50))},
+          {"p90", to_us(histogram.value_at_quantile(0.90))},
+          {"p99", to_us(histogram.value_at_quantile(0.99))},
+          {"p999", to_us(histogram.value_at_quantile(0.999))},
+          {"max", to_us(histogram.max())},
+          {"mean", histogram.mean() / 1000.0}}},
+        {"errors", errors},
+        {"fence_violations", violations},
+        {"fence_checks", checks},
+        {"messages", shared.messages},
+    };
+    std::printf("%s\n", out.dump().c_str());
+  } else {
+    std::printf("turnstile-bench %s: %d workers on %d threads against %s:%d (%s loop)\n",
+                options.mode_name.c_str(), options.workers, options.threads, options.host.c_str(),
+                options.port, options.rate > 0 ? "open" : "closed");
+    std::printf("  %llu ops in %.3f s: %.0f ops/s (op = acquire + release)\n",
+                static_cast<unsigned long long>(measured_ops), elapsed_s, ops_per_s);
+    std::printf("  latency us: p50 %.1f  p90 %.1f  p99 %.1f  p99.9 %.1f  max %.1f\n",
+                to_us(histogram.value_at_quantile(0.50)), to_us(histogram.value_at_quantile(0.90)),
+                to_us(histogram.value_at_quantile(0.99)), to_us(histogram.value_at_quantile(0.999)),
+                to_us(histogram.max()));
+    std::printf("  errors %llu, fence violations %llu (checks: %s)\n",
+                static_cast<unsigned long long>(errors),
+                static_cast<unsigned long long>(violations), checks);
+    for (const std::string& message : shared.messages) std::printf("  ! %s\n", message.c_str());
+  }
+  return errors == 0 && violations == 0 ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace turnstile::bench
+
+int main(int argc, char** argv) {
+  std::signal(SIGPIPE, SIG_IGN);
+  const turnstile::bench::Options options = turnstile::bench::parse_options(argc, argv);
+  return turnstile::bench::run(options);
+}
