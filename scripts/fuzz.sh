@@ -10,7 +10,7 @@ seconds=${1:-60}
 shift || true
 harnesses=("$@")
 if [ "${#harnesses[@]}" -eq 0 ]; then
-  harnesses=(fuzz_wire fuzz_session fuzz_engine)
+  harnesses=(fuzz_wire fuzz_session fuzz_engine fuzz_journal)
 fi
 
 build_dir=${TURNSTILE_FUZZ_BUILD_DIR:-build-fuzz}
@@ -33,7 +33,10 @@ for harness in "${harnesses[@]}"; do
   log="$work/$harness.log"
   echo "fuzz: $harness for ${seconds}s"
   status=0
-  "$build_dir/fuzz/$harness" "$corpus" -dict=fuzz/protocol.dict -max_total_time="$seconds" \
+  # A harness's own dictionary if it has one (fuzz/<harness>.dict), else the protocol's.
+  dict=fuzz/protocol.dict
+  [ -f "fuzz/$harness.dict" ] && dict="fuzz/$harness.dict"
+  "$build_dir/fuzz/$harness" "$corpus" -dict="$dict" -max_total_time="$seconds" \
     -print_final_stats=1 -artifact_prefix="$artifacts/$harness-" -close_fd_mask=1 \
     >"$log" 2>&1 || status=$?
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")

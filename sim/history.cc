@@ -282,7 +282,8 @@ History::Outcome History::check() const {
       op.token = *operation.token;
       op.lease_ns = (operation.lease_s > 0 ? operation.lease_s : kDefaultLeaseS) * kNsPerS;
     } else if (is_acquire(command)) {
-      if (!operation.token) continue;  // timeout, queued, errors: no effect on holders
+      // timeout, queued, error (also for want of a durable fence): a definite non-grant.
+      if (!operation.token) continue;
       op.kind = Kind::kGrant;
       op.token = *operation.token;
       op.lease_ns = (operation.lease_s > 0 ? operation.lease_s : kDefaultLeaseS) * kNsPerS;

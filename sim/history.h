@@ -10,6 +10,9 @@
 //    release of its token was sent: the model allows, it never forces, so it has no false alarms;
 //  * an unanswered (indefinite) acquire is left out: a holder nobody knows the token of can only
 //    make grants harder, so leaving it out only widens what the model accepts;
+//  * an acquire answered without a token (`timeout`, `queued`, or `error`: a full queue, the
+//    lock budget, no durable fence from the fence journal) is a definite non-grant: it changes
+//    no holder, and the model asks nothing of it;
 //  * a crash ends a life: its histories are checked separately.
 //
 // Thread affinity: single-threaded, owned by one simulation run.

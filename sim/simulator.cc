@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -17,6 +18,7 @@
 
 #include "core/assert.h"
 #include "core/engine.h"
+#include "core/fence.h"
 #include "core/protocol.h"
 #include "core/random.h"
 #include "core/routing.h"
@@ -47,7 +49,7 @@ constexpr std::int64_t kLivenessWindow = 120 * kS;
 constexpr std::int64_t kDrainWindow = 200 * kS;
 
 // Subsystem streams of the seed.
-enum Stream : std::uint64_t { kSwarm = 1, kNetwork, kWorkload, kFaults, kClocks, kSalts };
+enum Stream : std::uint64_t { kSwarm = 1, kNetwork, kWorkload, kFaults, kClocks, kSalts, kDisk };
 
 const std::vector<std::string> kProfiles = {"default", "crash-heavy", "clock-chaos",
                                             "disconnect-storm", "contention"};
@@ -77,6 +79,13 @@ struct Settings {
   std::uint64_t hot_permille = 600;        // share of operations on hot keys
   std::int64_t net_delay_max_us = 2'000;
   std::int64_t hop_delay_max_us = 200;
+  // The fence journal (--fence-state-file) on the simulated disk; off: fences start at the wall
+  // clock of each process start.
+  bool fence_journal = false;
+  std::uint64_t journal_range = std::uint64_t{1} << 22;  // FenceJournalConfig::range
+  std::uint64_t fence_block = 4096;                      // EngineConfig::fence_block
+  std::uint64_t journal_fail_permille = 0;               // journal writes whose sync fails
+  std::int64_t journal_sync_max_us = 2'000;              // write + fsync latency
 
   std::string describe() const {
     std::string text;
@@ -109,6 +118,13 @@ struct Settings {
     text += faults + "]";
     add("fault_interval_ms=" + std::to_string(fault_interval_ms));
     add("vanish_permille=" + std::to_string(vanish_permille));
+    if (fence_journal) {
+      add("journal=[range=" + std::to_string(journal_range) + ",block=" +
+          std::to_string(fence_block) + ",fail_permille=" + std::to_string(journal_fail_permille) +
+          ",sync_max_us=" + std::to_string(journal_sync_max_us) + "]");
+    } else {
+      add("journal=off");
+    }
     return text;
   }
 };
@@ -157,6 +173,15 @@ Settings choose_settings(std::uint64_t seed, const std::string& profile) {
     s.hot_permille = 950;
     s.pipelining = true;
   }
+  // Small ranges and blocks, so that reservations, run-outs and block hand-offs happen often.
+  s.fence_journal = prng.chance(750) || profile == "crash-heavy" || profile == "clock-chaos";
+  s.journal_range =
+      static_cast<std::uint64_t>(prng.chance(500) ? prng.between(2, 64) : prng.between(2, 2'000));
+  s.fence_block = static_cast<std::uint64_t>(prng.between(1, 64));
+  s.journal_fail_permille = prng.chance(500) ? static_cast<std::uint64_t>(prng.between(1, 100)) : 0;
+  // Some disks are slow (up to 300 ms per fsync): grants then run out of durable fences.
+  s.journal_sync_max_us =
+      prng.chance(300) ? prng.between(10'000, 300'000) : prng.between(50, 20'000);
   return s;
 }
 
@@ -221,6 +246,8 @@ enum class EventKind : std::uint8_t {
   kRestart,        //
   kUnpause,        //
   kLivenessStart,  //
+  kJournalSynced,  // a = life, b = seq: the journal write's fsync completes
+  kJournalRetry,   // a = life: the back-off after a failed journal write ends
 };
 
 struct Event {
@@ -285,11 +312,39 @@ struct ServerSession {
   Namespace inflight_ns = Namespace::kLock;
 };
 
+// The engines' FenceSource: the process's FenceJournal, with every block it hands out reported to
+// the world (which checks it against the disk and every earlier block).
+class JournalSource final : public core::FenceSource {
+ public:
+  JournalSource(core::FenceJournal& journal, std::function<void(core::FenceBlock)> on_take)
+      : journal_(journal), on_take_(std::move(on_take)) {}
+  core::FenceBlock take(std::uint64_t want) override {
+    const core::FenceBlock block = journal_.take(want);
+    on_take_(block);
+    return block;
+  }
+
+ private:
+  core::FenceJournal& journal_;
+  std::function<void(core::FenceBlock)> on_take_;
+};
+
+// The simulated disk holding the 64-byte fence state file: its durable bytes, and the write whose
+// bytes are in the page cache but not yet synced (lost or torn if the process crashes first).
+struct Disk {
+  std::vector<std::uint8_t> bytes;          // durable; empty: no file (or an empty one)
+  std::optional<core::JournalWrite> dirty;  // written, fsync in progress
+  std::uint64_t synced_writes = 0;          // writes to this file acknowledged durable
+};
+
 struct Process {
   std::uint64_t life = 0;
   std::int64_t mono_origin = 0;  // Instant = mono_origin + virtual time - mono_back
   std::int64_t mono_back = 0;    // a monotonic clock reading behind (the clock-back fault)
   std::unique_ptr<Budget> budget;
+  std::unique_ptr<core::FenceJournal> journal;  // null without the fence journal
+  std::unique_ptr<JournalSource> fence_source;  // the engines' view of `journal`
+  bool journal_backoff = false;                 // a failed write is retried after a pause
   std::vector<std::unique_ptr<core::Engine>> engines;
   std::map<std::uint64_t, ServerSession> sessions;
   std::map<std::pair<std::size_t, std::size_t>, std::deque<Hop>> channels;
@@ -346,6 +401,7 @@ class World {
         faults_(options.seed, kFaults),
         clocks_(options.seed, kClocks),
         salts_prng_(options.seed, kSalts),
+        disk_prng_(options.seed, kDisk),
         salts_(salts_prng_) {}
 
   Result run();
@@ -359,7 +415,8 @@ class World {
   void dispatch(const Event& event);
   bool server_side(const Event& event) const {
     return event.kind == EventKind::kNetToServer || event.kind == EventKind::kHop ||
-           event.kind == EventKind::kServerTimer;
+           event.kind == EventKind::kServerTimer || event.kind == EventKind::kJournalSynced ||
+           event.kind == EventKind::kJournalRetry;
   }
 
   // -- failure
@@ -399,6 +456,19 @@ class World {
                     const core::Reply* reply, const core::Request* request);
   void on_server_timer();
   void arm_timer();
+
+  // -- the fence journal and its disk
+  // Recovers the journal from the disk and makes its first reservation durable, as the daemon
+  // does before it accepts anything; null if the process died during that write (a restart is
+  // scheduled) or an invariant broke.
+  std::unique_ptr<core::FenceJournal> open_journal(std::int64_t wall_ns);
+  void kick_journal();  // starts the write the journal wants, if any
+  void on_journal_synced(std::uint64_t life, std::uint64_t seq);
+  void apply_write(const core::JournalWrite& write);  // the write's bytes reach the disk
+  void tear_write(const core::JournalWrite& write);   // a prefix does, the rest is old or garbage
+  void fail_write(const core::JournalWrite& write);   // the sync failed: the slot may be torn
+  void crash_disk();                                  // the un-synced write is lost or torn
+  void on_fences_taken(core::FenceBlock block);
   std::size_t owner_of(std::uint64_t session) const { return session % settings_.shards; }
 
   // -- clients
@@ -423,7 +493,7 @@ class World {
 
   Options options_;
   Settings settings_;
-  Prng network_, workload_, faults_, clocks_, salts_prng_;
+  Prng network_, workload_, faults_, clocks_, salts_prng_, disk_prng_;
   SaltSource salts_;
   Digest digest_;
   Result result_;
@@ -440,6 +510,10 @@ class World {
   std::int64_t paused_until_ = 0;          // the server process is stopped until then
   bool liveness_ = false;
   bool draining_ = false;
+
+  Disk disk_;
+  // The largest fence any journal handed out, over every life (0: none yet).
+  std::uint64_t fences_handed_max_ = 0;
 
   std::unique_ptr<Process> process_;  // null while crashed
   std::uint64_t life_ = 0;
@@ -553,22 +627,37 @@ void World::on_net_to_client(std::uint64_t connection_id) {
 // ---- server process ----------------------------------------------------------------------------
 
 void World::start_process() {
+  const std::int64_t wall_ns = kWallStart + now_ + wall_offset_;
+  std::unique_ptr<core::FenceJournal> journal;
+  if (settings_.fence_journal) {
+    journal = open_journal(wall_ns);
+    if (!journal) return;  // died during its start-up write, or an invariant broke
+  }
   process_ = std::make_unique<Process>();
   process_->life = ++life_;
   process_->mono_origin = clocks_.between(1, 1'000'000) * kS;
   process_->budget = std::make_unique<Budget>(settings_.resources_max);
-  const std::int64_t wall_ns = kWallStart + now_ + wall_offset_;
   core::EngineConfig config;
   config.gc_max_idle = core::Duration::milliseconds(settings_.gc_idle_ms);
   config.waiters_max = settings_.waiters_max;
-  // Production without the fence journal: the counter starts at the wall clock (docs/daemon.md).
-  config.fence_floor = core::Fence{static_cast<std::uint64_t>(wall_ns)};
-  for (std::size_t shard = 0; shard < settings_.shards; ++shard) {
-    process_->engines.push_back(
-        std::make_unique<core::Engine>(config, salts_, process_->budget.get()));
+  if (journal) {
+    // Every engine takes its fences in blocks from the one journal of the process.
+    process_->journal = std::move(journal);
+    process_->fence_source = std::make_unique<JournalSource>(
+        *process_->journal, [this](core::FenceBlock block) { on_fences_taken(block); });
+    config.fence_block = settings_.fence_block;
+  } else {
+    // Production without the fence journal: the counter starts at the wall clock
+    // (docs/daemon.md).
+    config.fence_floor = core::Fence{static_cast<std::uint64_t>(wall_ns)};
   }
-  // Without a fence journal, fences beat earlier lives' only while the wall clock never went back.
-  cross_life_fences_checked_ = !wall_went_back_;
+  for (std::size_t shard = 0; shard < settings_.shards; ++shard) {
+    process_->engines.push_back(std::make_unique<core::Engine>(
+        config, salts_, process_->budget.get(), process_->fence_source.get()));
+  }
+  // With the fence journal, fences beat earlier lives' always; without it, only while the wall
+  // clock never went back (reliability.md).
+  cross_life_fences_checked_ = settings_.fence_journal || !wall_went_back_;
   seen_tokens_.clear();
   max_fence_life_.clear();
   previous_.assign(settings_.shards, {});
@@ -585,7 +674,203 @@ void World::harvest_counters() {
     result_.coverage["wait-timeout"] += counters.wait_timeouts;
     result_.coverage["gc"] += counters.resources_collected;
     result_.coverage["clock-regression"] += counters.clock_regressions;
+    if (settings_.fence_journal) result_.coverage["grant-no-fence"] += counters.fence_exhausted;
   }
+}
+
+// ---- the fence journal and the simulated disk
+// ----------------------------------------------------
+
+std::unique_ptr<core::FenceJournal> World::open_journal(std::int64_t wall_ns) {
+  core::FenceJournalConfig config;
+  config.range = settings_.journal_range;
+  while (!failed_) {
+    const core::JournalRecovery recovery = core::recover_journal(disk_.bytes);
+    digest_.add(static_cast<std::uint64_t>(recovery.outcome) + 0x5ec0);
+    digest_.add(recovery.record.ceiling);
+    if (recovery.outcome == core::JournalRecovery::Outcome::kRefused) {
+      // Only a creation torn before it was ever synced may leave a file recovery refuses; nothing
+      // was handed out from it, so the operator may delete it and start afresh.
+      if (disk_.synced_writes > 0) {
+        fail("fence-journal-recovery", "the fence state file " + recovery.problem + " after " +
+                                           std::to_string(disk_.synced_writes) + " synced writes");
+        return nullptr;
+      }
+      ++result_.coverage["journal-refused-recreated"];
+      disk_.bytes.clear();
+      continue;
+    }
+    if (recovery.outcome == core::JournalRecovery::Outcome::kRecovered) {
+      ++result_.coverage["journal-recovered"];
+      if (recovery.record.ceiling < fences_handed_max_) {
+        fail("fence-journal-recovery",
+             "recovered ceiling " + std::to_string(recovery.record.ceiling) + " below fence " +
+                 std::to_string(fences_handed_max_) + " handed out before");
+        return nullptr;
+      }
+    } else if (disk_.synced_writes > 0) {
+      fail("fence-journal-recovery", "the fence state file is empty after " +
+                                         std::to_string(disk_.synced_writes) + " synced writes");
+      return nullptr;
+    }
+    auto journal =
+        std::make_unique<core::FenceJournal>(config, recovery, static_cast<std::uint64_t>(wall_ns));
+    if (journal->exhausted()) {
+      fail("fence-journal", "the fence space is used up at start-up");
+      return nullptr;
+    }
+    // The daemon makes the first reservation durable before it accepts a connection; a failed
+    // write is retried, and the process may die while it writes.
+    while (!failed_) {
+      const std::optional<core::JournalWrite> write = journal->begin_write();
+      if (!write) {
+        fail("fence-journal", "no reservation wanted at start-up");
+        return nullptr;
+      }
+      ++result_.coverage["journal-write"];
+      digest_.add(write->seq);
+      digest_.add(write->ceiling);
+      const bool first_start = life_ == 0;
+      if (!liveness_ && settings_.fault_crash && disk_prng_.chance(first_start ? 250 : 100)) {
+        disk_.dirty = *write;
+        crash_disk();
+        ++result_.coverage["crash-at-start-up"];
+        ++result_.crashes;
+        digest_.add(0xc0ffee5);
+        schedule(now_ + faults_.between(1, 500) * kMs, EventKind::kRestart);
+        return nullptr;
+      }
+      if (!liveness_ && disk_prng_.chance(settings_.journal_fail_permille)) {
+        fail_write(*write);
+        journal->end_write(write->seq, false);
+        continue;
+      }
+      apply_write(*write);
+      ++disk_.synced_writes;
+      journal->end_write(write->seq, true);
+      return journal;
+    }
+  }
+  return nullptr;
+}
+
+void World::kick_journal() {
+  if (!process_ || !process_->journal || process_->journal_backoff || paused_until_ > now_) return;
+  const std::optional<core::JournalWrite> write = process_->journal->begin_write();
+  if (!write) return;
+  ++result_.coverage["journal-write"];
+  disk_.dirty = *write;
+  digest_.add(write->seq);
+  digest_.add(write->ceiling);
+  schedule(now_ + disk_prng_.between(1, settings_.journal_sync_max_us) * kUs,
+           EventKind::kJournalSynced, life_, write->seq);
+}
+
+void World::on_journal_synced(std::uint64_t life, std::uint64_t seq) {
+  if (!process_ || life != life_ || !disk_.dirty || disk_.dirty->seq != seq) return;
+  const core::JournalWrite write = *disk_.dirty;
+  disk_.dirty.reset();
+  // Faults heal in the liveness phase: every write succeeds then.
+  if (!liveness_ && disk_prng_.chance(settings_.journal_fail_permille)) {
+    fail_write(write);
+    process_->journal->end_write(seq, false);
+    process_->journal_backoff = true;
+    schedule(now_ + disk_prng_.between(1, 200) * kMs, EventKind::kJournalRetry, life_);
+    digest_.add(0xfa11);
+    return;
+  }
+  apply_write(write);
+  ++disk_.synced_writes;
+  process_->journal->end_write(seq, true);
+  digest_.add(0x5ced);
+}
+
+void World::apply_write(const core::JournalWrite& write) {
+  const std::size_t end = static_cast<std::size_t>(write.offset) + write.size;
+  if (disk_.bytes.size() < end) disk_.bytes.resize(end, 0);
+  std::copy(write.bytes.begin(), write.bytes.begin() + static_cast<std::ptrdiff_t>(write.size),
+            disk_.bytes.begin() + static_cast<std::ptrdiff_t>(write.offset));
+}
+
+void World::tear_write(const core::JournalWrite& write) {
+  const std::size_t offset = static_cast<std::size_t>(write.offset);
+  const std::size_t prefix = static_cast<std::size_t>(disk_prng_.below(write.size));
+  const std::size_t end = offset + write.size;
+  std::vector<std::uint8_t>& file = disk_.bytes;
+  if (file.size() < offset + prefix) file.resize(offset + prefix, 0);
+  std::copy(write.bytes.begin(), write.bytes.begin() + static_cast<std::ptrdiff_t>(prefix),
+            file.begin() + static_cast<std::ptrdiff_t>(offset));
+  // A new file may have reached its full length (a hole of zeros) without all of its data.
+  if (write.creates_file && file.size() < end && disk_prng_.chance(500)) file.resize(end, 0);
+  // The rest of the range keeps its old bytes, or holds garbage.
+  if (disk_prng_.chance(400)) {
+    for (std::size_t i = offset + prefix; i < std::min(end, file.size()); ++i) {
+      file[i] = static_cast<std::uint8_t>(disk_prng_.below(256));
+    }
+  }
+  digest_.add(prefix);
+  digest_.add(static_cast<std::uint64_t>(file.size()));
+}
+
+void World::fail_write(const core::JournalWrite& write) {
+  ++result_.coverage["journal-write-failed"];
+  // Some of its bytes may have reached the disk before the error: the slot it aimed at (never
+  // the one holding the newest durable record) may be torn.
+  if (disk_prng_.chance(500)) {
+    ++result_.coverage["journal-torn-on-failure"];
+    tear_write(write);
+  }
+}
+
+void World::crash_disk() {
+  if (!disk_.dirty) return;
+  const core::JournalWrite write = *disk_.dirty;
+  disk_.dirty.reset();
+  const std::uint64_t dice = disk_prng_.below(1000);
+  if (dice < 400) {
+    ++result_.coverage["journal-lost-at-crash"];  // the page cache is gone
+  } else if (dice < 850) {
+    ++result_.coverage["journal-torn-at-crash"];
+    tear_write(write);
+  } else {
+    ++result_.coverage["journal-landed-at-crash"];  // written back before the sync returned
+    apply_write(write);
+  }
+  digest_.add(dice);
+}
+
+void World::on_fences_taken(core::FenceBlock block) {
+  digest_.add(block.first);
+  digest_.add(block.count);
+  if (block.count == 0) {
+    ++result_.coverage["fence-source-empty"];
+    return;
+  }
+  ++result_.coverage["fence-block"];
+  const std::uint64_t last = block.first + (block.count - 1);
+  if (last < block.first) {
+    fail("fence-journal",
+         "block " + std::to_string(block.first) + "+" + std::to_string(block.count) + " wraps");
+    return;
+  }
+  if (fences_handed_max_ != 0 && block.first <= fences_handed_max_) {
+    fail("fence-journal-monotonic", "block from " + std::to_string(block.first) + " after fence " +
+                                        std::to_string(fences_handed_max_) +
+                                        " was handed out (life " + std::to_string(life_) + ")");
+    return;
+  }
+  // Only fences at or below a ceiling that is durable on the disk may be handed out.
+  const core::JournalRecovery recovery = core::recover_journal(disk_.bytes);
+  if (recovery.outcome != core::JournalRecovery::Outcome::kRecovered ||
+      recovery.record.ceiling < last) {
+    fail("fence-journal-durable",
+         "block up to " + std::to_string(last) + " handed out while the disk holds " +
+             (recovery.outcome == core::JournalRecovery::Outcome::kRecovered
+                  ? "ceiling " + std::to_string(recovery.record.ceiling)
+                  : std::string("no valid record")));
+    return;
+  }
+  fences_handed_max_ = last;
 }
 
 void World::crash() {
@@ -593,6 +878,7 @@ void World::crash() {
   harvest_counters();
   ++result_.crashes;
   digest_.add(0xc0ffee);
+  if (process_->journal) crash_disk();
   for (auto& [id, connection] : connections_) {
     if (connection.life != life_) continue;
     connection.to_server.segments.clear();
@@ -1260,6 +1546,12 @@ void World::dispatch(const Event& event) {
       break;
     case EventKind::kLivenessStart:
       break;
+    case EventKind::kJournalSynced:
+      on_journal_synced(event.a, event.b);
+      break;
+    case EventKind::kJournalRetry:
+      if (process_ && event.a == life_) process_->journal_backoff = false;
+      break;
   }
 }
 
@@ -1297,6 +1589,7 @@ Result World::run() {
     }
     dispatch(event);
     if (failed_) break;
+    kick_journal();
     check_invariants();
 
     if (!liveness_ && events_ >= options_.events) {
