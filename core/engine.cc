@@ -605,6 +605,18 @@ struct Engine::Impl {
     return Reply::renewed(ttl_s);
   }
 
+  bool cancel_parked(SessionId session, std::vector<Delivery>& out) {
+    auto it = sessions.find(session.value);
+    if (it == sessions.end() || it->second.parked == nullptr) return false;
+    Waiter* waiter = it->second.parked;
+    Resource& resource = *waiter->resource;
+    if (waiter->two_phase) erase_record(*waiter->owner, resource);
+    remove_waiter(waiter);
+    promote(resource, out);
+    arm_gc(resource);
+    return true;
+  }
+
   bool close_session(SessionId session, bool auto_release, std::vector<Delivery>& out) {
     auto it = sessions.find(session.value);
     if (it == sessions.end()) return false;
@@ -744,6 +756,11 @@ bool Engine::close_session(Instant now, SessionId session, bool auto_release,
                            std::vector<Delivery>& out) {
   impl_->advance(now, out);
   return impl_->close_session(session, auto_release, out);
+}
+
+bool Engine::cancel_parked(Instant now, SessionId session, std::vector<Delivery>& out) {
+  impl_->advance(now, out);
+  return impl_->cancel_parked(session, out);
 }
 
 void Engine::tick(Instant now, std::vector<Delivery>& out) { impl_->advance(now, out); }

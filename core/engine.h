@@ -104,6 +104,14 @@ class Engine {
   // so the driver completes it on the session side (Session::on_cancelled).
   bool close_session(Instant now, SessionId session, bool auto_release, std::vector<Delivery>& out);
 
+  // The session's parked request (a blocking l/sl/w/sw) is withdrawn unanswered, as if it had
+  // timed out without a reply: its waiter leaves the queue (a `w` also loses its two-phase
+  // record) and the next waiters are promoted. The session lives on. Returns true when a parked
+  // request was dropped (the driver completes it on the session side); false when there was
+  // none, e.g. because its grant or timeout is already on its way. Used when an HTTP client
+  // disconnects during a long poll (reference 3.6).
+  bool cancel_parked(Instant now, SessionId session, std::vector<Delivery>& out);
+
   // Advances time only.
   void tick(Instant now, std::vector<Delivery>& out);
 

@@ -40,6 +40,16 @@ bool is_engine_command(Command command) {
   return command != Command::kPing && command != Command::kStats && command != Command::kAuth;
 }
 
+Request release_of(const Request& granted_request, const Token& token) {
+  Request release;
+  release.command = command_namespace(granted_request.command) == Namespace::kLock
+                        ? Command::kRelease
+                        : Command::kSemRelease;
+  release.key = granted_request.key;
+  release.token = token;
+  return release;
+}
+
 Namespace command_namespace(Command command) {
   switch (command) {
     case Command::kSemLock:

@@ -56,6 +56,10 @@ struct Request {
   bool operator==(const Request&) const = default;
 };
 
+// The release (`r` or `sr`) of the grant `token` that answered `granted_request`: how a session
+// hands back a grant nobody will receive (its client left, or its request was abandoned).
+Request release_of(const Request& granted_request, const Token& token);
+
 enum class Status : std::uint8_t {
   kOk,
   kAcquired,

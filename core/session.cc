@@ -18,16 +18,6 @@ bool constant_time_equal(std::string_view presented, std::string_view expected) 
   return diff == 0;
 }
 
-Request give_back_of(const Request& granted_request, const Token& token) {
-  Request release;
-  release.command = command_namespace(granted_request.command) == Namespace::kLock
-                        ? Command::kRelease
-                        : Command::kSemRelease;
-  release.key = granted_request.key;
-  release.token = token;
-  return release;
-}
-
 }  // namespace
 
 std::string_view close_reason_name(CloseReason reason) {
@@ -195,7 +185,7 @@ void Session::on_reply(Instant now, const Reply& reply) {
   if (closed()) {
     // Nobody will read this reply. A grant must not be lost with it: give the token back so the
     // next waiter gets the slot. (A give-back is a release, whose reply is never a grant.)
-    if (reply.is_grant()) give_back_ = give_back_of(request, *reply.token);
+    if (reply.is_grant()) give_back_ = release_of(request, *reply.token);
     return;
   }
   answer(reply);

@@ -109,6 +109,27 @@ const Setting kSettings[] = {
      "file holding the shared secret on one line"},
     {"fence-state-file", "FENCE_STATE_FILE", Kind::kText, "path", 0, 0, &Config::fence_state_file,
      "fence journal: fences keep increasing across restarts and clock steps; empty = off"},
+    {"http-port", "HTTP_PORT", Kind::kInteger, "int", 0, 65535, &Config::http_port,
+     "HTTP API port; 0 = HTTP off; must differ from --port"},
+    {"http-host", "HTTP_HOST", Kind::kText, "address", 0, 0, &Config::http_host,
+     "address the HTTP API listens on (default: --host)"},
+    {"http-session-idle-timeout", "HTTP_SESSION_IDLE_S", Kind::kInteger, "seconds", 0, kMaxSeconds,
+     &Config::http_session_idle_timeout_s,
+     "HTTP sessions idle twice this long are reaped; 0 = never"},
+    {"http-max-sessions", "HTTP_MAX_SESSIONS", Kind::kInteger, "int", 0, kInt64Max,
+     &Config::http_max_sessions, "most live HTTP sessions; 0 = unlimited"},
+    {"http-max-sessions-per-ip", "HTTP_MAX_SESSIONS_PER_IP", Kind::kInteger, "int", 0, kInt64Max,
+     &Config::http_max_sessions_per_ip, "most live HTTP sessions per IP address; 0 = unlimited"},
+    {"http-max-connections-per-ip", "HTTP_MAX_CONNECTIONS_PER_IP", Kind::kInteger, "int", 0,
+     kInt64Max, &Config::http_max_connections_per_ip,
+     "most open HTTP connections per IP address; 0 = unlimited"},
+    {"http-rate-limit-per-ip", "HTTP_RATE_LIMIT_PER_IP", Kind::kInteger, "per-second", 0,
+     1'000'000'000, &Config::http_rate_limit_per_ip,
+     "HTTP requests per second per IP address (token bucket); 0 = unlimited"},
+    {"http-rate-limit-burst", "HTTP_RATE_LIMIT_BURST", Kind::kInteger, "int", 0, 1'000'000'000,
+     &Config::http_rate_limit_burst, "token bucket size of the HTTP rate limit; 0 = the rate"},
+    {"http-cors-allowed-origins", "HTTP_CORS_ALLOWED_ORIGINS", Kind::kText, "origins", 0, 0,
+     &Config::http_cors_allowed_origins, "comma list of origins allowed by CORS; * = any"},
     {"debug", "DEBUG", Kind::kBool, "", 0, 0, &Config::debug, "log at debug level"},
     // Not read from the environment: a stray variable must never shift a production clock.
     {"test-wall-clock-offset-s", "", Kind::kInteger, "seconds", -kMaxWallClockOffsetSeconds,
@@ -246,7 +267,7 @@ std::optional<ConfigExit> apply(const Setting& setting, const Source& source, Co
     case Kind::kText: {
       std::string& field = config.*std::get<std::string Config::*>(setting.target);
       field = source.value;
-      if (setting.flag == "host" && field.empty()) {
+      if ((setting.flag == "host" || setting.flag == "http-host") && field.empty()) {
         return invalid_value(setting, source,
                              "empty (use 0.0.0.0 or :: to listen on every address)");
       }
@@ -568,6 +589,13 @@ ConfigResult parse_checked(const std::vector<std::string>& args, const EnvLookup
     return usage_error(config.tls_cert.empty() ? "--tls-key is set but --tls-cert is not"
                                                : "--tls-cert is set but --tls-key is not");
   }
+  if (config.http_port != 0 && config.http_port == config.port) {
+    return usage_error("--http-port must differ from --port (both are " +
+                       std::to_string(config.port) + ")");
+  }
+  if (config.http_host.empty()) config.http_host = config.host;
+  if (config.http_rate_limit_burst == 0)
+    config.http_rate_limit_burst = config.http_rate_limit_per_ip;
   return config;
 }
 
@@ -624,16 +652,29 @@ EnvLookup process_environment() {
 
 std::vector<std::string> config_warnings(const Config& config) {
   std::vector<std::string> warnings;
-  if (is_loopback_host(config.host)) return warnings;
+  const bool tcp_loopback = is_loopback_host(config.host);
   const std::pair<std::string_view, std::int64_t> caps[] = {
       {"max-connections", config.max_connections},
       {"max-connections-per-ip", config.max_connections_per_ip},
       {"max-waiters", config.max_waiters},
   };
+  std::vector<std::pair<std::string_view, std::int64_t>> http_caps;
+  if (config.http_port != 0 && !is_loopback_host(config.http_host)) {
+    http_caps = {{"http-max-sessions", config.http_max_sessions},
+                 {"http-max-sessions-per-ip", config.http_max_sessions_per_ip},
+                 {"http-max-connections-per-ip", config.http_max_connections_per_ip},
+                 {"http-rate-limit-per-ip", config.http_rate_limit_per_ip}};
+  }
   for (const auto& [flag, value] : caps) {
-    if (value != 0) continue;
+    if (value != 0 || tcp_loopback) continue;
     warnings.push_back("--" + std::string(flag) + " is 0 (unlimited) while listening on " +
                        quote(config.host) + ", which is not a loopback address; set a cap");
+  }
+  for (const auto& [flag, value] : http_caps) {
+    if (value != 0) continue;
+    warnings.push_back("--" + std::string(flag) +
+                       " is 0 (unlimited) while the HTTP API listens on " +
+                       quote(config.http_host) + ", which is not a loopback address; set a cap");
   }
   return warnings;
 }

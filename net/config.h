@@ -35,6 +35,16 @@ struct Config {
   std::string tls_key;
   std::optional<std::string> auth_token;  // resolved secret (trimmed, non-empty, no CR/LF)
   std::string fence_state_file;           // the fence journal (docs/fence-journal.md); empty = off
+  // The HTTP API (docs/http-api.md). http_port 0 = off; it must differ from port.
+  int http_port = 0;                              // 0..65535
+  std::string http_host;                          // empty after parsing only if unset: = host
+  std::int64_t http_session_idle_timeout_s = 20;  // >= 0; sessions idle 2x this are reaped
+  std::int64_t http_max_sessions = 0;             // >= 0; 0 = unlimited
+  std::int64_t http_max_sessions_per_ip = 0;      // >= 0; 0 = unlimited
+  std::int64_t http_max_connections_per_ip = 0;   // >= 0; 0 = unlimited
+  std::int64_t http_rate_limit_per_ip = 0;        // requests per second per IP; 0 = off
+  std::int64_t http_rate_limit_burst = 0;         // 0 = the rate
+  std::string http_cors_allowed_origins;          // comma list; "*" = any; empty = no CORS
   // For tests only: seconds added to the wall clock that seeds the fence counter, so a test can
   // restart the daemon "with the clock set back". Flag only (no environment variable).
   std::int64_t test_wall_clock_offset_s = 0;

@@ -91,6 +91,7 @@ Server::~Server() {
   if (accept_resume_ != nullptr) event_free(accept_resume_);
   if (drain_poll_ != nullptr) event_free(drain_poll_);
   for (event* signal_event : signals_) event_free(signal_event);
+  http_.reset();  // its evhttp lives on shard 0's event_base
   shards_.clear();
   fence_file_.reset();  // after the engines that take from it; closing releases the lock
   if (shared_.tls != nullptr) SSL_CTX_free(shared_.tls);
@@ -158,6 +159,11 @@ int Server::run() {
   if (!open_fence_file()) return 1;
   create_shards();
   if (!set_up_tls() || !listen()) return 1;
+  if (config_.http_port != 0) {
+    // The HTTP API runs on shard 0's thread; it binds before that thread starts.
+    http_ = std::make_unique<HttpServer>(*shards_[0], shared_);
+    if (!http_->listen()) return 1;
+  }
   for (const std::string& warning : config_warnings(config_)) {
     log_line(LogLevel::kWarn, warning);
   }

@@ -20,6 +20,7 @@
 #include "core/time.h"
 #include "net/config.h"
 #include "net/fence_file.h"
+#include "net/http_server.h"
 #include "net/shard.h"
 
 namespace turnstile::net {
@@ -54,6 +55,7 @@ class Server {
   SharedState shared_;
   std::unique_ptr<FenceFile> fence_file_;  // with --fence-state-file; outlives the shards
   std::vector<std::unique_ptr<Shard>> shards_;
+  std::unique_ptr<HttpServer> http_;  // with --http-port; on shard 0's thread, freed before it
   event_base* base_ = nullptr;
   evconnlistener* listener_ = nullptr;
   event* accept_resume_ = nullptr;

@@ -14,6 +14,7 @@
 #include "core/assert.h"
 #include "core/routing.h"
 #include "net/clock.h"
+#include "net/http_server.h"
 #include "net/log.h"
 
 namespace turnstile::net {
@@ -74,6 +75,19 @@ bool SharedState::admit(const std::string& ip) {
   return true;
 }
 
+void SharedState::record_tcp_latency(core::Command command, core::Duration elapsed) {
+  const auto index = static_cast<std::size_t>(command);
+  if (index >= kCommands) return;
+  TcpLatency& latency = tcp_latency[index];
+  const double seconds = elapsed.seconds_double();
+  for (std::size_t i = 0; i < kLatencyBuckets.size(); ++i) {
+    if (seconds <= kLatencyBuckets[i]) latency.buckets[i].fetch_add(1, std::memory_order_relaxed);
+  }
+  latency.count.fetch_add(1, std::memory_order_relaxed);
+  latency.sum_ns.fetch_add(static_cast<std::uint64_t>(std::max<std::int64_t>(elapsed.ns(), 0)),
+                           std::memory_order_relaxed);
+}
+
 void SharedState::release(const std::string& ip) {
   connections_open.fetch_sub(1, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(per_ip_mutex);
@@ -111,6 +125,9 @@ struct Connection {
   bool abort = false;  // the socket failed: close without flushing
   std::size_t stats_pending = 0;
   core::StatsSnapshot stats;
+  // The request in flight, for the latency histogram (/metrics).
+  core::Command routed_command = core::Command::kPing;
+  core::Instant routed_at;
 
   static void on_read(bufferevent*, void* self);
   static void on_write(bufferevent*, void* self);
@@ -290,7 +307,7 @@ void Shard::handle(message::NewConnection& m) {
     shared_.release(m.peer_ip);
     return;
   }
-  const core::SessionId id{next_session_sequence_++ * shared_.shards.size() + index_};
+  const core::SessionId id = new_session_id();
   const core::Instant now = monotonic_now();
   auto connection =
       std::make_unique<Connection>(*this, id, bev, m.peer_ip, session_config(shared_.config), now);
@@ -327,6 +344,8 @@ void Shard::handle(message::Parked& m) {
   if (Connection* connection = find(m.session)) {
     connection->session.on_parked();
     dirty_.push_back(connection);
+  } else if (http_ != nullptr) {
+    http_->on_parked(m.session);
   }
 }
 
@@ -354,6 +373,22 @@ void Shard::handle_cancelled_locally(core::SessionId session) {
   if (Connection* connection = find(session)) {
     connection->session.on_cancelled();
     dirty_.push_back(connection);
+  } else if (http_ != nullptr) {
+    http_->on_cancelled(session);
+  }
+}
+
+void Shard::handle(message::CancelParked& m) {
+  std::vector<core::Delivery> out;
+  const bool dropped = engine_.cancel_parked(monotonic_now(), m.session, out);
+  dispatch(out);
+  if (dropped) {
+    Shard& owner = owner_of(m.session);
+    if (&owner == this) {
+      handle_cancelled_locally(m.session);
+    } else {
+      owner.post(message::Cancelled{m.session});
+    }
   }
 }
 
@@ -368,11 +403,15 @@ void Shard::handle(message::StatsPart& m) { add_stats_part(m.session, std::move(
 
 void Shard::add_stats_part(core::SessionId session, core::StatsSnapshot&& part) {
   Connection* connection = find(session);
-  if (connection == nullptr) return;
+  if (connection == nullptr) {
+    if (http_ != nullptr) http_->on_stats_part(session, std::move(part));
+    return;
+  }
   core::merge_stats(connection->stats, std::move(part), core::EngineConfig{}.stats_entries_max);
   TS_ASSERT(connection->stats_pending > 0);
   if (--connection->stats_pending > 0) return;
-  const std::int64_t connections = shared_.connections_open.load(std::memory_order_relaxed);
+  const std::int64_t connections = shared_.connections_open.load(std::memory_order_relaxed) +
+                                   shared_.http_sessions_live.load(std::memory_order_relaxed);
   local_replies_.emplace_back(
       session, core::Reply::stats(core::encode_stats_json(connections, connection->stats)));
   connection->stats = core::StatsSnapshot{};
@@ -380,6 +419,7 @@ void Shard::add_stats_part(core::SessionId session, core::StatsSnapshot&& part) 
 
 void Shard::handle(message::Drain&) {
   draining_ = true;
+  if (http_ != nullptr) http_->begin_drain();
   const core::Instant now = monotonic_now();
   for (auto& [id, connection] : connections_) {
     connection->session.begin_drain(now);
@@ -391,6 +431,7 @@ void Shard::handle(message::Stop&) {
   for (auto& [id, connection] : connections_) {
     if (connection->bev != nullptr) close_socket(*connection);
   }
+  if (http_ != nullptr) http_->stop();
   event_base_loopbreak(base_);
 }
 
@@ -411,7 +452,11 @@ void Shard::run_engine_request(core::SessionId session, const core::Request& req
   Shard& owner = owner_of(session);
   if (reply.status == core::Status::kParked) {
     if (&owner == this) {
-      if (Connection* connection = find(session)) connection->session.on_parked();
+      if (Connection* connection = find(session)) {
+        connection->session.on_parked();
+      } else if (http_ != nullptr) {
+        http_->on_parked(session);
+      }
     } else {
       owner.post(message::Parked{session});
     }
@@ -435,8 +480,61 @@ void Shard::dispatch(std::vector<core::Delivery>& out) {
   out.clear();
 }
 
+core::SessionId Shard::new_session_id() {
+  return core::SessionId{next_session_sequence_++ * shared_.shards.size() + index_};
+}
+
+std::size_t Shard::route_request(core::SessionId session, const core::Request& request,
+                                 std::vector<bool>& touched) {
+  TS_ASSERT(core::is_engine_command(request.command));
+  const std::size_t target =
+      core::shard_of(core::command_namespace(request.command), request.key, shared_.shards.size());
+  touched[target] = true;
+  if (target == index_) {
+    run_engine_request(session, request);
+  } else {
+    shared_.shards[target]->post(message::EngineRequest{session, request});
+  }
+  return target;
+}
+
+void Shard::request_stats(core::SessionId session) {
+  for (Shard* shard : shared_.shards) {
+    if (shard == this) {
+      std::vector<core::Delivery> out;
+      core::StatsSnapshot snapshot = engine_.stats(monotonic_now(), out);
+      dispatch(out);
+      add_stats_part(session, std::move(snapshot));
+    } else {
+      shard->post(message::StatsRequest{session});
+    }
+  }
+}
+
+void Shard::notify_closed(core::SessionId session, const std::vector<bool>& touched) {
+  for (std::size_t shard = 0; shard < touched.size(); ++shard) {
+    if (!touched[shard]) continue;
+    if (shard == index_) {
+      close_on_this_shard(session);
+    } else {
+      shared_.shards[shard]->post(message::CloseSession{session});
+    }
+  }
+}
+
+void Shard::cancel_parked(core::SessionId session, std::size_t target) {
+  if (target == index_) {
+    message::CancelParked m{session};
+    handle(m);
+  } else {
+    shared_.shards[target]->post(message::CancelParked{session});
+  }
+}
+
 void Shard::route(Connection& connection, const core::Request& request) {
   const core::SessionId id = connection.session.id();
+  connection.routed_command = request.command;
+  connection.routed_at = monotonic_now();
   if (request.command == core::Command::kStats) {
     connection.stats_pending = shared_.shards.size();
     connection.stats = core::StatsSnapshot{};
@@ -474,11 +572,16 @@ void Shard::settle() {
     const core::Instant now = monotonic_now();
     for (auto& [session, reply] : replies) {
       Connection* connection = find(session);
+      if (connection == nullptr && http_ != nullptr && http_->owns(session)) {
+        http_->on_reply(session, reply);
+        continue;
+      }
       if (connection == nullptr) {
         logf(LogLevel::kWarn, "reply for unknown session %llu dropped",
              static_cast<unsigned long long>(session.value));
         continue;
       }
+      shared_.record_tcp_latency(connection->routed_command, now - connection->routed_at);
       connection->session.on_reply(now, reply);
       dirty_.push_back(connection);
     }

@@ -13,6 +13,7 @@
 #include <openssl/ssl.h>
 #include <sys/socket.h>
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -33,6 +34,10 @@ namespace turnstile::net {
 
 class Shard;
 
+// Request latencies (seconds): the Prometheus histogram buckets shared by TCP and HTTP.
+inline constexpr std::array<double, 14> kLatencyBuckets = {
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5, 30};
+
 // What all shards share. Counters are atomics; the per-IP table is behind a mutex (touched only
 // when a connection opens or closes).
 struct SharedState {
@@ -43,6 +48,17 @@ struct SharedState {
   std::vector<Shard*> shards;
   SSL_CTX* tls = nullptr;  // non-null: every connection is TLS
   std::atomic<std::int64_t> connections_open{0};
+  std::atomic<std::int64_t> http_sessions_live{0};  // counted in stats `connections`
+
+  // TCP request latency by command, for /metrics (relaxed atomics: every shard records).
+  static constexpr std::size_t kCommands = 13;
+  struct TcpLatency {
+    std::array<std::atomic<std::uint64_t>, kLatencyBuckets.size()> buckets{};
+    std::atomic<std::uint64_t> count{0};
+    std::atomic<std::uint64_t> sum_ns{0};
+  };
+  std::array<TcpLatency, kCommands> tcp_latency{};
+  void record_tcp_latency(core::Command command, core::Duration elapsed);
 
   // --max-locks, exact across shards.
   class Budget final : public core::ResourceBudget {
@@ -99,6 +115,9 @@ struct StatsPart {
   core::SessionId session;
   core::StatsSnapshot snapshot;
 };
+struct CancelParked {  // an HTTP client left its long poll (core::Engine::cancel_parked)
+  core::SessionId session;
+};
 struct Drain {};
 struct Stop {};
 }  // namespace message
@@ -106,9 +125,10 @@ struct Stop {};
 using Message =
     std::variant<message::NewConnection, message::EngineRequest, message::EngineReply,
                  message::Parked, message::CloseSession, message::Cancelled, message::StatsRequest,
-                 message::StatsPart, message::Drain, message::Stop>;
+                 message::StatsPart, message::CancelParked, message::Drain, message::Stop>;
 
 struct Connection;
+class HttpServer;
 
 class Shard {
  public:
@@ -130,6 +150,23 @@ class Shard {
   // Connections (sockets) still open on this shard; read by the server during drain.
   std::int64_t sockets_open() const { return sockets_open_.load(std::memory_order_relaxed); }
 
+  // For the HTTP API, which runs on this shard's thread (net/http_server.h). All of these run on
+  // the shard's thread; the HTTP server calls settle() after each of its events.
+  event_base* base() const { return base_; }
+  void set_http(HttpServer* http) { http_ = http; }
+  core::SessionId new_session_id();
+  // Sends an engine request of `session` to the engine that owns its key; marks that shard in
+  // `touched` (for the close notice). Returns the shard index.
+  std::size_t route_request(core::SessionId session, const core::Request& request,
+                            std::vector<bool>& touched);
+  // Asks every engine for its stats; the parts come back to the HTTP server (on_stats_part).
+  void request_stats(core::SessionId session);
+  // The close notice of a session to every shard in `touched`.
+  void notify_closed(core::SessionId session, const std::vector<bool>& touched);
+  // Withdraws the parked request of `session` from shard `target`'s engine.
+  void cancel_parked(core::SessionId session, std::size_t target);
+  void settle();
+
  private:
   friend struct Connection;
 
@@ -145,6 +182,7 @@ class Shard {
   void handle(message::Cancelled& m);
   void handle(message::StatsRequest& m);
   void handle(message::StatsPart& m);
+  void handle(message::CancelParked& m);
   void handle(message::Drain& m);
   void handle(message::Stop& m);
 
@@ -162,7 +200,6 @@ class Shard {
   Shard& owner_of(core::SessionId session) const;
   Connection* find(core::SessionId session);
   // After any event: local replies are applied, connections serviced, the engine timer re-armed.
-  void settle();
   void arm_engine_timer();
 
   // Connection lifecycle (shard thread): feed input to the session, route its requests, move
@@ -191,6 +228,7 @@ class Shard {
   std::vector<std::pair<core::SessionId, core::Reply>> local_replies_;
   std::vector<Connection*> dirty_;  // connections to service in settle()
   bool draining_ = false;
+  HttpServer* http_ = nullptr;  // the HTTP API, on the shard that hosts it
   std::atomic<std::int64_t> sockets_open_{0};
 };
 

@@ -30,6 +30,7 @@ using integration::Daemon;
 using integration::DaemonOptions;
 using integration::eventually;
 using integration::TempDir;
+using integration::unused_loopback_port;
 using integration::write_self_signed_certificate;
 using namespace std::chrono_literals;
 using Json = nlohmann::json;
@@ -55,19 +56,6 @@ GuardOptions options_with(Seconds timeout, Seconds lease = 0s) {
   options.timeout = timeout;
   options.lease = lease;
   return options;
-}
-
-// A port with nothing listening (bound, then closed).
-std::uint16_t closed_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
-  socklen_t length = sizeof address;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  ::close(fd);
-  return ntohs(address.sin_port);
 }
 
 TEST(ClientConnection, PingAndStats) {
@@ -224,7 +212,7 @@ TEST(ClientConnection, InvalidArgumentsAreRefusedBeforeSending) {
 }
 
 TEST(ClientConnection, ConnectFailures) {
-  auto refused = Connection::connect(Endpoint{"127.0.0.1", closed_port()});
+  auto refused = Connection::connect(Endpoint{"127.0.0.1", unused_loopback_port()});
   EXPECT_EQ(code_of(refused), ErrorCode::kConnect);
   auto unresolvable = Connection::connect(Endpoint{"no-such-host.invalid", 6388});
   EXPECT_EQ(code_of(unresolvable), ErrorCode::kConnect);

@@ -640,4 +640,18 @@ std::optional<unsigned long long> fence_of(const std::string& token) {
   return std::stoull(token.substr(0, 16), nullptr, 16);
 }
 
+std::uint16_t unused_loopback_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw std::runtime_error("socket() failed");
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0;
+  ::close(fd);
+  if (!ok) throw std::runtime_error("cannot bind an ephemeral loopback port");
+  return ntohs(address.sin_port);
+}
+
 }  // namespace turnstile::integration

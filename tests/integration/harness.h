@@ -207,6 +207,10 @@ std::vector<std::string> fields(const std::string& reply);
 // The fence of a 32-hex token (its first 16 hex digits, big-endian); nullopt if malformed.
 std::optional<unsigned long long> fence_of(const std::string& token);
 
+// A loopback port nothing listens on right now (bound, then closed). Another process may take it
+// before the caller does; callers that bind it retry.
+std::uint16_t unused_loopback_port();
+
 // Polls `condition` every 5 ms until it holds or `timeout` passes; returns its last value.
 template <typename Condition>
 bool eventually(Condition condition, milliseconds timeout) {

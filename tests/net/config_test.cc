@@ -331,7 +331,7 @@ TEST(ConfigSyntax, UnknownFlagIsAnError) {
   EXPECT_EQ(error(parse({"--no-auto-release-on-disconnect"})),
             "turnstiled: unknown flag --no-auto-release-on-disconnect");
   // Flags turnstile does not implement yet are unknown, not silently ignored.
-  EXPECT_EQ(error(parse({"--http-port=8080"})), "turnstiled: unknown flag --http-port");
+  EXPECT_EQ(error(parse({"--raft-dir=/tmp/x"})), "turnstiled: unknown flag --raft-dir");
 }
 
 TEST(ConfigSyntax, PositionalArgumentsAreErrors) {
@@ -811,6 +811,90 @@ TEST(ConfigProcessEnvironment, WrapsGetenv) {
   EXPECT_EQ(env(name), "");
   unsetenv(name.c_str());
   EXPECT_FALSE(env(name).has_value());
+}
+
+// ---- the HTTP API (reference sections 3.1 and 4) ----------------------------------------------
+
+TEST(ConfigHttp, DefaultsAreOffAndFollowTheReference) {
+  const Config config = ok(parse({}));
+  EXPECT_EQ(config.http_port, 0);
+  EXPECT_EQ(config.http_host, "127.0.0.1");  // = --host
+  EXPECT_EQ(config.http_session_idle_timeout_s, 20);
+  EXPECT_EQ(config.http_max_sessions, 0);
+  EXPECT_EQ(config.http_max_sessions_per_ip, 0);
+  EXPECT_EQ(config.http_max_connections_per_ip, 0);
+  EXPECT_EQ(config.http_rate_limit_per_ip, 0);
+  EXPECT_EQ(config.http_rate_limit_burst, 0);
+  EXPECT_EQ(config.http_cors_allowed_origins, "");
+}
+
+TEST(ConfigHttp, FlagsAndEnvironmentNames) {
+  const Config config =
+      ok(parse({"--http-port", "8080", "--http-session-idle-timeout=7", "--http-max-sessions=5",
+                "--http-max-sessions-per-ip=2", "--http-max-connections-per-ip=3",
+                "--http-rate-limit-per-ip=10", "--http-cors-allowed-origins=https://a.example,*"}));
+  EXPECT_EQ(config.http_port, 8080);
+  EXPECT_EQ(config.http_session_idle_timeout_s, 7);
+  EXPECT_EQ(config.http_max_sessions, 5);
+  EXPECT_EQ(config.http_max_sessions_per_ip, 2);
+  EXPECT_EQ(config.http_max_connections_per_ip, 3);
+  EXPECT_EQ(config.http_rate_limit_per_ip, 10);
+  EXPECT_EQ(config.http_rate_limit_burst, 10);  // 0 = the rate
+  EXPECT_EQ(config.http_cors_allowed_origins, "https://a.example,*");
+
+  const Config from_env = ok(parse({}, {{"DFLOCKD_HTTP_PORT", "9000"},
+                                        {"TURNSTILE_HTTP_HOST", "::1"},
+                                        {"DFLOCKD_HTTP_SESSION_IDLE_S", "0"},
+                                        {"TURNSTILE_HTTP_MAX_SESSIONS", "4"},
+                                        {"DFLOCKD_HTTP_MAX_SESSIONS_PER_IP", "1"},
+                                        {"DFLOCKD_HTTP_MAX_CONNECTIONS_PER_IP", "6"},
+                                        {"DFLOCKD_HTTP_RATE_LIMIT_PER_IP", "3"},
+                                        {"DFLOCKD_HTTP_RATE_LIMIT_BURST", "8"},
+                                        {"DFLOCKD_HTTP_CORS_ALLOWED_ORIGINS", "*"}}));
+  EXPECT_EQ(from_env.http_port, 9000);
+  EXPECT_EQ(from_env.http_host, "::1");
+  EXPECT_EQ(from_env.http_session_idle_timeout_s, 0);
+  EXPECT_EQ(from_env.http_max_sessions, 4);
+  EXPECT_EQ(from_env.http_max_sessions_per_ip, 1);
+  EXPECT_EQ(from_env.http_max_connections_per_ip, 6);
+  EXPECT_EQ(from_env.http_rate_limit_per_ip, 3);
+  EXPECT_EQ(from_env.http_rate_limit_burst, 8);
+  EXPECT_EQ(from_env.http_cors_allowed_origins, "*");
+  // Precedence: flag > TURNSTILE_ > DFLOCKD_.
+  EXPECT_EQ(ok(parse({"--http-port=1"}, {{"TURNSTILE_HTTP_PORT", "2"}})).http_port, 1);
+  EXPECT_EQ(ok(parse({}, {{"TURNSTILE_HTTP_PORT", "2"}, {"DFLOCKD_HTTP_PORT", "3"}})).http_port, 2);
+}
+
+TEST(ConfigHttp, HttpHostDefaultsToHost) {
+  EXPECT_EQ(ok(parse({"--host", "0.0.0.0"})).http_host, "0.0.0.0");
+  EXPECT_EQ(ok(parse({"--host", "0.0.0.0", "--http-host", "127.0.0.1"})).http_host, "127.0.0.1");
+  EXPECT_TRUE(contains(error(parse({"--http-host="})), "--http-host"));
+}
+
+TEST(ConfigHttp, HttpPortMustDifferFromPort) {
+  EXPECT_EQ(error(parse({"--port=7000", "--http-port=7000"})),
+            "turnstiled: --http-port must differ from --port (both are 7000)");
+  EXPECT_EQ(error(parse({"--http-port=6388"})),
+            "turnstiled: --http-port must differ from --port (both are 6388)");
+  EXPECT_EQ(ok(parse({"--port=0", "--http-port=0"})).http_port, 0);  // both ephemeral/off
+}
+
+TEST(ConfigHttp, BoundsAreChecked) {
+  EXPECT_TRUE(contains(error(parse({"--http-port=65536"})), "--http-port"));
+  EXPECT_TRUE(contains(error(parse({"--http-port=-1"})), "--http-port"));
+  EXPECT_TRUE(contains(error(parse({"--http-session-idle-timeout=-1"})), "--http-session-idle"));
+  EXPECT_TRUE(contains(error(parse({"--http-max-sessions=x"})), "not an integer"));
+  EXPECT_TRUE(contains(error(parse({}, {{"DFLOCKD_HTTP_RATE_LIMIT_PER_IP", "-3"}})),
+                       "(from DFLOCKD_HTTP_RATE_LIMIT_PER_IP)"));
+}
+
+TEST(ConfigHttp, NonLoopbackHttpHostWarnsAboutUnboundedHttpCaps) {
+  Config config = ok(parse({"--http-port=8080", "--http-host=0.0.0.0"}));
+  const std::vector<std::string> warnings = config_warnings(config);
+  ASSERT_EQ(warnings.size(), 4U);
+  EXPECT_TRUE(contains(warnings[0], "--http-max-sessions is 0"));
+  config.http_port = 0;  // HTTP off: nothing to warn about
+  EXPECT_TRUE(config_warnings(config).empty());
 }
 
 }  // namespace

@@ -1,0 +1,1076 @@
+#include "net/http_server.h"
+
+#include <arpa/inet.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
+#include <event2/keyvalq_struct.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string_view>
+#include <tuple>
+#include <utility>
+
+#include "core/assert.h"
+#include "core/routing.h"
+#include "net/clock.h"
+#include "net/log.h"
+
+namespace turnstile::net {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+#include "net/openapi_json.inc"  // kOpenApiJson: docs/openapi.json, embedded at configure time
+
+constexpr std::size_t kBodyMax = 1024 * 1024;  // reference 3.1
+// Bodies up to this are read (and answered 400 when over kBodyMax, as dflockd); beyond it
+// libevent refuses the request itself (413) before reading it.
+constexpr std::size_t kBodyReadMax = 2 * kBodyMax;
+constexpr std::size_t kKeyMax = 256;
+constexpr std::size_t kTokenMax = 256;
+constexpr std::string_view kSessionHeader = "X-Dflockd-Session";
+constexpr core::Duration kAuthFailureDelay = core::Duration::milliseconds(100);
+constexpr core::Duration kRateSweepInterval = core::Duration::seconds(300);
+// How often the sockets of requests waiting for an engine are checked for EOF (libevent 2.1's
+// evhttp does not read a connection while its request is being answered, so it would not notice
+// a client that left; dflockd's watcher polls every 50 ms too).
+constexpr core::Duration kProbeInterval = core::Duration::milliseconds(50);
+
+bool is_space_byte(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
+
+bool is_session_handle(std::string_view text) {
+  if (text.size() != 32) return false;
+  return std::all_of(text.begin(), text.end(),
+                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+std::string method_name(evhttp_cmd_type type) {
+  switch (type) {
+    case EVHTTP_REQ_GET:
+      return "GET";
+    case EVHTTP_REQ_POST:
+      return "POST";
+    case EVHTTP_REQ_DELETE:
+      return "DELETE";
+    case EVHTTP_REQ_OPTIONS:
+      return "OPTIONS";
+    case EVHTTP_REQ_PUT:
+      return "PUT";
+    case EVHTTP_REQ_PATCH:
+      return "PATCH";
+    case EVHTTP_REQ_HEAD:
+      return "HEAD";
+    default:
+      return "OTHER";
+  }
+}
+
+std::vector<std::string> split_path(std::string_view path) {
+  std::vector<std::string> segments;
+  if (path.empty() || path.front() != '/') return segments;
+  path.remove_prefix(1);
+  while (true) {
+    const std::size_t slash = path.find('/');
+    segments.emplace_back(path.substr(0, slash));
+    if (slash == std::string_view::npos) break;
+    path.remove_prefix(slash + 1);
+  }
+  return segments;
+}
+
+// Matches `segments` against a route pattern; parameters (decoded) go to `params`.
+bool match(std::string_view pattern, const std::vector<std::string>& segments,
+           std::vector<std::string>& params) {
+  const std::vector<std::string> parts = split_path(pattern);
+  if (parts.size() != segments.size()) return false;
+  std::vector<std::string> found;
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    if (parts[i].starts_with("{")) {
+      std::size_t length = 0;
+      char* decoded = evhttp_uridecode(segments[i].c_str(), 0, &length);
+      if (decoded == nullptr) return false;
+      found.emplace_back(decoded, length);
+      std::free(decoded);
+    } else if (parts[i] != segments[i]) {
+      return false;
+    }
+  }
+  params = std::move(found);
+  return true;
+}
+
+std::string json_line(const Json& value) { return value.dump() + "\n"; }
+
+std::string error_body(const std::string& error, const std::string& detail) {
+  Json body = {{"error", error}};
+  if (!detail.empty()) body["detail"] = detail;
+  return json_line(body);
+}
+
+// A validation failure: 400 bad_request with this detail.
+struct BadRequest {
+  std::string detail;
+};
+
+std::optional<BadRequest> check_key(const std::string& key) {
+  if (key.empty()) return BadRequest{"key must not be empty"};
+  if (key.size() > kKeyMax) return BadRequest{"key longer than 256 bytes"};
+  if (std::any_of(key.begin(), key.end(), [](char c) { return is_space_byte(c) || c == '\0'; })) {
+    return BadRequest{"key must not contain whitespace"};
+  }
+  return std::nullopt;
+}
+
+// Reads one integer field of `body` (omitted: 0) within [min, max].
+std::optional<BadRequest> read_int(const Json& body, const char* field, std::int64_t min,
+                                   std::int64_t max, std::int64_t& out) {
+  out = 0;
+  auto it = body.find(field);
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!it->is_number_integer()) {
+    return BadRequest{std::string("field \"") + field + "\" must be an integer"};
+  }
+  bool in_range = false;
+  if (it->is_number_unsigned()) {
+    const auto value = it->get<std::uint64_t>();
+    in_range = value <= static_cast<std::uint64_t>(max) && static_cast<std::int64_t>(value) >= min;
+    if (in_range) out = static_cast<std::int64_t>(value);
+  } else {
+    const auto value = it->get<std::int64_t>();
+    in_range = value >= min && value <= max;
+    if (in_range) out = value;
+  }
+  if (!in_range) {
+    return BadRequest{std::string("field \"") + field + "\" must be between " +
+                      std::to_string(min) + " and " + std::to_string(max)};
+  }
+  return std::nullopt;
+}
+
+// Parses and validates the body of a lock or semaphore route into the engine request.
+std::optional<BadRequest> parse_body(HttpRoute route, const std::string& body,
+                                     core::Request& request) {
+  std::vector<const char*> allowed;
+  bool body_optional = false;
+  switch (route) {
+    case HttpRoute::kLockAcquire:
+      request.command = core::Command::kLock;
+      allowed = {"acquire_timeout_s", "lease_ttl_s"};
+      break;
+    case HttpRoute::kSemAcquire:
+      request.command = core::Command::kSemLock;
+      allowed = {"acquire_timeout_s", "limit", "lease_ttl_s"};
+      break;
+    case HttpRoute::kLockRelease:
+    case HttpRoute::kSemRelease:
+      request.command =
+          route == HttpRoute::kLockRelease ? core::Command::kRelease : core::Command::kSemRelease;
+      allowed = {"token"};
+      break;
+    case HttpRoute::kLockRenew:
+    case HttpRoute::kSemRenew:
+      request.command =
+          route == HttpRoute::kLockRenew ? core::Command::kRenew : core::Command::kSemRenew;
+      allowed = {"token", "lease_ttl_s"};
+      break;
+    case HttpRoute::kLockEnqueue:
+      request.command = core::Command::kEnqueue;
+      allowed = {"lease_ttl_s"};
+      body_optional = true;
+      break;
+    case HttpRoute::kSemEnqueue:
+      request.command = core::Command::kSemEnqueue;
+      allowed = {"limit", "lease_ttl_s"};
+      break;
+    case HttpRoute::kLockWait:
+    case HttpRoute::kSemWait:
+      request.command =
+          route == HttpRoute::kLockWait ? core::Command::kWait : core::Command::kSemWait;
+      allowed = {"timeout_s"};
+      break;
+    default:
+      TS_ASSERT(false);
+  }
+  Json json = Json::object();
+  const bool blank = std::all_of(body.begin(), body.end(), is_space_byte);
+  if (blank) {
+    if (!body_optional) return BadRequest{"request body must be a JSON object"};
+  } else {
+    try {
+      json = Json::parse(body);  // strict: a second value after the first is an error
+    } catch (const Json::exception& e) {
+      return BadRequest{e.what()};
+    }
+    if (!json.is_object()) return BadRequest{"request body must be a JSON object"};
+  }
+  for (const auto& [name, value] : json.items()) {
+    if (std::none_of(allowed.begin(), allowed.end(), [&](const char* a) { return name == a; })) {
+      return BadRequest{"unknown field \"" + name + "\""};
+    }
+  }
+  std::int64_t value = 0;
+  if (json.contains("acquire_timeout_s") || json.contains("timeout_s")) {
+    const char* field = json.contains("timeout_s") ? "timeout_s" : "acquire_timeout_s";
+    if (auto bad = read_int(json, field, 0, core::kMaxSeconds, value)) return bad;
+    request.timeout_s = value;
+  }
+  if (auto bad = read_int(json, "lease_ttl_s", 0, core::kMaxSeconds, value)) return bad;
+  request.lease_s = value;  // 0 = the server default
+  if (route == HttpRoute::kSemAcquire || route == HttpRoute::kSemEnqueue) {
+    if (auto bad = read_int(json, "limit", 0, core::kMaxSemaphoreLimit, value)) return bad;
+    if (value <= 0) return BadRequest{"field \"limit\" must be greater than 0"};
+    request.limit = value;
+  }
+  if (std::find(allowed.begin(), allowed.end(), std::string_view("token")) != allowed.end()) {
+    auto it = json.find("token");
+    if (it == json.end() || !it->is_string()) return BadRequest{"field \"token\" must be a string"};
+    const std::string text = it->get<std::string>();
+    if (text.empty()) return BadRequest{"token must not be empty"};
+    if (text.size() > kTokenMax) return BadRequest{"token longer than 256 bytes"};
+    if (std::any_of(text.begin(), text.end(),
+                    [](char c) { return is_space_byte(c) || c == '\0'; })) {
+      return BadRequest{"token must not contain whitespace"};
+    }
+    request.token = core::Token::parse(text);  // not one we could issue: never matches (404)
+  }
+  return std::nullopt;
+}
+
+bool is_release_or_renew(core::Command command) {
+  return command == core::Command::kRelease || command == core::Command::kSemRelease ||
+         command == core::Command::kRenew || command == core::Command::kSemRenew;
+}
+
+// The HTTP status and JSON body for an engine reply (reference 3.4, 3.5).
+std::pair<int, std::string> render_reply(const core::Request& request, const core::Reply& reply) {
+  using core::Status;
+  switch (reply.status) {
+    case Status::kOk:
+      if (request.command == core::Command::kRelease ||
+          request.command == core::Command::kSemRelease) {
+        return {204, ""};
+      }
+      if (request.command == core::Command::kRenew || request.command == core::Command::kSemRenew) {
+        return {200, json_line(Json{{"remaining_s", reply.seconds}})};
+      }
+      if (reply.token) {
+        return {200, json_line(Json{{"status", "ok"},
+                                    {"token", reply.token->to_string()},
+                                    {"lease_ttl_s", reply.seconds}})};
+      }
+      return {200, json_line(Json{{"status", "ok"}})};
+    case Status::kAcquired:
+      return {200, json_line(Json{{"status", "acquired"},
+                                  {"token", reply.token ? reply.token->to_string() : ""},
+                                  {"lease_ttl_s", reply.seconds}})};
+    case Status::kQueued:
+      return {200, json_line(Json{{"status", "queued"}})};
+    case Status::kTimeout:
+      return {200, json_line(Json{{"status", "timeout"}})};
+    case Status::kError:
+      if (is_release_or_renew(request.command)) {
+        return {404,
+                error_body("not_held", "the token does not hold this key (or its lease ended)")};
+      }
+      return {503, error_body("fence_persistence",
+                              "no fence available: the fence journal is "
+                              "not durable or the fence space is used up")};
+    case Status::kErrorMaxLocks:
+      return {503, error_body("max_locks", "")};
+    case Status::kErrorMaxWaiters:
+      return {503, error_body("max_waiters", "")};
+    case Status::kErrorLimitMismatch:
+      return {409, error_body("limit_mismatch", "")};
+    case Status::kErrorNotEnqueued:
+      return {409, error_body("not_enqueued", "")};
+    case Status::kErrorAlreadyEnqueued:
+      return {409, error_body("already_enqueued", "")};
+    case Status::kErrorLeaseExpired:
+      return {409, error_body("lease_expired", "")};
+    case Status::kErrorDraining:
+      return {503, error_body("draining", "")};
+    case Status::kErrorAuth:
+    case Status::kParked:
+      break;
+  }
+  return {500, error_body("internal", std::string(core::status_name(reply.status)))};
+}
+
+std::string address_text(const sockaddr_storage& address) {
+  char text[INET6_ADDRSTRLEN] = {};
+  int port = 0;
+  if (address.ss_family == AF_INET6) {
+    const auto* v6 = reinterpret_cast<const sockaddr_in6*>(&address);
+    inet_ntop(AF_INET6, &v6->sin6_addr, text, sizeof text);
+    port = ntohs(v6->sin6_port);
+    return "[" + std::string(text) + "]:" + std::to_string(port);
+  }
+  const auto* v4 = reinterpret_cast<const sockaddr_in*>(&address);
+  inet_ntop(AF_INET, &v4->sin_addr, text, sizeof text);
+  port = ntohs(v4->sin_port);
+  return std::string(text) + ":" + std::to_string(port);
+}
+
+std::string prometheus_escape(const std::string& value) {
+  std::string out;
+  for (char c : value) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+struct HttpServer::Pending {
+  enum class Kind { kSession, kStats, kMetrics, kAuthDelay };
+  Kind kind = Kind::kSession;
+  evhttp_request* request = nullptr;
+  evhttp_connection* connection = nullptr;
+  std::string method;
+  std::string route;
+  core::Instant started;
+  event* timer = nullptr;  // kAuthDelay
+  std::unique_ptr<std::pair<HttpServer*, std::uint64_t>> timer_arg;
+  core::SessionId stats_session;
+  std::size_t parts_left = 0;
+  core::StatsSnapshot snapshot;
+};
+
+HttpServer::HttpServer(Shard& host, SharedState& shared)
+    : host_(host),
+      shared_(shared),
+      config_(shared.config),
+      sessions_([&] {
+        core::HttpSessionsConfig config;
+        config.idle_timeout = core::Duration::seconds(shared.config.http_session_idle_timeout_s);
+        config.sessions_max = shared.config.http_max_sessions;
+        config.sessions_per_ip_max = shared.config.http_max_sessions_per_ip;
+        return config;
+      }()),
+      limiter_(shared.config.http_rate_limit_per_ip, shared.config.http_rate_limit_burst),
+      started_at_(monotonic_now()),
+      last_rate_sweep_(started_at_) {
+  std::string_view origins = config_.http_cors_allowed_origins;
+  while (!origins.empty()) {
+    const std::size_t comma = origins.find(',');
+    std::string_view origin = origins.substr(0, comma);
+    while (!origin.empty() && is_space_byte(origin.front())) origin.remove_prefix(1);
+    while (!origin.empty() && is_space_byte(origin.back())) origin.remove_suffix(1);
+    if (origin == "*") cors_any_ = true;
+    if (!origin.empty()) cors_origins_.emplace_back(origin);
+    if (comma == std::string_view::npos) break;
+    origins.remove_prefix(comma + 1);
+  }
+  host_.set_http(this);
+}
+
+HttpServer::~HttpServer() {
+  stop();
+  host_.set_http(nullptr);
+}
+
+bufferevent* HttpServer::make_tls_bufferevent(event_base* base, void* self) {
+  auto* server = static_cast<HttpServer*>(self);
+  SSL* ssl = SSL_new(server->shared_.tls);
+  bufferevent* bev = bufferevent_openssl_socket_new(base, -1, ssl, BUFFEREVENT_SSL_ACCEPTING,
+                                                    BEV_OPT_CLOSE_ON_FREE);
+  if (bev != nullptr) bufferevent_openssl_set_allow_dirty_shutdown(bev, 1);
+  return bev;
+}
+
+bool HttpServer::listen() {
+  http_ = evhttp_new(host_.base());
+  if (http_ == nullptr) return false;
+  evhttp_set_gencb(http_, &HttpServer::on_request, this);
+  evhttp_set_allowed_methods(http_, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_DELETE |
+                                        EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PUT | EVHTTP_REQ_PATCH |
+                                        EVHTTP_REQ_HEAD);
+  evhttp_set_max_body_size(http_, static_cast<ev_ssize_t>(kBodyReadMax));
+  evhttp_set_timeout(http_, static_cast<int>(std::min<std::int64_t>(config_.read_timeout_s, 120)));
+  evhttp_set_default_content_type(http_, "application/json");
+  if (shared_.tls != nullptr) evhttp_set_bevcb(http_, &HttpServer::make_tls_bufferevent, this);
+
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const std::string port = std::to_string(config_.http_port);
+  const int error = getaddrinfo(config_.http_host.c_str(), port.c_str(), &hints, &found);
+  if (error != 0 || found == nullptr) {
+    logf(LogLevel::kError, "cannot resolve --http-host %s: %s", config_.http_host.c_str(),
+         gai_strerror(error));
+    return false;
+  }
+  const int fd = ::socket(found->ai_family, found->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  const int one = 1;
+  bool ok = fd >= 0 && setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) == 0 &&
+            ::bind(fd, found->ai_addr, found->ai_addrlen) == 0 && ::listen(fd, 1024) == 0;
+  freeaddrinfo(found);
+  if (!ok || evhttp_accept_socket(http_, fd) != 0) {
+    logf(LogLevel::kError, "cannot listen for HTTP on %s port %d: %s", config_.http_host.c_str(),
+         config_.http_port, std::strerror(errno));
+    if (fd >= 0) ::close(fd);
+    return false;
+  }
+  sockaddr_storage bound{};
+  socklen_t length = sizeof bound;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length);
+  logf(LogLevel::kInfo, "HTTP API listening on %s (%s)", address_text(bound).c_str(),
+       shared_.tls != nullptr ? "https" : "http");
+  sweep_ = event_new(host_.base(), -1, EV_PERSIST, &HttpServer::on_sweep, this);
+  const timeval interval = to_timeval(sessions_.sweep_interval());
+  event_add(sweep_, &interval);
+  probe_ = event_new(host_.base(), -1, EV_PERSIST, &HttpServer::on_probe, this);
+  const timeval probe = to_timeval(kProbeInterval);
+  event_add(probe_, &probe);
+  return true;
+}
+
+void HttpServer::stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  for (auto& [ticket, pending] : pending_) {
+    if (pending->timer != nullptr) event_free(pending->timer);
+    pending->timer = nullptr;
+  }
+  if (sweep_ != nullptr) event_free(sweep_);
+  sweep_ = nullptr;
+  if (probe_ != nullptr) event_free(probe_);
+  probe_ = nullptr;
+  // evhttp_free frees every connection and the requests on them; forget them first so the
+  // close callbacks find nothing to do.
+  pending_.clear();
+  by_connection_.clear();
+  if (http_ != nullptr) evhttp_free(http_);
+  http_ = nullptr;
+}
+
+void HttpServer::begin_drain() { draining_ = true; }
+
+void HttpServer::on_sweep(evutil_socket_t, short, void* self) {
+  auto* server = static_cast<HttpServer*>(self);
+  const core::Instant now = monotonic_now();
+  const std::size_t reaped = server->sessions_.reap(now);
+  if (reaped > 0) logf(LogLevel::kDebug, "HTTP: reaped %zu idle sessions", reaped);
+  if (now - server->last_rate_sweep_ >= kRateSweepInterval) {
+    server->limiter_.sweep(now);
+    server->last_rate_sweep_ = now;
+  }
+  server->flush();
+  server->host_.settle();
+}
+
+void HttpServer::on_probe(evutil_socket_t, short, void* self) {
+  auto* server = static_cast<HttpServer*>(self);
+  std::vector<evhttp_connection*> gone;
+  for (const auto& [connection, tickets] : server->by_connection_) {
+    bufferevent* bev = evhttp_connection_get_bufferevent(connection);
+    const evutil_socket_t fd = bev != nullptr ? bufferevent_getfd(bev) : -1;
+    if (fd < 0) continue;
+    char byte = 0;
+    const ssize_t got = ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+      gone.push_back(connection);
+    }
+  }
+  for (evhttp_connection* connection : gone) {
+    // Frees the requests on it; on_connection_closed abandons them first.
+    if (server->by_connection_.count(connection) != 0) evhttp_connection_free(connection);
+  }
+}
+
+// ---- responses ---------------------------------------------------------------------------------
+
+void HttpServer::record(const std::string& method, const std::string& route, int code,
+                        core::Duration elapsed) {
+  const double seconds = elapsed.seconds_double();
+  RequestCounter& counter = requests_[std::make_tuple(method, route, code)];
+  ++counter.count;
+  counter.seconds_sum += seconds;
+  Histogram& histogram = latency_[route];
+  for (std::size_t i = 0; i < kLatencyBuckets.size(); ++i) {
+    if (seconds <= kLatencyBuckets[i]) ++histogram.buckets[i];
+  }
+  ++histogram.count;
+  histogram.sum += seconds;
+}
+
+void HttpServer::reply(evhttp_request* request, int code, const std::string& body,
+                       const std::string& route, const std::string& method, core::Instant started,
+                       const char* content_type) {
+  record(method, route, code, monotonic_now() - started);
+  evkeyvalq* headers = evhttp_request_get_output_headers(request);
+  if (!body.empty()) {
+    evhttp_remove_header(headers, "Content-Type");
+    evhttp_add_header(headers, "Content-Type", content_type);
+  }
+  evhttp_add_header(headers, "X-Content-Type-Options", "nosniff");
+  evbuffer* buffer = evbuffer_new();
+  evbuffer_add(buffer, body.data(), body.size());
+  evhttp_send_reply(request, code, nullptr, buffer);
+  evbuffer_free(buffer);
+}
+
+void HttpServer::reply_error(evhttp_request* request, int code, const std::string& error,
+                             const std::string& detail, const std::string& route,
+                             const std::string& method, core::Instant started) {
+  reply(request, code, error_body(error, detail), route, method, started);
+}
+
+std::uint64_t HttpServer::add_pending(evhttp_request* request, Pending pending) {
+  const std::uint64_t ticket = next_ticket_++;
+  pending.request = request;
+  pending.connection = evhttp_request_get_connection(request);
+  if (pending.connection != nullptr) by_connection_[pending.connection].push_back(ticket);
+  pending_.emplace(ticket, std::make_unique<Pending>(std::move(pending)));
+  return ticket;
+}
+
+void HttpServer::drop_pending(std::uint64_t ticket) {
+  auto it = pending_.find(ticket);
+  if (it == pending_.end()) return;
+  if (it->second->connection != nullptr) {
+    auto list = by_connection_.find(it->second->connection);
+    if (list != by_connection_.end()) {
+      std::erase(list->second, ticket);
+      if (list->second.empty()) by_connection_.erase(list);
+    }
+  }
+  if (it->second->timer != nullptr) event_free(it->second->timer);
+  pending_.erase(it);
+}
+
+// The client closed its connection. Requests still waiting on it are abandoned (a long poll is
+// withdrawn from its queue; any grant that races in is given back by core::HttpSessions).
+void HttpServer::on_connection_closed(evhttp_connection* connection, void* self) {
+  auto* server = static_cast<HttpServer*>(self);
+  if (server->stopped_) return;
+  auto ip = server->connection_ip_.find(connection);
+  if (ip != server->connection_ip_.end()) {
+    auto count = server->connections_per_ip_.find(ip->second);
+    if (count != server->connections_per_ip_.end() && --count->second <= 0) {
+      server->connections_per_ip_.erase(count);
+    }
+    server->connection_ip_.erase(ip);
+  }
+  auto it = server->by_connection_.find(connection);
+  if (it == server->by_connection_.end()) return;
+  const std::vector<std::uint64_t> tickets = it->second;
+  server->by_connection_.erase(it);
+  for (std::uint64_t ticket : tickets) {
+    auto found = server->pending_.find(ticket);
+    if (found == server->pending_.end()) continue;
+    Pending& pending = *found->second;
+    pending.connection = nullptr;
+    if (pending.kind == Pending::Kind::kSession) server->sessions_.abandon(ticket);
+    if (pending.kind == Pending::Kind::kStats || pending.kind == Pending::Kind::kMetrics) {
+      server->stats_tickets_.erase(pending.stats_session.value);
+    }
+    logf(LogLevel::kDebug, "HTTP: client left during %s %s", pending.method.c_str(),
+         pending.route.c_str());
+    // A request libevent has detached from its connection is ours to free; one still attached
+    // is freed by libevent with the connection.
+    if (evhttp_request_get_connection(pending.request) == nullptr) {
+      evhttp_send_reply(pending.request, 499, nullptr, nullptr);
+    }
+    if (pending.timer != nullptr) event_free(pending.timer);
+    pending.timer = nullptr;
+    server->pending_.erase(found);
+  }
+  server->flush();
+  server->host_.settle();
+}
+
+void HttpServer::on_auth_delay(evutil_socket_t, short, void* self) {
+  const auto [server, ticket] = *static_cast<std::pair<HttpServer*, std::uint64_t>*>(self);
+  auto it = server->pending_.find(ticket);
+  if (it == server->pending_.end()) return;
+  Pending& pending = *it->second;
+  server->reply_error(pending.request, 401, "unauthorized", "", pending.route, pending.method,
+                      pending.started);
+  server->drop_pending(ticket);  // frees the timer and its argument
+}
+
+// ---- requests ----------------------------------------------------------------------------------
+
+void HttpServer::on_request(evhttp_request* request, void* self) {
+  auto* server = static_cast<HttpServer*>(self);
+  server->handle(request);
+  server->flush();
+  server->host_.settle();
+}
+
+void HttpServer::handle(evhttp_request* request) {
+  const core::Instant started = monotonic_now();
+  const std::string method = method_name(evhttp_request_get_command(request));
+  evkeyvalq* in = evhttp_request_get_input_headers(request);
+  evkeyvalq* out = evhttp_request_get_output_headers(request);
+  evhttp_connection* connection = evhttp_request_get_connection(request);
+
+  // Per-IP transport cap, counted per connection on its first request.
+  std::string ip = "unknown";
+  if (connection != nullptr) {
+    auto known = connection_ip_.find(connection);
+    if (known != connection_ip_.end()) {
+      ip = known->second;
+    } else {
+      char* address = nullptr;
+      ev_uint16_t port = 0;
+      evhttp_connection_get_peer(connection, &address, &port);
+      ip = address != nullptr ? address : "unknown";
+      std::int64_t& count = connections_per_ip_[ip];
+      if (config_.http_max_connections_per_ip > 0 && count >= config_.http_max_connections_per_ip) {
+        if (count == 0) connections_per_ip_.erase(ip);
+        evhttp_add_header(out, "Connection", "close");
+        reply_error(request, 503, "max_connections_per_ip", "", "unmatched", method, started);
+        return;
+      }
+      ++count;
+      connection_ip_.emplace(connection, ip);
+      evhttp_connection_set_closecb(connection, &HttpServer::on_connection_closed, this);
+    }
+  }
+
+  const evhttp_uri* uri = evhttp_request_get_evhttp_uri(request);
+  const char* raw_path = uri != nullptr ? evhttp_uri_get_path(uri) : nullptr;
+  const std::string path = raw_path != nullptr ? raw_path : "/";
+
+  // CORS (reference 3.2): before everything else.
+  const char* origin = evhttp_find_header(in, "Origin");
+  if (!cors_origins_.empty() && origin != nullptr) {
+    const bool allowed = cors_any_ || std::find(cors_origins_.begin(), cors_origins_.end(),
+                                                origin) != cors_origins_.end();
+    if (allowed) {
+      if (cors_any_) {
+        evhttp_add_header(out, "Access-Control-Allow-Origin", "*");
+      } else {
+        evhttp_add_header(out, "Access-Control-Allow-Origin", origin);
+        evhttp_add_header(out, "Vary", "Origin");
+      }
+      evhttp_add_header(out, "Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
+      evhttp_add_header(out, "Access-Control-Allow-Headers",
+                        "Authorization, Content-Type, X-Dflockd-Session");
+      evhttp_add_header(out, "Access-Control-Max-Age", "300");
+    }
+    if (method == "OPTIONS" && evhttp_find_header(in, "Access-Control-Request-Method") != nullptr) {
+      reply(request, 204, "", "preflight", method, started);
+      return;
+    }
+  }
+
+  // Route lookup: 404 for an unknown path, 405 (with Allow) for a known path and another method.
+  const std::vector<std::string> segments = split_path(path);
+  const HttpRouteSpec* spec = nullptr;
+  std::vector<std::string> params;
+  std::string allow;
+  for (const HttpRouteSpec& candidate : kHttpRoutes) {
+    std::vector<std::string> found;
+    if (!match(candidate.pattern, segments, found)) continue;
+    if (candidate.method == method) {
+      spec = &candidate;
+      params = std::move(found);
+      break;
+    }
+    if (allow.find(candidate.method) == std::string::npos) {
+      if (!allow.empty()) allow += ", ";
+      allow += candidate.method;
+    }
+  }
+  const std::string route = spec != nullptr ? std::string(spec->pattern) : "unmatched";
+
+  // Rate limit, then auth, then the router's 404/405 (reference 3.1's handler order).
+  const bool exempt = spec != nullptr && !spec->rate_limited;
+  if (!exempt && !limiter_.allow(started, ip)) {
+    reply_error(request, 429, "rate_limited", "", route, method, started);
+    return;
+  }
+  const bool needs_auth = spec == nullptr || spec->needs_auth;
+  if (config_.auth_token && needs_auth) {
+    const char* header = evhttp_find_header(in, "Authorization");
+    if (!core::bearer_matches(header != nullptr ? header : "", *config_.auth_token)) {
+      Pending pending;
+      pending.kind = Pending::Kind::kAuthDelay;
+      pending.method = method;
+      pending.route = route;
+      pending.started = started;
+      const std::uint64_t ticket = add_pending(request, std::move(pending));
+      Pending& added = *pending_[ticket];
+      added.timer_arg = std::make_unique<std::pair<HttpServer*, std::uint64_t>>(this, ticket);
+      event* timer = evtimer_new(host_.base(), &HttpServer::on_auth_delay, added.timer_arg.get());
+      added.timer = timer;
+      const timeval delay = to_timeval(kAuthFailureDelay);
+      evtimer_add(timer, &delay);
+      return;
+    }
+  }
+  if (spec == nullptr) {
+    if (!allow.empty()) {
+      evhttp_add_header(out, "Allow", allow.c_str());
+      reply_error(request, 405, "method_not_allowed", method + " is not allowed on " + path, route,
+                  method, started);
+    } else {
+      reply_error(request, 404, "not_found", "no route for " + path, route, method, started);
+    }
+    return;
+  }
+  dispatch_route(request, *spec, params, method, started);
+}
+
+void HttpServer::dispatch_route(evhttp_request* request, const HttpRouteSpec& spec,
+                                const std::vector<std::string>& params, const std::string& method,
+                                core::Instant started) {
+  const std::string route(spec.pattern);
+  const core::Instant now = started;
+  switch (spec.route) {
+    case HttpRoute::kHealth:
+      reply(request, 200, json_line(Json{{"status", "ok"}}), route, method, started);
+      return;
+    case HttpRoute::kReady:
+      if (draining_) {
+        reply(request, 503, json_line(Json{{"status", "draining"}}), route, method, started);
+      } else {
+        reply(request, 200, json_line(Json{{"status", "ok"}}), route, method, started);
+      }
+      return;
+    case HttpRoute::kOpenApi:
+      evhttp_add_header(evhttp_request_get_output_headers(request), "Cache-Control",
+                        "public, max-age=60");
+      reply(request, 200, std::string(kOpenApiJson), route, method, started);
+      return;
+    case HttpRoute::kStats:
+    case HttpRoute::kMetrics: {
+      Pending pending;
+      pending.kind =
+          spec.route == HttpRoute::kStats ? Pending::Kind::kStats : Pending::Kind::kMetrics;
+      pending.method = method;
+      pending.route = route;
+      pending.started = started;
+      pending.stats_session = host_.new_session_id();
+      pending.parts_left = shared_.shards.size();
+      const core::SessionId stats_session = pending.stats_session;
+      const std::uint64_t ticket = add_pending(request, std::move(pending));
+      stats_tickets_[stats_session.value] = ticket;
+      host_.request_stats(stats_session);
+      return;
+    }
+    case HttpRoute::kSessionCreate: {
+      if (draining_) {
+        reply_error(request, 503, "draining", "", route, method, started);
+        return;
+      }
+      std::string handle;
+      for (int i = 0; i < 2; ++i) {
+        char hex[17];
+        std::snprintf(hex, sizeof hex, "%016llx",
+                      static_cast<unsigned long long>(random_.next_u64()));
+        handle += hex;
+      }
+      const core::SessionId id = host_.new_session_id();
+      char* address = nullptr;
+      ev_uint16_t port = 0;
+      evhttp_connection* connection = evhttp_request_get_connection(request);
+      if (connection != nullptr) evhttp_connection_get_peer(connection, &address, &port);
+      switch (sessions_.create(now, id, handle, address != nullptr ? address : "unknown")) {
+        case core::HttpCreate::kMaxSessions:
+          reply_error(request, 503, "max_sessions", "", route, method, started);
+          return;
+        case core::HttpCreate::kMaxSessionsPerIp:
+          reply_error(request, 503, "max_sessions_per_ip", "", route, method, started);
+          return;
+        case core::HttpCreate::kOk:
+          break;
+      }
+      shared_.http_sessions_live.fetch_add(1, std::memory_order_relaxed);
+      touched_[id.value] = std::vector<bool>(shared_.shards.size(), false);
+      reply(request, 200,
+            json_line(Json{{"session_id", handle},
+                           {"idle_timeout_s", config_.http_session_idle_timeout_s}}),
+            route, method, started);
+      return;
+    }
+    case HttpRoute::kSessionDelete:
+    case HttpRoute::kSessionPing: {
+      const std::string& handle = params.at(0);
+      if (!is_session_handle(handle)) {
+        reply_error(request, 400, "bad_request", "session id must be 32 lowercase hex characters",
+                    route, method, started);
+        return;
+      }
+      const bool found = spec.route == HttpRoute::kSessionDelete
+                             ? sessions_.remove(handle)
+                             : sessions_.touch(now, handle).has_value();
+      if (!found) {
+        reply_error(request, 410, "session_gone", "", route, method, started);
+        return;
+      }
+      // A delete's effects (the long poll's 410, the close notices) are carried out by flush()
+      // right after, before any other request can run, so the 204 is never premature.
+      reply(request, 204, "", route, method, started);
+      return;
+    }
+    default:
+      handle_session_request(request, spec, params.at(0), method, started);
+      return;
+  }
+}
+
+void HttpServer::handle_session_request(evhttp_request* request, const HttpRouteSpec& spec,
+                                        const std::string& key, const std::string& method,
+                                        core::Instant started) {
+  const std::string route(spec.pattern);
+  evbuffer* input = evhttp_request_get_input_buffer(request);
+  const std::size_t length = evbuffer_get_length(input);
+  if (length > kBodyMax) {
+    reply_error(request, 400, "bad_request", "request body larger than 1 MiB", route, method,
+                started);
+    return;
+  }
+  std::string body(length, '\0');
+  if (length > 0) evbuffer_copyout(input, body.data(), length);
+  core::Request engine_request;
+  engine_request.key = key;
+  if (auto bad = check_key(key)) {
+    reply_error(request, 400, "bad_request", bad->detail, route, method, started);
+    return;
+  }
+  if (auto bad = parse_body(spec.route, body, engine_request)) {
+    reply_error(request, 400, "bad_request", bad->detail, route, method, started);
+    return;
+  }
+  const char* header =
+      evhttp_find_header(evhttp_request_get_input_headers(request), kSessionHeader.data());
+  if (header == nullptr) {
+    reply_error(request, 400, "bad_request", "missing X-Dflockd-Session header", route, method,
+                started);
+    return;
+  }
+  if (!is_session_handle(header)) {
+    reply_error(request, 400, "bad_request",
+                "X-Dflockd-Session must be 32 lowercase hex characters", route, method, started);
+    return;
+  }
+  if (draining_) {
+    reply_error(request, 503, "draining", "", route, method, started);
+    return;
+  }
+  Pending pending;
+  pending.kind = Pending::Kind::kSession;
+  pending.method = method;
+  pending.route = route;
+  pending.started = started;
+  const std::uint64_t ticket = add_pending(request, std::move(pending));
+  if (!sessions_.submit(started, header, ticket, engine_request)) {
+    drop_pending(ticket);
+    reply_error(request, 410, "session_gone", "", route, method, started);
+  }
+}
+
+// ---- engine outcomes ---------------------------------------------------------------------------
+
+bool HttpServer::owns(core::SessionId session) const {
+  return sessions_.owns(session) || stats_tickets_.count(session.value) != 0;
+}
+
+void HttpServer::on_parked(core::SessionId session) {
+  sessions_.on_parked(session);
+  flush();
+}
+
+void HttpServer::on_reply(core::SessionId session, const core::Reply& reply) {
+  in_flight_target_.erase(session.value);
+  sessions_.on_reply(monotonic_now(), session, reply);
+  flush();
+}
+
+void HttpServer::on_cancelled(core::SessionId session) {
+  in_flight_target_.erase(session.value);
+  sessions_.on_cancelled(session);
+  flush();
+}
+
+void HttpServer::on_stats_part(core::SessionId session, core::StatsSnapshot&& part) {
+  auto it = stats_tickets_.find(session.value);
+  if (it == stats_tickets_.end()) return;  // its client left
+  auto found = pending_.find(it->second);
+  TS_ASSERT(found != pending_.end());
+  Pending& pending = *found->second;
+  core::merge_stats(pending.snapshot, std::move(part), core::EngineConfig{}.stats_entries_max);
+  TS_ASSERT(pending.parts_left > 0);
+  if (--pending.parts_left > 0) return;
+  const std::uint64_t ticket = it->second;
+  stats_tickets_.erase(it);
+  finish_stats(ticket, pending);
+}
+
+void HttpServer::finish_stats(std::uint64_t ticket, Pending& pending) {
+  if (pending.kind == Pending::Kind::kStats) {
+    const std::int64_t connections = shared_.connections_open.load(std::memory_order_relaxed) +
+                                     shared_.http_sessions_live.load(std::memory_order_relaxed);
+    reply(pending.request, 200, core::encode_stats_json(connections, pending.snapshot) + "\n",
+          pending.route, pending.method, pending.started);
+  } else {
+    // Recorded first, so that this scrape counts itself, as a Prometheus handler does.
+    reply(pending.request, 200, metrics_text(pending.snapshot), pending.route, pending.method,
+          pending.started, "text/plain; version=0.0.4; charset=utf-8");
+  }
+  drop_pending(ticket);
+}
+
+void HttpServer::flush() {
+  if (flushing_ || stopped_) return;
+  flushing_ = true;
+  while (true) {
+    std::vector<core::HttpAnswer> answers = sessions_.take_answers();
+    std::vector<core::HttpRoute> routes = sessions_.take_routes();
+    std::vector<core::SessionId> closed = sessions_.take_closed();
+    std::vector<core::SessionId> cancels = sessions_.take_cancels();
+    if (answers.empty() && routes.empty() && closed.empty() && cancels.empty()) break;
+    for (const core::HttpAnswer& a : answers) answer(a.ticket, a);
+    for (core::SessionId session : closed) {
+      shared_.http_sessions_live.fetch_sub(1, std::memory_order_relaxed);
+      auto touched = touched_.find(session.value);
+      if (touched != touched_.end()) {
+        host_.notify_closed(session, touched->second);
+        touched_.erase(touched);
+      }
+    }
+    for (core::SessionId session : cancels) {
+      auto target = in_flight_target_.find(session.value);
+      if (target != in_flight_target_.end()) host_.cancel_parked(session, target->second);
+    }
+    for (const core::HttpRoute& route : routes) {
+      std::vector<bool> scratch(shared_.shards.size(), false);
+      auto touched = touched_.find(route.session.value);
+      std::vector<bool>& marks = touched != touched_.end() ? touched->second : scratch;
+      // Recorded before routing: a local engine may answer (or park) within the call.
+      const std::size_t target = core::shard_of(core::command_namespace(route.request.command),
+                                                route.request.key, shared_.shards.size());
+      in_flight_target_[route.session.value] = target;
+      host_.route_request(route.session, route.request, marks);
+    }
+  }
+  flushing_ = false;
+}
+
+void HttpServer::answer(std::uint64_t ticket, const core::HttpAnswer& answer) {
+  auto it = pending_.find(ticket);
+  if (it == pending_.end()) return;
+  Pending& pending = *it->second;
+  if (answer.session_gone) {
+    reply_error(pending.request, 410, "session_gone", "the session was deleted or expired",
+                pending.route, pending.method, pending.started);
+  } else {
+    const auto [code, body] = render_reply(answer.request, answer.reply);
+    reply(pending.request, code, body, pending.route, pending.method, pending.started);
+  }
+  drop_pending(ticket);
+}
+
+// ---- metrics -----------------------------------------------------------------------------------
+
+std::string HttpServer::metrics_text(const core::StatsSnapshot& snapshot) {
+  std::string text;
+  auto gauge = [&text](const char* name, const char* help, double value) {
+    char line[256];
+    std::snprintf(line, sizeof line, "# HELP %s %s\n# TYPE %s gauge\n%s %.17g\n", name, help, name,
+                  name, value);
+    text += line;
+  };
+  std::int64_t locks_held = 0;
+  std::int64_t lock_waiters = 0;
+  for (const core::LockStats& lock : snapshot.locks) {
+    if (lock.owner.value != 0) ++locks_held;
+    lock_waiters += lock.waiters;
+  }
+  std::int64_t semaphore_holders = 0;
+  std::int64_t semaphore_waiters = 0;
+  for (const core::SemaphoreStats& semaphore : snapshot.semaphores) {
+    semaphore_holders += semaphore.holders;
+    semaphore_waiters += semaphore.waiters;
+  }
+  const auto sessions = static_cast<double>(sessions_.live());
+  const auto tcp = static_cast<double>(shared_.connections_open.load(std::memory_order_relaxed));
+  gauge("turnstile_ready", "1 while the server accepts work, 0 while draining", draining_ ? 0 : 1);
+  gauge("turnstile_uptime_seconds", "seconds since start",
+        (monotonic_now() - started_at_).seconds_double());
+  gauge("turnstile_connections", "TCP connections plus live HTTP sessions", tcp + sessions);
+  gauge("turnstile_http_sessions", "live HTTP sessions", sessions);
+  gauge("turnstile_locks_held", "locks with a holder", static_cast<double>(locks_held));
+  gauge("turnstile_lock_waiters", "waiters queued on locks", static_cast<double>(lock_waiters));
+  gauge("turnstile_semaphore_holders", "holders of semaphores (limit > 1)",
+        static_cast<double>(semaphore_holders));
+  gauge("turnstile_semaphore_waiters", "waiters queued on semaphores (limit > 1)",
+        static_cast<double>(semaphore_waiters));
+
+  text +=
+      "# HELP turnstile_http_requests_total HTTP requests by method, route pattern and status\n"
+      "# TYPE turnstile_http_requests_total counter\n";
+  for (const auto& [labels, counter] : requests_) {
+    const auto& [method, route, code] = labels;
+    text += "turnstile_http_requests_total{method=\"" + prometheus_escape(method) + "\",path=\"" +
+            prometheus_escape(route) + "\",status=\"" + std::to_string(code) + "\"} " +
+            std::to_string(counter.count) + "\n";
+  }
+  auto histogram_text = [&text](const std::string& name, const std::string& label,
+                                const std::string& value, const auto& buckets, std::uint64_t count,
+                                double sum) {
+    char number[64];
+    for (std::size_t i = 0; i < kLatencyBuckets.size(); ++i) {
+      std::snprintf(number, sizeof number, "%g", kLatencyBuckets[i]);
+      text += name + "_bucket{" + label + "=\"" + prometheus_escape(value) + "\",le=\"" + number +
+              "\"} " + std::to_string(buckets[i]) + "\n";
+    }
+    text += name + "_bucket{" + label + "=\"" + prometheus_escape(value) + "\",le=\"+Inf\"} " +
+            std::to_string(count) + "\n";
+    std::snprintf(number, sizeof number, "%.9g", sum);
+    text += name + "_sum{" + label + "=\"" + prometheus_escape(value) + "\"} " + number + "\n";
+    text += name + "_count{" + label + "=\"" + prometheus_escape(value) + "\"} " +
+            std::to_string(count) + "\n";
+  };
+  text +=
+      "# HELP turnstile_http_request_duration_seconds HTTP request latency by route pattern "
+      "(long polls included)\n"
+      "# TYPE turnstile_http_request_duration_seconds histogram\n";
+  for (const auto& [route, histogram] : latency_) {
+    histogram_text("turnstile_http_request_duration_seconds", "path", route, histogram.buckets,
+                   histogram.count, histogram.sum);
+  }
+  text +=
+      "# HELP turnstile_tcp_request_duration_seconds TCP request latency by command, from the "
+      "request being routed to its reply (blocking acquires included)\n"
+      "# TYPE turnstile_tcp_request_duration_seconds histogram\n";
+  for (std::size_t command = 0; command < SharedState::kCommands; ++command) {
+    const SharedState::TcpLatency& latency = shared_.tcp_latency[command];
+    const std::uint64_t count = latency.count.load(std::memory_order_relaxed);
+    if (count == 0) continue;
+    std::array<std::uint64_t, kLatencyBuckets.size()> buckets{};
+    for (std::size_t i = 0; i < buckets.size(); ++i) {
+      buckets[i] = latency.buckets[i].load(std::memory_order_relaxed);
+    }
+    const double sum = static_cast<double>(latency.sum_ns.load(std::memory_order_relaxed)) / 1e9;
+    histogram_text("turnstile_tcp_request_duration_seconds", "command",
+                   std::string(core::command_name(static_cast<core::Command>(command))), buckets,
+                   count, sum);
+  }
+  return text;
+}
+
+}  // namespace turnstile::net

@@ -1,0 +1,311 @@
+// Unit tests for core/http_sessions.h (reference 3.2, 3.3, 3.6) and Engine::cancel_parked: the
+// HTTP session lifetime and reaper, per-session serialization, what a delete or a departed client
+// does to a long poll, the rate limiter's token bucket and the bearer check. Time is injected.
+#include "core/http_sessions.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "core/engine.h"
+#include "core/random.h"
+
+namespace turnstile::core {
+namespace {
+
+constexpr Instant secs(std::int64_t seconds) {
+  return Instant::from_ns(0) + Duration::seconds(seconds);
+}
+constexpr Instant millis(std::int64_t ms) {
+  return Instant::from_ns(0) + Duration::milliseconds(ms);
+}
+
+Request lock_request(std::string key, std::int64_t timeout_s) {
+  Request request;
+  request.command = Command::kLock;
+  request.key = std::move(key);
+  request.timeout_s = timeout_s;
+  return request;
+}
+
+Request enqueue_request(std::string key) {
+  Request request;
+  request.command = Command::kEnqueue;
+  request.key = std::move(key);
+  return request;
+}
+
+Token token(std::uint64_t fence) { return Token{Fence{fence}, 7}; }
+
+HttpSessionsConfig config(std::int64_t idle_s, std::int64_t max = 0, std::int64_t per_ip = 0) {
+  HttpSessionsConfig c;
+  c.idle_timeout = Duration::seconds(idle_s);
+  c.sessions_max = max;
+  c.sessions_per_ip_max = per_ip;
+  return c;
+}
+
+TEST(HttpSessionsTest, CreateTouchAndCaps) {
+  HttpSessions sessions(config(20, /*max=*/2, /*per_ip=*/1));
+  EXPECT_EQ(sessions.create(secs(0), SessionId{1}, "a", "10.0.0.1"), HttpCreate::kOk);
+  EXPECT_EQ(sessions.create(secs(0), SessionId{2}, "b", "10.0.0.1"), HttpCreate::kMaxSessionsPerIp);
+  EXPECT_EQ(sessions.create(secs(0), SessionId{3}, "c", "10.0.0.2"), HttpCreate::kOk);
+  EXPECT_EQ(sessions.create(secs(0), SessionId{4}, "d", "10.0.0.3"), HttpCreate::kMaxSessions);
+  EXPECT_EQ(sessions.live(), 2U);
+  EXPECT_EQ(sessions.touch(secs(1), "a"), SessionId{1});
+  EXPECT_FALSE(sessions.touch(secs(1), "zz").has_value());
+  EXPECT_TRUE(sessions.remove("a"));
+  EXPECT_FALSE(sessions.remove("a"));  // already gone: 410
+  EXPECT_FALSE(sessions.touch(secs(1), "a").has_value());
+  // The per-IP slot is free again.
+  EXPECT_EQ(sessions.create(secs(2), SessionId{5}, "e", "10.0.0.1"), HttpCreate::kOk);
+  EXPECT_EQ(sessions.take_closed(), (std::vector<SessionId>{SessionId{1}}));
+}
+
+TEST(HttpSessionsTest, RequestsOnOneSessionAreSerialized) {
+  HttpSessions sessions(config(20));
+  ASSERT_EQ(sessions.create(secs(0), SessionId{1}, "a", "ip"), HttpCreate::kOk);
+  ASSERT_TRUE(sessions.submit(secs(0), "a", 10, lock_request("k", 5)));
+  ASSERT_TRUE(sessions.submit(secs(0), "a", 11, lock_request("j", 5)));
+  std::vector<HttpRoute> routes = sessions.take_routes();
+  ASSERT_EQ(routes.size(), 1U);  // the second waits for the first
+  EXPECT_EQ(routes[0].request.key, "k");
+  sessions.on_parked(SessionId{1});
+  EXPECT_TRUE(sessions.take_routes().empty());
+  sessions.on_reply(secs(1), SessionId{1}, Reply::granted(Status::kOk, token(1), 33));
+  std::vector<HttpAnswer> answers = sessions.take_answers();
+  ASSERT_EQ(answers.size(), 1U);
+  EXPECT_EQ(answers[0].ticket, 10U);
+  EXPECT_FALSE(answers[0].session_gone);
+  routes = sessions.take_routes();
+  ASSERT_EQ(routes.size(), 1U);
+  EXPECT_EQ(routes[0].request.key, "j");
+}
+
+TEST(HttpSessionsTest, UnknownSessionIsGone) {
+  HttpSessions sessions(config(20));
+  EXPECT_FALSE(sessions.submit(secs(0), "nope", 1, lock_request("k", 0)));
+}
+
+TEST(HttpSessionsTest, DeleteWakesTheLongPollAtOnceAndDropsQueuedRequests) {
+  HttpSessions sessions(config(20));
+  ASSERT_EQ(sessions.create(secs(0), SessionId{1}, "a", "ip"), HttpCreate::kOk);
+  ASSERT_TRUE(sessions.submit(secs(0), "a", 10, lock_request("k", 60)));
+  ASSERT_TRUE(sessions.submit(secs(0), "a", 11, lock_request("j", 60)));
+  (void)sessions.take_routes();
+  sessions.on_parked(SessionId{1});
+  ASSERT_TRUE(sessions.remove("a"));
+  std::vector<HttpAnswer> answers = sessions.take_answers();
+  ASSERT_EQ(answers.size(), 2U);
+  EXPECT_EQ(answers[0].ticket, 10U);
+  EXPECT_TRUE(answers[0].session_gone);
+  EXPECT_EQ(answers[1].ticket, 11U);
+  EXPECT_TRUE(answers[1].session_gone);
+  EXPECT_EQ(sessions.take_closed(), (std::vector<SessionId>{SessionId{1}}));
+  EXPECT_TRUE(sessions.take_cancels().empty());  // the close notice drops the parked request
+  EXPECT_EQ(sessions.known(), 1U);               // until the engine accounts for it
+  sessions.on_cancelled(SessionId{1});
+  EXPECT_EQ(sessions.known(), 0U);
+  EXPECT_FALSE(sessions.owns(SessionId{1}));
+}
+
+TEST(HttpSessionsTest, GrantRacingADeleteIsGivenBack) {
+  HttpSessions sessions(config(20));
+  ASSERT_EQ(sessions.create(secs(0), SessionId{1}, "a", "ip"), HttpCreate::kOk);
+  ASSERT_TRUE(sessions.submit(secs(0), "a", 10, lock_request("k", 60)));
+  (void)sessions.take_routes();
+  ASSERT_TRUE(sessions.remove("a"));
+  (void)sessions.take_answers();
+  sessions.on_reply(secs(1), SessionId{1}, Reply::granted(Status::kOk, token(9), 33));
+  EXPECT_TRUE(sessions.take_answers().empty());
+  std::vector<HttpRoute> routes = sessions.take_routes();
+  ASSERT_EQ(routes.size(), 1U);
+  EXPECT_EQ(routes[0].request.command, Command::kRelease);
+  EXPECT_EQ(routes[0].request.token, token(9));
+  sessions.on_reply(secs(1), SessionId{1}, Reply::of(Status::kOk));
+  EXPECT_EQ(sessions.known(), 0U);
+}
+
+TEST(HttpSessionsTest, ClientLeavingAParkedPollCancelsIt) {
+  HttpSessions sessions(config(20));
+  ASSERT_EQ(sessions.create(secs(0), SessionId{1}, "a", "ip"), HttpCreate::kOk);
+  ASSERT_TRUE(sessions.submit(secs(0), "a", 10, lock_request("k", 60)));
+  (void)sessions.take_routes();
+  sessions.abandon(10);  // before the engine parked it
+  EXPECT_TRUE(sessions.take_cancels().empty());
+  sessions.on_parked(SessionId{1});
+  EXPECT_EQ(sessions.take_cancels(), (std::vector<SessionId>{SessionId{1}}));
+  sessions.on_cancelled(SessionId{1});
+  EXPECT_TRUE(sessions.take_answers().empty());
+  // The session lives on and serves the next request.
+  ASSERT_TRUE(sessions.submit(secs(1), "a", 11, lock_request("k", 0)));
+  EXPECT_EQ(sessions.take_routes().size(), 1U);
+}
+
+TEST(HttpSessionsTest, GrantRacingADepartedClientsCancelIsGivenBack) {
+  HttpSessions sessions(config(20));
+  ASSERT_EQ(sessions.create(secs(0), SessionId{1}, "a", "ip"), HttpCreate::kOk);
+  Request semaphore = lock_request("s", 60);
+  semaphore.command = Command::kSemLock;
+  semaphore.limit = 2;
+  ASSERT_TRUE(sessions.submit(secs(0), "a", 10, semaphore));
+  (void)sessions.take_routes();
+  sessions.on_parked(SessionId{1});
+  sessions.abandon(10);
+  EXPECT_EQ(sessions.take_cancels(), (std::vector<SessionId>{SessionId{1}}));
+  // The grant was already on its way when the cancel reached the engine (which found nothing
+  // parked): it is released, in the semaphore namespace, and nobody is answered.
+  sessions.on_reply(secs(1), SessionId{1}, Reply::granted(Status::kOk, token(4), 33));
+  EXPECT_TRUE(sessions.take_answers().empty());
+  std::vector<HttpRoute> routes = sessions.take_routes();
+  ASSERT_EQ(routes.size(), 1U);
+  EXPECT_EQ(routes[0].request.command, Command::kSemRelease);
+  EXPECT_EQ(routes[0].request.key, "s");
+  EXPECT_EQ(routes[0].request.token, token(4));
+  // A timeout that raced the cancel needs nothing given back.
+  sessions.on_reply(secs(1), SessionId{1}, Reply::of(Status::kOk));
+  ASSERT_TRUE(sessions.submit(secs(2), "a", 11, lock_request("k", 60)));
+  (void)sessions.take_routes();
+  sessions.abandon(11);
+  sessions.on_reply(secs(3), SessionId{1}, Reply::of(Status::kTimeout));
+  EXPECT_TRUE(sessions.take_routes().empty());
+  EXPECT_TRUE(sessions.take_answers().empty());
+}
+
+TEST(HttpSessionsTest, ClientLeavingAnEnqueueTakesBackTheQueuedPlace) {
+  HttpSessions sessions(config(20));
+  ASSERT_EQ(sessions.create(secs(0), SessionId{1}, "a", "ip"), HttpCreate::kOk);
+  ASSERT_TRUE(sessions.submit(secs(0), "a", 10, enqueue_request("k")));
+  (void)sessions.take_routes();
+  sessions.abandon(10);
+  sessions.on_reply(secs(0), SessionId{1}, Reply::of(Status::kQueued));
+  std::vector<HttpRoute> routes = sessions.take_routes();
+  ASSERT_EQ(routes.size(), 1U);
+  EXPECT_EQ(routes[0].request.command, Command::kWait);
+  EXPECT_EQ(routes[0].request.timeout_s, 0);
+  sessions.on_reply(secs(0), SessionId{1}, Reply::granted(Status::kOk, token(3), 33));
+  routes = sessions.take_routes();
+  ASSERT_EQ(routes.size(), 1U);
+  EXPECT_EQ(routes[0].request.command, Command::kRelease);
+}
+
+TEST(HttpSessionsTest, ClientLeavingAQueuedRequestDropsIt) {
+  HttpSessions sessions(config(20));
+  ASSERT_EQ(sessions.create(secs(0), SessionId{1}, "a", "ip"), HttpCreate::kOk);
+  ASSERT_TRUE(sessions.submit(secs(0), "a", 10, lock_request("k", 60)));
+  ASSERT_TRUE(sessions.submit(secs(0), "a", 11, lock_request("j", 60)));
+  (void)sessions.take_routes();
+  sessions.abandon(11);
+  sessions.on_reply(secs(1), SessionId{1}, Reply::of(Status::kTimeout));
+  EXPECT_EQ(sessions.take_answers().size(), 1U);
+  EXPECT_TRUE(sessions.take_routes().empty());
+}
+
+TEST(HttpSessionsTest, ReaperTakesSessionsIdleTwiceTheTimeoutAndNeverInFlight) {
+  HttpSessions sessions(config(10));
+  EXPECT_EQ(sessions.sweep_interval(), Duration::seconds(10));
+  ASSERT_EQ(sessions.create(secs(0), SessionId{1}, "idle", "ip"), HttpCreate::kOk);
+  ASSERT_EQ(sessions.create(secs(0), SessionId{2}, "busy", "ip"), HttpCreate::kOk);
+  ASSERT_EQ(sessions.create(secs(0), SessionId{3}, "pinged", "ip"), HttpCreate::kOk);
+  ASSERT_TRUE(sessions.submit(secs(0), "busy", 10, lock_request("k", 100)));
+  EXPECT_EQ(sessions.reap(secs(20)), 0U);  // not more than 2 x 10 s
+  EXPECT_TRUE(sessions.touch(secs(15), "pinged").has_value());
+  EXPECT_EQ(sessions.reap(secs(21)), 1U);
+  EXPECT_EQ(sessions.take_closed(), (std::vector<SessionId>{SessionId{1}}));
+  EXPECT_EQ(sessions.reap(secs(36)), 1U);  // pinged at 15
+  sessions.on_reply(secs(100), SessionId{2}, Reply::of(Status::kTimeout));
+  EXPECT_EQ(sessions.reap(secs(120)), 0U);  // lastSeen refreshed when the request finished
+  EXPECT_EQ(sessions.reap(secs(121)), 1U);
+  EXPECT_EQ(sessions.live(), 0U);
+}
+
+TEST(HttpSessionsTest, ZeroIdleTimeoutNeverReaps) {
+  HttpSessions sessions(config(0));
+  EXPECT_EQ(sessions.sweep_interval(), Duration::seconds(10));
+  ASSERT_EQ(sessions.create(secs(0), SessionId{1}, "a", "ip"), HttpCreate::kOk);
+  EXPECT_EQ(sessions.reap(secs(1'000'000)), 0U);
+  EXPECT_EQ(HttpSessions(config(100)).sweep_interval(), Duration::seconds(30));
+}
+
+TEST(EngineCancelParkedTest, WithdrawsTheWaiterAndPromotesTheNext) {
+  SplitMix64 salts(1);
+  Engine engine(EngineConfig{}, salts);
+  std::vector<Delivery> out;
+  const Reply held = engine.handle(secs(0), SessionId{1}, lock_request("k", 0), out);
+  ASSERT_EQ(held.status, Status::kOk);
+  ASSERT_EQ(engine.handle(secs(0), SessionId{2}, lock_request("k", 60), out).status,
+            Status::kParked);
+  ASSERT_EQ(engine.handle(secs(0), SessionId{3}, lock_request("k", 60), out).status,
+            Status::kParked);
+  EXPECT_TRUE(engine.cancel_parked(secs(1), SessionId{2}, out));
+  EXPECT_FALSE(engine.cancel_parked(secs(1), SessionId{2}, out));  // nothing parked any more
+  Request release;
+  release.command = Command::kRelease;
+  release.key = "k";
+  release.token = held.token;
+  EXPECT_EQ(engine.handle(secs(2), SessionId{1}, release, out).status, Status::kOk);
+  ASSERT_EQ(out.size(), 1U);
+  EXPECT_EQ(out[0].session, SessionId{3});  // session 2 left the queue
+  EXPECT_TRUE(out[0].reply.is_grant());
+}
+
+TEST(EngineCancelParkedTest, CancelledWaitDropsTheTwoPhaseRecord) {
+  SplitMix64 salts(1);
+  Engine engine(EngineConfig{}, salts);
+  std::vector<Delivery> out;
+  ASSERT_EQ(engine.handle(secs(0), SessionId{1}, lock_request("k", 0), out).status, Status::kOk);
+  ASSERT_EQ(engine.handle(secs(0), SessionId{2}, enqueue_request("k"), out).status,
+            Status::kQueued);
+  Request wait;
+  wait.command = Command::kWait;
+  wait.key = "k";
+  wait.timeout_s = 60;
+  ASSERT_EQ(engine.handle(secs(0), SessionId{2}, wait, out).status, Status::kParked);
+  EXPECT_TRUE(engine.cancel_parked(secs(1), SessionId{2}, out));
+  EXPECT_EQ(engine.handle(secs(1), SessionId{2}, wait, out).status, Status::kErrorNotEnqueued);
+  EXPECT_EQ(engine.handle(secs(1), SessionId{2}, enqueue_request("k"), out).status,
+            Status::kQueued);
+}
+
+TEST(RateLimiterTest, BucketStartsFullMinusOneAndRefillsContinuously) {
+  RateLimiter limiter(/*rate_per_s=*/2, /*burst=*/3);
+  EXPECT_TRUE(limiter.allow(millis(0), "a"));
+  EXPECT_TRUE(limiter.allow(millis(0), "a"));
+  EXPECT_TRUE(limiter.allow(millis(0), "a"));
+  EXPECT_FALSE(limiter.allow(millis(0), "a"));
+  EXPECT_TRUE(limiter.allow(millis(0), "b"));  // per IP
+  EXPECT_FALSE(limiter.allow(millis(499), "a"));
+  EXPECT_TRUE(limiter.allow(millis(500), "a"));  // 2 per second: one every 500 ms
+  EXPECT_FALSE(limiter.allow(millis(500), "a"));
+  EXPECT_TRUE(limiter.allow(secs(100), "a"));
+  EXPECT_TRUE(limiter.allow(secs(100), "a"));
+  EXPECT_TRUE(limiter.allow(secs(100), "a"));
+  EXPECT_FALSE(limiter.allow(secs(100), "a"));  // never more than the burst
+}
+
+TEST(RateLimiterTest, ZeroRateAllowsEverythingAndIdleBucketsAreSwept) {
+  RateLimiter off(0, 0);
+  for (int i = 0; i < 1000; ++i) EXPECT_TRUE(off.allow(secs(0), "a"));
+  RateLimiter limiter(1, 0);  // burst 0 = the rate
+  EXPECT_TRUE(limiter.allow(secs(0), "a"));
+  EXPECT_FALSE(limiter.allow(secs(0), "a"));
+  EXPECT_TRUE(limiter.allow(secs(300), "b"));
+  EXPECT_EQ(limiter.sweep(secs(600)), 0U);
+  EXPECT_EQ(limiter.sweep(secs(601)), 1U);
+  EXPECT_EQ(limiter.buckets(), 1U);
+}
+
+TEST(BearerTest, SchemeIsCaseInsensitiveAndValueTrimmed) {
+  EXPECT_TRUE(bearer_matches("Bearer s3cret", "s3cret"));
+  EXPECT_TRUE(bearer_matches("bearer   s3cret  ", "s3cret"));
+  EXPECT_TRUE(bearer_matches("BEARER s3cret", "s3cret"));
+  EXPECT_FALSE(bearer_matches("Bearer s3cre", "s3cret"));
+  EXPECT_FALSE(bearer_matches("Basic s3cret", "s3cret"));
+  EXPECT_FALSE(bearer_matches("Bearers3cret", "s3cret"));
+  EXPECT_FALSE(bearer_matches("", "s3cret"));
+  EXPECT_FALSE(bearer_matches("s3cret", "s3cret"));
+}
+
+}  // namespace
+}  // namespace turnstile::core

@@ -1,0 +1,800 @@
+// Integration tests of the HTTP API (docs/http-api.md; reference section 3): a real turnstiled
+// with --http-port on 127.0.0.1, real HTTP/1.1 over loopback through the small client below.
+// Every endpoint, status code and error body; TCP and HTTP sessions on one FIFO queue; long
+// polls woken by a release, a timeout and a session delete; a client leaving during a long poll;
+// the reaper; auth, rate limit, CORS; oversized and malformed bodies; /metrics as Prometheus
+// text; and the OpenAPI drift check against docs/openapi.json and net/http_routes.h.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <fstream>
+#include <future>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include "net/http_routes.h"
+#include "tests/integration/harness.h"
+
+namespace turnstile::integration {
+namespace {
+
+using Json = nlohmann::json;
+
+struct Response {
+  int status = 0;                              // 0: no response (timeout, closed)
+  std::map<std::string, std::string> headers;  // names lower-cased
+  std::string body;
+  Json json() const { return body.empty() ? Json() : Json::parse(body); }
+  std::string header(const std::string& name) const {
+    auto it = headers.find(name);
+    return it == headers.end() ? "" : it->second;
+  }
+};
+
+// One HTTP/1.1 connection (keep-alive) with a deadline on every call.
+class Http {
+ public:
+  explicit Http(int port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<std::uint16_t>(port));
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd_, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
+      throw std::runtime_error("cannot connect to the HTTP port");
+    }
+    const int one = 1;
+    setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  }
+  ~Http() { close(); }
+  Http(const Http&) = delete;
+  Http& operator=(const Http&) = delete;
+
+  void close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+  bool send_request(const std::string& method, const std::string& path, const std::string& body,
+                    const std::vector<std::string>& headers) {
+    std::string request = method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n";
+    for (const std::string& header : headers) request += header + "\r\n";
+    if (!body.empty() || method == "POST") {
+      request += "Content-Length: " + std::to_string(body.size()) + "\r\n";
+    }
+    request += "\r\n" + body;
+    std::size_t sent = 0;
+    while (sent < request.size()) {
+      const ssize_t n = ::send(fd_, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      sent += static_cast<std::size_t>(n);
+    }
+    return true;
+  }
+
+  Response read_response(milliseconds timeout = 10s) {
+    Response response;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    std::size_t header_end = std::string::npos;
+    while ((header_end = buffer_.find("\r\n\r\n")) == std::string::npos) {
+      if (!fill(deadline)) return response;
+    }
+    std::istringstream head(buffer_.substr(0, header_end));
+    std::string line;
+    std::getline(head, line);
+    if (line.size() < 12) return response;
+    response.status = std::stoi(line.substr(9, 3));
+    while (std::getline(head, line)) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      const std::size_t colon = line.find(':');
+      if (colon == std::string::npos) continue;
+      std::string name = line.substr(0, colon);
+      for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      std::string value = line.substr(colon + 1);
+      while (!value.empty() && value.front() == ' ') value.erase(0, 1);
+      response.headers[name] = value;
+    }
+    buffer_.erase(0, header_end + 4);
+    const std::size_t length = response.headers.count("content-length")
+                                   ? std::stoul(response.headers["content-length"])
+                                   : 0;
+    while (buffer_.size() < length) {
+      if (!fill(deadline)) {
+        response.status = 0;
+        return response;
+      }
+    }
+    response.body = buffer_.substr(0, length);
+    buffer_.erase(0, length);
+    return response;
+  }
+
+  Response request(const std::string& method, const std::string& path, const std::string& body = "",
+                   const std::vector<std::string>& headers = {}, milliseconds timeout = 10s) {
+    if (!send_request(method, path, body, headers)) return Response{};
+    return read_response(timeout);
+  }
+
+ private:
+  bool fill(std::chrono::steady_clock::time_point deadline) {
+    const auto left =
+        std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) return false;
+    char chunk[65536];
+    const ssize_t n = ::recv(fd_, chunk, sizeof chunk, 0);
+    if (n <= 0) return false;
+    buffer_.append(chunk, static_cast<std::size_t>(n));
+    return true;
+  }
+
+  int fd_ = -1;
+  std::string buffer_;
+};
+
+// A daemon with the HTTP API on a free port (retried if another process takes it meanwhile).
+struct HttpDaemon {
+  explicit HttpDaemon(std::vector<std::string> args = {}) {
+    for (int attempt = 0; attempt < 5; ++attempt) {
+      http_port = unused_loopback_port();
+      std::vector<std::string> all = args;
+      all.push_back("--http-port=" + std::to_string(http_port));
+      all.push_back("--debug");
+      daemon = std::make_unique<Daemon>(all);
+      if (daemon->wait_for_log("HTTP API listening on 127\\.0\\.0\\.1:" + std::to_string(http_port),
+                               10s)) {
+        return;
+      }
+      daemon.reset();
+    }
+    throw std::runtime_error("the HTTP API did not start");
+  }
+  Response call(const std::string& method, const std::string& path, const std::string& body = "",
+                const std::vector<std::string>& headers = {}, milliseconds timeout = 10s) const {
+    Http http(http_port);
+    return http.request(method, path, body, headers, timeout);
+  }
+  std::string new_session() const {
+    const Response created = call("POST", "/v1/sessions");
+    EXPECT_EQ(created.status, 200) << created.body;
+    return created.json().value("session_id", "");
+  }
+  Json stats() const { return call("GET", "/v1/stats").json(); }
+  std::int64_t waiters(const std::string& key) const {
+    const Json all = stats();  // kept alive: the loop reads into it
+    for (const Json& lock : all["locks"]) {
+      if (lock["key"] == key) return lock["waiters"].get<std::int64_t>();
+    }
+    return 0;
+  }
+
+  int http_port = 0;
+  std::unique_ptr<Daemon> daemon;
+};
+
+std::string session_header(const std::string& id) { return "X-Dflockd-Session: " + id; }
+
+void expect_error(const Response& response, int status, const std::string& error) {
+  EXPECT_EQ(response.status, status) << response.body;
+  EXPECT_EQ(response.header("content-type"), "application/json");
+  EXPECT_EQ(response.header("x-content-type-options"), "nosniff");
+  ASSERT_FALSE(response.body.empty());
+  EXPECT_EQ(response.body.back(), '\n');
+  EXPECT_EQ(response.json().value("error", ""), error) << response.body;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// ---- endpoints ---------------------------------------------------------------------------------
+
+TEST(HttpApi, HealthReadyStatsNotFoundAndMethodNotAllowed) {
+  HttpDaemon server;
+  Response health = server.call("GET", "/health");
+  EXPECT_EQ(health.status, 200);
+  EXPECT_EQ(health.body, "{\"status\":\"ok\"}\n");
+  EXPECT_EQ(health.header("content-type"), "application/json");
+  Response ready = server.call("GET", "/ready");
+  EXPECT_EQ(ready.status, 200);
+  EXPECT_EQ(ready.body, "{\"status\":\"ok\"}\n");
+  Response stats = server.call("GET", "/v1/stats");
+  ASSERT_EQ(stats.status, 200);
+  const Json json = stats.json();
+  for (const char* field : {"locks", "semaphores", "idle_locks", "idle_semaphores"}) {
+    EXPECT_TRUE(json[field].is_array()) << field;
+  }
+  EXPECT_EQ(json["connections"], 0);
+  expect_error(server.call("GET", "/nope"), 404, "not_found");
+  expect_error(server.call("GET", "/v1/locks/a/b/c"), 404, "not_found");
+  Response wrong = server.call("GET", "/v1/locks/k");
+  expect_error(wrong, 405, "method_not_allowed");
+  EXPECT_EQ(wrong.header("allow"), "POST");
+  EXPECT_EQ(server.call("DELETE", "/v1/stats").header("allow"), "GET");
+}
+
+TEST(HttpApi, SessionCreatePingDelete) {
+  HttpDaemon server({"--http-session-idle-timeout=7"});
+  const Response created = server.call("POST", "/v1/sessions");
+  ASSERT_EQ(created.status, 200);
+  const std::string id = created.json()["session_id"];
+  EXPECT_TRUE(std::regex_match(id, std::regex("[0-9a-f]{32}")));
+  EXPECT_EQ(created.json()["idle_timeout_s"], 7);
+  EXPECT_EQ(server.call("POST", "/v1/sessions/" + id + "/ping").status, 204);
+  EXPECT_EQ(server.stats()["connections"], 1);  // TCP connections + live HTTP sessions
+  EXPECT_EQ(server.call("DELETE", "/v1/sessions/" + id).status, 204);
+  expect_error(server.call("DELETE", "/v1/sessions/" + id), 410, "session_gone");
+  expect_error(server.call("POST", "/v1/sessions/" + id + "/ping"), 410, "session_gone");
+  expect_error(server.call("DELETE", "/v1/sessions/XYZ"), 400, "bad_request");
+  expect_error(server.call("POST", "/v1/sessions/" + std::string(32, 'A') + "/ping"), 400,
+               "bad_request");
+  EXPECT_EQ(server.stats()["connections"], 0);
+  // Lock calls need a live session.
+  expect_error(server.call("POST", "/v1/locks/k", "{}"), 400, "bad_request");
+  expect_error(server.call("POST", "/v1/locks/k", "{}", {session_header("zz")}), 400,
+               "bad_request");
+  expect_error(server.call("POST", "/v1/locks/k", "{}", {session_header(id)}), 410, "session_gone");
+}
+
+TEST(HttpApi, LockAcquireRenewReleaseAndTimeout) {
+  HttpDaemon server({"--default-lease-ttl=40"});
+  const std::string a = server.new_session();
+  const std::string b = server.new_session();
+  Response acquired =
+      server.call("POST", "/v1/locks/job", "{\"acquire_timeout_s\":0}", {session_header(a)});
+  ASSERT_EQ(acquired.status, 200);
+  const Json grant = acquired.json();
+  EXPECT_EQ(grant["status"], "ok");
+  EXPECT_EQ(grant["lease_ttl_s"], 40);  // lease omitted: the server default
+  const std::string token = grant["token"];
+  EXPECT_TRUE(std::regex_match(token, std::regex("[0-9a-f]{32}")));
+  Response timeout =
+      server.call("POST", "/v1/locks/job", "{\"acquire_timeout_s\":0}", {session_header(b)});
+  EXPECT_EQ(timeout.status, 200);
+  EXPECT_EQ(timeout.body, "{\"status\":\"timeout\"}\n");
+  Response renewed =
+      server.call("POST", "/v1/locks/job/renew", "{\"token\":\"" + token + "\",\"lease_ttl_s\":9}",
+                  {session_header(b)});  // the token is the capability
+  EXPECT_EQ(renewed.status, 200);
+  EXPECT_EQ(renewed.body, "{\"remaining_s\":9}\n");
+  Response renewed_default =
+      server.call("POST", "/v1/locks/job/renew", "{\"token\":\"" + token + "\",\"lease_ttl_s\":0}",
+                  {session_header(a)});
+  EXPECT_EQ(renewed_default.json()["remaining_s"], 40);
+  Response released = server.call("POST", "/v1/locks/job/release", "{\"token\":\"" + token + "\"}",
+                                  {session_header(a)});
+  EXPECT_EQ(released.status, 204);
+  EXPECT_TRUE(released.body.empty());
+  expect_error(server.call("POST", "/v1/locks/job/release", "{\"token\":\"" + token + "\"}",
+                           {session_header(a)}),
+               404, "not_held");
+  expect_error(server.call("POST", "/v1/locks/job/renew", "{\"token\":\"" + token + "\"}",
+                           {session_header(a)}),
+               404, "not_held");
+  expect_error(
+      server.call("POST", "/v1/locks/job/release", "{\"token\":\"abc\"}", {session_header(a)}), 404,
+      "not_held");
+  Response leased = server.call("POST", "/v1/locks/job",
+                                "{\"acquire_timeout_s\":0,\"lease_ttl_s\":5}", {session_header(b)});
+  EXPECT_EQ(leased.json()["lease_ttl_s"], 5);
+  // Locks and semaphores are separate namespaces.
+  Response semaphore = server.call("POST", "/v1/semaphores/job",
+                                   "{\"acquire_timeout_s\":0,\"limit\":2}", {session_header(a)});
+  EXPECT_EQ(semaphore.json()["status"], "ok");
+}
+
+TEST(HttpApi, TwoPhaseEnqueueAndWait) {
+  HttpDaemon server;
+  const std::string a = server.new_session();
+  const std::string b = server.new_session();
+  Response first = server.call("POST", "/v1/locks/k/enqueue", "", {session_header(a)});
+  ASSERT_EQ(first.status, 200) << first.body;
+  EXPECT_EQ(first.json()["status"], "acquired");
+  const std::string token = first.json()["token"];
+  EXPECT_EQ(first.json()["lease_ttl_s"], 33);
+  Response queued =
+      server.call("POST", "/v1/locks/k/enqueue", "{\"lease_ttl_s\":6}", {session_header(b)});
+  EXPECT_EQ(queued.body, "{\"status\":\"queued\"}\n");
+  expect_error(server.call("POST", "/v1/locks/k/enqueue", "{}", {session_header(b)}), 409,
+               "already_enqueued");
+  // b waits; a's release grants it.
+  Http waiter(server.http_port);
+  ASSERT_TRUE(
+      waiter.send_request("POST", "/v1/locks/k/wait", "{\"timeout_s\":30}", {session_header(b)}));
+  Response a_wait =
+      server.call("POST", "/v1/locks/k/wait", "{\"timeout_s\":0}", {session_header(a)});
+  EXPECT_EQ(a_wait.json()["status"], "ok");  // fast-path grant, delivered by wait
+  EXPECT_EQ(
+      server
+          .call("POST", "/v1/locks/k/release", "{\"token\":\"" + token + "\"}", {session_header(a)})
+          .status,
+      204);
+  Response granted = waiter.read_response();
+  EXPECT_EQ(granted.status, 200);
+  EXPECT_EQ(granted.json()["status"], "ok");
+  EXPECT_EQ(granted.json()["lease_ttl_s"], 6);
+  expect_error(server.call("POST", "/v1/locks/k/wait", "{\"timeout_s\":0}", {session_header(b)}),
+               409, "not_enqueued");
+}
+
+TEST(HttpApi, SemaphoresLimitsAndMismatch) {
+  HttpDaemon server;
+  const std::string a = server.new_session();
+  const std::string body = "{\"acquire_timeout_s\":0,\"limit\":2}";
+  EXPECT_EQ(server.call("POST", "/v1/semaphores/s", body, {session_header(a)}).json()["status"],
+            "ok");
+  EXPECT_EQ(server.call("POST", "/v1/semaphores/s", body, {session_header(a)}).json()["status"],
+            "ok");
+  EXPECT_EQ(server.call("POST", "/v1/semaphores/s", body, {session_header(a)}).json()["status"],
+            "timeout");
+  expect_error(server.call("POST", "/v1/semaphores/s", "{\"acquire_timeout_s\":0,\"limit\":3}",
+                           {session_header(a)}),
+               409, "limit_mismatch");
+  expect_error(
+      server.call("POST", "/v1/semaphores/s", "{\"acquire_timeout_s\":0}", {session_header(a)}),
+      400, "bad_request");
+  expect_error(server.call("POST", "/v1/semaphores/s/enqueue", "", {session_header(a)}), 400,
+               "bad_request");
+  Response enqueued =
+      server.call("POST", "/v1/semaphores/t/enqueue", "{\"limit\":3}", {session_header(a)});
+  EXPECT_EQ(enqueued.json()["status"], "acquired");
+  Response waited =
+      server.call("POST", "/v1/semaphores/t/wait", "{\"timeout_s\":0}", {session_header(a)});
+  EXPECT_EQ(waited.json()["status"], "ok");
+  const Json stats = server.stats();
+  ASSERT_EQ(stats["semaphores"].size(), 2U);
+  EXPECT_EQ(stats["semaphores"][0]["key"], "s");
+  EXPECT_EQ(stats["semaphores"][0]["holders"], 2);
+}
+
+TEST(HttpApi, MaxLocksAndMaxWaitersAre503) {
+  HttpDaemon server({"--max-locks=1", "--max-waiters=1"});
+  const std::string a = server.new_session();
+  const std::string b = server.new_session();
+  const std::string c = server.new_session();
+  ASSERT_EQ(server.call("POST", "/v1/locks/one", "{}", {session_header(a)}).json()["status"], "ok");
+  expect_error(server.call("POST", "/v1/locks/two", "{}", {session_header(a)}), 503, "max_locks");
+  ASSERT_EQ(server.call("POST", "/v1/locks/one/enqueue", "", {session_header(b)}).json()["status"],
+            "queued");
+  expect_error(server.call("POST", "/v1/locks/one/enqueue", "", {session_header(c)}), 503,
+               "max_waiters");
+}
+
+// ---- validation --------------------------------------------------------------------------------
+
+TEST(HttpApi, MalformedBodiesFieldsKeysAndTokensAre400WithDetail) {
+  HttpDaemon server;
+  const std::string a = server.new_session();
+  const std::vector<std::string> session = {session_header(a)};
+  auto bad = [&](const std::string& path, const std::string& body, const std::string& detail) {
+    const Response response = server.call("POST", path, body, session);
+    expect_error(response, 400, "bad_request");
+    const std::string got = response.json().value("detail", "");
+    EXPECT_NE(got.find(detail), std::string::npos) << path << " " << body << " -> " << got;
+  };
+  bad("/v1/locks/k", "{\"acquire_timeout_s\":1,\"nope\":2}", "unknown field \"nope\"");
+  bad("/v1/locks/k", "{\"acquire_timeout_s\":1}{\"acquire_timeout_s\":2}", "parse error");
+  bad("/v1/locks/k", "{\"acquire_timeout_s\":", "parse error");
+  bad("/v1/locks/k", "[1]", "JSON object");
+  bad("/v1/locks/k", "", "JSON object");
+  bad("/v1/locks/k", "{\"acquire_timeout_s\":-1}", "acquire_timeout_s");
+  bad("/v1/locks/k", "{\"acquire_timeout_s\":9223372037}", "between 0 and 9223372036");
+  bad("/v1/locks/k", "{\"acquire_timeout_s\":1.5}", "must be an integer");
+  bad("/v1/locks/k", "{\"lease_ttl_s\":\"5\"}", "must be an integer");
+  bad("/v1/locks/" + std::string(257, 'k'), "{}", "longer than 256");
+  bad("/v1/locks/a%20b", "{}", "whitespace");
+  bad("/v1/locks/k/release", "{\"token\":\"a b\"}", "whitespace");
+  bad("/v1/locks/k/release", "{\"token\":\"\"}", "empty");
+  bad("/v1/locks/k/release", "{}", "token");
+  bad("/v1/locks/k/release", "{\"token\":\"" + std::string(257, 'a') + "\"}", "256");
+  bad("/v1/locks/k/wait", "{\"acquire_timeout_s\":1}", "unknown field");
+  bad("/v1/semaphores/k", "{\"limit\":0}", "limit");
+  bad("/v1/semaphores/k", "{\"limit\":1048577}", "limit");
+  // A body over 1 MiB.
+  const std::string big = "{\"acquire_timeout_s\":1" + std::string(1024 * 1024, ' ') + "}";
+  bad("/v1/locks/k", big, "larger than 1 MiB");
+  // The session still works after all that.
+  EXPECT_EQ(server.call("POST", "/v1/locks/k", "{}", session).json()["status"], "ok");
+}
+
+// ---- TCP and HTTP share one FIFO queue -------------------------------------------------------
+
+TEST(HttpApi, TcpAndHttpSessionsInterleaveInFifoOrder) {
+  HttpDaemon server({"--threads=2"});
+  Client tcp_holder(server.daemon->port());
+  const std::vector<std::string> held = fields(tcp_holder.request("l", "shared", "0"));
+  ASSERT_EQ(held.at(0), "ok");
+  const std::string a = server.new_session();
+  const std::string b = server.new_session();
+
+  Http http_a(server.http_port);
+  ASSERT_TRUE(http_a.send_request("POST", "/v1/locks/shared", "{\"acquire_timeout_s\":30}",
+                                  {session_header(a)}));
+  ASSERT_TRUE(eventually([&] { return server.waiters("shared") == 1; }, 5s));
+  Client tcp_waiter(server.daemon->port());
+  ASSERT_TRUE(tcp_waiter.send(frame("l", "shared", "30")));
+  ASSERT_TRUE(eventually([&] { return server.waiters("shared") == 2; }, 5s));
+  Http http_b(server.http_port);
+  ASSERT_TRUE(http_b.send_request("POST", "/v1/locks/shared", "{\"acquire_timeout_s\":30}",
+                                  {session_header(b)}));
+  ASSERT_TRUE(eventually([&] { return server.waiters("shared") == 3; }, 5s));
+
+  // Release by TCP: the HTTP session a is first.
+  EXPECT_EQ(tcp_holder.request("r", "shared", held.at(1)), "ok");
+  const Response a_grant = http_a.read_response();
+  ASSERT_EQ(a_grant.json()["status"], "ok");
+  const std::string a_token = a_grant.json()["token"];
+  // Release by HTTP: the TCP waiter is next.
+  EXPECT_EQ(server
+                .call("POST", "/v1/locks/shared/release", "{\"token\":\"" + a_token + "\"}",
+                      {session_header(a)})
+                .status,
+            204);
+  const std::vector<std::string> tcp_grant = fields(tcp_waiter.read_line().value_or(""));
+  ASSERT_EQ(tcp_grant.at(0), "ok");
+  EXPECT_GT(fence_of(tcp_grant.at(1)).value(), fence_of(a_token).value());
+  EXPECT_EQ(server.waiters("shared"), 1);
+  // The TCP waiter disconnects while holding: auto-release grants HTTP session b.
+  tcp_waiter.close();
+  const Response b_grant = http_b.read_response();
+  EXPECT_EQ(b_grant.json()["status"], "ok");
+  EXPECT_GT(fence_of(b_grant.json()["token"]).value(), fence_of(tcp_grant.at(1)).value());
+}
+
+// ---- long polls --------------------------------------------------------------------------------
+
+TEST(HttpApi, LongPollEndsOnTimeoutWith200) {
+  HttpDaemon server;
+  const std::string a = server.new_session();
+  const std::string b = server.new_session();
+  ASSERT_EQ(server.call("POST", "/v1/locks/k", "{}", {session_header(a)}).json()["status"], "ok");
+  const auto started = std::chrono::steady_clock::now();
+  Response timed_out =
+      server.call("POST", "/v1/locks/k", "{\"acquire_timeout_s\":1}", {session_header(b)});
+  EXPECT_EQ(timed_out.status, 200);
+  EXPECT_EQ(timed_out.body, "{\"status\":\"timeout\"}\n");
+  EXPECT_GE(std::chrono::steady_clock::now() - started, 900ms);
+  EXPECT_EQ(server.waiters("k"), 0);
+}
+
+TEST(HttpApi, DeletingTheSessionWakesItsLongPollAtOnceAndReleasesItsLocks) {
+  HttpDaemon server;
+  const std::string a = server.new_session();
+  const std::string b = server.new_session();
+  const std::string c = server.new_session();
+  ASSERT_EQ(server.call("POST", "/v1/locks/k", "{}", {session_header(a)}).json()["status"], "ok");
+  ASSERT_EQ(server.call("POST", "/v1/locks/held-by-b", "{}", {session_header(b)}).json()["status"],
+            "ok");
+  Http poll(server.http_port);
+  ASSERT_TRUE(
+      poll.send_request("POST", "/v1/locks/k", "{\"acquire_timeout_s\":60}", {session_header(b)}));
+  // A second request on the same session waits its turn (serialized) and is answered too.
+  Http queued(server.http_port);
+  ASSERT_TRUE(queued.send_request("POST", "/v1/locks/other", "{}", {session_header(b)}));
+  ASSERT_TRUE(eventually([&] { return server.waiters("k") == 1; }, 5s));
+  const auto started = std::chrono::steady_clock::now();
+  EXPECT_EQ(server.call("DELETE", "/v1/sessions/" + b).status, 204);
+  expect_error(poll.read_response(), 410, "session_gone");
+  expect_error(queued.read_response(), 410, "session_gone");
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 5s);
+  EXPECT_EQ(server.waiters("k"), 0);
+  // b's lock was released with the session (auto-release).
+  EXPECT_EQ(server.call("POST", "/v1/locks/held-by-b", "{}", {session_header(c)}).json()["status"],
+            "ok");
+}
+
+TEST(HttpApi, RequestsOnOneSessionAreSerialized) {
+  HttpDaemon server;
+  const std::string a = server.new_session();
+  const std::string b = server.new_session();
+  ASSERT_EQ(server.call("POST", "/v1/locks/k", "{}", {session_header(a)}).json()["status"], "ok");
+  Http poll(server.http_port);
+  const auto poll_sent = std::chrono::steady_clock::now();
+  ASSERT_TRUE(
+      poll.send_request("POST", "/v1/locks/k", "{\"acquire_timeout_s\":2}", {session_header(b)}));
+  ASSERT_TRUE(eventually([&] { return server.waiters("k") == 1; }, 5s));
+  // b's next request (a free key) runs only once the long poll has ended, 2 s after it was
+  // parked (which is after it was sent), however slow the machine.
+  Response second = server.call("POST", "/v1/locks/free", "{}", {session_header(b)});
+  EXPECT_EQ(second.json()["status"], "ok");
+  EXPECT_GE(std::chrono::steady_clock::now() - poll_sent, 2s);
+  EXPECT_EQ(poll.read_response().json()["status"], "timeout");
+  // Another session is not held up by b's queue: a's request is answered at once.
+  Http other(server.http_port);
+  ASSERT_TRUE(
+      other.send_request("POST", "/v1/locks/k", "{\"acquire_timeout_s\":30}", {session_header(b)}));
+  ASSERT_TRUE(eventually([&] { return server.waiters("k") == 1; }, 5s));
+  EXPECT_EQ(server.call("POST", "/v1/locks/a-free", "{}", {session_header(a)}).json()["status"],
+            "ok");
+}
+
+TEST(HttpApi, ClientLeavingALongPollLeavesTheQueue) {
+  HttpDaemon server({"--threads=2"});
+  const std::string a = server.new_session();
+  const std::string b = server.new_session();
+  const std::string c = server.new_session();
+  const Response held = server.call("POST", "/v1/locks/k", "{}", {session_header(a)});
+  const std::string token = held.json()["token"];
+  {
+    Http leaving(server.http_port);
+    ASSERT_TRUE(leaving.send_request("POST", "/v1/locks/k", "{\"acquire_timeout_s\":60}",
+                                     {session_header(b)}));
+    ASSERT_TRUE(eventually([&] { return server.waiters("k") == 1; }, 5s));
+  }  // closed
+  ASSERT_TRUE(eventually([&] { return server.waiters("k") == 0; }, 5s));
+  Http next(server.http_port);
+  ASSERT_TRUE(
+      next.send_request("POST", "/v1/locks/k", "{\"acquire_timeout_s\":60}", {session_header(c)}));
+  ASSERT_TRUE(eventually([&] { return server.waiters("k") == 1; }, 5s));
+  EXPECT_EQ(
+      server
+          .call("POST", "/v1/locks/k/release", "{\"token\":\"" + token + "\"}", {session_header(a)})
+          .status,
+      204);
+  EXPECT_EQ(next.read_response().json()["status"], "ok");
+  // b's session lives on and serves its next request.
+  EXPECT_EQ(server.call("POST", "/v1/locks/b-free", "{}", {session_header(b)}).json()["status"],
+            "ok");
+}
+
+TEST(HttpApi, ClientLeavingAfterAnEnqueueGivesThePlaceBack) {
+  HttpDaemon server;
+  const std::string a = server.new_session();
+  const std::string b = server.new_session();
+  const Response held = server.call("POST", "/v1/locks/k", "{}", {session_header(a)});
+  const std::string token = held.json()["token"];
+  // b's enqueue is answered (queued) at once; a client leaving right after an answered
+  // request does not undo it: the place is b's until b's session ends.
+  EXPECT_EQ(server.call("POST", "/v1/locks/k/enqueue", "", {session_header(b)}).json()["status"],
+            "queued");
+  EXPECT_EQ(server.waiters("k"), 1);
+  EXPECT_EQ(server.call("DELETE", "/v1/sessions/" + b).status, 204);
+  EXPECT_EQ(server.waiters("k"), 0);
+}
+
+TEST(HttpApi, ReaperClosesIdleSessionsButNotOnesInALongPoll) {
+  HttpDaemon server({"--http-session-idle-timeout=1"});
+  const std::string idle = server.new_session();
+  const std::string holder = server.new_session();
+  const std::string polling = server.new_session();
+  ASSERT_EQ(server.call("POST", "/v1/locks/k", "{}", {session_header(holder)}).json()["status"],
+            "ok");
+  Http poll(server.http_port);
+  ASSERT_TRUE(poll.send_request("POST", "/v1/locks/k", "{\"acquire_timeout_s\":60}",
+                                {session_header(polling)}));
+  // The holder is idle for more than 2 x 1 s and reaped (within a 1 s sweep), which releases its
+  // lock: the long poll, which is never reaped while in flight, gets the grant.
+  const Response polled = poll.read_response(20s);
+  EXPECT_EQ(polled.status, 200);
+  EXPECT_EQ(polled.json().value("status", ""), "ok");
+  expect_error(server.call("POST", "/v1/sessions/" + idle + "/ping"), 410, "session_gone");
+  expect_error(server.call("POST", "/v1/sessions/" + holder + "/ping"), 410, "session_gone");
+  // The polling session goes the same way once idle.
+  EXPECT_TRUE(eventually([&] { return server.stats()["connections"] == 0; }, 20s));
+}
+
+// ---- auth, rate limit, caps, CORS ------------------------------------------------------------
+
+TEST(HttpApi, BearerAuthOnEveryRouteButHealthReadyAndOpenApi) {
+  HttpDaemon server({"--auth-token=s3cret"});
+  EXPECT_EQ(server.call("GET", "/health").status, 200);
+  EXPECT_EQ(server.call("GET", "/ready").status, 200);
+  EXPECT_EQ(server.call("GET", "/v1/openapi.json").status, 200);
+  for (const auto& [method, path] : std::vector<std::pair<std::string, std::string>>{
+           {"GET", "/v1/stats"}, {"GET", "/metrics"}, {"POST", "/v1/sessions"}, {"GET", "/nope"}}) {
+    const auto started = std::chrono::steady_clock::now();
+    const Response denied = server.call(method, path, "", {"Authorization: Bearer wrong"});
+    expect_error(denied, 401, "unauthorized");
+    EXPECT_GE(std::chrono::steady_clock::now() - started, 95ms) << path;
+  }
+  expect_error(server.call("GET", "/v1/stats"), 401, "unauthorized");
+  EXPECT_EQ(server.call("GET", "/v1/stats", "", {"Authorization: bearer  s3cret "}).status, 200);
+  EXPECT_EQ(server.call("GET", "/metrics", "", {"Authorization: Bearer s3cret"}).status, 200);
+  EXPECT_EQ(server.call("POST", "/v1/sessions", "", {"Authorization: BEARER s3cret"}).status, 200);
+}
+
+TEST(HttpApi, PerIpRateLimitAnswers429AndExemptsHealth) {
+  HttpDaemon server({"--http-rate-limit-per-ip=1", "--http-rate-limit-burst=3"});
+  Http http(server.http_port);
+  int limited = 0;
+  for (int i = 0; i < 20; ++i) {
+    const Response response = http.request("GET", "/v1/stats");
+    if (response.status == 429) {
+      ++limited;
+      EXPECT_EQ(response.json()["error"], "rate_limited");
+    }
+  }
+  // 20 requests, a burst of 3 and a refill of 1/s: unless they took over 12 s, 5 are refused.
+  EXPECT_GE(limited, 5);
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(http.request("GET", "/health").status, 200);
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(http.request("GET", "/ready").status, 200);
+}
+
+TEST(HttpApi, SessionCapsAre503) {
+  HttpDaemon server({"--http-max-sessions=2", "--http-max-sessions-per-ip=1"});
+  const std::string a = server.new_session();
+  expect_error(server.call("POST", "/v1/sessions"), 503, "max_sessions_per_ip");
+  EXPECT_EQ(server.call("DELETE", "/v1/sessions/" + a).status, 204);
+  EXPECT_FALSE(server.new_session().empty());
+}
+
+TEST(HttpApi, CorsPreflightAndHeaders) {
+  HttpDaemon server(
+      {"--http-cors-allowed-origins=https://a.example, https://b.example", "--auth-token=s3cret"});
+  // Preflight: 204 at once, before auth.
+  const Response preflight =
+      server.call("OPTIONS", "/v1/locks/k", "",
+                  {"Origin: https://a.example", "Access-Control-Request-Method: POST"});
+  EXPECT_EQ(preflight.status, 204);
+  EXPECT_EQ(preflight.header("access-control-allow-origin"), "https://a.example");
+  EXPECT_EQ(preflight.header("vary"), "Origin");
+  EXPECT_EQ(preflight.header("access-control-allow-methods"), "GET, POST, DELETE, OPTIONS");
+  EXPECT_EQ(preflight.header("access-control-allow-headers"),
+            "Authorization, Content-Type, X-Dflockd-Session");
+  EXPECT_EQ(preflight.header("access-control-max-age"), "300");
+  const Response other = server.call("GET", "/health", "", {"Origin: https://evil.example"});
+  EXPECT_EQ(other.status, 200);
+  EXPECT_EQ(other.header("access-control-allow-origin"), "");
+  const Response simple = server.call("GET", "/health", "", {"Origin: https://b.example"});
+  EXPECT_EQ(simple.header("access-control-allow-origin"), "https://b.example");
+
+  HttpDaemon any({"--http-cors-allowed-origins=*"});
+  const Response wildcard = any.call("GET", "/health", "", {"Origin: https://x.example"});
+  EXPECT_EQ(wildcard.header("access-control-allow-origin"), "*");
+}
+
+TEST(HttpApi, PerIpConnectionCap) {
+  HttpDaemon server({"--http-max-connections-per-ip=1"});
+  auto first = std::make_unique<Http>(server.http_port);
+  EXPECT_EQ(first->request("GET", "/health").status, 200);  // kept open (keep-alive)
+  Http second(server.http_port);
+  const Response refused = second.request("GET", "/health");
+  expect_error(refused, 503, "max_connections_per_ip");
+  EXPECT_EQ(refused.header("connection"), "close");
+  first.reset();
+  EXPECT_TRUE(eventually([&] { return server.call("GET", "/health").status == 200; }, 5s));
+}
+
+TEST(HttpApi, TlsUsesTheSameCertificate) {
+  TempDir directory;
+  const CertificateFiles files = write_self_signed_certificate(directory.path());
+  HttpDaemon server({"--tls-cert", files.certificate_path, "--tls-key", files.key_path});
+  ASSERT_TRUE(server.daemon->wait_for_log("HTTP API listening on .* \\(https\\)", 1s));
+  ClientOptions options;
+  options.tls = true;
+  Client https(server.http_port, options);
+  ASSERT_TRUE(https.send("GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"));
+  std::string received;
+  EXPECT_TRUE(eventually(
+      [&] {
+        received += https.pending(50ms);
+        return received.find("{\"status\":\"ok\"}") != std::string::npos;
+      },
+      5s))
+      << received;
+  EXPECT_EQ(received.rfind("HTTP/1.1 200 OK\r\n", 0), 0U) << received;
+  // The TCP listener is TLS too.
+  Client tcp(server.daemon->port(), options);
+  EXPECT_EQ(tcp.request("ping", "_", "_"), "ok");
+}
+
+TEST(HttpApi, DrainAnswersReadyAndNewSessions503ThenStops) {
+  HttpDaemon server;
+  const std::string a = server.new_session();
+  ASSERT_EQ(server.call("POST", "/v1/locks/k", "{}", {session_header(a)}).json()["status"], "ok");
+  // A TCP request in flight keeps the daemon draining for up to 6 s.
+  Client waiter(server.daemon->port());
+  ASSERT_TRUE(waiter.send(frame("l", "k", "6")));
+  ASSERT_TRUE(eventually([&] { return server.waiters("k") == 1; }, 5s));
+  Http poll(server.http_port);
+  const std::string b = server.new_session();
+  ASSERT_TRUE(
+      poll.send_request("POST", "/v1/locks/k", "{\"acquire_timeout_s\":60}", {session_header(b)}));
+  ASSERT_TRUE(eventually([&] { return server.waiters("k") == 2; }, 5s));
+  server.daemon->signal(SIGTERM);
+  ASSERT_TRUE(server.daemon->wait_for_log("draining", 5s));
+  const Response ready = server.call("GET", "/ready");
+  EXPECT_EQ(ready.status, 503);
+  EXPECT_EQ(ready.body, "{\"status\":\"draining\"}\n");
+  expect_error(server.call("POST", "/v1/sessions"), 503, "draining");
+  expect_error(server.call("POST", "/v1/locks/j", "{}", {session_header(a)}), 503, "draining");
+  EXPECT_EQ(server.call("GET", "/health").status, 200);
+  // The TCP request times out, its connection is answered error_draining and closed, and the
+  // daemon stops; the HTTP long poll is cut (its connection closed) at the stop.
+  EXPECT_EQ(waiter.read_line(10s), "timeout");
+  const std::optional<int> status = server.daemon->wait_exit(10s);
+  ASSERT_TRUE(status.has_value());
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0);
+  EXPECT_EQ(poll.read_response(5s).status, 0);
+}
+
+// ---- metrics and OpenAPI ---------------------------------------------------------------------
+
+TEST(HttpApi, MetricsParseAsPrometheusText) {
+  HttpDaemon server;
+  Client tcp(server.daemon->port());
+  ASSERT_EQ(fields(tcp.request("l", "m", "0")).at(0), "ok");
+  const std::string a = server.new_session();
+  ASSERT_EQ(server.call("POST", "/v1/locks/n", "{}", {session_header(a)}).status, 200);
+  const Response metrics = server.call("GET", "/metrics");
+  ASSERT_EQ(metrics.status, 200);
+  EXPECT_EQ(metrics.header("content-type").rfind("text/plain; version=0.0.4", 0), 0U);
+  const std::regex sample(
+      R"(^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\]|\\.)*",?)*\})? -?[0-9.eE+-]+$|^[a-zA-Z_:][a-zA-Z0-9_:]*(\{.*\})? \+Inf$)");
+  const std::regex comment(R"(^# (HELP|TYPE) [a-zA-Z_:][a-zA-Z0-9_:]* .+$)");
+  std::istringstream lines(metrics.body);
+  std::string line;
+  std::map<std::string, std::string> values;
+  while (std::getline(lines, line)) {
+    ASSERT_TRUE(std::regex_match(line, sample) || std::regex_match(line, comment)) << line;
+    if (line[0] != '#') values[line.substr(0, line.rfind(' '))] = line.substr(line.rfind(' ') + 1);
+  }
+  EXPECT_EQ(values["turnstile_ready"], "1");
+  EXPECT_EQ(values["turnstile_connections"], "2");  // one TCP connection + one HTTP session
+  EXPECT_EQ(values["turnstile_http_sessions"], "1");
+  EXPECT_EQ(values["turnstile_locks_held"], "2");
+  EXPECT_EQ(values["turnstile_lock_waiters"], "0");
+  EXPECT_TRUE(values.count("turnstile_uptime_seconds"));
+  EXPECT_EQ(values["turnstile_http_requests_total{method=\"POST\",path=\"/v1/locks/"
+                   "{key}\",status=\"200\"}"],
+            "1");
+  EXPECT_EQ(values["turnstile_tcp_request_duration_seconds_count{command=\"l\"}"], "1");
+  EXPECT_EQ(values["turnstile_http_request_duration_seconds_count{path=\"/v1/locks/{key}\"}"], "1");
+}
+
+TEST(HttpApi, OpenApiServedLiveMatchesDocsAndTheRoutes) {
+  HttpDaemon server;
+  const Response served = server.call("GET", "/v1/openapi.json");
+  ASSERT_EQ(served.status, 200);
+  EXPECT_EQ(served.header("cache-control"), "public, max-age=60");
+  const std::string docs = read_file(TURNSTILE_DOCS_DIR "/openapi.json");
+  ASSERT_FALSE(docs.empty());
+  EXPECT_EQ(served.body, docs);  // byte for byte
+  const Json document = Json::parse(docs);
+  EXPECT_EQ(document["openapi"].get<std::string>().rfind("3.1", 0), 0U);
+
+  // Every route the server has is documented, and every documented route is served.
+  std::set<std::pair<std::string, std::string>> routes;
+  for (const net::HttpRouteSpec& spec : net::kHttpRoutes) {
+    routes.emplace(std::string(spec.method), std::string(spec.pattern));
+  }
+  std::set<std::pair<std::string, std::string>> documented;
+  for (const auto& [path, operations] : document["paths"].items()) {
+    for (const auto& [method, operation] : operations.items()) {
+      std::string upper = method;
+      for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+      documented.emplace(upper, path);
+    }
+  }
+  EXPECT_EQ(routes, documented);
+  for (const auto& [method, pattern] : documented) {
+    std::string path = std::regex_replace(pattern, std::regex(R"(\{key\})"), "drift-key");
+    path = std::regex_replace(path, std::regex(R"(\{id\})"), std::string(32, '0'));
+    const Response response = server.call(method, path, "{}");
+    EXPECT_NE(response.status, 0) << method << " " << path;
+    if (response.status == 404 || response.status == 405) {
+      EXPECT_NE(response.json().value("error", ""), "not_found") << method << " " << path;
+      EXPECT_NE(response.json().value("error", ""), "method_not_allowed") << method << " " << path;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace turnstile::integration
