@@ -123,6 +123,11 @@ struct Connection {
   bool handshake_done = false;
   std::optional<core::Instant> tls_partial_since;
   bool abort = false;  // the socket failed: close without flushing
+  // Plain TCP writes replies at once from service() (write_now), so a reply costs one writev and
+  // no epoll_ctl; libevent's write event is enabled only while the kernel refuses bytes (a slow
+  // reader), which is also when --write-timeout runs. TLS leaves writing to bufferevent_openssl.
+  bool direct_write = false;
+  bool write_event_on = false;
   std::size_t stats_pending = 0;
   core::StatsSnapshot stats;
   // The request in flight, for the latency histogram (/metrics).
@@ -176,6 +181,11 @@ void Connection::on_read(bufferevent*, void* self) {
 
 void Connection::on_write(bufferevent*, void* self) {
   auto* connection = static_cast<Connection*>(self);
+  if (connection->direct_write && connection->write_event_on) {
+    // libevent drained what the kernel refused earlier: direct writes again.
+    bufferevent_disable(connection->bev, EV_WRITE);
+    connection->write_event_on = false;
+  }
   connection->shard.dirty_.push_back(connection);
   connection->shard.settle();
 }
@@ -329,7 +339,9 @@ void Shard::handle(message::NewConnection& m) {
         to_timeval(core::Duration::seconds(shared_.config.write_timeout_s));
     bufferevent_set_timeouts(bev, nullptr, &write_timeout);
   }
-  bufferevent_enable(bev, EV_READ | EV_WRITE);
+  raw->direct_write = ssl == nullptr;
+  bufferevent_enable(bev, raw->direct_write ? EV_READ : EV_READ | EV_WRITE);
+  if (raw->direct_write) bufferevent_disable(bev, EV_WRITE);  // a new bufferevent has it on
   logf(LogLevel::kDebug, "session %llu: connected from %s",
        static_cast<unsigned long long>(id.value), m.peer_ip.c_str());
   if (draining_) raw->session.begin_drain(now);
@@ -644,6 +656,32 @@ void Shard::flush_output(Connection& connection) {
     const std::size_t take = std::min(bytes.size(), kSocketOutputMax - queued);
     evbuffer_add(output, bytes.data(), take);
     connection.session.consume_output(take);
+  }
+  if (connection.direct_write && !connection.write_event_on) write_now(connection);
+}
+
+void Shard::write_now(Connection& connection) {
+  evbuffer* output = bufferevent_get_output(connection.bev);
+  const evutil_socket_t fd = bufferevent_getfd(connection.bev);
+  while (evbuffer_get_length(output) > 0) {
+    // A socket bufferevent keeps its output's front frozen except while libevent itself writes.
+    evbuffer_unfreeze(output, 1);
+    const int wrote = evbuffer_write(output, fd);
+    const int write_errno = errno;
+    evbuffer_freeze(output, 1);
+    errno = write_errno;
+    if (wrote > 0) continue;
+    if (wrote < 0 && errno == EINTR) continue;
+    if (wrote == 0 || errno == EAGAIN || errno == EWOULDBLOCK) break;
+    // The peer is gone (EPIPE, ECONNRESET...): as when libevent reports a socket error.
+    connection.abort = true;
+    connection.session.on_peer_closed(monotonic_now());
+    return;
+  }
+  if (evbuffer_get_length(output) > 0) {
+    // A slow reader: libevent writes the rest when the socket drains, under --write-timeout.
+    bufferevent_enable(connection.bev, EV_WRITE);
+    connection.write_event_on = true;
   }
 }
 

@@ -207,6 +207,7 @@ class Shard {
   void service(Connection& connection);
   void feed_input(Connection& connection, core::Instant now);
   void flush_output(Connection& connection);
+  void write_now(Connection& connection);
   void close_socket(Connection& connection);
 
   std::size_t index_;
