@@ -377,6 +377,34 @@ TEST(HttpApi, MaxLocksAndMaxWaitersAre503) {
                "max_waiters");
 }
 
+// With the fence journal unable to make a reservation durable, an acquire that needs a fence is
+// 503 fence_persistence (reference 3.5); acquires resume once a write succeeds.
+TEST(HttpApi, NoDurableFenceIs503FencePersistence) {
+  TempDir dir;
+  HttpDaemon server({"--fence-state-file", dir.file("fences"), "--test-fence-range", "4",
+                     "--test-fence-write-failures", "1000"});
+  const std::string a = server.new_session();
+  int granted = 0;
+  Response refused;
+  for (int i = 0; i < 10 && refused.status == 0; ++i) {
+    const Response acquired = server.call("POST", "/v1/locks/k", "{}", {session_header(a)});
+    if (acquired.status != 200) {
+      refused = acquired;
+      break;
+    }
+    ++granted;
+    const std::string token = acquired.json()["token"];
+    ASSERT_EQ(
+        server
+            .call("POST", "/v1/locks/k/release", Json{{"token", token}}.dump(), {session_header(a)})
+            .status,
+        204);
+  }
+  EXPECT_LE(granted, 4) << "granted beyond the first durable range";
+  expect_error(refused, 503, "fence_persistence");
+  EXPECT_TRUE(server.daemon->wait_for_log("cannot reserve fences beyond", 2s));
+}
+
 // ---- validation --------------------------------------------------------------------------------
 
 TEST(HttpApi, MalformedBodiesFieldsKeysAndTokensAre400WithDetail) {
