@@ -2,6 +2,8 @@
 # Smoke run of turnstile-bench (ctest bench_smoke; not a timed test): starts turnstiled and
 # turnstile-refserver on ephemeral loopback ports, runs every mode briefly against each, closed
 # and open loop, and fails unless every run exits 0 (no unexpected reply, fences monotonic).
+# Then the HTTP transport against a turnstiled with --http-port on a free loopback port: the
+# lock and semaphore modes must exit 0 and leave no HTTP session behind.
 # Usage: bench/smoke_test.sh TURNSTILED TURNSTILE_REFSERVER TURNSTILE_BENCH
 set -euo pipefail
 turnstiled=$1
@@ -78,5 +80,81 @@ if "$bench" --host 127.0.0.1 --port "$ts_port" --mode shared --workers 20 --time
   failed=1
 else
   echo "ok: unexpected replies are reported ($(grep -c '!' "$work/negative.out") shown)"
+fi
+
+# --- HTTP transport ------------------------------------------------------------------------------
+# A free loopback port (the kernel's pick, released at once: another process may take it before
+# turnstiled binds it, hence the retries).
+free_port() {
+  /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+http_port=
+for attempt in 1 2 3; do
+  candidate=$(free_port)
+  "$turnstiled" --host 127.0.0.1 --port 0 --http-port "$candidate" --threads 2 \
+    >"$work/turnstiled-http.log" 2>&1 &
+  http_pid=$!
+  for _ in $(seq 1 100); do
+    if grep -q "HTTP API listening on 127.0.0.1:$candidate" "$work/turnstiled-http.log"; then
+      http_port=$candidate
+      break
+    fi
+    kill -0 "$http_pid" 2>/dev/null || break
+    sleep 0.05
+  done
+  if [ -n "$http_port" ]; then
+    pids+=("$http_pid")
+    break
+  fi
+  kill "$http_pid" 2>/dev/null || true
+  wait "$http_pid" 2>/dev/null || true
+  echo "turnstiled with --http-port $candidate did not start (attempt $attempt):" >&2
+  cat "$work/turnstiled-http.log" >&2
+done
+if [ -z "$http_port" ]; then
+  echo "FAILED: no turnstiled with --http-port" >&2
+  exit 1
+fi
+
+run_http() {
+  if ! out=$("$bench" --host 127.0.0.1 --transport http --http-port "$http_port" --threads 2 \
+    --warmup 0.1 --no-progress "$@" 2>&1); then
+    echo "FAILED over HTTP: turnstile-bench --transport http $*" >&2
+    echo "$out" >&2
+    failed=1
+  else
+    echo "ok http: $*"
+    echo "$out" | sed -n 2,3p
+  fi
+}
+run_http --mode uncontended --workers 20 --duration 0.4
+run_http --mode shared --workers 20 --duration 0.4 --lease-ttl 30
+run_http --mode semaphore --workers 20 --limit 5 --duration 0.4
+run_http --mode uncontended --workers 10 --rounds 200 --warmup 0
+run_http --mode shared --workers 10 --rate 2000 --duration 0.4
+
+# Every worker's session was deleted at the end of its run.
+sessions=$(/usr/bin/python3 -c '
+import sys, urllib.request
+with urllib.request.urlopen("http://127.0.0.1:%s/metrics" % sys.argv[1], timeout=5) as r:
+    for line in r.read().decode().splitlines():
+        if line.startswith("turnstile_http_sessions "):
+            print(line.split()[1])
+' "$http_port")
+if [ "$sessions" != 0 ]; then
+  echo "FAILED: turnstile_http_sessions is '$sessions' after the HTTP runs, not 0" >&2
+  failed=1
+else
+  echo "ok http: no session left behind"
+fi
+
+# Over HTTP too, a timeout (200 {"status":"timeout"}) must make turnstile-bench exit 1.
+if "$bench" --host 127.0.0.1 --transport http --http-port "$http_port" --mode shared \
+  --workers 20 --timeout 0 --warmup 0 --duration 0.3 --no-progress >"$work/negative-http.out" 2>&1; then
+  echo "FAILED: turnstile-bench --transport http exited 0 although acquires timed out" >&2
+  cat "$work/negative-http.out" >&2
+  failed=1
+else
+  echo "ok http: unexpected replies are reported ($(grep -c '!' "$work/negative-http.out") shown)"
 fi
 exit "$failed"

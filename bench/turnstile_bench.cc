@@ -1,9 +1,11 @@
-// turnstile-bench: a load generator that speaks only the wire protocol, so it measures any
-// server at a loopback address (turnstiled, the do-nothing reference server, dflockd).
+// turnstile-bench: a load generator that speaks only the wire protocol (or the HTTP API), so it
+// measures any server at a loopback address (turnstiled, the do-nothing reference server,
+// dflockd).
 //
-// Each worker is one TCP connection. Generator threads (--threads) each own an epoll set and a
-// share of the connections, so one thread drives many connections and the generator is not the
-// bottleneck. An op is one acquire plus its release.
+// Each worker is one TCP connection (with --transport http, one HTTP/1.1 keep-alive connection
+// and one HTTP session, created at start-up and deleted at the end). Generator threads (--threads)
+// each own an epoll set and a share of the connections, so one thread drives many connections and
+// the generator is not the bottleneck. An op is one acquire plus its release.
 //
 // Modes:
 //   uncontended  a key per worker: `l key T`, then `r key token`.
@@ -12,6 +14,9 @@
 //   pipelined    K keys per connection (--keys-per-connection): first K acquires in one write,
 //                then each round writes, for every key, its release and its next acquire in one
 //                write. A round completes K ops; each op's latency is the round trip of its round.
+// Transports: tcp (the line protocol, --port) or http (the HTTP REST API, --http-port; modes
+// uncontended, shared and semaphore): acquire = POST /v1/locks/{key} (or /v1/semaphores/{key}),
+// release = POST .../release, on the worker's session; the same fence checks apply.
 // Closed loop: every worker starts its next op when the last one completes (--workers,
 // --duration or --rounds, --warmup). Open loop (--rate R): ops start at fixed intended times,
 // R per second over all workers, and latency is measured from the intended start, so a stalled
@@ -38,6 +43,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/timerfd.h>
@@ -78,12 +84,16 @@ using std::chrono::duration_cast;
 using std::chrono::nanoseconds;
 
 enum class Mode { kUncontended, kShared, kSemaphore, kPipelined };
+enum class Transport { kTcp, kHttp };
 
 struct Options {
   Mode mode = Mode::kUncontended;
   std::string mode_name = "uncontended";
   std::string host = "127.0.0.1";
   int port = 6388;
+  Transport transport = Transport::kTcp;
+  int http_port = 0;             // 0: --port
+  std::int64_t lease_ttl_s = 0;  // http: lease_ttl_s of each acquire; 0 = the server default
   int workers = 10;
   int threads = 1;
   double duration_s = 5;
@@ -108,6 +118,9 @@ void print_help() {
       "usage: turnstile-bench [options]\n"
       "  --host ADDR               server address, loopback only (127.0.0.1)\n"
       "  --port N                  server port (6388)\n"
+      "  --transport T             tcp (line protocol on --port) | http (REST API) (tcp)\n"
+      "  --http-port N             HTTP API port for --transport http (default: --port)\n"
+      "  --lease-ttl S             http: lease_ttl_s of each acquire (0 = server default)\n"
       "  --mode M                  uncontended | shared | semaphore | pipelined (uncontended)\n"
       "  --workers N               connections, one worker each (10)\n"
       "  --threads N               generator threads, each with its own epoll (1)\n"
@@ -169,6 +182,18 @@ Options parse_options(int argc, char** argv) {
       options.host = value;
     } else if (flag == "--port") {
       options.port = parse_number<int>(flag, value);
+    } else if (flag == "--transport") {
+      if (value == "tcp") {
+        options.transport = Transport::kTcp;
+      } else if (value == "http") {
+        options.transport = Transport::kHttp;
+      } else {
+        usage_error("unknown transport " + value);
+      }
+    } else if (flag == "--http-port") {
+      options.http_port = parse_number<int>(flag, value);
+    } else if (flag == "--lease-ttl") {
+      options.lease_ttl_s = parse_number<std::int64_t>(flag, value);
     } else if (flag == "--mode") {
       options.mode_name = value;
       if (value == "uncontended") {
@@ -217,6 +242,14 @@ Options parse_options(int argc, char** argv) {
     usage_error("--keys-per-connection needs --mode pipelined");
   }
   if (options.rounds == 0 && options.duration_s <= 0) usage_error("--duration must be > 0");
+  if (options.http_port < 0 || options.http_port > 65535) {
+    usage_error("--http-port must be 1..65535");
+  }
+  if (options.lease_ttl_s < 0) usage_error("--lease-ttl must be >= 0");
+  if (options.transport == Transport::kHttp) {
+    if (options.mode == Mode::kPipelined) usage_error("--transport http has no pipelined mode");
+    if (options.http_port > 0) options.port = options.http_port;
+  }
   return options;
 }
 
@@ -279,6 +312,8 @@ enum class Expect : std::uint8_t { kGrant, kRelease };
 struct Connection {
   int fd = -1;
   int index = 0;  // worker index over all threads
+  std::shared_ptr<const Protocol> protocol;
+  std::string session_id;  // http: the worker's session
   std::vector<Slot> slots;
   std::string in;
   std::string out;
@@ -302,12 +337,8 @@ struct ThreadResult {
 
 class Worker {
  public:
-  Worker(const Options& options, const Protocol& protocol, Shared& shared,
-         std::vector<Connection> connections)
-      : options_(options),
-        protocol_(protocol),
-        shared_(shared),
-        connections_(std::move(connections)) {}
+  Worker(const Options& options, Shared& shared, std::vector<Connection> connections)
+      : options_(options), shared_(shared), connections_(std::move(connections)) {}
 
   std::atomic<std::uint64_t> ops_all{0};  // every completed op, warm-up included
   ThreadResult result;
@@ -420,7 +451,7 @@ class Worker {
   void append_release(Connection& connection, std::uint32_t s) {
     Slot& slot = connection.slots[s];
     if (check_capacity()) slot.state->holders.fetch_sub(1, std::memory_order_acq_rel);
-    protocol_.append_release(connection.out, slot.key, slot.token);
+    connection.protocol->append_release(connection.out, slot.key, slot.token);
     connection.expected.emplace_back(Expect::kRelease, s);
   }
 
@@ -430,7 +461,7 @@ class Worker {
   void send_acquire(Connection& connection, std::uint32_t s) {
     Slot& slot = connection.slots[s];
     slot.fence_floor = slot.state->max_received.load(std::memory_order_acquire);
-    protocol_.append_acquire(connection.out, slot.key);
+    connection.protocol->append_acquire(connection.out, slot.key);
     connection.expected.emplace_back(Expect::kGrant, s);
   }
 
@@ -487,15 +518,16 @@ class Worker {
       const auto [expect, s] = connection.expected.front();
       const std::string_view input = std::string_view(connection.in).substr(offset);
       Reply reply;
-      const std::size_t used = expect == Expect::kGrant ? protocol_.parse_grant(input, reply)
-                                                        : protocol_.parse_release(input, reply);
+      const Protocol& protocol = *connection.protocol;
+      const std::size_t used = expect == Expect::kGrant ? protocol.parse_grant(input, reply)
+                                                        : protocol.parse_release(input, reply);
       if (used == 0) break;
       offset += used;
       connection.expected.pop_front();
       if (!reply.ok) {
         fail(connection, std::string(expect == Expect::kGrant ? "acquire" : "release") + " of " +
-                             connection.slots[s].key + " answered \"" + std::string(reply.line) +
-                             "\"");
+                             connection.slots[s].key + " answered \"" +
+                             (reply.text.empty() ? std::string(reply.line) : reply.text) + "\"");
         return;
       }
       if (expect == Expect::kGrant) on_grant(connection, s, reply);
@@ -615,7 +647,6 @@ class Worker {
   }
 
   const Options& options_;
-  const Protocol& protocol_;
   Shared& shared_;
   std::vector<Connection> connections_;
   int epoll_fd_ = -1;
@@ -641,6 +672,114 @@ int connect_to(const sockaddr_storage& address, socklen_t length) {
   return fd;
 }
 
+// One request and its whole response on a non-blocking socket, outside the load loop (HTTP
+// session create and delete); waits at most 10 s.
+struct Exchange {
+  int status = 0;
+  std::string body;
+  std::string error;  // not empty: no usable response
+};
+
+Exchange http_exchange(int fd, const std::string& request) {
+  Exchange result;
+  std::size_t sent = 0;
+  std::string in;
+  const TimePoint deadline = Clock::now() + std::chrono::seconds(10);
+  for (;;) {
+    const bool sending = sent < request.size();
+    char buffer[4096];
+    const ssize_t n = sending
+                          ? ::send(fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL)
+                          : ::recv(fd, buffer, sizeof buffer, 0);
+    if (n > 0 && !sending) in.append(buffer, static_cast<std::size_t>(n));
+    if (n > 0 && sending) {
+      sent += static_cast<std::size_t>(n);
+      continue;
+    }
+    if (n > 0) {
+      const HttpResponse response = parse_http_response(in);
+      if (response.state == HttpResponse::State::kMalformed) {
+        result.error = "malformed HTTP response: " + in.substr(0, 200);
+        return result;
+      }
+      if (response.state == HttpResponse::State::kComplete) {
+        result.status = response.status;
+        result.body = std::string(response.body);
+        if (response.size != in.size()) result.error = "bytes after the response";
+        return result;
+      }
+      continue;
+    }
+    if (n == 0) {
+      result.error = "server closed the connection";
+      return result;
+    }
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) {
+      result.error = std::string(sending ? "send: " : "recv: ") + std::strerror(errno);
+      return result;
+    }
+    const auto left = duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) {
+      result.error = "no response within 10 s";
+      return result;
+    }
+    pollfd waiting{fd, static_cast<short>(sending ? POLLOUT : POLLIN), 0};
+    ::poll(&waiting, 1, static_cast<int>(left));
+  }
+}
+
+std::string host_header(const Options& options) {
+  const bool v6 = options.host.find(':') != std::string::npos;
+  return (v6 ? "[" + options.host + "]" : options.host) + ":" + std::to_string(options.port);
+}
+
+// POST /v1/sessions on the worker's connection; returns the session id, or "" after printing why.
+std::string create_session(int fd, const Options& options) {
+  const Exchange exchange =
+      http_exchange(fd, "POST /v1/sessions HTTP/1.1\r\nHost: " + host_header(options) +
+                            "\r\nContent-Length: 0\r\n\r\n");
+  std::string error = exchange.error;
+  if (error.empty()) {
+    const nlohmann::json json = nlohmann::json::parse(exchange.body, nullptr, false);
+    if (exchange.status == 200 && json.is_object() && json.contains("session_id") &&
+        json["session_id"].is_string() && !json["session_id"].get<std::string>().empty()) {
+      return json["session_id"].get<std::string>();
+    }
+    error = "answered " + std::to_string(exchange.status) + " " + exchange.body;
+  }
+  std::fprintf(stderr, "turnstile-bench: POST /v1/sessions: %s\n", error.c_str());
+  return "";
+}
+
+// DELETE /v1/sessions/{id} for every worker's session, on one keep-alive connection of its own
+// (the workers' connections may still owe a reply). Every delete must be answered 204.
+void delete_sessions(const std::vector<std::string>& ids, const Options& options,
+                     const sockaddr_storage& address, socklen_t length, Shared& shared) {
+  if (ids.empty()) return;
+  int fd = -1;
+  for (const std::string& id : ids) {
+    if (fd < 0) fd = connect_to(address, length);
+    if (fd < 0) {
+      shared.report(shared.errors, std::string("session delete: connect: ") + std::strerror(errno));
+      return;
+    }
+    const Exchange exchange = http_exchange(fd, "DELETE /v1/sessions/" + id +
+                                                    " HTTP/1.1\r\nHost: " + host_header(options) +
+                                                    "\r\nContent-Length: 0\r\n\r\n");
+    if (!exchange.error.empty() || exchange.status != 204) {
+      shared.report(shared.errors,
+                    "DELETE /v1/sessions/" + id + ": " +
+                        (exchange.error.empty()
+                             ? "answered " + std::to_string(exchange.status) + " " + exchange.body
+                             : exchange.error));
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  if (fd >= 0) ::close(fd);
+}
+
 double to_us(std::uint64_t ns) { return static_cast<double>(ns) / 1000.0; }
 
 int run(const Options& options) {
@@ -649,18 +788,20 @@ int run(const Options& options) {
 
   // Keys are unique per run so a run never meets locks left behind by an earlier one.
   std::random_device random_device;
+  const bool http = options.transport == Transport::kHttp;
   const std::string prefix = "tb-" + std::to_string(getpid()) + "-" +
-                             std::to_string(random_device() % 1000000) + "-" + options.mode_name +
-                             "-";
+                             std::to_string(random_device() % 1000000) + "-" +
+                             (http ? "http-" : "") + options.mode_name + "-";
   const bool one_key = options.mode == Mode::kShared || options.mode == Mode::kSemaphore;
   const int keys_per_connection = options.keys_per_connection;
   const std::size_t key_count =
       one_key ? 1 : static_cast<std::size_t>(options.workers) * keys_per_connection;
   auto keys = std::make_unique<KeyState[]>(key_count);
 
-  const LineProtocol protocol(options.timeout_s,
-                              options.mode == Mode::kSemaphore ? options.limit : 0);
+  const std::int64_t limit = options.mode == Mode::kSemaphore ? options.limit : 0;
+  const auto line_protocol = std::make_shared<const LineProtocol>(options.timeout_s, limit);
   Shared shared;
+  std::vector<std::string> sessions;  // http: every worker's session, deleted at the end
   std::vector<std::vector<Connection>> per_thread(static_cast<std::size_t>(options.threads));
   for (int w = 0; w < options.workers; ++w) {
     Connection connection;
@@ -669,7 +810,21 @@ int run(const Options& options) {
     if (connection.fd < 0) {
       std::fprintf(stderr, "turnstile-bench: connect to %s:%d: %s\n", options.host.c_str(),
                    options.port, std::strerror(errno));
+      delete_sessions(sessions, options, address, address_length, shared);
       return 1;
+    }
+    if (http) {
+      connection.session_id = create_session(connection.fd, options);
+      if (connection.session_id.empty()) {
+        delete_sessions(sessions, options, address, address_length, shared);
+        return 1;
+      }
+      sessions.push_back(connection.session_id);
+      connection.protocol =
+          std::make_shared<const HttpProtocol>(host_header(options), connection.session_id,
+                                               options.timeout_s, options.lease_ttl_s, limit);
+    } else {
+      connection.protocol = line_protocol;
     }
     for (int k = 0; k < keys_per_connection; ++k) {
       Slot slot;
@@ -687,7 +842,7 @@ int run(const Options& options) {
 
   std::vector<std::unique_ptr<Worker>> workers;
   for (auto& connections : per_thread) {
-    workers.push_back(std::make_unique<Worker>(options, protocol, shared, std::move(connections)));
+    workers.push_back(std::make_unique<Worker>(options, shared, std::move(connections)));
   }
   const auto seconds = [](double s) {
     return duration_cast<nanoseconds>(std::chrono::duration<double>(s));
@@ -731,6 +886,7 @@ int run(const Options& options) {
   for (std::thread& thread : threads) thread.join();
   done.store(true);
   progress.join();
+  delete_sessions(sessions, options, address, address_length, shared);
 
   LogHistogram histogram;
   std::uint64_t measured_ops = 0;
@@ -762,6 +918,7 @@ int run(const Options& options) {
   if (options.json) {
     nlohmann::json out = {
         {"mode", options.mode_name},
+        {"transport", http ? "http" : "tcp"},
         {"host", options.host},
         {"port", options.port},
         {"workers", options.workers},
@@ -788,9 +945,9 @@ int run(const Options& options) {
     };
     std::printf("%s\n", out.dump().c_str());
   } else {
-    std::printf("turnstile-bench %s: %d workers on %d threads against %s:%d (%s loop)\n",
-                options.mode_name.c_str(), options.workers, options.threads, options.host.c_str(),
-                options.port, options.rate > 0 ? "open" : "closed");
+    std::printf("turnstile-bench %s%s: %d workers on %d threads against %s:%d (%s loop)\n",
+                http ? "http " : "", options.mode_name.c_str(), options.workers, options.threads,
+                options.host.c_str(), options.port, options.rate > 0 ? "open" : "closed");
     std::printf("  %llu ops in %.3f s: %.0f ops/s (op = acquire + release)\n",
                 static_cast<unsigned long long>(measured_ops), elapsed_s, ops_per_s);
     std::printf("  latency us: p50 %.1f  p90 %.1f  p99 %.1f  p99.9 %.1f  max %.1f\n",

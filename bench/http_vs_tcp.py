@@ -1,0 +1,249 @@
+#!/usr/bin/python3
+"""HTTP against TCP: one turnstiled, the same load over its line protocol and its HTTP API.
+
+Starts turnstiled (--threads 2 by default) with --port 0 and --http-port on a free loopback port
+(or uses --ts-addr / --http-addr / --ts-pid of a running one), then runs turnstile-bench in one
+mode (uncontended by default) at each worker count over --transport tcp and --transport http,
+interleaved (the order alternates every repetition) so that machine noise hits both alike. For
+every run it records ops/s, latency percentiles and the server's CPU time per op (utime+stime
+from /proc/<pid>/stat over every op the bench completed, warm-up included). It prints medians
+with min-max ranges and the HTTP/TCP ratios of the medians, and writes table.txt and
+results.json to --out.
+
+    cmake -S . -B build -G Ninja && ninja -C build
+    bench/http_vs_tcp.py                              # workers 10,50,100, 5 repetitions of 0.5+2 s
+    bench/http_vs_tcp.py --build-dir build-benchhttp --repeats 7 --out /tmp/http-vs-tcp
+
+Exit status: 0 when every bench run was clean (no unexpected reply, fences monotonic), else 1.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.dont_write_bytecode = True  # no __pycache__ in bench/ from importing compare.py
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from compare import cpu_seconds, rss_kib, summary  # noqa: E402
+
+TRANSPORTS = ["tcp", "http"]
+
+
+def parse_args():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--build-dir", default=os.path.join(root, "build"),
+                        help="where the binaries are (default: ./build)")
+    parser.add_argument("--bench", help="turnstile-bench (default BUILD_DIR/bench/turnstile-bench)")
+    parser.add_argument("--turnstiled", help="turnstiled (default BUILD_DIR/net/turnstiled)")
+    parser.add_argument("--ts-addr", help="HOST:PORT (TCP) of a running turnstiled (not started)")
+    parser.add_argument("--http-addr", help="HOST:PORT of its HTTP API (with --ts-addr)")
+    parser.add_argument("--ts-pid", type=int, help="its pid, for CPU and RSS")
+    parser.add_argument("--mode", default="uncontended",
+                        help="uncontended | shared | semaphore (uncontended)")
+    parser.add_argument("--workers", default="10,50,100", help="comma-separated (10,50,100)")
+    parser.add_argument("--repeats", type=int, default=5, help="repetitions (5)")
+    parser.add_argument("--duration", type=float, default=2.0, help="measured seconds per run (2)")
+    parser.add_argument("--warmup", type=float, default=0.5, help="warm-up seconds per run (0.5)")
+    parser.add_argument("--server-threads", type=int, default=2, help="turnstiled --threads (2)")
+    parser.add_argument("--bench-threads", type=int, default=2, help="turnstile-bench --threads")
+    parser.add_argument("--out", help="results folder (default bench/results/http-vs-tcp-<time>)")
+    args = parser.parse_args()
+    args.bench = args.bench or os.path.join(args.build_dir, "bench", "turnstile-bench")
+    args.turnstiled = args.turnstiled or os.path.join(args.build_dir, "net", "turnstiled")
+    args.workers = [int(w) for w in args.workers.split(",") if w]
+    if bool(args.ts_addr) != bool(args.http_addr):
+        parser.error("--ts-addr and --http-addr go together")
+    if args.out is None:
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        args.out = os.path.join(root, "bench", "results", "http-vs-tcp-" + stamp)
+    return args
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Daemon:
+    """turnstiled with both listeners, started here (and stopped here) or given by address."""
+
+    def __init__(self, args, log_dir):
+        self.process = None
+        if args.ts_addr:
+            self.host, tcp = args.ts_addr.rsplit(":", 1)
+            self.tcp_port, self.http_port = int(tcp), int(args.http_addr.rsplit(":", 1)[1])
+            self.pid = args.ts_pid
+            return
+        for _ in range(3):  # the free port may be taken before turnstiled binds it
+            self.host, self.http_port = "127.0.0.1", free_port()
+            self.log_path = os.path.join(log_dir, "turnstiled.log")
+            self.log = open(self.log_path, "w")
+            self.process = subprocess.Popen(
+                [args.turnstiled, "--host", "127.0.0.1", "--port", "0", "--http-port",
+                 str(self.http_port), "--threads", str(args.server_threads)],
+                stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            self.pid = self.process.pid
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and self.process.poll() is None:
+                with open(self.log_path) as f:
+                    text = f.read()
+                tcp = re.search(r"^(?!.*HTTP API).*listening on \S+:(\d+)", text, re.M)
+                if tcp and f"HTTP API listening on 127.0.0.1:{self.http_port}" in text:
+                    self.tcp_port = int(tcp.group(1))
+                    return
+                time.sleep(0.05)
+            self.stop()
+        with open(self.log_path) as f:
+            raise SystemExit(f"http_vs_tcp.py: turnstiled did not start:\n{f.read()}")
+
+    def stop(self):
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.log.close()
+        self.process = None
+
+
+def run_bench(args, daemon, transport, workers):
+    argv = [args.bench, "--host", daemon.host, "--port", str(daemon.tcp_port), "--transport",
+            transport, "--http-port", str(daemon.http_port), "--mode", args.mode, "--workers",
+            str(workers), "--threads", str(min(args.bench_threads, workers)), "--duration",
+            str(args.duration), "--warmup", str(args.warmup), "--json", "--no-progress"]
+    cpu_before = cpu_seconds(daemon.pid) if daemon.pid else None
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True,
+                              timeout=args.warmup + args.duration * 4 + 60)
+    except subprocess.TimeoutExpired as timeout:
+        done = subprocess.CompletedProcess(argv, 124, "", f"turnstile-bench hung: {timeout}")
+    cpu_after = cpu_seconds(daemon.pid) if daemon.pid else None
+    try:
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        result = {"ops": 0, "ops_all": 0, "ops_per_s": 0, "errors": 1, "fence_violations": 0,
+                  "latency_us": {}, "messages": [done.stderr.strip()[-500:]]}
+    result.update(exit_status=done.returncode, transport=transport, workers=workers)
+    if cpu_before is not None and result.get("ops_all"):
+        result["server_cpu_us_per_op"] = (cpu_after - cpu_before) * 1e6 / result["ops_all"]
+    return result
+
+
+def aggregate(runs, args):
+    rows = []
+    for workers in args.workers:
+        row = {"workers": workers}
+        for transport in TRANSPORTS:
+            chosen = [r for r in runs if r["transport"] == transport and r["workers"] == workers]
+            row[transport] = {
+                "ops_per_s": summary([r["ops_per_s"] for r in chosen]),
+                "p50_us": summary([r["latency_us"].get("p50") for r in chosen]),
+                "p99_us": summary([r["latency_us"].get("p99") for r in chosen]),
+                "cpu_us_per_op": summary([r.get("server_cpu_us_per_op") for r in chosen]),
+                "errors": sum(r["errors"] + r["fence_violations"] for r in chosen),
+            }
+        row["ratio"] = {}
+        for field in ("p50_us", "p99_us", "ops_per_s", "cpu_us_per_op"):
+            tcp, http = row["tcp"][field], row["http"][field]
+            if tcp and http and tcp["median"]:
+                row["ratio"][field] = http["median"] / tcp["median"]
+        rows.append(row)
+    return rows
+
+
+def format_table(rows):
+    def rng(s, fmt):
+        if s is None:
+            return "-"
+        return f"{fmt(s['median'])} ({fmt(s['min'])}–{fmt(s['max'])})"
+
+    kops = lambda v: f"{v / 1000:.1f}k"
+    us = lambda v: f"{v:.0f}"
+    cpu = lambda v: f"{v:.1f}"
+    ratio = lambda r, f: f"{r[f]:.2f}" if f in r else "-"
+    header = ["workers", "TCP p50 µs", "HTTP p50 µs", "p50 HTTP/TCP", "TCP ops/s", "HTTP ops/s",
+              "ops/s HTTP/TCP", "TCP p99 µs", "HTTP p99 µs", "TCP CPU µs/op", "HTTP CPU µs/op",
+              "errors"]
+    lines = [header]
+    for row in rows:
+        tcp, http, r = row["tcp"], row["http"], row["ratio"]
+        lines.append([
+            str(row["workers"]), rng(tcp["p50_us"], us), rng(http["p50_us"], us),
+            ratio(r, "p50_us"), rng(tcp["ops_per_s"], kops), rng(http["ops_per_s"], kops),
+            ratio(r, "ops_per_s"), rng(tcp["p99_us"], us), rng(http["p99_us"], us),
+            rng(tcp["cpu_us_per_op"], cpu), rng(http["cpu_us_per_op"], cpu),
+            str(tcp["errors"] + http["errors"]),
+        ])
+    out = []
+    for n, line in enumerate(lines):
+        out.append("| " + " | ".join(line) + " |")
+        if n == 0:
+            out.append("|" + "|".join("---:" for _ in line) + "|")
+    return "\n".join(out)
+
+
+def main():
+    args = parse_args()
+    for path in (args.bench, args.turnstiled):
+        if not os.access(path, os.X_OK):
+            raise SystemExit(f"http_vs_tcp.py: {path} is not an executable; build first or pass it")
+    os.makedirs(args.out, exist_ok=True)
+    daemon = Daemon(args, tempfile.mkdtemp(prefix="turnstile-http-vs-tcp-"))
+    runs = []
+    bad = 0
+    try:
+        total = args.repeats * len(args.workers) * len(TRANSPORTS)
+        print(f"http_vs_tcp.py: {total} runs of {args.warmup}+{args.duration} s; turnstiled pid "
+              f"{daemon.pid}, TCP :{daemon.tcp_port}, HTTP :{daemon.http_port}", file=sys.stderr)
+        for repeat in range(args.repeats):
+            order = TRANSPORTS if repeat % 2 == 0 else TRANSPORTS[::-1]
+            for workers in args.workers:
+                for transport in order:
+                    result = run_bench(args, daemon, transport, workers)
+                    result["repeat"] = repeat
+                    runs.append(result)
+                    if result["exit_status"] != 0:
+                        bad += 1
+                        print(f"http_vs_tcp.py: {transport} {workers}: exit "
+                              f"{result['exit_status']}: {result.get('messages')}",
+                              file=sys.stderr)
+            print(f"http_vs_tcp.py: repetition {repeat + 1}/{args.repeats} done", file=sys.stderr)
+        rss = rss_kib(daemon.pid) if daemon.pid else None
+    finally:
+        daemon.stop()
+
+    rows = aggregate(runs, args)
+    table = format_table(rows)
+    machine = f"{os.cpu_count()} CPUs, {os.uname().release}"
+    heading = (f"HTTP against TCP, mode {args.mode}: median (min–max) of {args.repeats} "
+               f"interleaved runs of {args.warmup}+{args.duration} s, turnstiled --threads "
+               f"{args.server_threads}, bench --threads {args.bench_threads}; {machine}\n"
+               f"op = acquire+release; CPU = server utime+stime / ops; ratios are of medians\n")
+    print(heading + table)
+    with open(os.path.join(args.out, "table.txt"), "w") as f:
+        f.write(heading + table + "\n")
+    with open(os.path.join(args.out, "results.json"), "w") as f:
+        json.dump({"settings": vars(args), "machine": machine, "rss_kib_after": rss,
+                   "rows": rows, "runs": runs}, f, indent=1)
+    print(f"http_vs_tcp.py: wrote {args.out}/table.txt and results.json", file=sys.stderr)
+    if bad:
+        print(f"http_vs_tcp.py: {bad} runs had errors or fence violations", file=sys.stderr)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
