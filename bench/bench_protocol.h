@@ -90,35 +90,40 @@ class LineProtocol final : public Protocol {
 
   // Expected: "ok <32 lowercase hex> <lease digits>".
   std::size_t parse_grant(std::string_view input, Reply& reply) const override {
-    const std::size_t end = input.find('\n');
-    if (end == std::string_view::npos) return 0;
-    std::string_view line = input.substr(0, end);
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    reply = Reply{};
-    reply.line = line;
+    const std::size_t end = start_reply(input, reply);
+    if (end == 0) return 0;
+    const std::string_view line = reply.line;
     if (line.size() < 3 + kTokenLength + 2 || line.substr(0, 3) != "ok " ||
         line[3 + kTokenLength] != ' ' || !parse_token(line.substr(3, kTokenLength), reply)) {
-      return end + 1;
+      return end;
     }
     for (char c : line.substr(4 + kTokenLength)) {
-      if (c < '0' || c > '9') return end + 1;
+      if (c < '0' || c > '9') return end;
     }
     reply.ok = true;
-    return end + 1;
+    return end;
   }
 
   std::size_t parse_release(std::string_view input, Reply& reply) const override {
+    const std::size_t end = start_reply(input, reply);
+    if (end == 0) return 0;
+    reply.ok = reply.line == "ok";
+    return end;
+  }
+
+ private:
+  // Starts `reply` from the first line of `input` (without its CR LF); the bytes the line takes
+  // with its newline, or 0 when no whole line has arrived yet.
+  static std::size_t start_reply(std::string_view input, Reply& reply) {
     const std::size_t end = input.find('\n');
     if (end == std::string_view::npos) return 0;
     std::string_view line = input.substr(0, end);
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     reply = Reply{};
     reply.line = line;
-    reply.ok = line == "ok";
     return end + 1;
   }
 
- private:
   bool semaphore_;
   std::string argument_;
 };

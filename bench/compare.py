@@ -26,17 +26,15 @@ import argparse
 import datetime
 import json
 import os
-import re
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
+
+sys.dont_write_bytecode = True  # no __pycache__ in bench/
+from benchlib import (LISTENING, LoggedProcess, cell, kops, markdown_table, ratio_cell,  # noqa: E402
+                      rss_kib, run_bench_json, summarize_runs)
 
 MODES = ["uncontended", "shared", "semaphore", "pipelined"]
 WORKERS = [1, 10, 50, 100, 200]
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-LISTENING = re.compile(r"listening on (\S+):(\d+)")
 
 
 def parse_args():
@@ -87,21 +85,6 @@ def parse_args():
     return args
 
 
-def cpu_seconds(pid):
-    """utime+stime of every thread of pid, in seconds (clock-tick resolution)."""
-    with open(f"/proc/{pid}/stat") as f:
-        rest = f.read().rsplit(")", 1)[1].split()
-    return (int(rest[11]) + int(rest[12])) / CLOCK_TICKS
-
-
-def rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return None
-
-
 class Server:
     """A server under test: started here (and stopped here), or given by address."""
 
@@ -113,37 +96,14 @@ class Server:
             self.host, port = addr.rsplit(":", 1)
             self.port = int(port)
             return
-        self.log_path = os.path.join(log_dir, name + ".log")
-        self.log = open(self.log_path, "w")
-        self.process = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL)
+        self.process = LoggedProcess(argv, os.path.join(log_dir, name + ".log"),
+                                     LISTENING.search, f"compare.py: {name}")
         self.pid = self.process.pid
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            with open(self.log_path) as f:
-                match = LISTENING.search(f.read())
-            if match:
-                self.host, self.port = match.group(1), int(match.group(2))
-                return
-            if self.process.poll() is not None:
-                break
-            time.sleep(0.05)
-        self.stop()
-        with open(self.log_path) as f:
-            raise SystemExit(f"compare.py: {name} did not start:\n{f.read()}")
+        self.host, self.port = self.process.ready.group(1), int(self.process.ready.group(2))
 
     def stop(self):
-        if self.process is None:
-            return
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.log.close()
-        self.process = None
+        if self.process is not None:
+            self.process.stop()
 
 
 def run_bench(args, server, mode, workers):
@@ -155,33 +115,9 @@ def run_bench(args, server, mode, workers):
         argv.append("--no-exclusion")  # it grants every acquire at once; see turnstile_bench.cc
     if mode == "pipelined" and args.keys_per_connection > 1:
         argv += ["--keys-per-connection", str(args.keys_per_connection)]
-    cpu_before = cpu_seconds(server.pid) if server.pid else None
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True,
-                              timeout=args.warmup + args.duration * 4 + 60)
-    except subprocess.TimeoutExpired as timeout:
-        done = subprocess.CompletedProcess(argv, 124, "", f"turnstile-bench hung: {timeout}")
-    cpu_after = cpu_seconds(server.pid) if server.pid else None
-    try:
-        result = json.loads(done.stdout.strip().splitlines()[-1])
-    except (IndexError, json.JSONDecodeError):
-        result = {"ops": 0, "ops_all": 0, "ops_per_s": 0, "errors": 1, "fence_violations": 0,
-                  "latency_us": {}, "messages": [done.stderr.strip()[-500:]]}
-    result["exit_status"] = done.returncode
+    result = run_bench_json(argv, server.pid, args.warmup + args.duration * 4 + 60)
     result["server"] = server.name
-    if cpu_before is not None and result.get("ops_all"):
-        result["server_cpu_s"] = cpu_after - cpu_before
-        result["server_cpu_us_per_op"] = (cpu_after - cpu_before) * 1e6 / result["ops_all"]
-    if server.pid:
-        result["server_rss_kib"] = rss_kib(server.pid)
     return result
-
-
-def summary(values):
-    values = [v for v in values if v is not None]
-    if not values:
-        return None
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
 def aggregate(runs, args):
@@ -190,16 +126,9 @@ def aggregate(runs, args):
         for workers in args.workers:
             row = {"mode": mode, "workers": workers}
             for name in ("ref", "ts"):
-                chosen = [r for r in runs
-                          if r["server"] == name and r["mode"] == mode and r["workers"] == workers]
-                row[name] = {
-                    "ops_per_s": summary([r["ops_per_s"] for r in chosen]),
-                    "p50_us": summary([r["latency_us"].get("p50") for r in chosen]),
-                    "p99_us": summary([r["latency_us"].get("p99") for r in chosen]),
-                    "cpu_us_per_op": summary([r.get("server_cpu_us_per_op") for r in chosen]),
-                    "rss_kib": summary([r.get("server_rss_kib") for r in chosen]),
-                    "errors": sum(r["errors"] + r["fence_violations"] for r in chosen),
-                }
+                row[name] = summarize_runs(
+                    [r for r in runs
+                     if r["server"] == name and r["mode"] == mode and r["workers"] == workers])
             row["ratio"] = {}
             for field in ("ops_per_s", "p99_us", "cpu_us_per_op"):
                 ref, ts = row["ref"][field], row["ts"][field]
@@ -210,37 +139,22 @@ def aggregate(runs, args):
 
 
 def format_table(rows, args):
-    def rng(s, fmt):
-        if s is None:
-            return "-"
-        return f"{fmt(s['median'])} ({fmt(s['min'])}-{fmt(s['max'])})"
-
-    kops = lambda v: f"{v / 1000:.1f}k"
     us = lambda v: f"{v:.0f}"
     cpu = lambda v: f"{v:.2f}"
-    ratio = lambda r, f: f"{r[f]:.2f}" if f in r else "-"
     header = ["mode", "workers", "ref ops/s", "ts ops/s", "ts/ref", "ref p99 us", "ts p99 us",
               "ts/ref", "ref cpu us/op", "ts cpu us/op", "ts RSS MiB", "errors"]
-    lines = [header]
+    lines = []
     for row in rows:
-        rss = row["ts"]["rss_kib"]
+        ref, ts, r = row["ref"], row["ts"], row["ratio"]
         lines.append([
-            row["mode"], str(row["workers"]),
-            rng(row["ref"]["ops_per_s"], kops), rng(row["ts"]["ops_per_s"], kops),
-            ratio(row["ratio"], "ops_per_s"),
-            rng(row["ref"]["p99_us"], us), rng(row["ts"]["p99_us"], us),
-            ratio(row["ratio"], "p99_us"),
-            rng(row["ref"]["cpu_us_per_op"], cpu), rng(row["ts"]["cpu_us_per_op"], cpu),
-            f"{rss['max'] / 1024:.1f}" if rss else "-",
-            str(row["ref"]["errors"] + row["ts"]["errors"]),
+            row["mode"], str(row["workers"]), cell(ref["ops_per_s"], kops),
+            cell(ts["ops_per_s"], kops), ratio_cell(r, "ops_per_s"), cell(ref["p99_us"], us),
+            cell(ts["p99_us"], us), ratio_cell(r, "p99_us"), cell(ref["cpu_us_per_op"], cpu),
+            cell(ts["cpu_us_per_op"], cpu),
+            f"{ts['rss_kib']['max'] / 1024:.1f}" if ts["rss_kib"] else "-",
+            str(ref["errors"] + ts["errors"]),
         ])
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    out = []
-    for n, line in enumerate(lines):
-        out.append("| " + " | ".join(cell.ljust(widths[i]) for i, cell in enumerate(line)) + " |")
-        if n == 0:
-            out.append("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    return "\n".join(out)
+    return markdown_table(header, lines)
 
 
 def plot(rows, args, path):

@@ -23,15 +23,13 @@ import json
 import os
 import re
 import socket
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 
-sys.dont_write_bytecode = True  # no __pycache__ in bench/ from importing compare.py
+sys.dont_write_bytecode = True  # no __pycache__ in bench/
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compare import cpu_seconds, rss_kib, summary  # noqa: E402
+from benchlib import (LoggedProcess, cell, kops, markdown_table, ratio_cell,  # noqa: E402
+                      rss_kib, run_bench_json, summarize_runs)
 
 TRANSPORTS = ["tcp", "http"]
 
@@ -86,38 +84,28 @@ class Daemon:
             return
         for _ in range(3):  # the free port may be taken before turnstiled binds it
             self.host, self.http_port = "127.0.0.1", free_port()
-            self.log_path = os.path.join(log_dir, "turnstiled.log")
-            self.log = open(self.log_path, "w")
-            self.process = subprocess.Popen(
-                [args.turnstiled, "--host", "127.0.0.1", "--port", "0", "--http-port",
-                 str(self.http_port), "--threads", str(args.server_threads)],
-                stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            try:
+                self.process = LoggedProcess(
+                    [args.turnstiled, "--host", "127.0.0.1", "--port", "0", "--http-port",
+                     str(self.http_port), "--threads", str(args.server_threads)],
+                    os.path.join(log_dir, "turnstiled.log"), self.listening,
+                    "http_vs_tcp.py: turnstiled")
+            except SystemExit:
+                continue
             self.pid = self.process.pid
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline and self.process.poll() is None:
-                with open(self.log_path) as f:
-                    text = f.read()
-                tcp = re.search(r"^(?!.*HTTP API).*listening on \S+:(\d+)", text, re.M)
-                if tcp and f"HTTP API listening on 127.0.0.1:{self.http_port}" in text:
-                    self.tcp_port = int(tcp.group(1))
-                    return
-                time.sleep(0.05)
-            self.stop()
-        with open(self.log_path) as f:
-            raise SystemExit(f"http_vs_tcp.py: turnstiled did not start:\n{f.read()}")
+            self.tcp_port = int(self.process.ready.group(1))
+            return
+        raise SystemExit("http_vs_tcp.py: turnstiled did not start (see turnstiled.log)")
+
+    def listening(self, text):
+        """The TCP port's match once both listeners are up."""
+        if f"HTTP API listening on 127.0.0.1:{self.http_port}" not in text:
+            return None
+        return re.search(r"^(?!.*HTTP API).*listening on \S+:(\d+)", text, re.M)
 
     def stop(self):
-        if self.process is None:
-            return
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.log.close()
-        self.process = None
+        if self.process is not None:
+            self.process.stop()
 
 
 def run_bench(args, daemon, transport, workers):
@@ -125,21 +113,8 @@ def run_bench(args, daemon, transport, workers):
             transport, "--http-port", str(daemon.http_port), "--mode", args.mode, "--workers",
             str(workers), "--threads", str(min(args.bench_threads, workers)), "--duration",
             str(args.duration), "--warmup", str(args.warmup), "--json", "--no-progress"]
-    cpu_before = cpu_seconds(daemon.pid) if daemon.pid else None
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True,
-                              timeout=args.warmup + args.duration * 4 + 60)
-    except subprocess.TimeoutExpired as timeout:
-        done = subprocess.CompletedProcess(argv, 124, "", f"turnstile-bench hung: {timeout}")
-    cpu_after = cpu_seconds(daemon.pid) if daemon.pid else None
-    try:
-        result = json.loads(done.stdout.strip().splitlines()[-1])
-    except (IndexError, json.JSONDecodeError):
-        result = {"ops": 0, "ops_all": 0, "ops_per_s": 0, "errors": 1, "fence_violations": 0,
-                  "latency_us": {}, "messages": [done.stderr.strip()[-500:]]}
-    result.update(exit_status=done.returncode, transport=transport, workers=workers)
-    if cpu_before is not None and result.get("ops_all"):
-        result["server_cpu_us_per_op"] = (cpu_after - cpu_before) * 1e6 / result["ops_all"]
+    result = run_bench_json(argv, daemon.pid, args.warmup + args.duration * 4 + 60)
+    result.update(transport=transport, workers=workers)
     return result
 
 
@@ -148,14 +123,8 @@ def aggregate(runs, args):
     for workers in args.workers:
         row = {"workers": workers}
         for transport in TRANSPORTS:
-            chosen = [r for r in runs if r["transport"] == transport and r["workers"] == workers]
-            row[transport] = {
-                "ops_per_s": summary([r["ops_per_s"] for r in chosen]),
-                "p50_us": summary([r["latency_us"].get("p50") for r in chosen]),
-                "p99_us": summary([r["latency_us"].get("p99") for r in chosen]),
-                "cpu_us_per_op": summary([r.get("server_cpu_us_per_op") for r in chosen]),
-                "errors": sum(r["errors"] + r["fence_violations"] for r in chosen),
-            }
+            row[transport] = summarize_runs(
+                [r for r in runs if r["transport"] == transport and r["workers"] == workers])
         row["ratio"] = {}
         for field in ("p50_us", "p99_us", "ops_per_s", "cpu_us_per_op"):
             tcp, http = row["tcp"][field], row["http"][field]
@@ -166,34 +135,22 @@ def aggregate(runs, args):
 
 
 def format_table(rows):
-    def rng(s, fmt):
-        if s is None:
-            return "-"
-        return f"{fmt(s['median'])} ({fmt(s['min'])}–{fmt(s['max'])})"
-
-    kops = lambda v: f"{v / 1000:.1f}k"
     us = lambda v: f"{v:.0f}"
     cpu = lambda v: f"{v:.1f}"
-    ratio = lambda r, f: f"{r[f]:.2f}" if f in r else "-"
     header = ["workers", "TCP p50 µs", "HTTP p50 µs", "p50 HTTP/TCP", "TCP ops/s", "HTTP ops/s",
               "ops/s HTTP/TCP", "TCP p99 µs", "HTTP p99 µs", "TCP CPU µs/op", "HTTP CPU µs/op",
               "errors"]
-    lines = [header]
+    lines = []
     for row in rows:
         tcp, http, r = row["tcp"], row["http"], row["ratio"]
         lines.append([
-            str(row["workers"]), rng(tcp["p50_us"], us), rng(http["p50_us"], us),
-            ratio(r, "p50_us"), rng(tcp["ops_per_s"], kops), rng(http["ops_per_s"], kops),
-            ratio(r, "ops_per_s"), rng(tcp["p99_us"], us), rng(http["p99_us"], us),
-            rng(tcp["cpu_us_per_op"], cpu), rng(http["cpu_us_per_op"], cpu),
+            str(row["workers"]), cell(tcp["p50_us"], us), cell(http["p50_us"], us),
+            ratio_cell(r, "p50_us"), cell(tcp["ops_per_s"], kops), cell(http["ops_per_s"], kops),
+            ratio_cell(r, "ops_per_s"), cell(tcp["p99_us"], us), cell(http["p99_us"], us),
+            cell(tcp["cpu_us_per_op"], cpu), cell(http["cpu_us_per_op"], cpu),
             str(tcp["errors"] + http["errors"]),
         ])
-    out = []
-    for n, line in enumerate(lines):
-        out.append("| " + " | ".join(line) + " |")
-        if n == 0:
-            out.append("|" + "|".join("---:" for _ in line) + "|")
-    return "\n".join(out)
+    return markdown_table(header, lines)
 
 
 def main():

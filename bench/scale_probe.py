@@ -20,40 +20,21 @@ limit and passes --max-connections 0 to the server).
 """
 import argparse
 import os
-import re
 import resource
 import socket
-import subprocess
 import sys
+import tempfile
 import time
 
-
-def rss_kib(pid):
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
+sys.dont_write_bytecode = True  # no __pycache__ in bench/
+from benchlib import LISTENING, LoggedProcess, cpu_seconds, rss_kib  # noqa: E402
 
 
-def cpu_s(pid):
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
-
-
-def start_server(binary, extra):
-    log = open("/tmp/scale_probe_turnstiled.log", "w+")
-    process = subprocess.Popen([binary, "--host", "127.0.0.1", "--port", "0"] + extra,
-                               stdout=log, stderr=subprocess.STDOUT)
-    for _ in range(200):
-        log.seek(0)
-        match = re.search(r"listening on 127\.0\.0\.1:(\d+)", log.read())
-        if match:
-            return process, int(match.group(1))
-        time.sleep(0.05)
-    process.kill()
-    sys.exit("turnstiled did not start")
+def start_server(binary, extra, log_dir):
+    server = LoggedProcess([binary, "--host", "127.0.0.1", "--port", "0"] + extra,
+                           os.path.join(log_dir, "turnstiled.log"), LISTENING.search,
+                           "scale_probe.py: turnstiled")
+    return server, int(server.ready.group(2))
 
 
 def read_lines(sock, count, buffer=b""):
@@ -81,9 +62,9 @@ def idle_connections(port, pid, n, idle_s):
         assert read_lines(s, 1)[0] == [b"ok"]
     time.sleep(0.5)
     rss_after = rss_kib(pid)
-    cpu_before = cpu_s(pid)
+    cpu_before = cpu_seconds(pid)
     time.sleep(idle_s)
-    cpu_used = cpu_s(pid) - cpu_before
+    cpu_used = cpu_seconds(pid) - cpu_before
     print(f"idle-connections {n}: RSS {rss_before} -> {rss_after} KiB, "
           f"{(rss_after - rss_before) * 1024 / n:.0f} bytes per connection; "
           f"CPU while idle {idle_s:.0f} s: {cpu_used:.3f} s ({100 * cpu_used / idle_s:.2f}%)")
@@ -174,17 +155,17 @@ def main():
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     extra = ["--threads", str(args.threads), "--max-connections", "0", "--max-locks",
              str(max(args.n * 2, 1048576))]
-    process, port = start_server(os.path.join(args.build_dir, "net", "turnstiled"), extra)
+    server, port = start_server(os.path.join(args.build_dir, "net", "turnstiled"), extra,
+                                tempfile.mkdtemp(prefix="turnstile-scale-probe-"))
     try:
         if args.what == "idle-connections":
-            idle_connections(port, process.pid, args.n, args.idle_s)
+            idle_connections(port, server.pid, args.n, args.idle_s)
         elif args.what == "idle-keys":
-            idle_keys(port, process.pid, args.n)
+            idle_keys(port, server.pid, args.n)
         else:
-            held_locks(port, process.pid, args.n, args.connections, args.lease_s)
+            held_locks(port, server.pid, args.n, args.connections, args.lease_s)
     finally:
-        process.terminate()
-        process.wait(timeout=30)
+        server.stop()
 
 
 if __name__ == "__main__":
