@@ -624,95 +624,105 @@ Result<EnqueueResult> do_enqueue(Connection::Impl* impl, const core::Request& re
 
 }  // namespace
 
-Result<Grant> Connection::lock(std::string_view key, Seconds timeout, Seconds lease) {
+namespace {
+
+// The lock and semaphore forms of each command differ only in the command and the limit (a lock
+// is a resource of limit 1), so each pair shares one of these.
+
+Result<Grant> acquire_on(Connection::Impl* impl, core::Command command, std::string_view key,
+                         Seconds timeout, std::int64_t limit, Seconds lease) {
   TS_CLIENT_CHECK(validate_key(key));
   TS_CLIENT_CHECK(validate_timeout(timeout));
+  TS_CLIENT_CHECK(validate_limit(limit));
   TS_CLIENT_CHECK(validate_lease(lease));
-  auto request = make_request(core::Command::kLock, key);
+  auto request = make_request(command, key);
   request.timeout_s = timeout.count();
+  request.limit = limit;
   request.lease_s = lease.count();
-  return do_grant(open_impl(), request);
+  return do_grant(impl, request);
+}
+
+Result<void> release_on(Connection::Impl* impl, core::Command command, std::string_view key,
+                        const core::Token& token) {
+  TS_CLIENT_CHECK(validate_key(key));
+  auto request = make_request(command, key);
+  request.token = token;
+  return do_release(impl, request);
+}
+
+Result<Seconds> renew_on(Connection::Impl* impl, core::Command command, std::string_view key,
+                         const core::Token& token, Seconds lease) {
+  TS_CLIENT_CHECK(validate_key(key));
+  TS_CLIENT_CHECK(validate_lease(lease));
+  auto request = make_request(command, key);
+  request.token = token;
+  request.lease_s = lease.count();
+  return do_renew(impl, request);
+}
+
+Result<EnqueueResult> enqueue_on(Connection::Impl* impl, core::Command command,
+                                 std::string_view key, std::int64_t limit, Seconds lease) {
+  TS_CLIENT_CHECK(validate_key(key));
+  TS_CLIENT_CHECK(validate_limit(limit));
+  TS_CLIENT_CHECK(validate_lease(lease));
+  auto request = make_request(command, key);
+  request.limit = limit;
+  request.lease_s = lease.count();
+  return do_enqueue(impl, request);
+}
+
+Result<Grant> wait_on(Connection::Impl* impl, core::Command command, std::string_view key,
+                      Seconds timeout) {
+  TS_CLIENT_CHECK(validate_key(key));
+  TS_CLIENT_CHECK(validate_timeout(timeout));
+  auto request = make_request(command, key);
+  request.timeout_s = timeout.count();
+  return do_grant(impl, request);
+}
+
+}  // namespace
+
+Result<Grant> Connection::lock(std::string_view key, Seconds timeout, Seconds lease) {
+  return acquire_on(open_impl(), core::Command::kLock, key, timeout, 1, lease);
 }
 
 Result<Grant> Connection::sem_lock(std::string_view key, Seconds timeout, std::int64_t limit,
                                    Seconds lease) {
-  TS_CLIENT_CHECK(validate_key(key));
-  TS_CLIENT_CHECK(validate_timeout(timeout));
-  TS_CLIENT_CHECK(validate_limit(limit));
-  TS_CLIENT_CHECK(validate_lease(lease));
-  auto request = make_request(core::Command::kSemLock, key);
-  request.timeout_s = timeout.count();
-  request.limit = limit;
-  request.lease_s = lease.count();
-  return do_grant(open_impl(), request);
+  return acquire_on(open_impl(), core::Command::kSemLock, key, timeout, limit, lease);
 }
 
 Result<void> Connection::release(std::string_view key, const core::Token& token) {
-  TS_CLIENT_CHECK(validate_key(key));
-  auto request = make_request(core::Command::kRelease, key);
-  request.token = token;
-  return do_release(open_impl(), request);
+  return release_on(open_impl(), core::Command::kRelease, key, token);
 }
 
 Result<void> Connection::sem_release(std::string_view key, const core::Token& token) {
-  TS_CLIENT_CHECK(validate_key(key));
-  auto request = make_request(core::Command::kSemRelease, key);
-  request.token = token;
-  return do_release(open_impl(), request);
+  return release_on(open_impl(), core::Command::kSemRelease, key, token);
 }
 
 Result<Seconds> Connection::renew(std::string_view key, const core::Token& token, Seconds lease) {
-  TS_CLIENT_CHECK(validate_key(key));
-  TS_CLIENT_CHECK(validate_lease(lease));
-  auto request = make_request(core::Command::kRenew, key);
-  request.token = token;
-  request.lease_s = lease.count();
-  return do_renew(open_impl(), request);
+  return renew_on(open_impl(), core::Command::kRenew, key, token, lease);
 }
 
 Result<Seconds> Connection::sem_renew(std::string_view key, const core::Token& token,
                                       Seconds lease) {
-  TS_CLIENT_CHECK(validate_key(key));
-  TS_CLIENT_CHECK(validate_lease(lease));
-  auto request = make_request(core::Command::kSemRenew, key);
-  request.token = token;
-  request.lease_s = lease.count();
-  return do_renew(open_impl(), request);
+  return renew_on(open_impl(), core::Command::kSemRenew, key, token, lease);
 }
 
 Result<EnqueueResult> Connection::enqueue(std::string_view key, Seconds lease) {
-  TS_CLIENT_CHECK(validate_key(key));
-  TS_CLIENT_CHECK(validate_lease(lease));
-  auto request = make_request(core::Command::kEnqueue, key);
-  request.lease_s = lease.count();
-  return do_enqueue(open_impl(), request);
+  return enqueue_on(open_impl(), core::Command::kEnqueue, key, 1, lease);
 }
 
 Result<EnqueueResult> Connection::sem_enqueue(std::string_view key, std::int64_t limit,
                                               Seconds lease) {
-  TS_CLIENT_CHECK(validate_key(key));
-  TS_CLIENT_CHECK(validate_limit(limit));
-  TS_CLIENT_CHECK(validate_lease(lease));
-  auto request = make_request(core::Command::kSemEnqueue, key);
-  request.limit = limit;
-  request.lease_s = lease.count();
-  return do_enqueue(open_impl(), request);
+  return enqueue_on(open_impl(), core::Command::kSemEnqueue, key, limit, lease);
 }
 
 Result<Grant> Connection::wait(std::string_view key, Seconds timeout) {
-  TS_CLIENT_CHECK(validate_key(key));
-  TS_CLIENT_CHECK(validate_timeout(timeout));
-  auto request = make_request(core::Command::kWait, key);
-  request.timeout_s = timeout.count();
-  return do_grant(open_impl(), request);
+  return wait_on(open_impl(), core::Command::kWait, key, timeout);
 }
 
 Result<Grant> Connection::sem_wait(std::string_view key, Seconds timeout) {
-  TS_CLIENT_CHECK(validate_key(key));
-  TS_CLIENT_CHECK(validate_timeout(timeout));
-  auto request = make_request(core::Command::kSemWait, key);
-  request.timeout_s = timeout.count();
-  return do_grant(open_impl(), request);
+  return wait_on(open_impl(), core::Command::kSemWait, key, timeout);
 }
 
 Result<void> Connection::ping() {
