@@ -102,10 +102,12 @@ struct Guard::State {
       const Clock::time_point deadline = lease_deadline;
       lock.unlock();
 
-      // Wait for the reply no longer than the lease lasts: past it the lock may be someone
-      // else's whatever the server says later.
+      // Wait for the reply until the lease ends, no longer: past it the lock may be someone
+      // else's whatever the server says later. Rounded up, so that a reply that never comes is
+      // noticed at or after the deadline and reported as the lease expiring (truncating made it
+      // end up to a millisecond early, and read as a connection failure).
       connection.set_reply_timeout(
-          std::max(Milliseconds{1}, std::chrono::duration_cast<Milliseconds>(deadline - sent_at)));
+          std::max(Milliseconds{1}, std::chrono::ceil<Milliseconds>(deadline - sent_at)));
       auto renewed = space == core::Namespace::kLock
                          ? connection.renew(key, grant.token, grant.lease)
                          : connection.sem_renew(key, grant.token, grant.lease);
