@@ -10,6 +10,11 @@ from /proc/<pid>/stat over every op the bench completed, warm-up included). It p
 with min-max ranges and the HTTP/TCP ratios of the medians, and writes table.txt and
 results.json to --out.
 
+With --http-floor it also starts turnstile-http-refserver, the do-nothing evhttp server (same
+--threads), and runs the HTTP load against it too: the latency any HTTP API built on evhttp
+would have on this machine, whatever it did per request. Its p50 against turnstiled's TCP p50 is
+the best HTTP/TCP ratio an evhttp-based API could reach here.
+
     cmake -S . -B build -G Ninja && ninja -C build
     bench/http_vs_tcp.py                              # workers 10,50,100, 5 repetitions of 0.5+2 s
     bench/http_vs_tcp.py --build-dir build-benchhttp --repeats 7 --out /tmp/http-vs-tcp
@@ -53,10 +58,17 @@ def parse_args():
     parser.add_argument("--warmup", type=float, default=0.5, help="warm-up seconds per run (0.5)")
     parser.add_argument("--server-threads", type=int, default=2, help="turnstiled --threads (2)")
     parser.add_argument("--bench-threads", type=int, default=2, help="turnstile-bench --threads")
+    parser.add_argument("--http-floor", action="store_true",
+                        help="also measure turnstile-http-refserver (the do-nothing evhttp server)")
+    parser.add_argument("--http-refserver",
+                        help="turnstile-http-refserver (default BUILD_DIR/bench/...)")
     parser.add_argument("--out", help="results folder (default bench/results/http-vs-tcp-<time>)")
     args = parser.parse_args()
     args.bench = args.bench or os.path.join(args.build_dir, "bench", "turnstile-bench")
     args.turnstiled = args.turnstiled or os.path.join(args.build_dir, "net", "turnstiled")
+    args.http_refserver = args.http_refserver or os.path.join(args.build_dir, "bench",
+                                                              "turnstile-http-refserver")
+    args.transports = TRANSPORTS + (["floor"] if args.http_floor else [])
     args.workers = [int(w) for w in args.workers.split(",") if w]
     if bool(args.ts_addr) != bool(args.http_addr):
         parser.error("--ts-addr and --http-addr go together")
@@ -108,12 +120,33 @@ class Daemon:
             self.process.stop()
 
 
-def run_bench(args, daemon, transport, workers):
-    argv = [args.bench, "--host", daemon.host, "--port", str(daemon.tcp_port), "--transport",
-            transport, "--http-port", str(daemon.http_port), "--mode", args.mode, "--workers",
-            str(workers), "--threads", str(min(args.bench_threads, workers)), "--duration",
-            str(args.duration), "--warmup", str(args.warmup), "--json", "--no-progress"]
-    result = run_bench_json(argv, daemon.pid, args.warmup + args.duration * 4 + 60)
+class HttpFloor:
+    """turnstile-http-refserver on an ephemeral loopback port (stopped here)."""
+
+    def __init__(self, args, log_dir):
+        self.process = LoggedProcess(
+            [args.http_refserver, "--host", "127.0.0.1", "--port", "0", "--threads",
+             str(args.server_threads)],
+            os.path.join(log_dir, "http-refserver.log"),
+            lambda text: re.search(r"listening on \S+:(\d+)", text),
+            "http_vs_tcp.py: turnstile-http-refserver")
+        self.pid = self.process.pid
+        self.port = int(self.process.ready.group(1))
+
+    def stop(self):
+        self.process.stop()
+
+
+def run_bench(args, daemon, floor, transport, workers):
+    host, port, pid = daemon.host, daemon.http_port, daemon.pid
+    if transport == "floor":
+        host, port, pid = "127.0.0.1", floor.port, floor.pid
+    argv = [args.bench, "--host", host, "--port", str(daemon.tcp_port), "--transport",
+            "tcp" if transport == "tcp" else "http", "--http-port", str(port), "--mode",
+            args.mode, "--workers", str(workers), "--threads",
+            str(min(args.bench_threads, workers)), "--duration", str(args.duration), "--warmup",
+            str(args.warmup), "--json", "--no-progress"]
+    result = run_bench_json(argv, pid, args.warmup + args.duration * 4 + 60)
     result.update(transport=transport, workers=workers)
     return result
 
@@ -122,7 +155,7 @@ def aggregate(runs, args):
     rows = []
     for workers in args.workers:
         row = {"workers": workers}
-        for transport in TRANSPORTS:
+        for transport in args.transports:
             row[transport] = summarize_runs(
                 [r for r in runs if r["transport"] == transport and r["workers"] == workers])
         row["ratio"] = {}
@@ -130,16 +163,21 @@ def aggregate(runs, args):
             tcp, http = row["tcp"][field], row["http"][field]
             if tcp and http and tcp["median"]:
                 row["ratio"][field] = http["median"] / tcp["median"]
+            if "floor" in row and row["floor"][field] and tcp and tcp["median"]:
+                row["ratio"]["floor_" + field] = row["floor"][field]["median"] / tcp["median"]
         rows.append(row)
     return rows
 
 
-def format_table(rows):
+def format_table(rows, args):
     us = lambda v: f"{v:.0f}"
     cpu = lambda v: f"{v:.1f}"
     header = ["workers", "TCP p50 µs", "HTTP p50 µs", "p50 HTTP/TCP", "TCP ops/s", "HTTP ops/s",
               "ops/s HTTP/TCP", "TCP p99 µs", "HTTP p99 µs", "TCP CPU µs/op", "HTTP CPU µs/op",
               "errors"]
+    if "floor" in args.transports:
+        header[-1:-1] = ["evhttp floor p50 µs", "p50 floor/TCP", "floor ops/s",
+                         "floor CPU µs/op"]
     lines = []
     for row in rows:
         tcp, http, r = row["tcp"], row["http"], row["ratio"]
@@ -148,29 +186,37 @@ def format_table(rows):
             ratio_cell(r, "p50_us"), cell(tcp["ops_per_s"], kops), cell(http["ops_per_s"], kops),
             ratio_cell(r, "ops_per_s"), cell(tcp["p99_us"], us), cell(http["p99_us"], us),
             cell(tcp["cpu_us_per_op"], cpu), cell(http["cpu_us_per_op"], cpu),
-            str(tcp["errors"] + http["errors"]),
         ])
+        if "floor" in row:
+            floor = row["floor"]
+            lines[-1] += [cell(floor["p50_us"], us), ratio_cell(r, "floor_p50_us"),
+                          cell(floor["ops_per_s"], kops), cell(floor["cpu_us_per_op"], cpu)]
+        lines[-1].append(str(sum(row[t]["errors"] for t in args.transports)))
     return markdown_table(header, lines)
 
 
 def main():
     args = parse_args()
-    for path in (args.bench, args.turnstiled):
+    for path in (args.bench, args.turnstiled) + ((args.http_refserver,) if args.http_floor else ()):
         if not os.access(path, os.X_OK):
             raise SystemExit(f"http_vs_tcp.py: {path} is not an executable; build first or pass it")
     os.makedirs(args.out, exist_ok=True)
-    daemon = Daemon(args, tempfile.mkdtemp(prefix="turnstile-http-vs-tcp-"))
+    log_dir = tempfile.mkdtemp(prefix="turnstile-http-vs-tcp-")
+    daemon = Daemon(args, log_dir)
+    floor = None
     runs = []
     bad = 0
     try:
-        total = args.repeats * len(args.workers) * len(TRANSPORTS)
+        if args.http_floor:
+            floor = HttpFloor(args, log_dir)
+        total = args.repeats * len(args.workers) * len(args.transports)
         print(f"http_vs_tcp.py: {total} runs of {args.warmup}+{args.duration} s; turnstiled pid "
               f"{daemon.pid}, TCP :{daemon.tcp_port}, HTTP :{daemon.http_port}", file=sys.stderr)
         for repeat in range(args.repeats):
-            order = TRANSPORTS if repeat % 2 == 0 else TRANSPORTS[::-1]
+            order = args.transports if repeat % 2 == 0 else args.transports[::-1]
             for workers in args.workers:
                 for transport in order:
-                    result = run_bench(args, daemon, transport, workers)
+                    result = run_bench(args, daemon, floor, transport, workers)
                     result["repeat"] = repeat
                     runs.append(result)
                     if result["exit_status"] != 0:
@@ -182,9 +228,11 @@ def main():
         rss = rss_kib(daemon.pid) if daemon.pid else None
     finally:
         daemon.stop()
+        if floor is not None:
+            floor.stop()
 
     rows = aggregate(runs, args)
-    table = format_table(rows)
+    table = format_table(rows, args)
     machine = f"{os.cpu_count()} CPUs, {os.uname().release}"
     heading = (f"HTTP against TCP, mode {args.mode}: median (min–max) of {args.repeats} "
                f"interleaved runs of {args.warmup}+{args.duration} s, turnstiled --threads "

@@ -15,7 +15,6 @@
 // Threads: --threads event loops, each with its own epoll set; they share the listening socket
 // (EPOLLEXCLUSIVE) and a connection stays on the thread that accepted it. Loopback only. Prints
 // "listening on ADDR:PORT" on stdout once it accepts (use --port 0 for an ephemeral port).
-#include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -25,7 +24,6 @@
 
 #include <atomic>
 #include <cerrno>
-#include <charconv>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
@@ -35,6 +33,8 @@
 #include <string_view>
 #include <thread>
 #include <vector>
+
+#include "bench/reference_server_args.h"
 
 namespace turnstile::bench {
 namespace {
@@ -211,77 +211,13 @@ class Loop {
   std::string out_;
 };
 
-[[noreturn]] void usage_error(const std::string& message) {
-  std::fprintf(stderr,
-               "turnstile-refserver: %s\nusage: turnstile-refserver [--host 127.0.0.1] "
-               "[--port 6389] [--threads 1]\n",
-               message.c_str());
-  std::exit(2);
-}
-
-int parse_int(const std::string& text) {
-  int value = 0;
-  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || ptr != text.data() + text.size()) usage_error("bad number " + text);
-  return value;
-}
-
 int run(int argc, char** argv) {
-  std::string host = "127.0.0.1";
-  int port = 6389;
-  int threads = 1;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (i + 1 >= argc) usage_error("missing value for " + flag);
-    const std::string value = argv[++i];
-    if (flag == "--host") {
-      host = value == "localhost" ? "127.0.0.1" : value;
-    } else if (flag == "--port") {
-      port = parse_int(value);
-    } else if (flag == "--threads") {
-      threads = parse_int(value);
-    } else {
-      usage_error("unknown option " + flag);
-    }
-  }
-  if (port < 0 || port > 65535) usage_error("--port must be 0..65535");
-  if (threads < 1 || threads > 256) usage_error("--threads must be 1..256");
-
-  sockaddr_storage address{};
-  socklen_t length = 0;
-  auto* v4 = reinterpret_cast<sockaddr_in*>(&address);
-  auto* v6 = reinterpret_cast<sockaddr_in6*>(&address);
-  if (inet_pton(AF_INET, host.c_str(), &v4->sin_addr) == 1 &&
-      (ntohl(v4->sin_addr.s_addr) >> 24) == 127) {
-    v4->sin_family = AF_INET;
-    v4->sin_port = htons(static_cast<std::uint16_t>(port));
-    length = sizeof(sockaddr_in);
-  } else if (inet_pton(AF_INET6, host.c_str(), &v6->sin6_addr) == 1 &&
-             IN6_IS_ADDR_LOOPBACK(&v6->sin6_addr)) {
-    v6->sin6_family = AF_INET6;
-    v6->sin6_port = htons(static_cast<std::uint16_t>(port));
-    length = sizeof(sockaddr_in6);
-  } else {
-    usage_error("--host must be a loopback address: " + host);
-  }
-
-  const int listen_fd = ::socket(address.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  const int one = 1;
-  setsockopt(listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (listen_fd < 0 || ::bind(listen_fd, reinterpret_cast<sockaddr*>(&address), length) != 0 ||
-      ::listen(listen_fd, 4096) != 0) {
-    std::fprintf(stderr, "turnstile-refserver: cannot listen on %s:%d: %s\n", host.c_str(), port,
-                 std::strerror(errno));
-    return 1;
-  }
-  socklen_t bound_length = sizeof address;
-  getsockname(listen_fd, reinterpret_cast<sockaddr*>(&address), &bound_length);
-  const int bound_port = ntohs(address.ss_family == AF_INET ? v4->sin_port : v6->sin6_port);
-  std::printf("listening on %s:%d (%d threads)\n", host.c_str(), bound_port, threads);
-  std::fflush(stdout);
+  const ReferenceServerArgs args =
+      parse_reference_server_args(argc, argv, "turnstile-refserver", 6389);
+  const int listen_fd = listen_for_reference(args, "turnstile-refserver");
 
   std::vector<std::thread> loops;
-  for (int t = 1; t < threads; ++t) loops.emplace_back([listen_fd] { Loop(listen_fd).run(); });
+  for (int t = 1; t < args.threads; ++t) loops.emplace_back([listen_fd] { Loop(listen_fd).run(); });
   Loop(listen_fd).run();
   return 0;
 }

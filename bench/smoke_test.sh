@@ -3,12 +3,14 @@
 # turnstile-refserver on ephemeral loopback ports, runs every mode briefly against each, closed
 # and open loop, and fails unless every run exits 0 (no unexpected reply, fences monotonic).
 # Then the HTTP transport against a turnstiled with --http-port on a free loopback port: the
-# lock and semaphore modes must exit 0 and leave no HTTP session behind.
-# Usage: bench/smoke_test.sh TURNSTILED TURNSTILE_REFSERVER TURNSTILE_BENCH
+# lock and semaphore modes must exit 0 and leave no HTTP session behind; and the HTTP load
+# against turnstile-http-refserver, the do-nothing evhttp server.
+# Usage: bench/smoke_test.sh TURNSTILED TURNSTILE_REFSERVER TURNSTILE_BENCH TURNSTILE_HTTP_REFSERVER
 set -euo pipefail
 turnstiled=$1
 refserver=$2
 bench=$3
+http_refserver=$4
 
 work=$(mktemp -d)
 pids=()
@@ -156,5 +158,19 @@ if "$bench" --host 127.0.0.1 --transport http --http-port "$http_port" --mode sh
   failed=1
 else
   echo "ok http: unexpected replies are reported ($(grep -c '!' "$work/negative-http.out") shown)"
+fi
+
+# The do-nothing evhttp server answers the same HTTP load (fences from its counter).
+"$http_refserver" --host 127.0.0.1 --port 0 --threads 2 >"$work/http-refserver.log" 2>&1 &
+pids+=($!)
+http_ref_port=$(port_from "$work/http-refserver.log")
+if ! out=$("$bench" --host 127.0.0.1 --transport http --http-port "$http_ref_port" --threads 2 \
+  --warmup 0.1 --no-progress --mode uncontended --workers 20 --duration 0.4 2>&1); then
+  echo "FAILED over HTTP against turnstile-http-refserver" >&2
+  echo "$out" >&2
+  failed=1
+else
+  echo "ok http-refserver: --mode uncontended --workers 20"
+  echo "$out" | sed -n 2,3p
 fi
 exit "$failed"

@@ -1,0 +1,111 @@
+// The command line of the two do-nothing reference servers (turnstile-refserver,
+// turnstile-http-refserver): --host (loopback only), --port, --threads, and their listening
+// socket.
+//
+// Thread affinity: call from main before any thread starts.
+#pragma once
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace turnstile::bench {
+
+struct ReferenceServerArgs {
+  std::string host = "127.0.0.1";
+  int port = 0;
+  int threads = 1;
+  sockaddr_storage address{};  // host:port
+  socklen_t address_length = 0;
+};
+
+[[noreturn]] inline void reference_usage_error(const char* name, int default_port,
+                                               const std::string& message) {
+  std::fprintf(stderr, "%s: %s\nusage: %s [--host 127.0.0.1] [--port %d] [--threads 1]\n", name,
+               message.c_str(), name, default_port);
+  std::exit(2);
+}
+
+// Parses argv; on a bad argument prints the usage of `name` and exits with status 2.
+inline ReferenceServerArgs parse_reference_server_args(int argc, char** argv, const char* name,
+                                                       int default_port) {
+  ReferenceServerArgs args;
+  args.port = default_port;
+  const auto number = [&](const std::string& text) {
+    int value = 0;
+    auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (ec != std::errc() || ptr != text.data() + text.size()) {
+      reference_usage_error(name, default_port, "bad number " + text);
+    }
+    return value;
+  };
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (i + 1 >= argc) reference_usage_error(name, default_port, "missing value for " + flag);
+    const std::string value = argv[++i];
+    if (flag == "--host") {
+      args.host = value == "localhost" ? "127.0.0.1" : value;
+    } else if (flag == "--port") {
+      args.port = number(value);
+    } else if (flag == "--threads") {
+      args.threads = number(value);
+    } else {
+      reference_usage_error(name, default_port, "unknown option " + flag);
+    }
+  }
+  if (args.port < 0 || args.port > 65535) {
+    reference_usage_error(name, default_port, "--port must be 0..65535");
+  }
+  if (args.threads < 1 || args.threads > 256) {
+    reference_usage_error(name, default_port, "--threads must be 1..256");
+  }
+  auto* v4 = reinterpret_cast<sockaddr_in*>(&args.address);
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(&args.address);
+  if (inet_pton(AF_INET, args.host.c_str(), &v4->sin_addr) == 1 &&
+      (ntohl(v4->sin_addr.s_addr) >> 24) == 127) {
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(static_cast<std::uint16_t>(args.port));
+    args.address_length = sizeof(sockaddr_in);
+  } else if (inet_pton(AF_INET6, args.host.c_str(), &v6->sin6_addr) == 1 &&
+             IN6_IS_ADDR_LOOPBACK(&v6->sin6_addr)) {
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(static_cast<std::uint16_t>(args.port));
+    args.address_length = sizeof(sockaddr_in6);
+  } else {
+    reference_usage_error(name, default_port, "--host must be a loopback address: " + args.host);
+  }
+  return args;
+}
+
+// Binds and listens on args.address, then prints "listening on HOST:PORT (N threads)" on stdout
+// (the ephemeral port for --port 0): the listening socket. On failure prints why and exits 1.
+inline int listen_for_reference(const ReferenceServerArgs& args, const char* name) {
+  const int fd = ::socket(args.address.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  const int one = 1;
+  if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+      ::bind(fd, reinterpret_cast<const sockaddr*>(&args.address), args.address_length) != 0 ||
+      ::listen(fd, 4096) != 0) {
+    std::fprintf(stderr, "%s: cannot listen on %s:%d: %s\n", name, args.host.c_str(), args.port,
+                 std::strerror(errno));
+    std::exit(1);
+  }
+  sockaddr_storage bound{};
+  socklen_t length = sizeof bound;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length);
+  const int port =
+      ntohs(bound.ss_family == AF_INET ? reinterpret_cast<sockaddr_in*>(&bound)->sin_port
+                                       : reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port);
+  std::printf("listening on %s:%d (%d threads)\n", args.host.c_str(), port, args.threads);
+  std::fflush(stdout);
+  return fd;
+}
+
+}  // namespace turnstile::bench
