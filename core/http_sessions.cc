@@ -37,21 +37,36 @@ struct HttpSessions::Session {
   std::deque<Request> give_backs;  // run before anything else in the queue
 };
 
-HttpSessions::HttpSessions(const HttpSessionsConfig& config) : config_(config) {}
+HttpCreate SessionCaps::take(const std::string& ip) {
+  if (sessions_max_ > 0 && live_ >= sessions_max_) return HttpCreate::kMaxSessions;
+  std::int64_t& per_ip = per_ip_[ip];
+  if (sessions_per_ip_max_ > 0 && per_ip >= sessions_per_ip_max_) {
+    if (per_ip == 0) per_ip_.erase(ip);
+    return HttpCreate::kMaxSessionsPerIp;
+  }
+  ++per_ip;
+  ++live_;
+  return HttpCreate::kOk;
+}
+
+void SessionCaps::give_back(const std::string& ip) {
+  auto it = per_ip_.find(ip);
+  TS_ASSERT(it != per_ip_.end() && live_ > 0);
+  --live_;
+  if (--it->second <= 0) per_ip_.erase(it);
+}
+
+HttpSessions::HttpSessions(const HttpSessionsConfig& config, HttpSessionQuota* shared_quota)
+    : config_(config),
+      own_caps_(config.sessions_max, config.sessions_per_ip_max),
+      quota_(shared_quota != nullptr ? shared_quota : &own_caps_) {}
 HttpSessions::~HttpSessions() = default;
 
 HttpCreate HttpSessions::create(Instant now, SessionId id, const std::string& handle,
                                 const std::string& ip) {
   TS_ASSERT(id.value != 0);
-  if (config_.sessions_max > 0 && static_cast<std::int64_t>(live_) >= config_.sessions_max) {
-    return HttpCreate::kMaxSessions;
-  }
-  std::int64_t& per_ip = per_ip_[ip];
-  if (config_.sessions_per_ip_max > 0 && per_ip >= config_.sessions_per_ip_max) {
-    if (per_ip == 0) per_ip_.erase(ip);
-    return HttpCreate::kMaxSessionsPerIp;
-  }
-  ++per_ip;
+  const HttpCreate taken = quota_->take(ip);
+  if (taken != HttpCreate::kOk) return taken;
   auto session = std::make_unique<Session>();
   session->id = id;
   session->handle = handle;
@@ -113,9 +128,7 @@ void HttpSessions::close(Session& session) {
   TS_ASSERT(!session.closed);
   session.closed = true;
   --live_;
-  auto ip = per_ip_.find(session.ip);
-  TS_ASSERT(ip != per_ip_.end());
-  if (--ip->second <= 0) per_ip_.erase(ip);
+  quota_->give_back(session.ip);
   // The long poll (or any request) in flight wakes at once; its engine outcome, when it comes,
   // goes nowhere (a grant is given back).
   if (session.in_flight && !session.in_flight_abandoned) {

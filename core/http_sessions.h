@@ -23,7 +23,9 @@
 //    cancel). A reply that reaches an abandoned or closed request is never answered; a grant is
 //    given back (released) so it goes to the next waiter, and a `queued` enqueue is followed by
 //    a wait with timeout 0 whose grant, if any, is given back too (reference 3.6).
-//  * Caps: sessions_max and sessions_per_ip_max (0 = unlimited) are checked on create.
+//  * Caps: sessions_max and sessions_per_ip_max (0 = unlimited) are checked on create, by the
+//    HttpSessions' own SessionCaps or by an HttpSessionQuota it shares with the HttpSessions of
+//    other threads (a driver with one HttpSessions per thread: the caps are for the process).
 //
 // Thread affinity: one thread owns an HttpSessions; it has no internal locking.
 #pragma once
@@ -55,6 +57,34 @@ using HttpTicket = std::uint64_t;
 
 enum class HttpCreate : std::uint8_t { kOk, kMaxSessions, kMaxSessionsPerIp };
 
+// Counts live sessions against the caps (0 = unlimited). Every decision about the caps is here;
+// a driver that shares one quota between threads only adds a lock around it.
+class HttpSessionQuota {
+ public:
+  // Takes a place for a new session of a client at `ip`, or names the cap that refuses it.
+  virtual HttpCreate take(const std::string& ip) = 0;
+  // A session of `ip` closed.
+  virtual void give_back(const std::string& ip) = 0;
+
+ protected:
+  ~HttpSessionQuota() = default;
+};
+
+class SessionCaps final : public HttpSessionQuota {
+ public:
+  SessionCaps(std::int64_t sessions_max, std::int64_t sessions_per_ip_max)
+      : sessions_max_(sessions_max), sessions_per_ip_max_(sessions_per_ip_max) {}
+  HttpCreate take(const std::string& ip) override;
+  void give_back(const std::string& ip) override;
+  std::int64_t live() const { return live_; }
+
+ private:
+  std::int64_t sessions_max_;
+  std::int64_t sessions_per_ip_max_;
+  std::int64_t live_ = 0;
+  std::unordered_map<std::string, std::int64_t> per_ip_;
+};
+
 // What the driver writes back for a ticket: the engine's reply, or 410 session_gone.
 struct HttpAnswer {
   HttpTicket ticket = 0;
@@ -71,7 +101,9 @@ struct HttpRoute {
 
 class HttpSessions {
  public:
-  explicit HttpSessions(const HttpSessionsConfig& config);
+  // The caps of `config` are counted by `shared_quota` when given (it must outlive this), else
+  // by a SessionCaps of this HttpSessions alone.
+  explicit HttpSessions(const HttpSessionsConfig& config, HttpSessionQuota* shared_quota = nullptr);
   ~HttpSessions();
   HttpSessions(const HttpSessions&) = delete;
   HttpSessions& operator=(const HttpSessions&) = delete;
@@ -125,8 +157,9 @@ class HttpSessions {
   std::unordered_map<std::string, std::unique_ptr<Session>> by_handle_;
   std::unordered_map<std::uint64_t, Session*> by_id_;
   std::unordered_map<HttpTicket, Session*> by_ticket_;
-  std::unordered_map<std::string, std::int64_t> per_ip_;
-  std::size_t live_ = 0;
+  SessionCaps own_caps_;
+  HttpSessionQuota* quota_;  // &own_caps_ or the shared quota
+  std::size_t live_ = 0;     // this HttpSessions' live sessions
   std::vector<HttpAnswer> answers_;
   std::vector<HttpRoute> routes_;
   std::vector<SessionId> closed_;

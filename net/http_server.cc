@@ -33,6 +33,7 @@ using Json = nlohmann::ordered_json;
 #include "net/openapi_json.inc"  // kOpenApiJson: docs/openapi.json, embedded at configure time
 
 constexpr std::size_t kBodyMax = 1024 * 1024;  // reference 3.1
+constexpr const char* kJsonType = "application/json";
 // Bodies up to this are read (and answered 400 when over kBodyMax, as dflockd); beyond it
 // libevent refuses the request itself (413) before reading it.
 constexpr std::size_t kBodyReadMax = 2 * kBodyMax;
@@ -56,7 +57,7 @@ bool is_session_handle(std::string_view text) {
                      [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
-std::string method_name(evhttp_cmd_type type) {
+std::string_view method_name(evhttp_cmd_type type) {
   switch (type) {
     case EVHTTP_REQ_GET:
       return "GET";
@@ -77,34 +78,43 @@ std::string method_name(evhttp_cmd_type type) {
   }
 }
 
-std::vector<std::string> split_path(std::string_view path) {
-  std::vector<std::string> segments;
-  if (path.empty() || path.front() != '/') return segments;
-  path.remove_prefix(1);
-  while (true) {
-    const std::size_t slash = path.find('/');
-    segments.emplace_back(path.substr(0, slash));
-    if (slash == std::string_view::npos) break;
-    path.remove_prefix(slash + 1);
-  }
-  return segments;
+// Takes the next '/'-separated segment off the front of `path` (which starts after a '/').
+std::string_view next_segment(std::string_view& path) {
+  const std::size_t slash = path.find('/');
+  const std::string_view segment = path.substr(0, slash);
+  path.remove_prefix(slash == std::string_view::npos ? path.size() : slash + 1);
+  return segment;
 }
 
-// Matches `segments` against a route pattern; parameters (decoded) go to `params`.
-bool match(std::string_view pattern, const std::vector<std::string>& segments,
-           std::vector<std::string>& params) {
-  const std::vector<std::string> parts = split_path(pattern);
-  if (parts.size() != segments.size()) return false;
+// Matches `path` against a route pattern, segment by segment, without allocating unless there
+// are parameters; the parameters (percent-decoded) go to `params`.
+bool match(std::string_view pattern, std::string_view path, std::vector<std::string>& params) {
+  if (path.empty() || path.front() != '/' || pattern.empty()) return false;
+  pattern.remove_prefix(1);  // every pattern starts with '/'
+  path.remove_prefix(1);
   std::vector<std::string> found;
-  for (std::size_t i = 0; i < parts.size(); ++i) {
-    if (parts[i].starts_with("{")) {
-      std::size_t length = 0;
-      char* decoded = evhttp_uridecode(segments[i].c_str(), 0, &length);
-      if (decoded == nullptr) return false;
-      found.emplace_back(decoded, length);
-      std::free(decoded);
-    } else if (parts[i] != segments[i]) {
+  while (true) {
+    const bool pattern_last = pattern.find('/') == std::string_view::npos;
+    const bool path_last = path.find('/') == std::string_view::npos;
+    const std::string_view part = next_segment(pattern);
+    const std::string_view segment = next_segment(path);
+    if (part.starts_with("{")) {
+      if (segment.find('%') == std::string_view::npos) {
+        found.emplace_back(segment);
+      } else {
+        const std::string raw(segment);
+        std::size_t length = 0;
+        char* decoded = evhttp_uridecode(raw.c_str(), 0, &length);
+        if (decoded == nullptr) return false;
+        found.emplace_back(decoded, length);
+        std::free(decoded);
+      }
+    } else if (part != segment) {
       return false;
+    }
+    if (pattern_last || path_last) {
+      if (pattern_last != path_last) return false;
+      break;
     }
   }
   params = std::move(found);
@@ -160,9 +170,9 @@ std::optional<BadRequest> read_int(const Json& body, const char* field, std::int
 }
 
 // Parses and validates the body of a lock or semaphore route into the engine request.
-std::optional<BadRequest> parse_body(HttpRoute route, const std::string& body,
+std::optional<BadRequest> parse_body(HttpRoute route, std::string_view body,
                                      core::Request& request) {
-  std::vector<const char*> allowed;
+  std::array<std::string_view, 3> allowed{};  // the fields this route takes; unused slots empty
   bool body_optional = false;
   switch (route) {
     case HttpRoute::kLockAcquire:
@@ -209,14 +219,17 @@ std::optional<BadRequest> parse_body(HttpRoute route, const std::string& body,
     if (!body_optional) return BadRequest{"request body must be a JSON object"};
   } else {
     try {
-      json = Json::parse(body);  // strict: a second value after the first is an error
+      json = Json::parse(body.begin(),
+                         body.end());  // strict: a second value after the first is an error
     } catch (const Json::exception& e) {
       return BadRequest{e.what()};
     }
     if (!json.is_object()) return BadRequest{"request body must be a JSON object"};
   }
-  for (const auto& [name, value] : json.items()) {
-    if (std::none_of(allowed.begin(), allowed.end(), [&](const char* a) { return name == a; })) {
+  for (const auto& field : json.items()) {
+    const std::string& name = field.key();
+    if (std::none_of(allowed.begin(), allowed.end(),
+                     [&](std::string_view a) { return !a.empty() && name == a; })) {
       return BadRequest{"unknown field \"" + name + "\""};
     }
   }
@@ -323,7 +336,7 @@ std::string address_text(const sockaddr_storage& address) {
   return std::string(text) + ":" + std::to_string(port);
 }
 
-std::string prometheus_escape(const std::string& value) {
+std::string prometheus_escape(std::string_view value) {
   std::string out;
   for (char c : value) {
     if (c == '\\' || c == '"') out += '\\';
@@ -339,12 +352,13 @@ std::string prometheus_escape(const std::string& value) {
 }  // namespace
 
 struct HttpServer::Pending {
-  enum class Kind { kSession, kStats, kMetrics, kAuthDelay };
+  enum class Kind { kSession, kForwarded, kStats, kMetrics, kAuthDelay };
   Kind kind = Kind::kSession;
+  std::size_t home = 0;  // kForwarded: the shard the request went to
   evhttp_request* request = nullptr;
   evhttp_connection* connection = nullptr;
-  std::string method;
-  std::string route;
+  std::string_view method;  // static strings, as for reply()
+  std::string_view route;
   core::Instant started;
   event* timer = nullptr;  // kAuthDelay
   std::unique_ptr<std::pair<HttpServer*, std::uint64_t>> timer_arg;
@@ -353,20 +367,91 @@ struct HttpServer::Pending {
   core::StatsSnapshot snapshot;
 };
 
-HttpServer::HttpServer(Shard& host, SharedState& shared)
+// ---- HttpShared ------------------------------------------------------------------------------
+
+HttpShared::HttpShared(const Config& config)
+    : config_(config),
+      quota_(config.http_max_sessions, config.http_max_sessions_per_ip),
+      limiter_(config.http_rate_limit_per_ip, config.http_rate_limit_burst) {}
+
+core::HttpCreate HttpShared::Quota::take(const std::string& ip) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return caps_.take(ip);
+}
+
+void HttpShared::Quota::give_back(const std::string& ip) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  caps_.give_back(ip);
+}
+
+bool HttpShared::rate_allow(core::Instant now, const std::string& ip) {
+  std::lock_guard<std::mutex> lock(limiter_mutex_);
+  return limiter_.allow(now, ip);
+}
+
+void HttpShared::rate_sweep(core::Instant now) {
+  std::lock_guard<std::mutex> lock(limiter_mutex_);
+  limiter_.sweep(now);
+}
+
+bool HttpShared::admit_connection(const std::string& ip) {
+  std::lock_guard<std::mutex> lock(connections_mutex_);
+  std::int64_t& count = connections_per_ip_[ip];
+  if (config_.http_max_connections_per_ip > 0 && count >= config_.http_max_connections_per_ip) {
+    if (count == 0) connections_per_ip_.erase(ip);
+    return false;
+  }
+  ++count;
+  return true;
+}
+
+void HttpShared::release_connection(const std::string& ip) {
+  std::lock_guard<std::mutex> lock(connections_mutex_);
+  auto count = connections_per_ip_.find(ip);
+  if (count != connections_per_ip_.end() && --count->second <= 0) connections_per_ip_.erase(count);
+}
+
+void HttpShared::record(std::string_view method, std::string_view route, int code, double seconds) {
+  std::lock_guard<std::mutex> lock(metrics_mutex_);
+  RequestCounter& counter = requests_[std::make_tuple(method, route, code)];
+  ++counter.count;
+  counter.seconds_sum += seconds;
+  Histogram& histogram = latency_[route];
+  for (std::size_t i = 0; i < kLatencyBuckets.size(); ++i) {
+    if (seconds <= kLatencyBuckets[i]) ++histogram.buckets[i];
+  }
+  ++histogram.count;
+  histogram.sum += seconds;
+}
+
+void HttpShared::read_metrics(
+    std::map<std::tuple<std::string_view, std::string_view, int>, RequestCounter>& requests,
+    std::map<std::string_view, Histogram>& latency) {
+  std::lock_guard<std::mutex> lock(metrics_mutex_);
+  requests = requests_;
+  latency = latency_;
+}
+
+// ---- HttpServer --------------------------------------------------------------------------------
+
+HttpServer::HttpServer(Shard& host, SharedState& shared, HttpShared& http_shared)
     : host_(host),
       shared_(shared),
+      http_shared_(http_shared),
       config_(shared.config),
-      sessions_([&] {
-        core::HttpSessionsConfig config;
-        config.idle_timeout = core::Duration::seconds(shared.config.http_session_idle_timeout_s);
-        config.sessions_max = shared.config.http_max_sessions;
-        config.sessions_per_ip_max = shared.config.http_max_sessions_per_ip;
-        return config;
-      }()),
-      limiter_(shared.config.http_rate_limit_per_ip, shared.config.http_rate_limit_burst),
+      sessions_(
+          [&] {
+            core::HttpSessionsConfig config;
+            config.idle_timeout =
+                core::Duration::seconds(shared.config.http_session_idle_timeout_s);
+            config.sessions_max = shared.config.http_max_sessions;
+            config.sessions_per_ip_max = shared.config.http_max_sessions_per_ip;
+            return config;
+          }(),
+          &http_shared.quota()),
       started_at_(monotonic_now()),
-      last_rate_sweep_(started_at_) {
+      last_rate_sweep_(started_at_),
+      next_ticket_(host.index() + 1) {
   std::string_view origins = config_.http_cors_allowed_origins;
   while (!origins.empty()) {
     const std::size_t comma = origins.find(',');
@@ -395,46 +480,60 @@ bufferevent* HttpServer::make_tls_bufferevent(event_base* base, void* self) {
   return bev;
 }
 
-bool HttpServer::listen() {
+int HttpServer::open_listener(const Config& config, bool tls) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const std::string port = std::to_string(config.http_port);
+  const int error = getaddrinfo(config.http_host.c_str(), port.c_str(), &hints, &found);
+  if (error != 0 || found == nullptr) {
+    logf(LogLevel::kError, "cannot resolve --http-host %s: %s", config.http_host.c_str(),
+         gai_strerror(error));
+    return -1;
+  }
+  const int fd = ::socket(found->ai_family, found->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  const int one = 1;
+  const bool ok = fd >= 0 && setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) == 0 &&
+                  ::bind(fd, found->ai_addr, found->ai_addrlen) == 0 && ::listen(fd, 1024) == 0;
+  freeaddrinfo(found);
+  if (!ok) {
+    logf(LogLevel::kError, "cannot listen for HTTP on %s port %d: %s", config.http_host.c_str(),
+         config.http_port, std::strerror(errno));
+    if (fd >= 0) ::close(fd);
+    return -1;
+  }
+  sockaddr_storage bound{};
+  socklen_t length = sizeof bound;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length);
+  logf(LogLevel::kInfo, "HTTP API listening on %s (%s)", address_text(bound).c_str(),
+       tls ? "https" : "http");
+  return fd;
+}
+
+bool HttpServer::listen(int fd) {
   http_ = evhttp_new(host_.base());
-  if (http_ == nullptr) return false;
+  if (http_ == nullptr) {
+    ::close(fd);
+    return false;
+  }
   evhttp_set_gencb(http_, &HttpServer::on_request, this);
   evhttp_set_allowed_methods(http_, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_DELETE |
                                         EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PUT | EVHTTP_REQ_PATCH |
                                         EVHTTP_REQ_HEAD);
   evhttp_set_max_body_size(http_, static_cast<ev_ssize_t>(kBodyReadMax));
   evhttp_set_timeout(http_, static_cast<int>(std::min<std::int64_t>(config_.read_timeout_s, 120)));
-  evhttp_set_default_content_type(http_, "application/json");
+  evhttp_set_default_content_type(http_, kJsonType);
   if (shared_.tls != nullptr) evhttp_set_bevcb(http_, &HttpServer::make_tls_bufferevent, this);
-
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* found = nullptr;
-  const std::string port = std::to_string(config_.http_port);
-  const int error = getaddrinfo(config_.http_host.c_str(), port.c_str(), &hints, &found);
-  if (error != 0 || found == nullptr) {
-    logf(LogLevel::kError, "cannot resolve --http-host %s: %s", config_.http_host.c_str(),
-         gai_strerror(error));
+  // Every shard's evhttp watches the same listening socket (through its own descriptor); a new
+  // connection goes to whichever accepts it first.
+  if (evhttp_accept_socket(http_, fd) != 0) {
+    logf(LogLevel::kError, "cannot serve HTTP on shard %zu: %s", host_.index(),
+         std::strerror(errno));
+    ::close(fd);
     return false;
   }
-  const int fd = ::socket(found->ai_family, found->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  const int one = 1;
-  bool ok = fd >= 0 && setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) == 0 &&
-            ::bind(fd, found->ai_addr, found->ai_addrlen) == 0 && ::listen(fd, 1024) == 0;
-  freeaddrinfo(found);
-  if (!ok || evhttp_accept_socket(http_, fd) != 0) {
-    logf(LogLevel::kError, "cannot listen for HTTP on %s port %d: %s", config_.http_host.c_str(),
-         config_.http_port, std::strerror(errno));
-    if (fd >= 0) ::close(fd);
-    return false;
-  }
-  sockaddr_storage bound{};
-  socklen_t length = sizeof bound;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length);
-  logf(LogLevel::kInfo, "HTTP API listening on %s (%s)", address_text(bound).c_str(),
-       shared_.tls != nullptr ? "https" : "http");
   sweep_ = event_new(host_.base(), -1, EV_PERSIST, &HttpServer::on_sweep, this);
   const timeval interval = to_timeval(sessions_.sweep_interval());
   event_add(sweep_, &interval);
@@ -442,6 +541,15 @@ bool HttpServer::listen() {
   const timeval probe = to_timeval(kProbeInterval);
   event_add(probe_, &probe);
   return true;
+}
+
+std::size_t HttpServer::home_of(std::string_view handle, std::size_t shards) {
+  // The first eight hex digits, as a number: random bits, so sessions spread evenly.
+  std::uint32_t value = 0;
+  for (char c : handle.substr(0, 8)) {
+    value = value * 16 + static_cast<std::uint32_t>(c <= '9' ? c - '0' : c - 'a' + 10);
+  }
+  return value % shards;
 }
 
 void HttpServer::stop() {
@@ -471,7 +579,7 @@ void HttpServer::on_sweep(evutil_socket_t, short, void* self) {
   const std::size_t reaped = server->sessions_.reap(now);
   if (reaped > 0) logf(LogLevel::kDebug, "HTTP: reaped %zu idle sessions", reaped);
   if (now - server->last_rate_sweep_ >= kRateSweepInterval) {
-    server->limiter_.sweep(now);
+    server->http_shared_.rate_sweep(now);
     server->last_rate_sweep_ = now;
   }
   server->flush();
@@ -499,44 +607,30 @@ void HttpServer::on_probe(evutil_socket_t, short, void* self) {
 
 // ---- responses ---------------------------------------------------------------------------------
 
-void HttpServer::record(const std::string& method, const std::string& route, int code,
-                        core::Duration elapsed) {
-  const double seconds = elapsed.seconds_double();
-  RequestCounter& counter = requests_[std::make_tuple(method, route, code)];
-  ++counter.count;
-  counter.seconds_sum += seconds;
-  Histogram& histogram = latency_[route];
-  for (std::size_t i = 0; i < kLatencyBuckets.size(); ++i) {
-    if (seconds <= kLatencyBuckets[i]) ++histogram.buckets[i];
-  }
-  ++histogram.count;
-  histogram.sum += seconds;
-}
-
-void HttpServer::reply(evhttp_request* request, int code, const std::string& body,
-                       const std::string& route, const std::string& method, core::Instant started,
+void HttpServer::reply(evhttp_request* request, int code, std::string_view body,
+                       std::string_view route, std::string_view method, core::Instant started,
                        const char* content_type) {
-  record(method, route, code, monotonic_now() - started);
+  http_shared_.record(method, route, code, (monotonic_now() - started).seconds_double());
   evkeyvalq* headers = evhttp_request_get_output_headers(request);
-  if (!body.empty()) {
+  // evhttp adds its default type (application/json) itself to a response that has a body.
+  if (!body.empty() && std::string_view(content_type) != kJsonType) {
     evhttp_remove_header(headers, "Content-Type");
     evhttp_add_header(headers, "Content-Type", content_type);
   }
   evhttp_add_header(headers, "X-Content-Type-Options", "nosniff");
-  evbuffer* buffer = evbuffer_new();
-  evbuffer_add(buffer, body.data(), body.size());
-  evhttp_send_reply(request, code, nullptr, buffer);
-  evbuffer_free(buffer);
+  evbuffer_add(evhttp_request_get_output_buffer(request), body.data(), body.size());
+  evhttp_send_reply(request, code, nullptr, nullptr);
 }
 
 void HttpServer::reply_error(evhttp_request* request, int code, const std::string& error,
-                             const std::string& detail, const std::string& route,
-                             const std::string& method, core::Instant started) {
+                             const std::string& detail, std::string_view route,
+                             std::string_view method, core::Instant started) {
   reply(request, code, error_body(error, detail), route, method, started);
 }
 
 std::uint64_t HttpServer::add_pending(evhttp_request* request, Pending pending) {
-  const std::uint64_t ticket = next_ticket_++;
+  const std::uint64_t ticket = next_ticket_;
+  next_ticket_ += shared_.shards.size();
   pending.request = request;
   pending.connection = evhttp_request_get_connection(request);
   if (pending.connection != nullptr) by_connection_[pending.connection].push_back(ticket);
@@ -565,10 +659,7 @@ void HttpServer::on_connection_closed(evhttp_connection* connection, void* self)
   if (server->stopped_) return;
   auto ip = server->connection_ip_.find(connection);
   if (ip != server->connection_ip_.end()) {
-    auto count = server->connections_per_ip_.find(ip->second);
-    if (count != server->connections_per_ip_.end() && --count->second <= 0) {
-      server->connections_per_ip_.erase(count);
-    }
+    server->http_shared_.release_connection(ip->second);
     server->connection_ip_.erase(ip);
   }
   auto it = server->by_connection_.find(connection);
@@ -581,11 +672,15 @@ void HttpServer::on_connection_closed(evhttp_connection* connection, void* self)
     Pending& pending = *found->second;
     pending.connection = nullptr;
     if (pending.kind == Pending::Kind::kSession) server->sessions_.abandon(ticket);
+    if (pending.kind == Pending::Kind::kForwarded) {
+      server->shared_.shards[pending.home]->post(message::HttpAbandon{ticket});
+    }
     if (pending.kind == Pending::Kind::kStats || pending.kind == Pending::Kind::kMetrics) {
       server->stats_tickets_.erase(pending.stats_session.value);
     }
-    logf(LogLevel::kDebug, "HTTP: client left during %s %s", pending.method.c_str(),
-         pending.route.c_str());
+    logf(LogLevel::kDebug, "HTTP: client left during %.*s %.*s",
+         static_cast<int>(pending.method.size()), pending.method.data(),
+         static_cast<int>(pending.route.size()), pending.route.data());
     // A request libevent has detached from its connection is ours to free; one still attached
     // is freed by libevent with the connection.
     if (evhttp_request_get_connection(pending.request) == nullptr) {
@@ -620,7 +715,7 @@ void HttpServer::on_request(evhttp_request* request, void* self) {
 
 void HttpServer::handle(evhttp_request* request) {
   const core::Instant started = monotonic_now();
-  const std::string method = method_name(evhttp_request_get_command(request));
+  const std::string_view method = method_name(evhttp_request_get_command(request));
   evkeyvalq* in = evhttp_request_get_input_headers(request);
   evkeyvalq* out = evhttp_request_get_output_headers(request);
   evhttp_connection* connection = evhttp_request_get_connection(request);
@@ -636,14 +731,11 @@ void HttpServer::handle(evhttp_request* request) {
       ev_uint16_t port = 0;
       evhttp_connection_get_peer(connection, &address, &port);
       ip = address != nullptr ? address : "unknown";
-      std::int64_t& count = connections_per_ip_[ip];
-      if (config_.http_max_connections_per_ip > 0 && count >= config_.http_max_connections_per_ip) {
-        if (count == 0) connections_per_ip_.erase(ip);
+      if (!http_shared_.admit_connection(ip)) {
         evhttp_add_header(out, "Connection", "close");
         reply_error(request, 503, "max_connections_per_ip", "", "unmatched", method, started);
         return;
       }
-      ++count;
       connection_ip_.emplace(connection, ip);
       evhttp_connection_set_closecb(connection, &HttpServer::on_connection_closed, this);
     }
@@ -677,13 +769,12 @@ void HttpServer::handle(evhttp_request* request) {
   }
 
   // Route lookup: 404 for an unknown path, 405 (with Allow) for a known path and another method.
-  const std::vector<std::string> segments = split_path(path);
   const HttpRouteSpec* spec = nullptr;
   std::vector<std::string> params;
   std::string allow;
   for (const HttpRouteSpec& candidate : kHttpRoutes) {
     std::vector<std::string> found;
-    if (!match(candidate.pattern, segments, found)) continue;
+    if (!match(candidate.pattern, path, found)) continue;
     if (candidate.method == method) {
       spec = &candidate;
       params = std::move(found);
@@ -694,11 +785,11 @@ void HttpServer::handle(evhttp_request* request) {
       allow += candidate.method;
     }
   }
-  const std::string route = spec != nullptr ? std::string(spec->pattern) : "unmatched";
+  const std::string_view route = spec != nullptr ? spec->pattern : "unmatched";
 
   // Rate limit, then auth, then the router's 404/405 (reference 3.1's handler order).
   const bool exempt = spec != nullptr && !spec->rate_limited;
-  if (!exempt && !limiter_.allow(started, ip)) {
+  if (!exempt && !http_shared_.rate_allow(started, ip)) {
     reply_error(request, 429, "rate_limited", "", route, method, started);
     return;
   }
@@ -724,8 +815,8 @@ void HttpServer::handle(evhttp_request* request) {
   if (spec == nullptr) {
     if (!allow.empty()) {
       evhttp_add_header(out, "Allow", allow.c_str());
-      reply_error(request, 405, "method_not_allowed", method + " is not allowed on " + path, route,
-                  method, started);
+      reply_error(request, 405, "method_not_allowed",
+                  std::string(method) + " is not allowed on " + path, route, method, started);
     } else {
       reply_error(request, 404, "not_found", "no route for " + path, route, method, started);
     }
@@ -735,9 +826,9 @@ void HttpServer::handle(evhttp_request* request) {
 }
 
 void HttpServer::dispatch_route(evhttp_request* request, const HttpRouteSpec& spec,
-                                const std::vector<std::string>& params, const std::string& method,
+                                const std::vector<std::string>& params, std::string_view method,
                                 core::Instant started) {
-  const std::string route(spec.pattern);
+  const std::string_view route = spec.pattern;
   const core::Instant now = started;
   switch (spec.route) {
     case HttpRoute::kHealth:
@@ -776,13 +867,17 @@ void HttpServer::dispatch_route(evhttp_request* request, const HttpRouteSpec& sp
         reply_error(request, 503, "draining", "", route, method, started);
         return;
       }
+      // A random handle whose home is this shard (home_of): one try in shard-count, on average.
       std::string handle;
-      for (int i = 0; i < 2; ++i) {
-        char hex[17];
-        std::snprintf(hex, sizeof hex, "%016llx",
-                      static_cast<unsigned long long>(random_.next_u64()));
-        handle += hex;
-      }
+      do {
+        handle.clear();
+        for (int i = 0; i < 2; ++i) {
+          char hex[17];
+          std::snprintf(hex, sizeof hex, "%016llx",
+                        static_cast<unsigned long long>(random_.next_u64()));
+          handle += hex;
+        }
+      } while (home_of(handle, shared_.shards.size()) != host_.index());
       const core::SessionId id = host_.new_session_id();
       char* address = nullptr;
       ev_uint16_t port = 0;
@@ -814,6 +909,17 @@ void HttpServer::dispatch_route(evhttp_request* request, const HttpRouteSpec& sp
                     route, method, started);
         return;
       }
+      const std::size_t home = home_of(handle, shared_.shards.size());
+      if (home != host_.index()) {
+        forward(home,
+                message::HttpForward{host_.index(), 0,
+                                     spec.route == HttpRoute::kSessionDelete
+                                         ? message::HttpForwardKind::kDelete
+                                         : message::HttpForwardKind::kPing,
+                                     handle, core::Request{}, started},
+                request, route, method);
+        return;
+      }
       const bool found = spec.route == HttpRoute::kSessionDelete
                              ? sessions_.remove(handle)
                              : sessions_.touch(now, handle).has_value();
@@ -833,9 +939,9 @@ void HttpServer::dispatch_route(evhttp_request* request, const HttpRouteSpec& sp
 }
 
 void HttpServer::handle_session_request(evhttp_request* request, const HttpRouteSpec& spec,
-                                        const std::string& key, const std::string& method,
+                                        const std::string& key, std::string_view method,
                                         core::Instant started) {
-  const std::string route(spec.pattern);
+  const std::string_view route = spec.pattern;
   evbuffer* input = evhttp_request_get_input_buffer(request);
   const std::size_t length = evbuffer_get_length(input);
   if (length > kBodyMax) {
@@ -843,8 +949,9 @@ void HttpServer::handle_session_request(evhttp_request* request, const HttpRoute
                 started);
     return;
   }
-  std::string body(length, '\0');
-  if (length > 0) evbuffer_copyout(input, body.data(), length);
+  // The body, contiguous in the request's buffer (at most kBodyMax bytes, checked above).
+  const std::string_view body(
+      length > 0 ? reinterpret_cast<const char*>(evbuffer_pullup(input, -1)) : "", length);
   core::Request engine_request;
   engine_request.key = key;
   if (auto bad = check_key(key)) {
@@ -871,6 +978,14 @@ void HttpServer::handle_session_request(evhttp_request* request, const HttpRoute
     reply_error(request, 503, "draining", "", route, method, started);
     return;
   }
+  const std::size_t home = home_of(header, shared_.shards.size());
+  if (home != host_.index()) {
+    forward(home,
+            message::HttpForward{host_.index(), 0, message::HttpForwardKind::kSubmit, header,
+                                 std::move(engine_request), started},
+            request, route, method);
+    return;
+  }
   Pending pending;
   pending.kind = Pending::Kind::kSession;
   pending.method = method;
@@ -881,6 +996,74 @@ void HttpServer::handle_session_request(evhttp_request* request, const HttpRoute
     drop_pending(ticket);
     reply_error(request, 410, "session_gone", "", route, method, started);
   }
+}
+
+// ---- sessions homed on another shard -----------------------------------------------------------
+
+void HttpServer::forward(std::size_t home, message::HttpForward forward, evhttp_request* request,
+                         std::string_view route, std::string_view method) {
+  Pending pending;
+  pending.kind = Pending::Kind::kForwarded;
+  pending.home = home;
+  pending.method = method;
+  pending.route = route;
+  pending.started = forward.started;
+  forward.ticket = add_pending(request, std::move(pending));
+  http_shared_.forwarded.fetch_add(1, std::memory_order_relaxed);
+  shared_.shards[home]->post(std::move(forward));
+}
+
+// On the session's home shard: the request runs here as if its client were connected here.
+void HttpServer::on_forward(message::HttpForward& forward) {
+  const core::Instant now = monotonic_now();
+  switch (forward.kind) {
+    case message::HttpForwardKind::kSubmit:
+      if (draining_) {
+        answer_forwarded(forward.origin, forward.ticket, 503, error_body("draining", ""));
+        return;
+      }
+      forwarded_[forward.ticket] = forward.origin;
+      if (!sessions_.submit(forward.started, forward.handle, forward.ticket, forward.request)) {
+        forwarded_.erase(forward.ticket);
+        answer_forwarded(forward.origin, forward.ticket, 410, error_body("session_gone", ""));
+      }
+      break;
+    case message::HttpForwardKind::kDelete:
+    case message::HttpForwardKind::kPing: {
+      const bool found = forward.kind == message::HttpForwardKind::kDelete
+                             ? sessions_.remove(forward.handle)
+                             : sessions_.touch(now, forward.handle).has_value();
+      // As for a local delete, its effects go out (flush) before its 204.
+      flush();
+      if (found) {
+        answer_forwarded(forward.origin, forward.ticket, 204, "");
+      } else {
+        answer_forwarded(forward.origin, forward.ticket, 410, error_body("session_gone", ""));
+      }
+      break;
+    }
+  }
+  flush();
+}
+
+void HttpServer::answer_forwarded(std::size_t origin, std::uint64_t ticket, int code,
+                                  std::string body) {
+  shared_.shards[origin]->post(message::HttpForwardAnswer{ticket, code, std::move(body)});
+}
+
+// On the shard that holds the client: the answer from the session's home shard.
+void HttpServer::on_forward_answer(message::HttpForwardAnswer& answer) {
+  auto it = pending_.find(answer.ticket);
+  if (it == pending_.end()) return;  // its client left
+  Pending& pending = *it->second;
+  reply(pending.request, answer.code, answer.body, pending.route, pending.method, pending.started);
+  drop_pending(answer.ticket);
+}
+
+void HttpServer::on_abandon(std::uint64_t ticket) {
+  if (forwarded_.erase(ticket) == 0) return;  // answered already
+  sessions_.abandon(ticket);
+  flush();
 }
 
 // ---- engine outcomes ---------------------------------------------------------------------------
@@ -971,6 +1154,19 @@ void HttpServer::flush() {
 }
 
 void HttpServer::answer(std::uint64_t ticket, const core::HttpAnswer& answer) {
+  auto forwarded = forwarded_.find(ticket);
+  if (forwarded != forwarded_.end()) {
+    const std::size_t origin = forwarded->second;
+    forwarded_.erase(forwarded);
+    if (answer.session_gone) {
+      answer_forwarded(origin, ticket, 410,
+                       error_body("session_gone", "the session was deleted or expired"));
+    } else {
+      auto [code, body] = render_reply(answer.request, answer.reply);
+      answer_forwarded(origin, ticket, code, std::move(body));
+    }
+    return;
+  }
   auto it = pending_.find(ticket);
   if (it == pending_.end()) return;
   Pending& pending = *it->second;
@@ -1006,7 +1202,8 @@ std::string HttpServer::metrics_text(const core::StatsSnapshot& snapshot) {
     semaphore_holders += semaphore.holders;
     semaphore_waiters += semaphore.waiters;
   }
-  const auto sessions = static_cast<double>(sessions_.live());
+  const auto sessions =
+      static_cast<double>(shared_.http_sessions_live.load(std::memory_order_relaxed));
   const auto tcp = static_cast<double>(shared_.connections_open.load(std::memory_order_relaxed));
   gauge("turnstile_ready", "1 while the server accepts work, 0 while draining", draining_ ? 0 : 1);
   gauge("turnstile_uptime_seconds", "seconds since start",
@@ -1021,16 +1218,26 @@ std::string HttpServer::metrics_text(const core::StatsSnapshot& snapshot) {
         static_cast<double>(semaphore_waiters));
 
   text +=
+      "# HELP turnstile_http_forwarded_total HTTP requests answered by the thread that is home to "
+      "their session, not the one that read them\n"
+      "# TYPE turnstile_http_forwarded_total counter\n"
+      "turnstile_http_forwarded_total " +
+      std::to_string(http_shared_.forwarded.load(std::memory_order_relaxed)) + "\n";
+  text +=
       "# HELP turnstile_http_requests_total HTTP requests by method, route pattern and status\n"
       "# TYPE turnstile_http_requests_total counter\n";
-  for (const auto& [labels, counter] : requests_) {
+  std::map<std::tuple<std::string_view, std::string_view, int>, HttpShared::RequestCounter>
+      requests;
+  std::map<std::string_view, HttpShared::Histogram> http_latency;
+  http_shared_.read_metrics(requests, http_latency);
+  for (const auto& [labels, counter] : requests) {
     const auto& [method, route, code] = labels;
     text += "turnstile_http_requests_total{method=\"" + prometheus_escape(method) + "\",path=\"" +
             prometheus_escape(route) + "\",status=\"" + std::to_string(code) + "\"} " +
             std::to_string(counter.count) + "\n";
   }
   auto histogram_text = [&text](const std::string& name, const std::string& label,
-                                const std::string& value, const auto& buckets, std::uint64_t count,
+                                std::string_view value, const auto& buckets, std::uint64_t count,
                                 double sum) {
     char number[64];
     for (std::size_t i = 0; i < kLatencyBuckets.size(); ++i) {
@@ -1049,7 +1256,7 @@ std::string HttpServer::metrics_text(const core::StatsSnapshot& snapshot) {
       "# HELP turnstile_http_request_duration_seconds HTTP request latency by route pattern "
       "(long polls included)\n"
       "# TYPE turnstile_http_request_duration_seconds histogram\n";
-  for (const auto& [route, histogram] : latency_) {
+  for (const auto& [route, histogram] : http_latency) {
     histogram_text("turnstile_http_request_duration_seconds", "path", route, histogram.buckets,
                    histogram.count, histogram.sum);
   }

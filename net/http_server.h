@@ -1,15 +1,23 @@
 // HttpServer: the HTTP REST API (docs/http-api.md; reference section 3) on libevent's evhttp.
 //
-// It runs on the thread of one shard (shard 0), on that shard's event_base. Its sessions are
-// sessions like TCP connections: ids from that shard's SessionId sequence, requests routed to
-// the engine that owns each key (through the shards' mailboxes), replies and parked outcomes
-// coming back like a TCP connection's. Every decision about a session (lifetime, reaper,
-// serialization, what a delete or a departed client does to a long poll) is made by
-// core::HttpSessions; the rate limit by core::RateLimiter. This class parses and validates
-// requests, maps replies to JSON and status codes, and moves bytes and time.
+// Every shard runs one, on its own event_base, and they all accept from the one listening
+// socket, so HTTP connections spread over the shards' threads as TCP connections do. A session
+// is homed on the shard whose HttpServer created it: it takes an id from that shard's SessionId
+// sequence, and its handle (the 32 hex digits clients see) is drawn so that home_of(handle)
+// names that shard. Its requests are routed to the engine that owns each key (through the
+// shards' mailboxes) and its replies and parked outcomes come back to the home shard, as a TCP
+// connection's do. A request that arrives on another shard's connection is parsed and validated
+// there, forwarded to the home shard (message::HttpForward) and answered back
+// (message::HttpForwardAnswer); a client that leaves meanwhile is reported (HttpAbandon).
+//
+// Every decision about a session (lifetime, reaper, serialization, what a delete or a departed
+// client does to a long poll) is made by core::HttpSessions, one per shard; the session caps by
+// a core::SessionCaps and the rate limit by a core::RateLimiter that all shards share
+// (HttpShared, behind locks). This class parses and validates requests, maps replies to JSON
+// and status codes, and moves bytes, messages and time.
 //
 // Thread affinity: everything runs on the hosting shard's thread (construct and listen() on the
-// main thread before the shard starts).
+// main thread before the shard starts); HttpShared is for every shard's thread.
 #pragma once
 
 #include <event2/event.h>
@@ -17,10 +25,13 @@
 #include <openssl/ssl.h>
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -32,19 +43,85 @@
 
 namespace turnstile::net {
 
+// What the HttpServers of every shard share: the caps and the rate limit are for the process,
+// and /metrics reports every shard's requests. Each part has its own lock, held briefly.
+class HttpShared {
+ public:
+  explicit HttpShared(const Config& config);
+  HttpShared(const HttpShared&) = delete;
+  HttpShared& operator=(const HttpShared&) = delete;
+
+  // core::SessionCaps for every shard's core::HttpSessions.
+  core::HttpSessionQuota& quota() { return quota_; }
+  bool rate_allow(core::Instant now, const std::string& ip);
+  void rate_sweep(core::Instant now);
+  // Per-IP HTTP connections (--http-max-connections-per-ip): false when `ip` is at the cap.
+  bool admit_connection(const std::string& ip);
+  void release_connection(const std::string& ip);
+
+  // Metrics: every HTTP request, by method, route pattern and status, and its latency.
+  struct RequestCounter {
+    std::uint64_t count = 0;
+    double seconds_sum = 0;
+  };
+  struct Histogram {
+    std::array<std::uint64_t, kLatencyBuckets.size()> buckets{};
+    std::uint64_t count = 0;
+    double sum = 0;
+  };
+  // `method` and `route` must be static strings.
+  void record(std::string_view method, std::string_view route, int code, double seconds);
+  // A copy, for /metrics.
+  void read_metrics(
+      std::map<std::tuple<std::string_view, std::string_view, int>, RequestCounter>& requests,
+      std::map<std::string_view, Histogram>& latency);
+
+  std::atomic<std::uint64_t> forwarded{0};  // requests answered by another shard's HttpServer
+
+ private:
+  class Quota final : public core::HttpSessionQuota {
+   public:
+    Quota(std::int64_t max, std::int64_t per_ip) : caps_(max, per_ip) {}
+    core::HttpCreate take(const std::string& ip) override;
+    void give_back(const std::string& ip) override;
+
+   private:
+    std::mutex mutex_;
+    core::SessionCaps caps_;
+  };
+
+  const Config& config_;
+  Quota quota_;
+  std::mutex limiter_mutex_;
+  core::RateLimiter limiter_;
+  std::mutex connections_mutex_;
+  std::unordered_map<std::string, std::int64_t> connections_per_ip_;
+  std::mutex metrics_mutex_;
+  std::map<std::tuple<std::string_view, std::string_view, int>, RequestCounter> requests_;
+  std::map<std::string_view, Histogram> latency_;  // by route pattern
+};
+
 class HttpServer {
  public:
-  HttpServer(Shard& host, SharedState& shared);
+  HttpServer(Shard& host, SharedState& shared, HttpShared& http_shared);
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
-  // Binds --http-host:--http-port and logs "HTTP API listening on ADDR (http|https)"; false when
-  // it cannot (the reason is logged).
-  bool listen();
+  // Binds --http-host:--http-port and logs "HTTP API listening on ADDR (http|https)": the
+  // listening socket, or -1 when it cannot (the reason is logged).
+  static int open_listener(const Config& config, bool tls);
+  // Serves the listening socket `fd` (its own descriptor: every shard's is a dup of one socket).
+  bool listen(int fd);
+
+  // The shard a session handle (32 lowercase hex digits) is homed on, of `shards`.
+  static std::size_t home_of(std::string_view handle, std::size_t shards);
 
   // From the hosting shard.
   bool owns(core::SessionId session) const;
+  void on_forward(message::HttpForward& forward);
+  void on_forward_answer(message::HttpForwardAnswer& answer);
+  void on_abandon(std::uint64_t ticket);
   void on_parked(core::SessionId session);
   void on_reply(core::SessionId session, const core::Reply& reply);
   void on_cancelled(core::SessionId session);
@@ -63,37 +140,41 @@ class HttpServer {
 
   void handle(evhttp_request* request);
   void dispatch_route(evhttp_request* request, const HttpRouteSpec& spec,
-                      const std::vector<std::string>& params, const std::string& method,
+                      const std::vector<std::string>& params, std::string_view method,
                       core::Instant started);
   void handle_session_request(evhttp_request* request, const HttpRouteSpec& spec,
-                              const std::string& key, const std::string& method,
+                              const std::string& key, std::string_view method,
                               core::Instant started);
   std::uint64_t add_pending(evhttp_request* request, Pending pending);
   void drop_pending(std::uint64_t ticket);
   // Carries core::HttpSessions' effects out: answers, routes, close notices, cancels.
   void flush();
   void answer(std::uint64_t ticket, const core::HttpAnswer& answer);
+  // Sends the answer of a forwarded request to the shard that holds its client.
+  void answer_forwarded(std::size_t origin, std::uint64_t ticket, int code, std::string body);
+  void forward(std::size_t home, message::HttpForward forward, evhttp_request* request,
+               std::string_view route, std::string_view method);
   void finish_stats(std::uint64_t ticket, Pending& pending);
 
-  void reply(evhttp_request* request, int code, const std::string& body, const std::string& route,
-             const std::string& method, core::Instant started,
+  // `route` and `method` name static strings (a route pattern, "unmatched", "preflight"; a method
+  // name): they label the metrics.
+  void reply(evhttp_request* request, int code, std::string_view body, std::string_view route,
+             std::string_view method, core::Instant started,
              const char* content_type = "application/json");
   void reply_error(evhttp_request* request, int code, const std::string& error,
-                   const std::string& detail, const std::string& route, const std::string& method,
+                   const std::string& detail, std::string_view route, std::string_view method,
                    core::Instant started);
-  void record(const std::string& method, const std::string& route, int code,
-              core::Duration elapsed);
   std::string metrics_text(const core::StatsSnapshot& snapshot);
 
   Shard& host_;
   SharedState& shared_;
+  HttpShared& http_shared_;
   const Config& config_;
   evhttp* http_ = nullptr;
   event* sweep_ = nullptr;
   event* probe_ = nullptr;  // watches the sockets of waiting requests for a departed client
   CryptoRandom random_;     // session ids are capabilities too
   core::HttpSessions sessions_;
-  core::RateLimiter limiter_;
   std::vector<std::string> cors_origins_;
   bool cors_any_ = false;
   bool draining_ = false;
@@ -102,7 +183,10 @@ class HttpServer {
   core::Instant started_at_;
   core::Instant last_rate_sweep_;  // buckets idle 10 min are dropped every 5 min
 
-  std::uint64_t next_ticket_ = 1;
+  // Tickets are unique across shards (≡ shard index + 1 modulo the shard count), so a forwarded
+  // request keeps its ticket on its session's home shard.
+  std::uint64_t next_ticket_;
+  std::unordered_map<std::uint64_t, std::size_t> forwarded_;  // home side: ticket -> origin shard
   std::unordered_map<std::uint64_t, std::unique_ptr<Pending>> pending_;
   std::unordered_map<evhttp_connection*, std::vector<std::uint64_t>> by_connection_;
   std::unordered_map<std::uint64_t, std::uint64_t> stats_tickets_;  // stats session -> ticket
@@ -111,20 +195,6 @@ class HttpServer {
   std::unordered_map<std::uint64_t, std::vector<bool>> touched_;
   std::unordered_map<std::uint64_t, std::size_t> in_flight_target_;
   std::unordered_map<evhttp_connection*, std::string> connection_ip_;
-  std::unordered_map<std::string, std::int64_t> connections_per_ip_;
-
-  // Metrics (this thread only).
-  struct RequestCounter {
-    std::uint64_t count = 0;
-    double seconds_sum = 0;
-  };
-  std::map<std::tuple<std::string, std::string, int>, RequestCounter> requests_;
-  struct Histogram {
-    std::array<std::uint64_t, kLatencyBuckets.size()> buckets{};
-    std::uint64_t count = 0;
-    double sum = 0;
-  };
-  std::map<std::string, Histogram> latency_;  // by route pattern
 };
 
 }  // namespace turnstile::net

@@ -1,6 +1,7 @@
 #include "net/server.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -91,7 +92,8 @@ Server::~Server() {
   if (accept_resume_ != nullptr) event_free(accept_resume_);
   if (drain_poll_ != nullptr) event_free(drain_poll_);
   for (event* signal_event : signals_) event_free(signal_event);
-  http_.reset();  // its evhttp lives on shard 0's event_base
+  http_.clear();  // their evhttps live on the shards' event_bases
+  http_shared_.reset();
   shards_.clear();
   fence_file_.reset();  // after the engines that take from it; closing releases the lock
   if (shared_.tls != nullptr) SSL_CTX_free(shared_.tls);
@@ -160,9 +162,15 @@ int Server::run() {
   create_shards();
   if (!set_up_tls() || !listen()) return 1;
   if (config_.http_port != 0) {
-    // The HTTP API runs on shard 0's thread; it binds before that thread starts.
-    http_ = std::make_unique<HttpServer>(*shards_[0], shared_);
-    if (!http_->listen()) return 1;
+    // The HTTP API runs on every shard's thread; it binds before they start.
+    const int fd = HttpServer::open_listener(config_, shared_.tls != nullptr);
+    if (fd < 0) return 1;
+    http_shared_ = std::make_unique<HttpShared>(config_);
+    for (auto& shard : shards_) {
+      const int own = shard->index() == 0 ? fd : ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+      http_.push_back(std::make_unique<HttpServer>(*shard, shared_, *http_shared_));
+      if (own < 0 || !http_.back()->listen(own)) return 1;
+    }
   }
   for (const std::string& warning : config_warnings(config_)) {
     log_line(LogLevel::kWarn, warning);

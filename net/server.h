@@ -55,7 +55,9 @@ class Server {
   SharedState shared_;
   std::unique_ptr<FenceFile> fence_file_;  // with --fence-state-file; outlives the shards
   std::vector<std::unique_ptr<Shard>> shards_;
-  std::unique_ptr<HttpServer> http_;  // with --http-port; on shard 0's thread, freed before it
+  // With --http-port: one HttpServer per shard, on its thread, freed before the shards.
+  std::unique_ptr<HttpShared> http_shared_;
+  std::vector<std::unique_ptr<HttpServer>> http_;
   event_base* base_ = nullptr;
   evconnlistener* listener_ = nullptr;
   event* accept_resume_ = nullptr;

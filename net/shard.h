@@ -118,6 +118,26 @@ struct StatsPart {
 struct CancelParked {  // an HTTP client left its long poll (core::Engine::cancel_parked)
   core::SessionId session;
 };
+// An HTTP request for a session homed on another shard (net/http_server.h), forwarded to that
+// shard's HttpServer; its answer goes back to the `origin` shard, whose HttpServer holds the
+// client's request under the same ticket.
+enum class HttpForwardKind : std::uint8_t { kSubmit, kDelete, kPing };
+struct HttpForward {
+  std::size_t origin;
+  std::uint64_t ticket;
+  HttpForwardKind kind;
+  std::string handle;
+  core::Request request;  // kSubmit
+  core::Instant started;
+};
+struct HttpForwardAnswer {
+  std::uint64_t ticket;
+  int code;
+  std::string body;  // a JSON line, or empty (204)
+};
+struct HttpAbandon {  // the client of a forwarded request left
+  std::uint64_t ticket;
+};
 struct Drain {};
 struct Stop {};
 }  // namespace message
@@ -125,7 +145,8 @@ struct Stop {};
 using Message =
     std::variant<message::NewConnection, message::EngineRequest, message::EngineReply,
                  message::Parked, message::CloseSession, message::Cancelled, message::StatsRequest,
-                 message::StatsPart, message::CancelParked, message::Drain, message::Stop>;
+                 message::StatsPart, message::CancelParked, message::HttpForward,
+                 message::HttpForwardAnswer, message::HttpAbandon, message::Drain, message::Stop>;
 
 struct Connection;
 class HttpServer;
@@ -183,6 +204,9 @@ class Shard {
   void handle(message::StatsRequest& m);
   void handle(message::StatsPart& m);
   void handle(message::CancelParked& m);
+  void handle(message::HttpForward& m);
+  void handle(message::HttpForwardAnswer& m);
+  void handle(message::HttpAbandon& m);
   void handle(message::Drain& m);
   void handle(message::Stop& m);
 

@@ -63,6 +63,25 @@ TEST(HttpSessionsTest, CreateTouchAndCaps) {
   EXPECT_EQ(sessions.take_closed(), (std::vector<SessionId>{SessionId{1}}));
 }
 
+// Two HttpSessions (two threads of a driver) sharing one quota: the caps hold for both together,
+// and a session closed on either frees its place for both.
+TEST(HttpSessionsTest, SharedQuotaCapsEveryHttpSessionsTogether) {
+  SessionCaps caps(/*sessions_max=*/2, /*sessions_per_ip_max=*/1);
+  HttpSessions first(config(20, 2, 1), &caps);
+  HttpSessions second(config(20, 2, 1), &caps);
+  EXPECT_EQ(first.create(secs(0), SessionId{1}, "a", "10.0.0.1"), HttpCreate::kOk);
+  EXPECT_EQ(second.create(secs(0), SessionId{2}, "b", "10.0.0.1"), HttpCreate::kMaxSessionsPerIp);
+  EXPECT_EQ(second.create(secs(0), SessionId{3}, "c", "10.0.0.2"), HttpCreate::kOk);
+  EXPECT_EQ(first.create(secs(0), SessionId{5}, "e", "10.0.0.3"), HttpCreate::kMaxSessions);
+  EXPECT_EQ(caps.live(), 2);
+  EXPECT_EQ(first.live(), 1U);
+  EXPECT_EQ(second.live(), 1U);
+  EXPECT_TRUE(first.remove("a"));
+  EXPECT_EQ(caps.live(), 1);
+  EXPECT_EQ(second.create(secs(1), SessionId{7}, "g", "10.0.0.1"), HttpCreate::kOk);
+  EXPECT_EQ(first.create(secs(1), SessionId{9}, "i", "10.0.0.4"), HttpCreate::kMaxSessions);
+}
+
 TEST(HttpSessionsTest, RequestsOnOneSessionAreSerialized) {
   HttpSessions sessions(config(20));
   ASSERT_EQ(sessions.create(secs(0), SessionId{1}, "a", "ip"), HttpCreate::kOk);

@@ -582,6 +582,71 @@ TEST(HttpApi, ClientLeavingALongPollLeavesTheQueue) {
             "ok");
 }
 
+// Every shard serves HTTP on the one port; a session lives on the shard that created it, and a
+// request that arrives on another shard's connection is forwarded there and answered back.
+// Here every call is a new connection to a 4-shard daemon, so most calls are forwarded: a
+// session's whole life (acquire, renew, release, ping, a long poll woken by a release, a client
+// leaving its long poll, a long poll woken by a delete sent on yet another connection) behaves
+// as on one shard, and /metrics counts the forwarded requests.
+TEST(HttpApi, SessionsWorkFromConnectionsOnEveryShard) {
+  HttpDaemon server({"--threads=4"});
+  const std::string a = server.new_session();
+  const std::string b = server.new_session();
+  const std::string c = server.new_session();
+  auto release = [&](const std::string& session, const std::string& token) {
+    return server.call("POST", "/v1/locks/k/release", "{\"token\":\"" + token + "\"}",
+                       {session_header(session)});
+  };
+  for (int round = 0; round < 8; ++round) {
+    const Response held = server.call("POST", "/v1/locks/k", "{}", {session_header(a)});
+    ASSERT_EQ(held.json().value("status", ""), "ok") << held.body;
+    const std::string token = held.json()["token"];
+    const Response renewed = server.call("POST", "/v1/locks/k/renew",
+                                         "{\"token\":\"" + token + "\"}", {session_header(a)});
+    EXPECT_EQ(renewed.status, 200) << renewed.body;
+    EXPECT_EQ(release(a, token).status, 204);
+    EXPECT_EQ(server.call("POST", "/v1/sessions/" + b + "/ping").status, 204);
+  }
+  // A long poll woken by a release.
+  const std::string token =
+      server.call("POST", "/v1/locks/k", "{}", {session_header(a)}).json()["token"];
+  Http poll(server.http_port);
+  ASSERT_TRUE(
+      poll.send_request("POST", "/v1/locks/k", "{\"acquire_timeout_s\":60}", {session_header(b)}));
+  ASSERT_TRUE(eventually([&] { return server.waiters("k") == 1; }, 5s));
+  EXPECT_EQ(release(a, token).status, 204);
+  const Response granted = poll.read_response();
+  ASSERT_EQ(granted.json().value("status", ""), "ok") << granted.body;
+  // A client leaving its long poll leaves the queue.
+  {
+    Http leaving(server.http_port);
+    ASSERT_TRUE(leaving.send_request("POST", "/v1/locks/k", "{\"acquire_timeout_s\":60}",
+                                     {session_header(c)}));
+    ASSERT_TRUE(eventually([&] { return server.waiters("k") == 1; }, 5s));
+  }
+  ASSERT_TRUE(eventually([&] { return server.waiters("k") == 0; }, 5s));
+  // A long poll woken by deleting its session.
+  Http doomed(server.http_port);
+  ASSERT_TRUE(doomed.send_request("POST", "/v1/locks/k", "{\"acquire_timeout_s\":60}",
+                                  {session_header(c)}));
+  ASSERT_TRUE(eventually([&] { return server.waiters("k") == 1; }, 5s));
+  EXPECT_EQ(server.call("DELETE", "/v1/sessions/" + c).status, 204);
+  expect_error(doomed.read_response(), 410, "session_gone");
+  expect_error(server.call("POST", "/v1/sessions/" + c + "/ping"), 410, "session_gone");
+  expect_error(server.call("POST", "/v1/locks/k", "{}", {session_header(c)}), 410, "session_gone");
+  EXPECT_EQ(server.stats()["connections"], 2);
+  // b still holds k: a's acquire times out.
+  EXPECT_EQ(server.call("POST", "/v1/locks/k", "{\"acquire_timeout_s\":0}", {session_header(a)})
+                .json()
+                .value("status", ""),
+            "timeout");
+  const std::string metrics = server.call("GET", "/metrics").body;
+  std::smatch forwarded;
+  ASSERT_TRUE(std::regex_search(metrics, forwarded,
+                                std::regex("\nturnstile_http_forwarded_total ([0-9]+)\n")));
+  EXPECT_GT(std::stoll(forwarded[1]), 0) << "no request reached another shard's connection";
+}
+
 TEST(HttpApi, ClientLeavingAfterAnEnqueueGivesThePlaceBack) {
   HttpDaemon server;
   const std::string a = server.new_session();
