@@ -1265,17 +1265,12 @@ std::string HttpServer::metrics_text(const core::StatsSnapshot& snapshot) {
       "request being routed to its reply (blocking acquires included)\n"
       "# TYPE turnstile_tcp_request_duration_seconds histogram\n";
   for (std::size_t command = 0; command < SharedState::kCommands; ++command) {
-    const SharedState::TcpLatency& latency = shared_.tcp_latency[command];
-    const std::uint64_t count = latency.count.load(std::memory_order_relaxed);
-    if (count == 0) continue;
-    std::array<std::uint64_t, kLatencyBuckets.size()> buckets{};
-    for (std::size_t i = 0; i < buckets.size(); ++i) {
-      buckets[i] = latency.buckets[i].load(std::memory_order_relaxed);
-    }
-    const double sum = static_cast<double>(latency.sum_ns.load(std::memory_order_relaxed)) / 1e9;
+    const SharedState::TcpLatencyTotals latency =
+        shared_.tcp_latency(static_cast<core::Command>(command));
+    if (latency.count == 0) continue;
     histogram_text("turnstile_tcp_request_duration_seconds", "command",
-                   std::string(core::command_name(static_cast<core::Command>(command))), buckets,
-                   count, sum);
+                   std::string(core::command_name(static_cast<core::Command>(command))),
+                   latency.buckets, latency.count, static_cast<double>(latency.sum_ns) / 1e9);
   }
   return text;
 }

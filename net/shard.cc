@@ -75,17 +75,31 @@ bool SharedState::admit(const std::string& ip) {
   return true;
 }
 
-void SharedState::record_tcp_latency(core::Command command, core::Duration elapsed) {
-  const auto index = static_cast<std::size_t>(command);
-  if (index >= kCommands) return;
-  TcpLatency& latency = tcp_latency[index];
+SharedState::TcpLatencyTotals SharedState::tcp_latency(core::Command command) const {
+  TcpLatencyTotals totals;
+  for (const Shard* shard : shards) shard->tcp_latency(command).add_to(totals);
+  return totals;
+}
+
+void TcpLatency::record(core::Duration elapsed) {
   const double seconds = elapsed.seconds_double();
-  for (std::size_t i = 0; i < kLatencyBuckets.size(); ++i) {
-    if (seconds <= kLatencyBuckets[i]) latency.buckets[i].fetch_add(1, std::memory_order_relaxed);
+  std::size_t bucket = 0;
+  while (bucket < kLatencyBuckets.size() && seconds > kLatencyBuckets[bucket]) ++bucket;
+  const auto bump = [](std::atomic<std::uint64_t>& value, std::uint64_t by) {
+    value.store(value.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
+  };
+  bump(by_bucket_[bucket], 1);
+  bump(sum_ns_, static_cast<std::uint64_t>(std::max<std::int64_t>(elapsed.ns(), 0)));
+}
+
+void TcpLatency::add_to(SharedState::TcpLatencyTotals& totals) const {
+  std::uint64_t below = 0;
+  for (std::size_t i = 0; i < by_bucket_.size(); ++i) {
+    below += by_bucket_[i].load(std::memory_order_relaxed);
+    if (i < totals.buckets.size()) totals.buckets[i] += below;
   }
-  latency.count.fetch_add(1, std::memory_order_relaxed);
-  latency.sum_ns.fetch_add(static_cast<std::uint64_t>(std::max<std::int64_t>(elapsed.ns(), 0)),
-                           std::memory_order_relaxed);
+  totals.count += below;
+  totals.sum_ns += sum_ns_.load(std::memory_order_relaxed);
 }
 
 void SharedState::release(const std::string& ip) {
@@ -609,7 +623,10 @@ void Shard::settle() {
              static_cast<unsigned long long>(session.value));
         continue;
       }
-      shared_.record_tcp_latency(connection->routed_command, now - connection->routed_at);
+      const auto command = static_cast<std::size_t>(connection->routed_command);
+      if (command < tcp_latency_.size()) {
+        tcp_latency_[command].record(now - connection->routed_at);
+      }
       connection->session.on_reply(now, reply);
       dirty_.push_back(connection);
     }

@@ -50,15 +50,14 @@ struct SharedState {
   std::atomic<std::int64_t> connections_open{0};
   std::atomic<std::int64_t> http_sessions_live{0};  // counted in stats `connections`
 
-  // TCP request latency by command, for /metrics (relaxed atomics: every shard records).
+  // TCP request latency of one command over every shard, for /metrics: cumulative buckets.
   static constexpr std::size_t kCommands = 13;
-  struct TcpLatency {
-    std::array<std::atomic<std::uint64_t>, kLatencyBuckets.size()> buckets{};
-    std::atomic<std::uint64_t> count{0};
-    std::atomic<std::uint64_t> sum_ns{0};
+  struct TcpLatencyTotals {
+    std::array<std::uint64_t, kLatencyBuckets.size()> buckets{};
+    std::uint64_t count = 0;
+    std::uint64_t sum_ns = 0;
   };
-  std::array<TcpLatency, kCommands> tcp_latency{};
-  void record_tcp_latency(core::Command command, core::Duration elapsed);
+  TcpLatencyTotals tcp_latency(core::Command command) const;
 
   // --max-locks, exact across shards.
   class Budget final : public core::ResourceBudget {
@@ -151,6 +150,20 @@ using Message =
 struct Connection;
 class HttpServer;
 
+// Request latencies of one command on one shard. One writer (the shard's thread), so a record is
+// a few plain stores to lines no other core writes; /metrics reads them from another thread.
+class TcpLatency {
+ public:
+  void record(core::Duration elapsed);
+  // Adds these counts to `totals` (cumulative buckets).
+  void add_to(SharedState::TcpLatencyTotals& totals) const;
+
+ private:
+  // By the first bucket bound that holds the latency; the last counts those above every bound.
+  std::array<std::atomic<std::uint64_t>, kLatencyBuckets.size() + 1> by_bucket_{};
+  std::atomic<std::uint64_t> sum_ns_{0};
+};
+
 class Shard {
  public:
   // Fences: from `fences` when given (the fence journal, shared by every shard), else counting up
@@ -168,6 +181,9 @@ class Shard {
   void post(Message message);
 
   std::size_t index() const { return index_; }
+  const TcpLatency& tcp_latency(core::Command command) const {
+    return tcp_latency_[static_cast<std::size_t>(command)];
+  }
   // Connections (sockets) still open on this shard; read by the server during drain.
   std::int64_t sockets_open() const { return sockets_open_.load(std::memory_order_relaxed); }
 
@@ -255,6 +271,7 @@ class Shard {
   bool draining_ = false;
   HttpServer* http_ = nullptr;  // the HTTP API, on the shard that hosts it
   std::atomic<std::int64_t> sockets_open_{0};
+  std::array<TcpLatency, SharedState::kCommands> tcp_latency_{};
 };
 
 }  // namespace turnstile::net

@@ -849,6 +849,10 @@ TEST(HttpApi, MetricsParseAsPrometheusText) {
                    "{key}\",status=\"200\"}"],
             "1");
   EXPECT_EQ(values["turnstile_tcp_request_duration_seconds_count{command=\"l\"}"], "1");
+  // Buckets are cumulative: the one fast request is in every bucket from its own up.
+  EXPECT_EQ(values["turnstile_tcp_request_duration_seconds_bucket{command=\"l\",le=\"30\"}"], "1");
+  EXPECT_EQ(values["turnstile_tcp_request_duration_seconds_bucket{command=\"l\",le=\"+Inf\"}"],
+            "1");
   EXPECT_EQ(values["turnstile_http_request_duration_seconds_count{path=\"/v1/locks/{key}\"}"], "1");
 }
 
