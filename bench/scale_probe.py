@@ -11,23 +11,33 @@ Measures against a server it starts on an ephemeral loopback port:
                        with a --lease-s lease: RSS per held lock; then, while every lease expires
                        at about the same moment, a probe connection pings every millisecond and
                        the longest ping is reported (an expiry stall shows as a long ping).
+  renewing N           N connections each hold a lock (distinct keys, --lease-s lease) and renew
+                       it every half lease, spread evenly over time, as the dflockd clients do;
+                       an extra client (turnstile-bench, one worker, acquire + release in a
+                       loop) measures its latency first with the server otherwise idle, then
+                       while the N connections renew. Every renewal must succeed.
 
     bench/scale_probe.py --build-dir build idle-connections 10000
     bench/scale_probe.py --build-dir build held-locks 1000000
+    bench/scale_probe.py --build-dir build --lease-s 10 renewing 10000
 
 Raise `ulimit -n` for large connection counts (the script raises its own soft limit to the hard
 limit and passes --max-connections 0 to the server).
 """
 import argparse
+import json
 import os
 import resource
+import selectors
 import socket
+import subprocess
 import sys
 import tempfile
 import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in bench/
-from benchlib import LISTENING, LoggedProcess, cpu_seconds, rss_kib  # noqa: E402
+from benchlib import (LISTENING, LoggedProcess, cpu_seconds, rss_kib,  # noqa: E402
+                      run_bench_json)
 
 
 def start_server(binary, extra, log_dir):
@@ -110,6 +120,23 @@ def idle_keys(port, pid, n):
           f"{(rss_after - rss_before) * 1024 / n:.0f} bytes per idle key")
 
 
+def ping_until(probe, deadline):
+    """Pings every millisecond until `deadline`: (pings, longest round trip in s, pings > 5 ms)."""
+    longest = 0.0
+    pings = 0
+    slow = 0
+    while time.monotonic() < deadline:
+        sent = time.monotonic()
+        probe.sendall(b"ping\n_\n_\n")
+        read_lines(probe, 1)
+        took = time.monotonic() - sent
+        longest = max(longest, took)
+        slow += took > 0.005
+        pings += 1
+        time.sleep(0.001)
+    return pings, longest, slow
+
+
 def held_locks(port, pid, n, connections, lease_s):
     time.sleep(0.5)
     rss_before = rss_kib(pid)
@@ -124,20 +151,88 @@ def held_locks(port, pid, n, connections, lease_s):
           f"held lock")
     # Every lease ends within `took` seconds of the first: ping through the whole window.
     probe = socket.create_connection(("127.0.0.1", port))
-    deadline = began + lease_s + took + 2
-    longest = 0.0
-    pings = 0
-    while time.monotonic() < deadline:
-        sent = time.monotonic()
-        probe.sendall(b"ping\n_\n_\n")
-        read_lines(probe, 1)
-        longest = max(longest, time.monotonic() - sent)
-        pings += 1
-        time.sleep(0.001)
+    pings, longest, slow = ping_until(probe, began + lease_s + took + 2)
     print(f"held-locks {n}: while every lease expired, {pings} pings, longest "
-          f"{longest * 1000:.2f} ms; RSS now {rss_kib(pid) / 1024:.0f} MiB")
+          f"{longest * 1000:.2f} ms, {slow} over 5 ms; RSS now {rss_kib(pid) / 1024:.0f} MiB")
+    # The control: the same probe for as long, with nothing expiring (the machine's own noise).
+    pings, longest, slow = ping_until(probe, time.monotonic() + took + 2)
+    print(f"held-locks {n}: control, nothing expiring: {pings} pings, longest "
+          f"{longest * 1000:.2f} ms, {slow} over 5 ms")
     for s in socks:
         s.close()
+
+
+def extra_client(bench, port, duration_s):
+    """turnstile-bench with one worker, closed loop: its result (latency_us has the percentiles)."""
+    return run_bench_json([bench, "--host", "127.0.0.1", "--port", str(port), "--mode",
+                           "uncontended", "--workers", "1", "--threads", "1", "--duration",
+                           str(duration_s), "--warmup", "0.5", "--json", "--no-progress"],
+                          None, duration_s + 60)
+
+
+def renewing(port, pid, n, lease_s, bench, duration_s):
+    unloaded = [extra_client(bench, port, duration_s) for _ in range(2)]
+    socks = [socket.create_connection(("127.0.0.1", port)) for _ in range(n)]
+    for i, s in enumerate(socks):
+        s.sendall(f"l\nrenewing-{i}\n0 {lease_s}\n".encode())
+    tokens = []
+    for s in socks:
+        line = read_lines(s, 1)[0][0]
+        assert line.startswith(b"ok "), f"an acquire failed: {line!r}"
+        tokens.append(line.split()[1])
+    selector = selectors.DefaultSelector()
+    for i, s in enumerate(socks):
+        s.setblocking(False)
+        selector.register(s, selectors.EVENT_READ, i)
+    # Connection i renews at i/n of every half lease, so renewals arrive evenly.
+    period = lease_s / 2
+    start = time.monotonic()
+    renewed = [0] * n
+    sent = 0
+    answered = 0
+    failures = 0
+    bench_run = subprocess.Popen(
+        [bench, "--host", "127.0.0.1", "--port", str(port), "--mode", "uncontended", "--workers",
+         "1", "--threads", "1", "--duration", str(duration_s), "--warmup", "0.5", "--json",
+         "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    cpu_before = cpu_seconds(pid)
+    loaded_since = time.monotonic()
+    while bench_run.poll() is None:
+        now = time.monotonic() - start
+        due = int(now / period * n)  # renewals due since the start, over all connections
+        while sent < due:
+            i = sent % n
+            socks[i].sendall(b"n\nrenewing-%d\n%s %d\n" % (i, tokens[i], lease_s))
+            sent += 1
+        for key, _ in selector.select(timeout=0.002):
+            lines, _rest = read_lines(key.fileobj, 1)
+            for line in lines:
+                answered += 1
+                renewed[key.data] += 1
+                if not line.startswith(b"ok "):
+                    failures += 1
+    loaded_s = time.monotonic() - loaded_since
+    cpu_used = cpu_seconds(pid) - cpu_before
+    out, err = bench_run.communicate()
+    loaded = json.loads(out.strip().splitlines()[-1]) if out.strip() else {"error": err}
+    for s in socks:
+        s.close()
+
+    def pct(result, field):
+        return result.get("latency_us", {}).get(field, float("nan"))
+
+    base_p99 = min(pct(r, "p99") for r in unloaded)
+    p50s = ", ".join(f"{pct(r, 'p50'):.0f}" for r in unloaded)
+    p99s = ", ".join(f"{pct(r, 'p99'):.0f}" for r in unloaded)
+    print(f"renewing {n}: unloaded extra client ({len(unloaded)} runs): p50 {p50s} us, "
+          f"p99 {p99s} us")
+    print(f"renewing {n}: {sent} renewals sent over {loaded_s:.1f} s ({sent / loaded_s:.0f}/s), "
+          f"{answered} answered, {failures} failed; server CPU {cpu_used / loaded_s * 100:.1f}%")
+    print(f"renewing {n}: loaded extra client: p50 {pct(loaded, 'p50'):.0f} us, p99 "
+          f"{pct(loaded, 'p99'):.0f} us, p99.9 {pct(loaded, 'p999'):.0f} us, errors "
+          f"{loaded.get('errors')}; p99 loaded / best unloaded {pct(loaded, 'p99') / base_p99:.2f} "
+          f"(target <= 2)")
+    return failures == 0 and loaded.get("errors") == 0
 
 
 def main():
@@ -148,7 +243,10 @@ def main():
     parser.add_argument("--idle-s", type=float, default=10)
     parser.add_argument("--connections", type=int, default=100)
     parser.add_argument("--lease-s", type=int, default=20)
-    parser.add_argument("what", choices=["idle-connections", "idle-keys", "held-locks"])
+    parser.add_argument("--duration-s", type=float, default=10,
+                        help="renewing: seconds of each extra-client run")
+    parser.add_argument("what",
+                        choices=["idle-connections", "idle-keys", "held-locks", "renewing"])
     parser.add_argument("n", type=int)
     args = parser.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -162,11 +260,16 @@ def main():
             idle_connections(port, server.pid, args.n, args.idle_s)
         elif args.what == "idle-keys":
             idle_keys(port, server.pid, args.n)
-        else:
+        elif args.what == "held-locks":
             held_locks(port, server.pid, args.n, args.connections, args.lease_s)
+        else:
+            bench = os.path.join(args.build_dir, "bench", "turnstile-bench")
+            if not renewing(port, server.pid, args.n, args.lease_s, bench, args.duration_s):
+                return 1
     finally:
         server.stop()
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
