@@ -137,11 +137,13 @@ struct Connection {
   bool handshake_done = false;
   std::optional<core::Instant> tls_partial_since;
   bool abort = false;  // the socket failed: close without flushing
-  // Plain TCP writes replies at once from service() (write_now), so a reply costs one writev and
-  // no epoll_ctl; libevent's write event is enabled only while the kernel refuses bytes (a slow
-  // reader), which is also when --write-timeout runs. TLS leaves writing to bufferevent_openssl.
+  // Plain TCP writes its replies itself at the end of settle() (write_now), so the replies of one
+  // turn of the loop (pipelined requests) cost one writev and no epoll_ctl; libevent's write
+  // event is enabled only while the kernel refuses bytes (a slow reader), which is also when
+  // --write-timeout runs. TLS leaves writing to bufferevent_openssl.
   bool direct_write = false;
   bool write_event_on = false;
+  bool write_pending = false;  // in the shard's to_write_ list
   std::size_t stats_pending = 0;
   core::StatsSnapshot stats;
   // The request in flight, for the latency histogram (/metrics).
@@ -608,34 +610,51 @@ void Shard::route(Connection& connection, const core::Request& request) {
 void Shard::settle() {
   // Local replies and dirty connections may create more of each; go until both are empty.
   std::vector<Connection*> serviced;
-  while (!local_replies_.empty() || !dirty_.empty()) {
-    std::vector<std::pair<core::SessionId, core::Reply>> replies;
-    replies.swap(local_replies_);
-    const core::Instant now = monotonic_now();
-    for (auto& [session, reply] : replies) {
-      Connection* connection = find(session);
-      if (connection == nullptr && http_ != nullptr && http_->owns(session)) {
-        http_->on_reply(session, reply);
-        continue;
+  while (true) {
+    while (!local_replies_.empty() || !dirty_.empty()) {
+      std::vector<std::pair<core::SessionId, core::Reply>> replies;
+      replies.swap(local_replies_);
+      const core::Instant now = monotonic_now();
+      for (auto& [session, reply] : replies) {
+        Connection* connection = find(session);
+        if (connection == nullptr && http_ != nullptr && http_->owns(session)) {
+          http_->on_reply(session, reply);
+          continue;
+        }
+        if (connection == nullptr) {
+          logf(LogLevel::kWarn, "reply for unknown session %llu dropped",
+               static_cast<unsigned long long>(session.value));
+          continue;
+        }
+        const auto command = static_cast<std::size_t>(connection->routed_command);
+        if (command < tcp_latency_.size()) {
+          tcp_latency_[command].record(now - connection->routed_at);
+        }
+        connection->session.on_reply(now, reply);
+        dirty_.push_back(connection);
       }
-      if (connection == nullptr) {
-        logf(LogLevel::kWarn, "reply for unknown session %llu dropped",
-             static_cast<unsigned long long>(session.value));
-        continue;
-      }
-      const auto command = static_cast<std::size_t>(connection->routed_command);
-      if (command < tcp_latency_.size()) {
-        tcp_latency_[command].record(now - connection->routed_at);
-      }
-      connection->session.on_reply(now, reply);
-      dirty_.push_back(connection);
+      std::vector<Connection*> dirty;
+      dirty.swap(dirty_);
+      std::sort(dirty.begin(), dirty.end());
+      dirty.erase(std::unique(dirty.begin(), dirty.end()), dirty.end());
+      for (Connection* connection : dirty) service(*connection);
+      serviced.insert(serviced.end(), dirty.begin(), dirty.end());
     }
-    std::vector<Connection*> dirty;
-    dirty.swap(dirty_);
-    std::sort(dirty.begin(), dirty.end());
-    dirty.erase(std::unique(dirty.begin(), dirty.end()), dirty.end());
-    for (Connection* connection : dirty) service(*connection);
-    serviced.insert(serviced.end(), dirty.begin(), dirty.end());
+    // Everything this turn produced is answered: each connection's replies leave in one write.
+    if (to_write_.empty()) break;
+    std::vector<Connection*> writes;
+    writes.swap(to_write_);
+    for (Connection* connection : writes) {
+      connection->write_pending = false;
+      if (connection->bev == nullptr || connection->abort || connection->write_event_on) continue;
+      write_now(*connection);
+      // Service it again when the write failed, when the session has more output than one
+      // flush takes (a large stats reply), or when a closing session's last bytes just left.
+      if (connection->abort || connection->session.closed() ||
+          !connection->session.output().empty()) {
+        dirty_.push_back(connection);
+      }
+    }
   }
   // Forget connections whose socket is closed and whose session has settled everything. Only a
   // connection serviced just now can have reached that state, so only those are looked at: the
@@ -690,7 +709,11 @@ void Shard::flush_output(Connection& connection) {
     evbuffer_add(output, bytes.data(), take);
     connection.session.consume_output(take);
   }
-  if (connection.direct_write && !connection.write_event_on) write_now(connection);
+  if (connection.direct_write && !connection.write_event_on && !connection.write_pending &&
+      evbuffer_get_length(output) > 0) {
+    connection.write_pending = true;
+    to_write_.push_back(&connection);
+  }
 }
 
 void Shard::write_now(Connection& connection) {
