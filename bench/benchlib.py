@@ -9,6 +9,7 @@ import os
 import re
 import statistics
 import subprocess
+import sys
 import time
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -134,3 +135,24 @@ def markdown_table(header, lines):
         if n == 0:
             out.append("|" + "|".join("-" * (w + 2) for w in widths) + "|")
     return "\n".join(out)
+
+
+def machine_text():
+    return f"{os.cpu_count()} CPUs, {os.uname().release}"
+
+
+def write_results(out, script, heading, table, payload):
+    """Prints the table and writes table.txt and results.json (`payload`) to `out`."""
+    print(heading + table)
+    with open(os.path.join(out, "table.txt"), "w") as f:
+        f.write(heading + table + "\n")
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump(payload, f, indent=1)
+    print(f"{script}: wrote {out}/table.txt and results.json", file=sys.stderr)
+
+
+def exit_status(script, bad):
+    """0, or 1 after saying how many runs were not clean."""
+    if bad:
+        print(f"{script}: {bad} runs had errors or fence violations", file=sys.stderr)
+    return 1 if bad else 0

@@ -24,14 +24,14 @@ Exit status: 0 when every bench run was clean (no unexpected reply, fences monot
 
 import argparse
 import datetime
-import json
 import os
 import sys
 import tempfile
 
 sys.dont_write_bytecode = True  # no __pycache__ in bench/
-from benchlib import (LISTENING, LoggedProcess, cell, kops, markdown_table, ratio_cell,  # noqa: E402
-                      rss_kib, run_bench_json, summarize_runs)
+from benchlib import (LISTENING, LoggedProcess, cell, exit_status, kops,  # noqa: E402
+                      machine_text, markdown_table, ratio_cell, rss_kib, run_bench_json,
+                      summarize_runs, write_results)
 
 MODES = ["uncontended", "shared", "semaphore", "pipelined"]
 WORKERS = [1, 10, 50, 100, 200]
@@ -254,23 +254,17 @@ def main():
 
     rows = aggregate(runs, args)
     table = format_table(rows, args)
-    machine = f"{os.cpu_count()} CPUs, {os.uname().release}"
+    machine = machine_text()
     heading = (f"turnstiled vs reference server: median (min-max) of {args.repeats} runs, "
                f"{args.warmup}+{args.duration} s each, servers --threads {args.server_threads}, "
                f"bench --threads {args.bench_threads}, semaphore limit {args.limit}; {machine}\n"
                f"op = acquire+release; cpu = server utime+stime / ops; ratios are of medians\n")
-    print(heading + table)
-    with open(os.path.join(args.out, "table.txt"), "w") as f:
-        f.write(heading + table + "\n")
-    with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump({"settings": {k: v for k, v in vars(args).items()}, "machine": machine,
-                   "rss_kib_after": rss_after, "rows": rows, "runs": runs}, f, indent=1)
+    write_results(args.out, "compare.py", heading, table,
+                  {"settings": vars(args), "machine": machine, "rss_kib_after": rss_after,
+                   "rows": rows, "runs": runs})
     if not args.no_plot and plot(rows, args, os.path.join(args.out, "plot.png")):
         print(f"compare.py: wrote {args.out}/plot.png", file=sys.stderr)
-    print(f"compare.py: wrote {args.out}/table.txt and results.json", file=sys.stderr)
-    if bad:
-        print(f"compare.py: {bad} runs had errors or fence violations", file=sys.stderr)
-    return 1 if bad else 0
+    return exit_status("compare.py", bad)
 
 
 if __name__ == "__main__":

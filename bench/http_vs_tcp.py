@@ -24,7 +24,6 @@ Exit status: 0 when every bench run was clean (no unexpected reply, fences monot
 
 import argparse
 import datetime
-import json
 import os
 import re
 import socket
@@ -33,8 +32,9 @@ import tempfile
 
 sys.dont_write_bytecode = True  # no __pycache__ in bench/
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import (LoggedProcess, cell, kops, markdown_table, ratio_cell,  # noqa: E402
-                      rss_kib, run_bench_json, summarize_runs)
+from benchlib import (LoggedProcess, cell, exit_status, kops, machine_text,  # noqa: E402
+                      markdown_table, ratio_cell, rss_kib, run_bench_json, summarize_runs,
+                      write_results)
 
 TRANSPORTS = ["tcp", "http"]
 
@@ -233,21 +233,15 @@ def main():
 
     rows = aggregate(runs, args)
     table = format_table(rows, args)
-    machine = f"{os.cpu_count()} CPUs, {os.uname().release}"
+    machine = machine_text()
     heading = (f"HTTP against TCP, mode {args.mode}: median (min–max) of {args.repeats} "
                f"interleaved runs of {args.warmup}+{args.duration} s, turnstiled --threads "
                f"{args.server_threads}, bench --threads {args.bench_threads}; {machine}\n"
                f"op = acquire+release; CPU = server utime+stime / ops; ratios are of medians\n")
-    print(heading + table)
-    with open(os.path.join(args.out, "table.txt"), "w") as f:
-        f.write(heading + table + "\n")
-    with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump({"settings": vars(args), "machine": machine, "rss_kib_after": rss,
-                   "rows": rows, "runs": runs}, f, indent=1)
-    print(f"http_vs_tcp.py: wrote {args.out}/table.txt and results.json", file=sys.stderr)
-    if bad:
-        print(f"http_vs_tcp.py: {bad} runs had errors or fence violations", file=sys.stderr)
-    return 1 if bad else 0
+    write_results(args.out, "http_vs_tcp.py", heading, table,
+                  {"settings": vars(args), "machine": machine, "rss_kib_after": rss,
+                   "rows": rows, "runs": runs})
+    return exit_status("http_vs_tcp.py", bad)
 
 
 if __name__ == "__main__":
