@@ -4,6 +4,7 @@
 #include <event2/bufferevent.h>
 #include <event2/bufferevent_ssl.h>
 #include <sys/eventfd.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -143,6 +144,11 @@ struct Connection {
   // --write-timeout runs. TLS leaves writing to bufferevent_openssl.
   bool direct_write = false;
   bool write_event_on = false;
+  // Plain TCP also reads the socket itself (on_readable: one readv into the bufferevent's input,
+  // without the FIONREAD ioctl libevent makes before each read), up to kSocketInputMax buffered;
+  // the bufferevent's own reading stays off.
+  event* reader = nullptr;
+  bool reading = false;
   bool write_pending = false;  // in the shard's to_write_ list
   std::size_t stats_pending = 0;
   core::StatsSnapshot stats;
@@ -151,6 +157,7 @@ struct Connection {
   core::Instant routed_at;
 
   static void on_read(bufferevent*, void* self);
+  static void on_readable(evutil_socket_t fd, short, void* self);
   static void on_write(bufferevent*, void* self);
   static void on_event(bufferevent*, short events, void* self);
   static void on_timer(evutil_socket_t, short, void* self);
@@ -193,6 +200,46 @@ void Connection::on_read(bufferevent*, void* self) {
   auto* connection = static_cast<Connection*>(self);
   connection->shard.dirty_.push_back(connection);
   connection->shard.settle();
+}
+
+void Connection::on_readable(evutil_socket_t fd, short, void* self) {
+  auto* connection = static_cast<Connection*>(self);
+  Shard& shard = connection->shard;
+  evbuffer* input = bufferevent_get_input(connection->bev);
+  const std::size_t buffered = evbuffer_get_length(input);
+  if (buffered < kSocketInputMax) {
+    // A socket bufferevent keeps its input's end frozen except while libevent itself reads.
+    evbuffer_unfreeze(input, 0);
+    evbuffer_iovec space[2];
+    const int count = evbuffer_reserve_space(
+        input, static_cast<ev_ssize_t>(kSocketInputMax - buffered), space, 2);
+    iovec vectors[2];
+    for (int i = 0; i < count; ++i) vectors[i] = iovec{space[i].iov_base, space[i].iov_len};
+    const ssize_t got = count > 0 ? ::readv(fd, vectors, count) : -1;
+    const int read_errno = errno;
+    if (got > 0) {
+      auto left = static_cast<std::size_t>(got);
+      int used = 0;
+      for (; used < count && left > 0; ++used) {
+        space[used].iov_len = std::min(space[used].iov_len, left);
+        left -= space[used].iov_len;
+      }
+      evbuffer_commit_space(input, space, used);
+    }
+    evbuffer_freeze(input, 0);
+    if (got == 0) {
+      connection->eof_pending = true;  // delivered to the session once buffered input is taken
+      shard.watch_reads(*connection, false);
+    } else if (got < 0 && read_errno != EAGAIN && read_errno != EWOULDBLOCK &&
+               read_errno != EINTR) {
+      connection->abort = true;
+      connection->session.on_peer_closed(monotonic_now());
+      shard.watch_reads(*connection, false);
+    }
+  }
+  if (evbuffer_get_length(input) >= kSocketInputMax) shard.watch_reads(*connection, false);
+  shard.dirty_.push_back(connection);
+  shard.settle();
 }
 
 void Connection::on_write(bufferevent*, void* self) {
@@ -260,6 +307,7 @@ Shard::~Shard() {
   for (auto& [id, connection] : connections_) {
     if (connection->timer != nullptr) event_free(connection->timer);
     if (connection->tls_guard != nullptr) event_free(connection->tls_guard);
+    if (connection->reader != nullptr) event_free(connection->reader);
     if (connection->bev != nullptr) bufferevent_free(connection->bev);
   }
   connections_.clear();
@@ -353,15 +401,20 @@ void Shard::handle(message::NewConnection& m) {
     evtimer_add(raw->tls_guard, &first);
   }
   bufferevent_setcb(bev, &Connection::on_read, &Connection::on_write, &Connection::on_event, raw);
-  bufferevent_setwatermark(bev, EV_READ, 0, kSocketInputMax);
   if (shared_.config.write_timeout_s > 0) {
     const timeval write_timeout =
         to_timeval(core::Duration::seconds(shared_.config.write_timeout_s));
     bufferevent_set_timeouts(bev, nullptr, &write_timeout);
   }
   raw->direct_write = ssl == nullptr;
-  bufferevent_enable(bev, raw->direct_write ? EV_READ : EV_READ | EV_WRITE);
-  if (raw->direct_write) bufferevent_disable(bev, EV_WRITE);  // a new bufferevent has it on
+  if (raw->direct_write) {
+    bufferevent_disable(bev, EV_READ | EV_WRITE);  // a new bufferevent has EV_WRITE on
+    raw->reader = event_new(base_, m.fd, EV_READ | EV_PERSIST, &Connection::on_readable, raw);
+    watch_reads(*raw, true);
+  } else {
+    bufferevent_setwatermark(bev, EV_READ, 0, kSocketInputMax);
+    bufferevent_enable(bev, EV_READ | EV_WRITE);
+  }
   logf(LogLevel::kDebug, "session %llu: connected from %s",
        static_cast<unsigned long long>(id.value), m.peer_ip.c_str());
   if (draining_) raw->session.begin_drain(now);
@@ -683,6 +736,16 @@ void Shard::arm_engine_timer() {
   evtimer_add(engine_timer_, &delay);
 }
 
+void Shard::watch_reads(Connection& connection, bool on) {
+  if (connection.reader == nullptr || connection.reading == on) return;
+  connection.reading = on;
+  if (on) {
+    event_add(connection.reader, nullptr);
+  } else {
+    event_del(connection.reader);
+  }
+}
+
 void Shard::feed_input(Connection& connection, core::Instant now) {
   evbuffer* input = bufferevent_get_input(connection.bev);
   while (evbuffer_get_length(input) > 0) {
@@ -696,6 +759,11 @@ void Shard::feed_input(Connection& connection, core::Instant now) {
   if (connection.eof_pending && evbuffer_get_length(input) == 0) {
     connection.eof_pending = false;
     connection.session.on_peer_eof(now);
+  }
+  // Reading resumes once the input has room again (the session took bytes).
+  if (!connection.eof_pending && !connection.abort && !connection.session.closed() &&
+      evbuffer_get_length(input) < kSocketInputMax) {
+    watch_reads(connection, true);
   }
 }
 
@@ -779,6 +847,7 @@ void Shard::service(Connection& connection) {
       close_socket(connection);
     } else {
       bufferevent_disable(connection.bev, EV_READ);  // only the remaining replies go out
+      watch_reads(connection, false);
     }
   }
 
@@ -796,6 +865,9 @@ void Shard::close_socket(Connection& connection) {
   logf(LogLevel::kDebug, "session %llu: closed (%s)",
        static_cast<unsigned long long>(connection.session.id().value),
        std::string(core::close_reason_name(connection.session.close_reason())).c_str());
+  if (connection.reader != nullptr) event_free(connection.reader);
+  connection.reader = nullptr;
+  connection.reading = false;
   bufferevent_free(connection.bev);
   connection.bev = nullptr;
   connection.ssl = nullptr;  // freed with the bufferevent

@@ -246,6 +246,8 @@ class Shard {
   // its replies to the socket, send close notices, close the socket once flushed.
   void service(Connection& connection);
   void feed_input(Connection& connection, core::Instant now);
+  // Plain TCP: starts or stops reading the socket (Connection::on_readable).
+  void watch_reads(Connection& connection, bool on);
   void flush_output(Connection& connection);
   void write_now(Connection& connection);
   void close_socket(Connection& connection);
