@@ -4,6 +4,8 @@ A server process started with its log in a file and waited for until its log sho
 one turnstile-bench run with the server's CPU time around it; /proc readings; and the
 median/min/max summary every table is made of.
 """
+import argparse
+import datetime
 import json
 import os
 import re
@@ -137,22 +139,66 @@ def markdown_table(header, lines):
     return "\n".join(out)
 
 
-def machine_text():
-    return f"{os.cpu_count()} CPUs, {os.uname().release}"
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def write_results(out, script, heading, table, payload):
-    """Prints the table and writes table.txt and results.json (`payload`) to `out`."""
-    print(heading + table)
-    with open(os.path.join(out, "table.txt"), "w") as f:
-        f.write(heading + table + "\n")
-    with open(os.path.join(out, "results.json"), "w") as f:
-        json.dump(payload, f, indent=1)
-    print(f"{script}: wrote {out}/table.txt and results.json", file=sys.stderr)
+def bench_parser(description):
+    """An argument parser with the options every server benchmark script takes: --build-dir,
+    --bench, --turnstiled and --out (resolved by resolve_common)."""
+    parser = argparse.ArgumentParser(
+        description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--build-dir", default=os.path.join(ROOT, "build"),
+                        help="where the binaries are (default: ./build)")
+    parser.add_argument("--bench", help="turnstile-bench (default BUILD_DIR/bench/turnstile-bench)")
+    parser.add_argument("--turnstiled", help="turnstiled (default BUILD_DIR/net/turnstiled)")
+    parser.add_argument("--out", help="results folder (default bench/results/<script>-<time>)")
+    return parser
 
 
-def exit_status(script, bad):
-    """0, or 1 after saying how many runs were not clean."""
-    if bad:
-        print(f"{script}: {bad} runs had errors or fence violations", file=sys.stderr)
-    return 1 if bad else 0
+def resolve_common(args, results_prefix):
+    """Fills in the defaults of bench_parser's options."""
+    args.bench = args.bench or os.path.join(args.build_dir, "bench", "turnstile-bench")
+    args.turnstiled = args.turnstiled or os.path.join(args.build_dir, "net", "turnstiled")
+    if args.out is None:
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        args.out = os.path.join(ROOT, "bench", "results", f"{results_prefix}-{stamp}")
+
+
+class RunLog:
+    """The bench runs of one script's matrix: each run's result, the unclean ones reported as
+    they happen, and at the end the table printed and written with results.json."""
+
+    def __init__(self, script):
+        self.script = script
+        self.runs = []
+        self.bad = 0
+
+    def add(self, result, label, **fields):
+        """Keeps `result` (with `fields` added); reports it when it was not clean."""
+        result.update(fields)
+        self.runs.append(result)
+        if result["exit_status"] != 0:
+            self.bad += 1
+            print(f"{self.script}: {label}: exit {result['exit_status']}: "
+                  f"{result.get('messages')}", file=sys.stderr)
+
+    def repetition_done(self, repeat, repeats):
+        print(f"{self.script}: repetition {repeat + 1}/{repeats} done", file=sys.stderr)
+
+    def finish(self, args, title, table, rows, rss_after):
+        """Prints and writes table.txt and results.json to args.out; returns the exit status
+        (1 when a run had errors or fence violations)."""
+        machine = f"{os.cpu_count()} CPUs, {os.uname().release}"
+        heading = (f"{title}; {machine}\nop = acquire+release; CPU = server utime+stime / ops; "
+                   f"ratios are of medians\n")
+        print(heading + table)
+        with open(os.path.join(args.out, "table.txt"), "w") as f:
+            f.write(heading + table + "\n")
+        with open(os.path.join(args.out, "results.json"), "w") as f:
+            json.dump({"settings": vars(args), "machine": machine, "rss_kib_after": rss_after,
+                       "rows": rows, "runs": self.runs}, f, indent=1)
+        print(f"{self.script}: wrote {args.out}/table.txt and results.json", file=sys.stderr)
+        if self.bad:
+            print(f"{self.script}: {self.bad} runs had errors or fence violations",
+                  file=sys.stderr)
+        return 1 if self.bad else 0

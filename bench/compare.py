@@ -22,31 +22,23 @@ re-executes itself with /usr/bin/python3.
 Exit status: 0 when every bench run was clean (no unexpected reply, fences monotonic), else 1.
 """
 
-import argparse
-import datetime
 import os
 import sys
 import tempfile
 
 sys.dont_write_bytecode = True  # no __pycache__ in bench/
-from benchlib import (LISTENING, LoggedProcess, cell, exit_status, kops,  # noqa: E402
-                      machine_text, markdown_table, ratio_cell, rss_kib, run_bench_json,
-                      summarize_runs, write_results)
+from benchlib import (LISTENING, bench_parser, cell, kops, LoggedProcess,  # noqa: E402
+                      markdown_table, ratio_cell, resolve_common, rss_kib,
+                      run_bench_json, RunLog, summarize_runs)
 
 MODES = ["uncontended", "shared", "semaphore", "pipelined"]
 WORKERS = [1, 10, 50, 100, 200]
 
 
 def parse_args():
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--build-dir", default=os.path.join(root, "build"),
-                        help="where the binaries are (default: ./build)")
-    parser.add_argument("--bench", help="turnstile-bench (default BUILD_DIR/bench/turnstile-bench)")
+    parser = bench_parser(__doc__)
     parser.add_argument("--refserver",
                         help="turnstile-refserver (default BUILD_DIR/bench/turnstile-refserver)")
-    parser.add_argument("--turnstiled", help="turnstiled (default BUILD_DIR/net/turnstiled)")
     parser.add_argument("--ref-addr", help="HOST:PORT of a running reference server (not started)")
     parser.add_argument("--ref-pid", type=int, help="its pid, for CPU and RSS")
     parser.add_argument("--ts-addr", help="HOST:PORT of a running turnstiled (not started)")
@@ -64,7 +56,6 @@ def parse_args():
                         help="pipelined mode: keys per connection")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: workers 1,10,100, 1 repeat, 0.5 s runs")
-    parser.add_argument("--out", help="results folder (default bench/results/compare-<time>)")
     parser.add_argument("--no-plot", action="store_true")
     args = parser.parse_args()
     defaults = {"workers": ",".join(map(str, WORKERS)), "repeats": 5, "duration": 2.0,
@@ -74,14 +65,10 @@ def parse_args():
     for name, value in defaults.items():
         if getattr(args, name) is None:
             setattr(args, name, value)
-    args.bench = args.bench or os.path.join(args.build_dir, "bench", "turnstile-bench")
+    resolve_common(args, "compare")
     args.refserver = args.refserver or os.path.join(args.build_dir, "bench", "turnstile-refserver")
-    args.turnstiled = args.turnstiled or os.path.join(args.build_dir, "net", "turnstiled")
     args.modes = [m for m in args.modes.split(",") if m]
     args.workers = [int(w) for w in args.workers.split(",") if w]
-    if args.out is None:
-        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-        args.out = os.path.join(root, "bench", "results", "compare-" + stamp)
     return args
 
 
@@ -232,39 +219,28 @@ def main():
               f"(about {total * (args.warmup + args.duration + 0.2) / 60:.1f} min); "
               f"reference on :{servers[0].port}, turnstiled on :{servers[1].port}",
               file=sys.stderr)
-        runs = []
-        bad = 0
+        log = RunLog("compare.py")
         for repeat in range(args.repeats):
             for mode in args.modes:
                 for workers in args.workers:
                     for server in servers:
-                        result = run_bench(args, server, mode, workers)
-                        result.update(repeat=repeat, mode=mode, workers=workers)
-                        runs.append(result)
-                        if result["exit_status"] != 0:
-                            bad += 1
-                            print(f"compare.py: {server.name} {mode} {workers}: exit "
-                                  f"{result['exit_status']}: {result.get('messages')}",
-                                  file=sys.stderr)
-            print(f"compare.py: repetition {repeat + 1}/{args.repeats} done", file=sys.stderr)
+                        log.add(run_bench(args, server, mode, workers),
+                                f"{server.name} {mode} {workers}", repeat=repeat, mode=mode,
+                                workers=workers)
+            log.repetition_done(repeat, args.repeats)
         rss_after = {s.name: rss_kib(s.pid) for s in servers if s.pid}
     finally:
         for server in servers:
             server.stop()
 
-    rows = aggregate(runs, args)
-    table = format_table(rows, args)
-    machine = machine_text()
-    heading = (f"turnstiled vs reference server: median (min-max) of {args.repeats} runs, "
-               f"{args.warmup}+{args.duration} s each, servers --threads {args.server_threads}, "
-               f"bench --threads {args.bench_threads}, semaphore limit {args.limit}; {machine}\n"
-               f"op = acquire+release; cpu = server utime+stime / ops; ratios are of medians\n")
-    write_results(args.out, "compare.py", heading, table,
-                  {"settings": vars(args), "machine": machine, "rss_kib_after": rss_after,
-                   "rows": rows, "runs": runs})
+    rows = aggregate(log.runs, args)
+    title = (f"turnstiled vs reference server: median (min-max) of {args.repeats} runs, "
+             f"{args.warmup}+{args.duration} s each, servers --threads {args.server_threads}, "
+             f"bench --threads {args.bench_threads}, semaphore limit {args.limit}")
+    status = log.finish(args, title, format_table(rows, args), rows, rss_after)
     if not args.no_plot and plot(rows, args, os.path.join(args.out, "plot.png")):
         print(f"compare.py: wrote {args.out}/plot.png", file=sys.stderr)
-    return exit_status("compare.py", bad)
+    return status
 
 
 if __name__ == "__main__":

@@ -22,8 +22,6 @@ the best HTTP/TCP ratio an evhttp-based API could reach here.
 Exit status: 0 when every bench run was clean (no unexpected reply, fences monotonic), else 1.
 """
 
-import argparse
-import datetime
 import os
 import re
 import socket
@@ -32,21 +30,15 @@ import tempfile
 
 sys.dont_write_bytecode = True  # no __pycache__ in bench/
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import (LoggedProcess, cell, exit_status, kops, machine_text,  # noqa: E402
-                      markdown_table, ratio_cell, rss_kib, run_bench_json, summarize_runs,
-                      write_results)
+from benchlib import (bench_parser, cell, kops, LoggedProcess, markdown_table,  # noqa: E402
+                      ratio_cell, resolve_common, rss_kib, run_bench_json, RunLog,
+                      summarize_runs)
 
 TRANSPORTS = ["tcp", "http"]
 
 
 def parse_args():
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--build-dir", default=os.path.join(root, "build"),
-                        help="where the binaries are (default: ./build)")
-    parser.add_argument("--bench", help="turnstile-bench (default BUILD_DIR/bench/turnstile-bench)")
-    parser.add_argument("--turnstiled", help="turnstiled (default BUILD_DIR/net/turnstiled)")
+    parser = bench_parser(__doc__)
     parser.add_argument("--ts-addr", help="HOST:PORT (TCP) of a running turnstiled (not started)")
     parser.add_argument("--http-addr", help="HOST:PORT of its HTTP API (with --ts-addr)")
     parser.add_argument("--ts-pid", type=int, help="its pid, for CPU and RSS")
@@ -62,19 +54,14 @@ def parse_args():
                         help="also measure turnstile-http-refserver (the do-nothing evhttp server)")
     parser.add_argument("--http-refserver",
                         help="turnstile-http-refserver (default BUILD_DIR/bench/...)")
-    parser.add_argument("--out", help="results folder (default bench/results/http-vs-tcp-<time>)")
     args = parser.parse_args()
-    args.bench = args.bench or os.path.join(args.build_dir, "bench", "turnstile-bench")
-    args.turnstiled = args.turnstiled or os.path.join(args.build_dir, "net", "turnstiled")
+    resolve_common(args, "http-vs-tcp")
     args.http_refserver = args.http_refserver or os.path.join(args.build_dir, "bench",
                                                               "turnstile-http-refserver")
     args.transports = TRANSPORTS + (["floor"] if args.http_floor else [])
     args.workers = [int(w) for w in args.workers.split(",") if w]
     if bool(args.ts_addr) != bool(args.http_addr):
         parser.error("--ts-addr and --http-addr go together")
-    if args.out is None:
-        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-        args.out = os.path.join(root, "bench", "results", "http-vs-tcp-" + stamp)
     return args
 
 
@@ -204,8 +191,7 @@ def main():
     log_dir = tempfile.mkdtemp(prefix="turnstile-http-vs-tcp-")
     daemon = Daemon(args, log_dir)
     floor = None
-    runs = []
-    bad = 0
+    log = RunLog("http_vs_tcp.py")
     try:
         if args.http_floor:
             floor = HttpFloor(args, log_dir)
@@ -216,32 +202,20 @@ def main():
             order = args.transports if repeat % 2 == 0 else args.transports[::-1]
             for workers in args.workers:
                 for transport in order:
-                    result = run_bench(args, daemon, floor, transport, workers)
-                    result["repeat"] = repeat
-                    runs.append(result)
-                    if result["exit_status"] != 0:
-                        bad += 1
-                        print(f"http_vs_tcp.py: {transport} {workers}: exit "
-                              f"{result['exit_status']}: {result.get('messages')}",
-                              file=sys.stderr)
-            print(f"http_vs_tcp.py: repetition {repeat + 1}/{args.repeats} done", file=sys.stderr)
+                    log.add(run_bench(args, daemon, floor, transport, workers),
+                            f"{transport} {workers}", repeat=repeat)
+            log.repetition_done(repeat, args.repeats)
         rss = rss_kib(daemon.pid) if daemon.pid else None
     finally:
         daemon.stop()
         if floor is not None:
             floor.stop()
 
-    rows = aggregate(runs, args)
-    table = format_table(rows, args)
-    machine = machine_text()
-    heading = (f"HTTP against TCP, mode {args.mode}: median (min–max) of {args.repeats} "
-               f"interleaved runs of {args.warmup}+{args.duration} s, turnstiled --threads "
-               f"{args.server_threads}, bench --threads {args.bench_threads}; {machine}\n"
-               f"op = acquire+release; CPU = server utime+stime / ops; ratios are of medians\n")
-    write_results(args.out, "http_vs_tcp.py", heading, table,
-                  {"settings": vars(args), "machine": machine, "rss_kib_after": rss,
-                   "rows": rows, "runs": runs})
-    return exit_status("http_vs_tcp.py", bad)
+    rows = aggregate(log.runs, args)
+    title = (f"HTTP against TCP, mode {args.mode}: median (min–max) of {args.repeats} "
+             f"interleaved runs of {args.warmup}+{args.duration} s, turnstiled --threads "
+             f"{args.server_threads}, bench --threads {args.bench_threads}")
+    return log.finish(args, title, format_table(rows, args), rows, rss)
 
 
 if __name__ == "__main__":
