@@ -118,17 +118,8 @@ if [ -z "$http_port" ]; then
   exit 1
 fi
 
-run_http() {
-  if ! out=$("$bench" --host 127.0.0.1 --transport http --http-port "$http_port" --threads 2 \
-    --warmup 0.1 --no-progress "$@" 2>&1); then
-    echo "FAILED over HTTP: turnstile-bench --transport http $*" >&2
-    echo "$out" >&2
-    failed=1
-  else
-    echo "ok http: $*"
-    echo "$out" | sed -n 2,3p
-  fi
-}
+# With --transport http and no --http-port, turnstile-bench's --port is the HTTP port.
+run_http() { run http "$http_port" --transport http "$@"; }
 run_http --mode uncontended --workers 20 --duration 0.4
 run_http --mode shared --workers 20 --duration 0.4 --lease-ttl 30
 run_http --mode semaphore --workers 20 --limit 5 --duration 0.4
@@ -164,13 +155,5 @@ fi
 "$http_refserver" --host 127.0.0.1 --port 0 --threads 2 >"$work/http-refserver.log" 2>&1 &
 pids+=($!)
 http_ref_port=$(port_from "$work/http-refserver.log")
-if ! out=$("$bench" --host 127.0.0.1 --transport http --http-port "$http_ref_port" --threads 2 \
-  --warmup 0.1 --no-progress --mode uncontended --workers 20 --duration 0.4 2>&1); then
-  echo "FAILED over HTTP against turnstile-http-refserver" >&2
-  echo "$out" >&2
-  failed=1
-else
-  echo "ok http-refserver: --mode uncontended --workers 20"
-  echo "$out" | sed -n 2,3p
-fi
+run http-refserver "$http_ref_port" --transport http --mode uncontended --workers 20 --duration 0.4
 exit "$failed"
