@@ -18,20 +18,16 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 #include <event2/http.h>
-#include <fcntl.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
-#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <vector>
 
 #include "bench/reference_server_args.h"
@@ -92,25 +88,10 @@ void serve(int listen_fd) {
   event_base_dispatch(base);
 }
 
-int run(int argc, char** argv) {
-  const ReferenceServerArgs args =
-      parse_reference_server_args(argc, argv, "turnstile-http-refserver", 8089);
-  const int listen_fd = listen_for_reference(args, "turnstile-http-refserver");
-
-  // As turnstiled's shards: every loop's evhttp accepts from its own descriptor of the one
-  // listening socket.
-  std::vector<std::thread> loops;
-  for (int t = 1; t < args.threads; ++t) {
-    loops.emplace_back([fd = ::fcntl(listen_fd, F_DUPFD_CLOEXEC, 0)] { serve(fd); });
-  }
-  serve(listen_fd);
-  return 0;
-}
-
 }  // namespace
 }  // namespace turnstile::bench
 
 int main(int argc, char** argv) {
-  std::signal(SIGPIPE, SIG_IGN);
-  return turnstile::bench::run(argc, argv);
+  return turnstile::bench::run_reference_server(argc, argv, "turnstile-http-refserver", 8089,
+                                                [](int fd) { turnstile::bench::serve(fd); });
 }

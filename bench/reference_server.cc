@@ -15,7 +15,6 @@
 // Threads: --threads event loops, each with its own epoll set; they share the listening socket
 // (EPOLLEXCLUSIVE) and a connection stays on the thread that accepted it. Loopback only. Prints
 // "listening on ADDR:PORT" on stdout once it accepts (use --port 0 for an ephemeral port).
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
@@ -24,14 +23,12 @@
 
 #include <atomic>
 #include <cerrno>
-#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <vector>
 
 #include "bench/reference_server_args.h"
@@ -211,21 +208,10 @@ class Loop {
   std::string out_;
 };
 
-int run(int argc, char** argv) {
-  const ReferenceServerArgs args =
-      parse_reference_server_args(argc, argv, "turnstile-refserver", 6389);
-  const int listen_fd = listen_for_reference(args, "turnstile-refserver");
-
-  std::vector<std::thread> loops;
-  for (int t = 1; t < args.threads; ++t) loops.emplace_back([listen_fd] { Loop(listen_fd).run(); });
-  Loop(listen_fd).run();
-  return 0;
-}
-
 }  // namespace
 }  // namespace turnstile::bench
 
 int main(int argc, char** argv) {
-  std::signal(SIGPIPE, SIG_IGN);
-  return turnstile::bench::run(argc, argv);
+  return turnstile::bench::run_reference_server(argc, argv, "turnstile-refserver", 6389,
+                                                [](int fd) { turnstile::bench::Loop(fd).run(); });
 }

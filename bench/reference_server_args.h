@@ -1,21 +1,25 @@
 // The command line of the two do-nothing reference servers (turnstile-refserver,
-// turnstile-http-refserver): --host (loopback only), --port, --threads, and their listening
-// socket.
+// turnstile-http-refserver): --host (loopback only), --port, --threads, their listening
+// socket, and the threads that serve it.
 //
 // Thread affinity: call from main before any thread starts.
 #pragma once
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 
 #include <cerrno>
 #include <charconv>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
+#include <vector>
 
 namespace turnstile::bench {
 
@@ -106,6 +110,23 @@ inline int listen_for_reference(const ReferenceServerArgs& args, const char* nam
   std::printf("listening on %s:%d (%d threads)\n", args.host.c_str(), port, args.threads);
   std::fflush(stdout);
   return fd;
+}
+
+// The whole main of a reference server: parses the command line (usage of `name`), ignores
+// SIGPIPE, listens, and runs serve(fd) on --threads threads, the calling one included; each
+// thread gets its own descriptor of the one listening socket. Returns only if every serve does.
+template <typename Serve>
+int run_reference_server(int argc, char** argv, const char* name, int default_port, Serve serve) {
+  std::signal(SIGPIPE, SIG_IGN);
+  const ReferenceServerArgs args = parse_reference_server_args(argc, argv, name, default_port);
+  const int listen_fd = listen_for_reference(args, name);
+  std::vector<std::thread> loops;
+  for (int t = 1; t < args.threads; ++t) {
+    loops.emplace_back([fd = ::fcntl(listen_fd, F_DUPFD_CLOEXEC, 0), &serve] { serve(fd); });
+  }
+  serve(listen_fd);
+  for (std::thread& loop : loops) loop.join();
+  return 0;
 }
 
 }  // namespace turnstile::bench
