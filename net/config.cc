@@ -63,8 +63,8 @@ struct Setting {
   std::string_view help;
 };
 
-// Order is --help order; names, env names and bounds are reference section 4 plus the two
-// turnstile additions (--threads, --idle-timeout).
+// Order is --help order; names, env names and bounds are reference section 4 plus the
+// turnstile additions (--threads, --idle-poll-us, --idle-timeout).
 const Setting kSettings[] = {
     {"host", "HOST", Kind::kText, "address", 0, 0, &Config::host,
      "address to listen on (IPv4, IPv6 or a host name)"},
@@ -72,6 +72,9 @@ const Setting kSettings[] = {
      "TCP port to listen on; 0 picks an ephemeral port"},
     {"threads", "THREADS", Kind::kInteger, "int", 1, kMaxThreads, &Config::threads,
      "event-loop threads the key space is sharded over"},
+    {"idle-poll-us", "IDLE_POLL_US", Kind::kInteger, "microseconds", 0, 10'000,
+     &Config::idle_poll_us,
+     "longest a thread keeps polling for work before it sleeps (adaptive); 0 = never polls"},
     {"default-lease-ttl", "DEFAULT_LEASE_TTL_S", Kind::kInteger, "seconds", 1, kMaxSeconds,
      &Config::default_lease_ttl_s, "lease given to an acquire that names none"},
     {"lease-sweep-interval", "LEASE_SWEEP_INTERVAL_S", Kind::kInteger, "seconds", 1, kMaxSeconds,

@@ -3,6 +3,7 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/bufferevent_ssl.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -16,6 +17,7 @@
 #include "core/routing.h"
 #include "net/clock.h"
 #include "net/http_server.h"
+#include "net/idle_poll.h"
 #include "net/log.h"
 
 namespace turnstile::net {
@@ -325,7 +327,49 @@ void Shard::join() {
   if (thread_.joinable()) thread_.join();
 }
 
-void Shard::run() { event_base_dispatch(base_); }
+void Shard::run() {
+  // Each turn: the mailbox, then one non-blocking pass over ready sockets and due timers. After
+  // the last event the shard polls for IdlePoll's window (yielding the CPU between polls), then
+  // sleeps in epoll_wait; only a sleeping shard needs its eventfd written (post()).
+  IdlePoll poll(core::Duration::nanoseconds(shared_.config.idle_poll_us * 1000));
+  core::Instant last_event = monotonic_now();
+  while (!stopped_) {
+    const std::uint64_t events_before = events_;
+    drain_mailbox();
+    event_base_loop(base_, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+    const core::Instant now = monotonic_now();
+    if (events_ != events_before) {
+      last_event = now;
+      continue;
+    }
+    if (now - last_event < poll.window()) {
+      sched_yield();
+      continue;
+    }
+    asleep_.store(true);
+    bool empty = false;
+    {
+      std::lock_guard<std::mutex> lock(mailbox_mutex_);
+      empty = mailbox_.empty();
+    }
+    if (empty) event_base_loop(base_, EVLOOP_ONCE);
+    asleep_.store(false);
+    const core::Instant woken = monotonic_now();
+    poll.on_woken(woken - last_event);
+    last_event = woken;
+  }
+}
+
+void Shard::drain_mailbox() {
+  {
+    std::lock_guard<std::mutex> lock(mailbox_mutex_);
+    if (mailbox_.empty()) return;
+    processing_.swap(mailbox_);
+  }
+  for (Message& message : processing_) handle(message);
+  processing_.clear();
+  settle();
+}
 
 void Shard::post(Message message) {
   bool was_empty = false;
@@ -334,8 +378,11 @@ void Shard::post(Message message) {
     was_empty = mailbox_.empty();
     mailbox_.push_back(std::move(message));
   }
-  if (was_empty) {
-    // The shard drains the whole mailbox per wake-up, so one eventfd write per batch suffices.
+  // The shard sets asleep_ before its last look at the mailbox and sleeps only if that look found
+  // it empty; both sides use sequentially consistent operations, so either the shard sees this
+  // message or this thread sees asleep_ and wakes it. An awake shard drains the mailbox every
+  // turn, and it drains all of it, so one eventfd write per batch suffices.
+  if (was_empty && asleep_.load()) {
     const std::uint64_t one = 1;
     ssize_t written = ::write(wake_fd_, &one, sizeof one);
     (void)written;  // EAGAIN means the counter is already non-zero: the shard will wake anyway
@@ -347,13 +394,7 @@ void Shard::on_mailbox(evutil_socket_t fd, short, void* self) {
   std::uint64_t count = 0;
   ssize_t got = ::read(fd, &count, sizeof count);
   (void)got;
-  {
-    std::lock_guard<std::mutex> lock(shard->mailbox_mutex_);
-    shard->processing_.swap(shard->mailbox_);
-  }
-  for (Message& message : shard->processing_) shard->handle(message);
-  shard->processing_.clear();
-  shard->settle();
+  shard->drain_mailbox();
 }
 
 void Shard::on_engine_timer(evutil_socket_t, short, void* self) {
@@ -529,6 +570,7 @@ void Shard::handle(message::Stop&) {
     if (connection->bev != nullptr) close_socket(*connection);
   }
   if (http_ != nullptr) http_->stop();
+  stopped_ = true;
   event_base_loopbreak(base_);
 }
 
@@ -661,6 +703,7 @@ void Shard::route(Connection& connection, const core::Request& request) {
 // ---- connection servicing ---------------------------------------------------------------------
 
 void Shard::settle() {
+  ++events_;
   // Local replies and dirty connections may create more of each; go until both are empty.
   std::vector<Connection*> serviced;
   while (true) {

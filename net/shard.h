@@ -208,6 +208,7 @@ class Shard {
   friend struct Connection;
 
   void run();
+  void drain_mailbox();  // handles every queued message, then settles
   static void on_mailbox(evutil_socket_t fd, short events, void* self);
   static void on_engine_timer(evutil_socket_t fd, short events, void* self);
   void handle(Message& message);
@@ -265,6 +266,9 @@ class Shard {
   std::mutex mailbox_mutex_;
   std::vector<Message> mailbox_;  // guarded by mailbox_mutex_
   std::vector<Message> processing_;
+  std::atomic<bool> asleep_{true};  // the loop may be blocked in epoll_wait (run())
+  bool stopped_ = false;
+  std::uint64_t events_ = 0;  // settle() calls: one per event handled, so run() sees progress
 
   std::uint64_t next_session_sequence_ = 1;
   std::unordered_map<std::uint64_t, std::unique_ptr<Connection>> connections_;

@@ -95,6 +95,7 @@ TEST(ConfigDefaults, MatchTheReferenceWithTurnstileDifferences) {
   EXPECT_EQ(config.host, "127.0.0.1");
   EXPECT_EQ(config.port, 6388);
   EXPECT_EQ(config.threads, 4);
+  EXPECT_EQ(config.idle_poll_us, 100);
   EXPECT_EQ(config.default_lease_ttl_s, 33);
   EXPECT_EQ(config.lease_sweep_interval_s, 1);
   EXPECT_EQ(config.gc_interval_s, 5);
@@ -153,6 +154,7 @@ const IntegerFlag kIntegerFlags[] = {
      &Config::max_connections_per_ip, nullptr},
     {"read-timeout", "READ_TIMEOUT_S", 1, kMaxSeconds, &Config::read_timeout_s, nullptr},
     {"idle-timeout", "IDLE_TIMEOUT_S", 0, kMaxSeconds, &Config::idle_timeout_s, nullptr},
+    {"idle-poll-us", "IDLE_POLL_US", 0, 10'000, &Config::idle_poll_us, nullptr},
     {"write-timeout", "WRITE_TIMEOUT_S", 0, kMaxSeconds, &Config::write_timeout_s, nullptr},
     {"shutdown-timeout", "SHUTDOWN_TIMEOUT_S", 0, kMaxSeconds, &Config::shutdown_timeout_s,
      nullptr},
@@ -282,6 +284,7 @@ TEST(ConfigSyntax, EveryFlagTogether) {
   const Config config = ok(parse({"--host=0.0.0.0",
                                   "--port=1",
                                   "--threads=2",
+                                  "--idle-poll-us=250",
                                   "--default-lease-ttl=3",
                                   "--lease-sweep-interval=4",
                                   "--gc-interval=5",
@@ -302,6 +305,7 @@ TEST(ConfigSyntax, EveryFlagTogether) {
   EXPECT_EQ(config.host, "0.0.0.0");
   EXPECT_EQ(config.port, 1);
   EXPECT_EQ(config.threads, 2);
+  EXPECT_EQ(config.idle_poll_us, 250);
   EXPECT_EQ(config.default_lease_ttl_s, 3);
   EXPECT_EQ(config.lease_sweep_interval_s, 4);
   EXPECT_EQ(config.gc_interval_s, 5);
@@ -618,6 +622,7 @@ TEST(ConfigHelp, ListsEveryFlagWithEnvironmentNamesAndDefaults) {
                                  "max-connections-per-ip",
                                  "read-timeout",
                                  "idle-timeout",
+                                 "idle-poll-us",
                                  "write-timeout",
                                  "shutdown-timeout",
                                  "auto-release-on-disconnect",
@@ -636,6 +641,7 @@ TEST(ConfigHelp, ListsEveryFlagWithEnvironmentNamesAndDefaults) {
         "TURNSTILE_THREADS, DFLOCKD_THREADS; default number of cores (6)",
         "TURNSTILE_DEFAULT_LEASE_TTL_S, DFLOCKD_DEFAULT_LEASE_TTL_S; default 33",
         "TURNSTILE_IDLE_TIMEOUT_S, DFLOCKD_IDLE_TIMEOUT_S; default 0",
+        "TURNSTILE_IDLE_POLL_US, DFLOCKD_IDLE_POLL_US; default 100",
         "TURNSTILE_MAX_LOCKS, DFLOCKD_MAX_LOCKS; default 1048576",
         "TURNSTILE_AUTO_RELEASE_ON_DISCONNECT, DFLOCKD_AUTO_RELEASE_ON_DISCONNECT; default true",
         "TURNSTILE_AUTH_TOKEN_FILE, DFLOCKD_AUTH_TOKEN_FILE; default unset",
