@@ -513,10 +513,12 @@ TEST(HttpApi, DeletingTheSessionWakesItsLongPollAtOnceAndReleasesItsLocks) {
   Http poll(server.http_port);
   ASSERT_TRUE(
       poll.send_request("POST", "/v1/locks/k", "{\"acquire_timeout_s\":60}", {session_header(b)}));
+  // Parked before the next request is sent: two connections may reach the session's home shard in
+  // either order (one of them through another shard's server), so only then is the order known.
+  ASSERT_TRUE(eventually([&] { return server.waiters("k") == 1; }, 5s));
   // A second request on the same session waits its turn (serialized) and is answered too.
   Http queued(server.http_port);
   ASSERT_TRUE(queued.send_request("POST", "/v1/locks/other", "{}", {session_header(b)}));
-  ASSERT_TRUE(eventually([&] { return server.waiters("k") == 1; }, 5s));
   const auto started = std::chrono::steady_clock::now();
   EXPECT_EQ(server.call("DELETE", "/v1/sessions/" + b).status, 204);
   expect_error(poll.read_response(), 410, "session_gone");
