@@ -9,8 +9,10 @@ Measures against a server it starts on an ephemeral loopback port:
                        GC): server RSS per idle key.
   held-locks N         hold N locks (distinct keys, pipelined over --connections connections)
                        with a --lease-s lease: RSS per held lock; then, while every lease expires
-                       at about the same moment, a probe connection pings every millisecond and
-                       the longest ping is reported (an expiry stall shows as a long ping).
+                       at about the same moment, a probe connection sends a request every
+                       millisecond, in turn a ping and an acquire + release of its own key, and
+                       the longest round trip of each is reported (an expiry stall shows as a
+                       long one).
   renewing N           N connections each hold a lock (distinct keys, --lease-s lease) and renew
                        it every half lease, spread evenly over time, as the dflockd clients do;
                        an extra client (turnstile-bench, one worker, acquire + release in a
@@ -120,21 +122,43 @@ def idle_keys(port, pid, n):
           f"{(rss_after - rss_before) * 1024 / n:.0f} bytes per idle key")
 
 
-def ping_until(probe, deadline):
-    """Pings every millisecond until `deadline`: (pings, longest round trip in s, pings > 5 ms)."""
-    longest = 0.0
-    pings = 0
-    slow = 0
-    while time.monotonic() < deadline:
+def probe_until(probe, deadline):
+    """Every millisecond until `deadline`, one round trip on `probe`, in turn a ping (answered by
+    the connection's shard, no engine) and a request to an engine (an acquire of the key
+    `scale-probe`, then its release). Returns {"ping": (count, longest s, count > 5 ms),
+    "lock": (the same over acquires and releases)}."""
+    stats = {"ping": [0, 0.0, 0], "lock": [0, 0.0, 0]}
+
+    def round_trip(kind, request):
         sent = time.monotonic()
-        probe.sendall(b"ping\n_\n_\n")
-        read_lines(probe, 1)
+        probe.sendall(request)
+        reply = read_lines(probe, 1)[0][0]
         took = time.monotonic() - sent
-        longest = max(longest, took)
-        slow += took > 0.005
-        pings += 1
+        entry = stats[kind]
+        entry[0] += 1
+        entry[1] = max(entry[1], took)
+        entry[2] += took > 0.005
+        return reply
+
+    turn = 0
+    while time.monotonic() < deadline:
+        if turn % 2 == 0:
+            round_trip("ping", b"ping\n_\n_\n")
+        else:
+            reply = round_trip("lock", b"l\nscale-probe\n0 10\n")
+            assert reply.startswith(b"ok "), reply
+            token = reply.split()[1]
+            reply = round_trip("lock", b"r\nscale-probe\n" + token + b"\n")
+            assert reply == b"ok", reply
+        turn += 1
         time.sleep(0.001)
-    return pings, longest, slow
+    return {kind: tuple(entry) for kind, entry in stats.items()}
+
+
+def report_probe(what, stats):
+    for kind, label in (("ping", "pings"), ("lock", "lock requests")):
+        count, longest, slow = stats[kind]
+        print(f"{what}: {count} {label}, longest {longest * 1000:.2f} ms, {slow} over 5 ms")
 
 
 def held_locks(port, pid, n, connections, lease_s):
@@ -149,15 +173,15 @@ def held_locks(port, pid, n, connections, lease_s):
     print(f"held-locks {n}: acquired in {took:.1f} s; RSS {rss_before} -> {rss_after} KiB "
           f"({rss_after / 1024:.0f} MiB), {(rss_after - rss_before) * 1024 / n:.0f} bytes per "
           f"held lock")
-    # Every lease ends within `took` seconds of the first: ping through the whole window.
+    # Every lease ends within `took` seconds of the first: probe through the whole window.
     probe = socket.create_connection(("127.0.0.1", port))
-    pings, longest, slow = ping_until(probe, began + lease_s + took + 2)
-    print(f"held-locks {n}: while every lease expired, {pings} pings, longest "
-          f"{longest * 1000:.2f} ms, {slow} over 5 ms; RSS now {rss_kib(pid) / 1024:.0f} MiB")
+    probe.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    stats = probe_until(probe, began + lease_s + took + 2)
+    report_probe(f"held-locks {n}: while every lease expired", stats)
+    print(f"held-locks {n}: RSS now {rss_kib(pid) / 1024:.0f} MiB")
     # The control: the same probe for as long, with nothing expiring (the machine's own noise).
-    pings, longest, slow = ping_until(probe, time.monotonic() + took + 2)
-    print(f"held-locks {n}: control, nothing expiring: {pings} pings, longest "
-          f"{longest * 1000:.2f} ms, {slow} over 5 ms")
+    report_probe(f"held-locks {n}: control, nothing expiring",
+                 probe_until(probe, time.monotonic() + took + 2))
     for s in socks:
         s.close()
 

@@ -4,8 +4,8 @@
 //
 // Each owner embeds a Timer, which records the owner's position in the heap; the queue keeps that
 // position up to date as entries move. Entries are ordered by (instant, kind, sequence): at the
-// same instant lower kinds come first, and among equals the earlier scheduled comes first, so the
-// order is a pure function of the inputs.
+// same instant lower kinds come first, and among equals the earlier scheduled comes first (or the
+// lower rank, for a kind scheduled with ranks), so the order is a pure function of the inputs.
 //
 // Thread affinity: owned by one engine.
 #pragma once
@@ -69,23 +69,27 @@ class DeadlineQueue {
   struct Due {
     Kind kind;
     void* owner;
+    Instant at;  // the instant it was scheduled at
   };
 
-  // Schedules `timer` at `at`, or moves it there if it is already scheduled.
-  void schedule(Timer& timer, Instant at, Kind kind, void* owner) {
+  // Schedules `timer` at `at`, or moves it there if it is already scheduled. Entries of the same
+  // instant and kind are taken in scheduling order, or by `rank` when one is given (lower first;
+  // use it for every entry of that kind or for none).
+  void schedule(Timer& timer, Instant at, Kind kind, void* owner,
+                std::optional<std::uint64_t> rank = std::nullopt) {
     if (timer.scheduled() && timer.kind_ != kind) cancel(timer);
     Heap& heap = heap_of(kind);
     if (timer.scheduled()) {
       Entry& entry = heap[timer.position_];
       TS_ASSERT(entry.timer == &timer);
       entry.at = at;
-      entry.order = order_of(kind);
+      entry.order = order_of(kind, rank);
       entry.owner = owner;
       restore(heap, timer.position_);
       return;
     }
     TS_ASSERT(heap.size() < Timer::kUnscheduled);
-    heap.push_back(Entry{at, order_of(kind), owner, &timer});
+    heap.push_back(Entry{at, order_of(kind, rank), owner, &timer});
     timer.kind_ = kind;
     timer.position_ = static_cast<std::uint32_t>(heap.size() - 1);
     sift_up(heap, timer.position_);
@@ -120,7 +124,26 @@ class DeadlineQueue {
     if (earliest == nullptr || earliest->at > now) return std::nullopt;
     Entry top = *earliest;
     cancel(*top.timer);
-    return Due{static_cast<Kind>(top.order >> kKindShift), top.owner};
+    return Due{static_cast<Kind>(top.order >> kKindShift), top.owner, top.at};
+  }
+
+  // Where a scheduled timer stands in the processing order: entries compare by (at, order). For a
+  // kind scheduled without ranks `order` is new every time a timer is scheduled, so finding the
+  // same slot later means the same entry, neither processed nor moved in between.
+  struct Slot {
+    Instant at;
+    std::uint64_t order;
+    bool operator==(const Slot&) const = default;
+    bool operator<(const Slot& other) const {
+      return at != other.at ? at < other.at : order < other.order;
+    }
+  };
+
+  // The timer's slot, or nullopt when it is not scheduled.
+  std::optional<Slot> slot(const Timer& timer) const {
+    if (!timer.scheduled()) return std::nullopt;
+    const Entry& entry = heaps_[static_cast<std::size_t>(timer.kind_)][timer.position_];
+    return Slot{entry.at, entry.order};
   }
 
   std::size_t size() const {
@@ -157,10 +180,15 @@ class DeadlineQueue {
     return earliest;
   }
 
-  std::uint64_t order_of(Kind kind) {
-    ++sequence_;
-    TS_ASSERT(sequence_ < (std::uint64_t{1} << kKindShift));
-    return (static_cast<std::uint64_t>(kind) << kKindShift) | sequence_;
+  std::uint64_t order_of(Kind kind, std::optional<std::uint64_t> rank) {
+    std::uint64_t below = 0;
+    if (rank) {
+      below = *rank;
+    } else {
+      below = ++sequence_;
+    }
+    TS_ASSERT(below < (std::uint64_t{1} << kKindShift));
+    return (static_cast<std::uint64_t>(kind) << kKindShift) | below;
   }
 
   static bool before(const Entry& a, const Entry& b) {

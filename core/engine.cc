@@ -101,16 +101,27 @@ class NodePool {
     return node;
   }
   void recycle(T* node) {
-    if (free_.size() < kFreeMax) {
+    if (free_.size() < kFreeMax || keep_all_) {
       free_.push_back(node);
     } else {
       delete node;
+    }
+  }
+  // While on, no node is freed, so that a pointer taken before its node was recycled can still
+  // be read (Engine::Impl::settle checks whether its timer moved). Turning it off frees what the
+  // pool keeps beyond its cap.
+  void keep_all(bool on) {
+    keep_all_ = on;
+    while (!keep_all_ && free_.size() > kFreeMax) {
+      delete free_.back();
+      free_.pop_back();
     }
   }
 
  private:
   static constexpr std::size_t kFreeMax = 4096;
   std::vector<T*> free_;
+  bool keep_all_ = false;
 };
 
 struct KeyHash {
@@ -137,6 +148,7 @@ struct Engine::Impl {
         block_next(engine_config.fence_floor.value + 1),
         block_left(fence_source != nullptr ? 0 : UINT64_MAX - engine_config.fence_floor.value) {
     TS_ASSERT(config.fence_block >= 1);
+    TS_ASSERT(config.deadlines_per_call >= 1);
     TS_ASSERT(config.default_lease_s >= 1 && config.default_lease_s <= kMaxSeconds);
     TS_ASSERT(config.gc_max_idle >= Duration::zero());
     TS_ASSERT(config.resources_max >= 0 && config.waiters_max >= 0);
@@ -178,25 +190,101 @@ struct Engine::Impl {
 
   // ---- time ---------------------------------------------------------------------------------
 
-  void advance(Instant input_now, std::vector<Delivery>& out) {
+  // Moves time to `input_now` (never backward) and processes due deadlines in (instant, kind,
+  // sequence) order, at most `limit` of them that change something: a GC timer of a resource in
+  // use again only re-arms itself and is not counted. What is left stays due (next_wake() <= now)
+  // for the next call. Returns whether some was left.
+  bool advance(Instant input_now, std::vector<Delivery>& out, std::size_t limit) {
     if (input_now < now) {
       ++counters.clock_regressions;
     } else {
       now = input_now;
     }
-    while (auto due = deadlines.pop_due(now)) {
-      switch (due->kind) {
-        case DeadlineQueue::Kind::kLeaseExpiry:
-          expire(static_cast<Holder*>(due->owner), out);
-          break;
-        case DeadlineQueue::Kind::kWaitTimeout:
-          time_out(static_cast<Waiter*>(due->owner), out);
-          break;
-        case DeadlineQueue::Kind::kIdleGc:
-          collect(static_cast<Resource*>(due->owner));
-          break;
+    for (std::size_t done = 0; done < limit;) {
+      std::optional<DeadlineQueue::Due> due = deadlines.pop_due(now);
+      if (!due) return false;
+      if (process(*due, out)) ++done;
+    }
+    return behind();
+  }
+
+  // Processes one deadline already taken off the queue; false when it changed nothing.
+  bool process(const DeadlineQueue::Due& due, std::vector<Delivery>& out) {
+    switch (due.kind) {
+      case DeadlineQueue::Kind::kLeaseExpiry:
+        expire(static_cast<Holder*>(due.owner), out);
+        return true;
+      case DeadlineQueue::Kind::kWaitTimeout:
+        time_out(static_cast<Waiter*>(due.owner), out);
+        return true;
+      case DeadlineQueue::Kind::kIdleGc:
+        return collect(static_cast<Resource*>(due.owner), due.at);
+    }
+    TS_ASSERT(false);
+  }
+
+  // Whether advance() left due deadlines behind.
+  bool behind() const {
+    const std::optional<Instant> next = deadlines.next();
+    return next && *next <= now;
+  }
+
+  // Brings one resource up to date while others may still be behind: every due deadline of the
+  // resource (its holders' leases, its parked waiters' timeouts, its GC) is processed, in the
+  // order advance() would have taken them. Deadlines of different resources never affect each
+  // other, so a request sees its resource exactly as it would after a full advance; only fence
+  // numbers (taken in processing order) and the moment other resources' deliveries leave
+  // differ. Returns the resource, or nullptr when it was collected.
+  Resource* settle(Resource* resource, std::vector<Delivery>& out) {
+    if (resource == nullptr) return resource;
+    holder_pool.keep_all(true);
+    waiter_pool.keep_all(true);
+    resource = settle_passes(resource, out);
+    holder_pool.keep_all(false);
+    waiter_pool.keep_all(false);
+    return resource;
+  }
+
+  Resource* settle_passes(Resource* resource, std::vector<Delivery>& out) {
+    struct Item {
+      DeadlineQueue::Slot slot;
+      DeadlineQueue::Timer* timer;
+      DeadlineQueue::Kind kind;
+      void* owner;
+    };
+    std::vector<Item> items;
+    auto consider = [&](DeadlineQueue::Timer& timer, DeadlineQueue::Kind kind, void* owner) {
+      const std::optional<DeadlineQueue::Slot> slot = deadlines.slot(timer);
+      if (slot && slot->at <= now) items.push_back(Item{*slot, &timer, kind, owner});
+    };
+    // A pass processes what was due when it began; an expiry can make the resource collectable
+    // with its GC instant already past, which the next pass takes. Grants and re-armed GC timers
+    // land after `now`, so passes end.
+    while (true) {
+      items.clear();
+      for (Holder* h = resource->holders.front(); h != nullptr;
+           h = decltype(resource->holders)::next(h)) {
+        consider(h->timer, DeadlineQueue::Kind::kLeaseExpiry, h);
+      }
+      for (Waiter* w = resource->waiters.front(); w != nullptr;
+           w = decltype(resource->waiters)::next(w)) {
+        consider(w->timer, DeadlineQueue::Kind::kWaitTimeout, w);
+      }
+      consider(resource->gc_timer, DeadlineQueue::Kind::kIdleGc, resource);
+      if (items.empty()) break;
+      std::sort(items.begin(), items.end(),
+                [](const Item& a, const Item& b) { return a.slot < b.slot; });
+      for (const Item& item : items) {
+        // Taken or moved by an earlier item (a waiter granted before its timeout; a holder node
+        // recycled into a new grant): its slot is gone. Recycled nodes stay allocated until
+        // settle() ends, so reading the timer is safe.
+        if (deadlines.slot(*item.timer) != item.slot) continue;
+        deadlines.cancel(*item.timer);
+        const bool changed = process({item.kind, item.owner, item.slot.at}, out);
+        if (changed && item.kind == DeadlineQueue::Kind::kIdleGc) return nullptr;
       }
     }
+    return resource;
   }
 
   Instant deadline_after(std::int64_t seconds) const { return now + Duration::seconds(seconds); }
@@ -229,10 +317,12 @@ struct Engine::Impl {
 
   // Arms the resource's GC timer when it has just become collectable. A timer that fires on a
   // resource in use again does nothing; the next time the resource empties it is armed anew.
+  // GC timers of the same instant are ranked by creation order, so that a call that stops part
+  // way (advance's limit) leaves the same resources behind on every run.
   void arm_gc(Resource& resource) {
     if (!resource.collectable() || resource.gc_timer.scheduled()) return;
-    deadlines.schedule(resource.gc_timer, gc_due(resource), DeadlineQueue::Kind::kIdleGc,
-                       &resource);
+    deadlines.schedule(resource.gc_timer, gc_due(resource), DeadlineQueue::Kind::kIdleGc, &resource,
+                       resource.serial);
   }
 
   // The first instant at which the resource has been idle for longer than gc_max_idle.
@@ -240,20 +330,26 @@ struct Engine::Impl {
     return resource.last_activity + config.gc_max_idle + Duration::nanoseconds(1);
   }
 
-  void collect(Resource* resource) {
-    if (!resource->collectable()) return;
-    if (now - resource->last_activity <= config.gc_max_idle) {
-      // Touched since the timer was armed: try again later. When that instant saturates at the
-      // end of time it is not later than now, and the resource can never become old enough.
-      if (gc_due(*resource) > now) arm_gc(*resource);
-      return;
+  // The GC timer armed for `armed_for` fired. Returns true when the resource was deleted.
+  bool collect(Resource* resource, Instant armed_for) {
+    if (!resource->collectable()) return false;
+    if (gc_due(*resource) > armed_for) {
+      // Touched since the timer was armed: its GC instant is later. Re-armed there even when that
+      // is already past, so that it takes its place among the other due deadlines (a call that
+      // stops part way must not have collected it ahead of them).
+      arm_gc(*resource);
+      return false;
     }
+    // When gc_due saturates at the end of time it is not later than now, and the resource can
+    // never become old enough.
+    if (now - resource->last_activity <= config.gc_max_idle) return false;
     ++counters.resources_collected;
     ResourceMap& map = resources[ns_index(resource->ns)];
     auto it = map.find(resource->key);
     TS_ASSERT(it != map.end() && &it->second == resource);
     map.erase(it);
     if (budget != nullptr) budget->give_back();
+    return true;
   }
 
   // ---- holders and waiters ------------------------------------------------------------------
@@ -608,6 +704,9 @@ struct Engine::Impl {
   bool cancel_parked(SessionId session, std::vector<Delivery>& out) {
     auto it = sessions.find(session.value);
     if (it == sessions.end() || it->second.parked == nullptr) return false;
+    // A timeout or grant that is already due wins over the cancel.
+    if (behind()) settle(it->second.parked->resource, out);
+    if (it->second.parked == nullptr) return false;
     Waiter* waiter = it->second.parked;
     Resource& resource = *waiter->resource;
     if (waiter->two_phase) erase_record(*waiter->owner, resource);
@@ -726,8 +825,10 @@ Engine::~Engine() = default;
 Reply Engine::handle(Instant now, SessionId session, const Request& request,
                      std::vector<Delivery>& out) {
   TS_ASSERT(is_engine_command(request.command));
-  impl_->advance(now, out);
   const Namespace ns = command_namespace(request.command);
+  if (impl_->advance(now, out, impl_->config.deadlines_per_call)) {
+    impl_->settle(impl_->find(ns, request.key), out);
+  }
   switch (request.command) {
     case Command::kLock:
     case Command::kSemLock:
@@ -754,21 +855,23 @@ Reply Engine::handle(Instant now, SessionId session, const Request& request,
 
 bool Engine::close_session(Instant now, SessionId session, bool auto_release,
                            std::vector<Delivery>& out) {
-  impl_->advance(now, out);
+  impl_->advance(now, out, impl_->config.deadlines_per_call);
   return impl_->close_session(session, auto_release, out);
 }
 
 bool Engine::cancel_parked(Instant now, SessionId session, std::vector<Delivery>& out) {
-  impl_->advance(now, out);
+  impl_->advance(now, out, impl_->config.deadlines_per_call);
   return impl_->cancel_parked(session, out);
 }
 
-void Engine::tick(Instant now, std::vector<Delivery>& out) { impl_->advance(now, out); }
+void Engine::tick(Instant now, std::vector<Delivery>& out) {
+  impl_->advance(now, out, impl_->config.deadlines_per_call);
+}
 
 std::optional<Instant> Engine::next_wake() const { return impl_->deadlines.next(); }
 
 StatsSnapshot Engine::stats(Instant now, std::vector<Delivery>& out) {
-  impl_->advance(now, out);
+  impl_->advance(now, out, SIZE_MAX);  // it reports every resource: bring them all up to date
   return impl_->stats();
 }
 

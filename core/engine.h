@@ -10,7 +10,10 @@
 //  * Every input first advances time: deadlines due at or before `now` are processed in order of
 //    (instant, kind), lease expiries before wait timeouts before GC at the same instant, so a
 //    grant that coincides with a timeout wins. Deadlines live in an indexed min-heap; nothing
-//    sweeps over all keys.
+//    sweeps over all keys. One call processes at most EngineConfig::deadlines_per_call of them;
+//    a request then also processes every due deadline of the resource it names, so its reply is
+//    what it would be had everything due been processed. The rest waits for the next call (the
+//    driver sees next_wake() <= now() and ticks again after its I/O). stats() processes all.
 //  * A newcomer never overtakes a waiter: the fast path needs free capacity AND an empty queue.
 //  * Replies to parked requests (blocking l/sl/w/sw) leave through `out` as Deliveries, from
 //    whichever call reaches them: a release, an expiry, a tick, a closed session.
@@ -47,6 +50,10 @@ struct EngineConfig {
   Fence fence_floor{0};                          // every fence issued is > fence_floor
   std::uint64_t fence_block = 4096;              // fences taken from a FenceSource at a time
   std::size_t stats_entries_max = 10'000;        // per stats array
+  // The most deadlines (lease expiries, wait timeouts, collections) one call processes beyond
+  // those of the resource it names, so that a million leases ending together cannot hold the
+  // shard for seconds; what is left stays due for the next call (next_wake() <= now()). >= 1.
+  std::size_t deadlines_per_call = 8;
 };
 
 // A reply addressed to a session whose request was parked (or whose request is in flight).
@@ -99,9 +106,11 @@ class Engine {
 
   // The session is gone: its parked request is dropped unanswered, its waiters and two-phase
   // records are removed, and with `auto_release` its holdings are released (without, they live
-  // on until released by token or until their lease ends). Unknown sessions are fine.
-  // Returns true when a parked request of the session was dropped: it will never be answered,
-  // so the driver completes it on the session side (Session::on_cancelled).
+  // on until released by token or until their lease ends). Unknown sessions are fine. Its
+  // resources are not brought up to date first: a holding whose lease is due but was left for a
+  // later call is released like any other, and a due timeout of its parked request is dropped
+  // with it. Returns true when a parked request of the session was dropped: it will never be
+  // answered, so the driver completes it on the session side (Session::on_cancelled).
   bool close_session(Instant now, SessionId session, bool auto_release, std::vector<Delivery>& out);
 
   // The session's parked request (a blocking l/sl/w/sw) is withdrawn unanswered, as if it had
@@ -112,7 +121,8 @@ class Engine {
   // disconnects during a long poll (reference 3.6).
   bool cancel_parked(Instant now, SessionId session, std::vector<Delivery>& out);
 
-  // Advances time only.
+  // Advances time only (at most deadlines_per_call deadlines; call again while next_wake() is
+  // not after now()).
   void tick(Instant now, std::vector<Delivery>& out);
 
   // The earliest instant at which the engine has work (a lease expiry, a wait timeout or a GC);

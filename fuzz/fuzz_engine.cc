@@ -67,6 +67,8 @@ ConfigChoice decode_choice(FuzzInput& input) {
   choice.start_ns =
       static_cast<std::int64_t>(input.u64() % 2'000'000'000'001ULL) - 1'000'000'000'000;
   choice.salt_seed = input.byte();
+  static const std::array<std::size_t, 4> kPerCall = {32, 1, 2, 3};
+  choice.deadlines_per_call = kPerCall[input.below(kPerCall.size())];
   return choice;
 }
 

@@ -65,6 +65,7 @@ struct Settings {
   std::int64_t waiters_max = 0;
   std::int64_t resources_max = 1'048'576;
   std::int64_t gc_idle_ms = 60'000;
+  std::size_t deadlines_per_call = 8;  // EngineConfig::deadlines_per_call
   // BUGGIFY switches.
   bool fault_crash = false;
   bool fault_pause = false;
@@ -100,6 +101,7 @@ struct Settings {
     add("waiters_max=" + std::to_string(waiters_max));
     add("max_locks=" + std::to_string(resources_max));
     add("gc_idle_ms=" + std::to_string(gc_idle_ms));
+    add("deadlines_per_call=" + std::to_string(deadlines_per_call));
     add("faults=[");
     std::string faults;
     auto fault = [&](bool on, const char* name) {
@@ -182,6 +184,10 @@ Settings choose_settings(std::uint64_t seed, const std::string& profile) {
   // Some disks are slow (up to 300 ms per fsync): grants then run out of durable fences.
   s.journal_sync_max_us =
       prng.chance(300) ? prng.between(10'000, 300'000) : prng.between(50, 20'000);
+  // Drawn last, so that the choices above stay what they were for every seed. One or two per
+  // call leave deadlines behind at almost every expiry.
+  const std::size_t per_call_choices[] = {8, 8, 1, 2};
+  s.deadlines_per_call = per_call_choices[prng.below(4)];
   return s;
 }
 
@@ -640,6 +646,7 @@ void World::start_process() {
   core::EngineConfig config;
   config.gc_max_idle = core::Duration::milliseconds(settings_.gc_idle_ms);
   config.waiters_max = settings_.waiters_max;
+  config.deadlines_per_call = settings_.deadlines_per_call;
   if (journal) {
     // Every engine takes its fences in blocks from the one journal of the process.
     process_->journal = std::move(journal);
@@ -1179,6 +1186,8 @@ void World::on_server_timer() {
   for (std::size_t shard = 0; shard < settings_.shards; ++shard) {
     std::vector<core::Delivery> out;
     p.engines[shard]->tick(server_now(), out);
+    const std::optional<Instant> wake = p.engines[shard]->next_wake();
+    if (wake && *wake <= p.engines[shard]->now()) ++result_.coverage["deadlines-left-behind"];
     observe_call(shard, out, nullptr, nullptr);
     deliver(shard, out);
   }

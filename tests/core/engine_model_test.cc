@@ -131,6 +131,8 @@ rc::Gen<ConfigChoice> gen_config() {
       set(&ConfigChoice::stats_entries_max,
           rc::gen::weightedOneOf<std::size_t>(
               {{3, rc::gen::just<std::size_t>(10'000)}, {1, inRange<std::size_t>(1, 4)}})),
+      set(&ConfigChoice::deadlines_per_call,
+          rc::gen::weightedElement<std::size_t>({{2, 32}, {1, 1}, {1, 2}, {1, 3}})),
       set(&ConfigChoice::start_ns, inRange<std::int64_t>(-1'000'000'000'000, 1'000'000'000'000)),
       set(&ConfigChoice::near_max_jumps, rc::gen::weightedElement<bool>({{19, false}, {1, true}})),
       set(&ConfigChoice::last_key_limit,

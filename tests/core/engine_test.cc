@@ -224,6 +224,10 @@ class EngineTest : public ::testing::Test {
     return engine_->close_session(now_, session, auto_release, deliveries_);
   }
   void tick() { engine_->tick(now_, deliveries_); }
+  // Returns whether the session's parked request was dropped.
+  bool cancel_parked(SessionId session) {
+    return engine_->cancel_parked(now_, session, deliveries_);
+  }
   void tick_at(Instant instant) {
     at(instant);
     tick();
@@ -784,6 +788,106 @@ TEST_F(EngineTest, Edge08_ExpiredLeaseIsReclaimedOnAcquireWithoutATick) {
   at(10);
   EXPECT_TRUE(IsOk(lock(kS2, "k", 0), 33));
   EXPECT_EQ(holder_sessions(kL, "k"), SessionList{kS2});
+}
+
+// ---- deadlines_per_call: a storm of deadlines is worked off a few per call ----------------------
+
+class DeadlineStormTest : public EngineTest {
+ protected:
+  // Ten locks k0..k9, each held by its own session with a 10 s lease taken at 0, and a limit of
+  // three deadlines per call; the leases are all due from 10 on.
+  void SetUp() override {
+    EngineConfig config;
+    config.deadlines_per_call = 3;
+    configure(config);
+    at(0);
+    for (std::uint64_t i = 0; i < 10; ++i) {
+      tokens_.push_back(token_of(lock(holder(i), key(i), 0, 10)));
+    }
+  }
+  static SessionId holder(std::uint64_t i) { return SessionId{100 + i}; }
+  static std::string key(std::uint64_t i) { return "k" + std::to_string(i); }
+  std::uint64_t expiries() { return engine().counters().lease_expiries; }
+  bool behind() {
+    const std::optional<Instant> wake = engine().next_wake();
+    return wake && *wake <= engine().now();
+  }
+  std::vector<Token> tokens_;
+};
+
+TEST_F(DeadlineStormTest, EachTickProcessesAtMostTheLimitAndLeavesTheRestDue) {
+  tick_at(secs(20));
+  EXPECT_EQ(expiries(), 3u);
+  EXPECT_TRUE(behind());
+  tick();
+  EXPECT_EQ(expiries(), 6u);
+  tick();
+  tick();
+  EXPECT_EQ(expiries(), 10u);
+  EXPECT_FALSE(behind());  // what is left is the GC of the ten idle locks, 60 s on
+}
+
+TEST_F(DeadlineStormTest, ARequestSeesItsOwnResourceAsIfEverythingDueWereProcessed) {
+  at(20);
+  // k9's lease is the last in processing order: three others expire, then k9's own.
+  EXPECT_TRUE(IsOk(lock(kS1, key(9), 0), 33));  // granted at once, not "timeout"
+  EXPECT_EQ(expiries(), 4u);
+  EXPECT_TRUE(behind());
+  // The expired holder of k8 (not yet processed) cannot release or renew either.
+  EXPECT_EQ(release(holder(8), key(8), tokens_[8]), only(Status::kError));
+  EXPECT_EQ(renew(holder(7), key(7), tokens_[7]), only(Status::kError));
+  EXPECT_EQ(holder_sessions(kL, key(9)), SessionList{kS1});
+}
+
+TEST_F(DeadlineStormTest, AWaiterIsGrantedWhenARequestBringsItsResourceUpToDate) {
+  at(5);
+  EXPECT_EQ(lock(kS2, key(9), 60), Reply::parked());
+  at(20);
+  // Any request naming k9 hands it on; the three expiries ahead of it are processed too.
+  EXPECT_EQ(release(kS3, key(9), std::nullopt), only(Status::kError));
+  std::vector<Delivery> deliveries = take_deliveries();
+  ASSERT_EQ(deliveries.size(), 1u) << describe(deliveries);
+  EXPECT_EQ(deliveries[0].session, kS2);
+  EXPECT_TRUE(IsOk(deliveries[0].reply, 33));
+  EXPECT_EQ(expiries(), 4u);
+}
+
+TEST_F(DeadlineStormTest, ADueTimeoutOrGrantWinsOverCancellingTheParkedRequest) {
+  at(5);
+  EXPECT_TRUE(IsOk(lock(kS1, "long", 0, 100), 100));
+  EXPECT_EQ(lock(kS2, "long", 6), Reply::parked());   // times out at 11, after the ten leases
+  EXPECT_EQ(lock(kS3, key(9), 60), Reply::parked());  // granted at 10, after nine leases
+  at(20);
+  EXPECT_FALSE(cancel_parked(kS2));
+  EXPECT_EQ(delivered_to(kS2), only(Status::kTimeout));
+  EXPECT_FALSE(cancel_parked(kS3));
+  EXPECT_TRUE(IsOk(delivered_to(kS3), 33));
+}
+
+TEST_F(DeadlineStormTest, StatsProcessesEverythingDue) {
+  at(20);
+  const StatsSnapshot snapshot = stats();
+  EXPECT_EQ(expiries(), 10u);
+  EXPECT_TRUE(snapshot.locks.empty());
+  EXPECT_EQ(snapshot.idle_locks.size(), 10u);
+}
+
+TEST_F(DeadlineStormTest, FencesStayStrictlyIncreasingWhateverTheProcessingOrder) {
+  at(5);
+  for (std::uint64_t i = 0; i < 10; ++i)
+    EXPECT_EQ(lock(SessionId{200 + i}, key(i), 60), Reply::parked());
+  at(20);
+  lock(kS1, key(9), 0);  // k9 first: its waiter gets the next fence before k3..k8's waiters
+  for (int i = 0; i < 4; ++i) tick();
+  std::vector<Delivery> deliveries = take_deliveries();
+  ASSERT_EQ(deliveries.size(), 10u) << describe(deliveries);
+  EXPECT_EQ(deliveries[3].session, SessionId{209});
+  std::uint64_t last = tokens_.back().fence.value;
+  for (const Delivery& delivery : deliveries) {
+    ASSERT_TRUE(delivery.reply.token.has_value());
+    EXPECT_GT(delivery.reply.token->fence.value, last);
+    last = delivery.reply.token->fence.value;
+  }
 }
 
 TEST_F(EngineTest, Edge46_WaiterTimingOutMidQueueKeepsFifoForTheRest) {

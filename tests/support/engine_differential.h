@@ -76,6 +76,7 @@ struct ConfigChoice {
   std::int64_t waiters_max = 0;
   std::uint64_t fence_floor = 0;
   std::size_t stats_entries_max = 10'000;
+  std::size_t deadlines_per_call = 32;  // small values leave deadlines behind for later calls
   std::int64_t start_ns = 0;
   bool near_max_jumps = false;  // huge steps are multiplied so that the clock saturates
   std::int64_t last_key_limit = static_cast<std::int64_t>(kKeys);  // usual limit of the last key

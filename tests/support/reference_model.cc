@@ -46,7 +46,8 @@ std::optional<Instant> ReferenceModel::gc_instant(const Resource& resource) cons
   return at;
 }
 
-std::optional<ReferenceModel::Due> ReferenceModel::earliest_due() const {
+std::optional<ReferenceModel::Due> ReferenceModel::earliest_due(
+    std::optional<std::size_t> only) const {
   std::optional<Due> best;
   auto consider = [&best](const Due& due) {
     if (!best ||
@@ -55,6 +56,7 @@ std::optional<ReferenceModel::Due> ReferenceModel::earliest_due() const {
     }
   };
   for (std::size_t r = 0; r < resources_.size(); ++r) {
+    if (only && r != *only) continue;
     const Resource& resource = resources_[r];
     for (std::size_t h = 0; h < resource.holders.size(); ++h) {
       const Holder& holder = resource.holders[h];
@@ -74,37 +76,51 @@ std::optional<ReferenceModel::Due> ReferenceModel::earliest_due() const {
   return best;
 }
 
-void ReferenceModel::advance(Instant now, std::vector<Delivery>& out) {
+void ReferenceModel::advance(Instant now, std::vector<Delivery>& out, std::size_t limit) {
   if (now < now_) {
     ++counters_.clock_regressions;
   } else {
     now_ = now;
   }
-  while (std::optional<Due> due = earliest_due()) {
-    Resource& resource = resources_[due->resource_index];
-    if (due->kind == 0) {
-      Token token = resource.holders[due->item_index].token;
-      resource.holders.erase(resource.holders.begin() +
-                             static_cast<std::ptrdiff_t>(due->item_index));
-      ++counters_.lease_expiries;
-      for (Record& record : records_) {
-        if (record.state == RecordState::kGranted && record.token == token) {
-          record.state = RecordState::kExpired;
-        }
+  for (std::size_t done = 0; done < limit; ++done) {
+    std::optional<Due> due = earliest_due(std::nullopt);
+    if (!due) break;
+    process(*due, out);
+  }
+}
+
+void ReferenceModel::settle(Namespace ns, const std::string& key, std::vector<Delivery>& out) {
+  while (true) {
+    std::optional<std::size_t> index = find_resource(ns, key);
+    if (!index) return;
+    std::optional<Due> due = earliest_due(index);
+    if (!due) return;
+    process(*due, out);
+  }
+}
+
+void ReferenceModel::process(const Due& due, std::vector<Delivery>& out) {
+  Resource& resource = resources_[due.resource_index];
+  if (due.kind == 0) {
+    Token token = resource.holders[due.item_index].token;
+    resource.holders.erase(resource.holders.begin() + static_cast<std::ptrdiff_t>(due.item_index));
+    ++counters_.lease_expiries;
+    for (Record& record : records_) {
+      if (record.state == RecordState::kGranted && record.token == token) {
+        record.state = RecordState::kExpired;
       }
-      promote(due->resource_index, out);
-    } else if (due->kind == 1) {
-      Waiter waiter = resource.waiters[due->item_index];
-      resource.waiters.erase(resource.waiters.begin() +
-                             static_cast<std::ptrdiff_t>(due->item_index));
-      ++counters_.wait_timeouts;
-      out.push_back(Delivery{waiter.session, Reply::of(Status::kTimeout)});
-      if (waiter.two_phase) erase_record(waiter.session, resource.ns, resource.key);
-      promote(due->resource_index, out);
-    } else {
-      resources_.erase(resources_.begin() + static_cast<std::ptrdiff_t>(due->resource_index));
-      ++counters_.resources_collected;
     }
+    promote(due.resource_index, out);
+  } else if (due.kind == 1) {
+    Waiter waiter = resource.waiters[due.item_index];
+    resource.waiters.erase(resource.waiters.begin() + static_cast<std::ptrdiff_t>(due.item_index));
+    ++counters_.wait_timeouts;
+    out.push_back(Delivery{waiter.session, Reply::of(Status::kTimeout)});
+    if (waiter.two_phase) erase_record(waiter.session, resource.ns, resource.key);
+    promote(due.resource_index, out);
+  } else {
+    resources_.erase(resources_.begin() + static_cast<std::ptrdiff_t>(due.resource_index));
+    ++counters_.resources_collected;
   }
 }
 
@@ -230,8 +246,9 @@ Reply ReferenceModel::handle(Instant now, SessionId session, const Request& requ
                              std::vector<Delivery>& out) {
   TS_ASSERT(core::is_engine_command(request.command));
   TS_ASSERT(!is_parked(session));
-  advance(now, out);
+  advance(now, out, config_.deadlines_per_call);
   Namespace ns = core::command_namespace(request.command);
+  settle(ns, request.key, out);
   switch (request.command) {
     case Command::kLock:
     case Command::kSemLock:
@@ -394,7 +411,7 @@ Reply ReferenceModel::renew(Namespace ns, const Request& request) {
 
 bool ReferenceModel::close_session(Instant now, SessionId session, bool auto_release,
                                    std::vector<Delivery>& out) {
-  advance(now, out);
+  advance(now, out, config_.deadlines_per_call);
   const bool dropped_parked = is_parked(session);
   std::vector<std::size_t> touched;
   for (std::size_t r = 0; r < resources_.size(); ++r) {
@@ -412,10 +429,12 @@ bool ReferenceModel::close_session(Instant now, SessionId session, bool auto_rel
   return dropped_parked;
 }
 
-void ReferenceModel::tick(Instant now, std::vector<Delivery>& out) { advance(now, out); }
+void ReferenceModel::tick(Instant now, std::vector<Delivery>& out) {
+  advance(now, out, config_.deadlines_per_call);
+}
 
 core::StatsSnapshot ReferenceModel::stats(Instant now, std::vector<Delivery>& out) {
-  advance(now, out);
+  advance(now, out, std::numeric_limits<std::size_t>::max());
   std::vector<const Resource*> sorted;
   for (const Resource& resource : resources_) sorted.push_back(&resource);
   std::sort(sorted.begin(), sorted.end(), [](const Resource* a, const Resource* b) {

@@ -7,7 +7,9 @@
 // (holder lease deadlines, kind 0; parked waiters' timeouts, kind 1; GC eligibility of an empty
 // resource, kind 2, due when now - last_activity > gc_max_idle, i.e. at
 // last_activity + gc_max_idle + 1ns), the earliest by (instant, kind) is processed, and the scan
-// starts again. Only then is the input applied. Everything happens at `now`: a waiter promoted
+// starts again, until config.deadlines_per_call deadlines were processed; a request then
+// processes, the same way, every due deadline of the resource it names (stats: every deadline).
+// Only then is the input applied. Everything happens at `now`: a waiter promoted
 // while deadlines are processed gets `now + lease` (its lease runs from the delivery), even
 // when the lease it replaces ended earlier.
 //
@@ -106,8 +108,13 @@ class ReferenceModel {
     std::size_t item_index = 0;  // holder or waiter index
   };
 
-  void advance(core::Instant now, std::vector<core::Delivery>& out);
-  std::optional<Due> earliest_due() const;
+  // Processes the earliest due deadlines, at most `limit` of them.
+  void advance(core::Instant now, std::vector<core::Delivery>& out, std::size_t limit);
+  // Processes every due deadline of one resource, earliest first.
+  void settle(core::Namespace ns, const std::string& key, std::vector<core::Delivery>& out);
+  void process(const Due& due, std::vector<core::Delivery>& out);
+  // The earliest due deadline, of every resource or only of resources_[*only].
+  std::optional<Due> earliest_due(std::optional<std::size_t> only) const;
   std::optional<core::Instant> gc_instant(const Resource& resource) const;
   bool gc_candidate(const Resource& resource) const;
   void promote(std::size_t resource_index, std::vector<core::Delivery>& out);
