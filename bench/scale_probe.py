@@ -8,8 +8,9 @@ Measures against a server it starts on an ephemeral loopback port:
   idle-keys N          acquire and release N distinct keys (they stay as idle resources until
                        GC): server RSS per idle key.
   held-locks N         hold N locks (distinct keys, pipelined over --connections connections)
-                       with a --lease-s lease: RSS per held lock; then, while every lease expires
-                       at about the same moment, a probe connection sends a request every
+                       with a --lease-s lease: RSS per held lock, and the longest wait of an
+                       open-loop turnstile-bench (500 ops/s) meanwhile; then, while every lease
+                       expires at about the same moment, a probe connection sends a request every
                        millisecond, in turn a ping and an acquire + release of its own key, and
                        the longest round trip of each is reported (an expiry stall shows as a
                        long one).
@@ -161,9 +162,17 @@ def report_probe(what, stats):
         print(f"{what}: {count} {label}, longest {longest * 1000:.2f} ms, {slow} over 5 ms")
 
 
-def held_locks(port, pid, n, connections, lease_s):
+def held_locks(port, pid, n, connections, lease_s, bench):
     time.sleep(0.5)
     rss_before = rss_kib(pid)
+    # While the locks are being acquired (the key maps grow), turnstile-bench sends 500
+    # acquire + release pairs a second on a key of its own, open loop: its max is the longest
+    # wait of a request, measured from when it should have been sent.
+    prober = subprocess.Popen(
+        [bench, "--host", "127.0.0.1", "--port", str(port), "--mode", "uncontended", "--workers",
+         "1", "--threads", "1", "--rate", "500", "--duration", str(lease_s * 0.6), "--warmup",
+         "0", "--json", "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
     began = time.monotonic()
     socks, replies = pipelined(
         port, [f"l\nheld-{i}\n0 {lease_s}\n".encode() for i in range(n)], connections)
@@ -173,6 +182,14 @@ def held_locks(port, pid, n, connections, lease_s):
     print(f"held-locks {n}: acquired in {took:.1f} s; RSS {rss_before} -> {rss_after} KiB "
           f"({rss_after / 1024:.0f} MiB), {(rss_after - rss_before) * 1024 / n:.0f} bytes per "
           f"held lock")
+    out, err = prober.communicate(timeout=lease_s * 0.6 + 60)
+    try:
+        latency = json.loads(out.strip().splitlines()[-1])["latency_us"]
+        print(f"held-locks {n}: while acquiring (and after, {lease_s * 0.6:.0f} s in all), "
+              f"turnstile-bench at 500 ops/s: p99 {latency['p99'] / 1000:.2f} ms, longest "
+              f"{latency['max'] / 1000:.2f} ms")
+    except (IndexError, KeyError, json.JSONDecodeError):
+        print(f"held-locks {n}: the probe during the acquisition failed: {err.strip()[-300:]}")
     # Every lease ends within `took` seconds of the first: probe through the whole window.
     probe = socket.create_connection(("127.0.0.1", port))
     probe.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -279,15 +296,15 @@ def main():
              str(max(args.n * 2, 1048576))]
     server, port = start_server(os.path.join(args.build_dir, "net", "turnstiled"), extra,
                                 tempfile.mkdtemp(prefix="turnstile-scale-probe-"))
+    bench = os.path.join(args.build_dir, "bench", "turnstile-bench")
     try:
         if args.what == "idle-connections":
             idle_connections(port, server.pid, args.n, args.idle_s)
         elif args.what == "idle-keys":
             idle_keys(port, server.pid, args.n)
         elif args.what == "held-locks":
-            held_locks(port, server.pid, args.n, args.connections, args.lease_s)
+            held_locks(port, server.pid, args.n, args.connections, args.lease_s, bench)
         else:
-            bench = os.path.join(args.build_dir, "bench", "turnstile-bench")
             if not renewing(port, server.pid, args.n, args.lease_s, bench, args.duration_s):
                 return 1
     finally:
