@@ -64,7 +64,7 @@ struct Setting {
 };
 
 // Order is --help order; names, env names and bounds are reference section 4 plus the
-// turnstile additions (--threads, --idle-poll-us, --idle-timeout).
+// turnstile additions (--threads, --idle-poll-us, --pin-threads, --idle-timeout).
 const Setting kSettings[] = {
     {"host", "HOST", Kind::kText, "address", 0, 0, &Config::host,
      "address to listen on (IPv4, IPv6 or a host name)"},
@@ -75,6 +75,8 @@ const Setting kSettings[] = {
     {"idle-poll-us", "IDLE_POLL_US", Kind::kInteger, "microseconds", 0, 10'000,
      &Config::idle_poll_us,
      "longest a thread keeps polling for work before it sleeps (adaptive); 0 = never polls"},
+    {"pin-threads", "PIN_THREADS", Kind::kBool, "", 0, 0, &Config::pin_threads,
+     "run each thread on one CPU of those allowed (thread i on the i-th, round robin)"},
     {"default-lease-ttl", "DEFAULT_LEASE_TTL_S", Kind::kInteger, "seconds", 1, kMaxSeconds,
      &Config::default_lease_ttl_s, "lease given to an acquire that names none"},
     {"lease-sweep-interval", "LEASE_SWEEP_INTERVAL_S", Kind::kInteger, "seconds", 1, kMaxSeconds,

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 #include <optional>
+#include <vector>
 
 #include "core/assert.h"
 #include "core/routing.h"
@@ -327,7 +328,31 @@ void Shard::join() {
   if (thread_.joinable()) thread_.join();
 }
 
+void Shard::pin_to_cpu() {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) {
+    logf(LogLevel::kWarn, "shard %zu: cannot read its CPU set: %s", index_, std::strerror(errno));
+    return;
+  }
+  std::vector<int> cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &allowed)) cpus.push_back(cpu);
+  }
+  if (cpus.empty()) return;
+  const int cpu = cpus[index_ % cpus.size()];
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  if (sched_setaffinity(0, sizeof one, &one) != 0) {
+    logf(LogLevel::kWarn, "shard %zu: cannot pin to CPU %d: %s", index_, cpu, std::strerror(errno));
+    return;
+  }
+  logf(LogLevel::kInfo, "shard %zu runs on CPU %d only (--pin-threads)", index_, cpu);
+}
+
 void Shard::run() {
+  if (shared_.config.pin_threads) pin_to_cpu();
   // Each turn: the mailbox, then one non-blocking pass over ready sockets and due timers. After
   // the last event the shard polls for IdlePoll's window (yielding the CPU between polls), then
   // sleeps in epoll_wait; only a sleeping shard needs its eventfd written (post()).

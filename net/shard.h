@@ -208,6 +208,8 @@ class Shard {
   friend struct Connection;
 
   void run();
+  // --pin-threads: restricts this thread to the index_-th CPU of those the process may use.
+  void pin_to_cpu();
   void drain_mailbox();  // handles every queued message, then settles
   static void on_mailbox(evutil_socket_t fd, short events, void* self);
   static void on_engine_timer(evutil_socket_t fd, short events, void* self);

@@ -5,6 +5,8 @@
 
 #include <chrono>
 #include <csignal>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -1330,4 +1332,57 @@ TEST(Protocol, ListensOnIpv6Loopback) {
 }
 
 }  // namespace
+// ---- --pin-threads ---------------------------------------------------------------------------
+
+// The single CPU each thread of `pid` is allowed on, from /proc (threads allowed on more are
+// left out).
+std::multiset<int> single_cpu_threads(pid_t pid) {
+  std::multiset<int> cpus;
+  const std::string dir = "/proc/" + std::to_string(pid) + "/task";
+  for (const auto& task : std::filesystem::directory_iterator(dir)) {
+    std::ifstream status(task.path() / "status");
+    std::string line;
+    while (std::getline(status, line)) {
+      std::smatch match;
+      if (std::regex_match(line, match, std::regex(R"(Cpus_allowed_list:\s*([0-9]+))"))) {
+        cpus.insert(std::stoi(match[1]));
+      }
+    }
+  }
+  return cpus;
+}
+
+TEST(PinThreads, EachShardRunsOnItsOwnCpuAndServes) {
+  Daemon daemon({"--threads", "2", "--pin-threads"});
+  const std::regex pinned(R"(shard ([01]) runs on CPU ([0-9]+) only)");
+  std::set<int> logged;
+  for (const char* shard : {"shard 0 runs on CPU", "shard 1 runs on CPU"}) {
+    const std::optional<std::string> line = daemon.wait_for_log(shard, 5s);
+    ASSERT_TRUE(line.has_value()) << daemon.log_text();
+    std::smatch match;
+    ASSERT_TRUE(std::regex_search(*line, match, pinned)) << *line;
+    logged.insert(std::stoi(match[2]));
+  }
+  // Two CPUs or more here (CI has two): the shards get different ones.
+  if (std::thread::hardware_concurrency() >= 2) {
+    EXPECT_EQ(logged.size(), 2U);
+  }
+  const std::multiset<int> on_one_cpu = single_cpu_threads(daemon.pid());
+  for (int cpu : logged) EXPECT_EQ(on_one_cpu.count(cpu), 1U) << "CPU " << cpu;
+  Client client(daemon.port());
+  EXPECT_EQ(client.request("ping", "_", ""), "ok");
+  const Grant grant = parse_grant(client.request("l", "pinned", "10"));
+  EXPECT_EQ(client.request("r", "pinned", grant.token), "ok");
+}
+
+TEST(PinThreads, OffByDefault) {
+  Daemon daemon({"--threads", "2"});
+  Client client(daemon.port());
+  EXPECT_EQ(client.request("ping", "_", ""), "ok");
+  if (std::thread::hardware_concurrency() >= 2) {
+    EXPECT_TRUE(single_cpu_threads(daemon.pid()).empty());
+  }
+  EXPECT_FALSE(daemon.wait_for_log("runs on CPU", 0ms).has_value());
+}
+
 }  // namespace turnstile::integration

@@ -96,6 +96,7 @@ TEST(ConfigDefaults, MatchTheReferenceWithTurnstileDifferences) {
   EXPECT_EQ(config.port, 6388);
   EXPECT_EQ(config.threads, 4);
   EXPECT_EQ(config.idle_poll_us, 100);
+  EXPECT_FALSE(config.pin_threads);
   EXPECT_EQ(config.default_lease_ttl_s, 33);
   EXPECT_EQ(config.lease_sweep_interval_s, 1);
   EXPECT_EQ(config.gc_interval_s, 5);
@@ -367,6 +368,8 @@ TEST(ConfigSyntax, EmptyHostIsAnError) {
 
 TEST(ConfigBooleans, BareFlagMeansTrue) {
   EXPECT_TRUE(ok(parse({"--debug"})).debug);
+  EXPECT_TRUE(ok(parse({"--pin-threads"})).pin_threads);
+  EXPECT_TRUE(ok(parse({}, {{"TURNSTILE_PIN_THREADS", "1"}})).pin_threads);
   EXPECT_TRUE(ok(parse({"--auto-release-on-disconnect"})).auto_release_on_disconnect);
 }
 
@@ -623,6 +626,7 @@ TEST(ConfigHelp, ListsEveryFlagWithEnvironmentNamesAndDefaults) {
                                  "read-timeout",
                                  "idle-timeout",
                                  "idle-poll-us",
+                                 "pin-threads",
                                  "write-timeout",
                                  "shutdown-timeout",
                                  "auto-release-on-disconnect",
