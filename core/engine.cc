@@ -182,8 +182,20 @@ class ResourceMap {
   }
 
   std::size_t size() const { return size_; }
-  std::array<Segment, 256>& segments() { return segments_; }
-  const std::array<Segment, 256>& segments() const { return segments_; }
+
+  // Calls f(key, resource) for every resource, in no particular order.
+  template <typename F>
+  void for_each(F&& f) {
+    for (Segment& segment : segments_) {
+      for (auto& [key, resource] : segment) f(key, resource);
+    }
+  }
+  template <typename F>
+  void for_each(F&& f) const {
+    for (const Segment& segment : segments_) {
+      for (const auto& [key, resource] : segment) f(key, resource);
+    }
+  }
 
  private:
   Segment& segment_of(std::size_t hash) { return segments_[hash >> (8 * sizeof(std::size_t) - 8)]; }
@@ -215,21 +227,19 @@ struct Engine::Impl {
 
   ~Impl() {
     for (ResourceMap& map : resources) {
-      for (ResourceMap::Segment& segment : map.segments()) {
-        for (auto& [key, resource] : segment) {
-          if (budget != nullptr) budget->give_back();
-          while (!resource.holders.empty()) {
-            Holder* holder = resource.holders.front();
-            resource.holders.remove(holder);
-            delete holder;
-          }
-          while (!resource.waiters.empty()) {
-            Waiter* waiter = resource.waiters.front();
-            resource.waiters.remove(waiter);
-            delete waiter;
-          }
+      map.for_each([this](const std::string&, Resource& resource) {
+        if (budget != nullptr) budget->give_back();
+        while (!resource.holders.empty()) {
+          Holder* holder = resource.holders.front();
+          resource.holders.remove(holder);
+          delete holder;
         }
-      }
+        while (!resource.waiters.empty()) {
+          Waiter* waiter = resource.waiters.front();
+          resource.waiters.remove(waiter);
+          delete waiter;
+        }
+      });
     }
   }
 
@@ -295,18 +305,17 @@ struct Engine::Impl {
   // order advance() would have taken them. Deadlines of different resources never affect each
   // other, so a request sees its resource exactly as it would after a full advance; only fence
   // numbers (taken in processing order) and the moment other resources' deliveries leave
-  // differ. Returns the resource, or nullptr when it was collected.
-  Resource* settle(Resource* resource, std::vector<Delivery>& out) {
-    if (resource == nullptr) return resource;
+  // differ. The resource may be collected on the way.
+  void settle(Resource* resource, std::vector<Delivery>& out) {
+    if (resource == nullptr) return;
     holder_pool.keep_all(true);
     waiter_pool.keep_all(true);
-    resource = settle_passes(resource, out);
+    settle_passes(resource, out);
     holder_pool.keep_all(false);
     waiter_pool.keep_all(false);
-    return resource;
   }
 
-  Resource* settle_passes(Resource* resource, std::vector<Delivery>& out) {
+  void settle_passes(Resource* resource, std::vector<Delivery>& out) {
     struct Item {
       DeadlineQueue::Slot slot;
       DeadlineQueue::Timer* timer;
@@ -342,10 +351,9 @@ struct Engine::Impl {
         if (deadlines.slot(*item.timer) != item.slot) continue;
         deadlines.cancel(*item.timer);
         const bool changed = process({item.kind, item.owner, item.slot.at}, out);
-        if (changed && item.kind == DeadlineQueue::Kind::kIdleGc) return nullptr;
+        if (changed && item.kind == DeadlineQueue::Kind::kIdleGc) return;  // it is gone
       }
     }
-    return resource;
   }
 
   Instant deadline_after(std::int64_t seconds) const { return now + Duration::seconds(seconds); }
@@ -811,35 +819,33 @@ struct Engine::Impl {
   StatsSnapshot stats() const {
     StatsSnapshot part;
     for (const ResourceMap& map : resources) {
-      for (const ResourceMap::Segment& segment : map.segments()) {
-        for (const auto& [key, resource] : segment) {
-          const bool busy = !resource.idle();
-          if (resource.limit == 1) {
-            if (busy) {
-              const Holder* holder = resource.holders.front();
-              LockStats entry;
-              entry.key = key;
-              entry.waiters = static_cast<std::int64_t>(resource.waiters.size());
-              if (holder != nullptr) {
-                entry.owner = holder->session;
-                entry.lease_expires_in_s =
-                    std::max(Duration::zero(), holder->deadline - now).seconds_double();
-              }
-              part.locks.push_back(std::move(entry));
-            } else {
-              part.idle_locks.push_back(
-                  IdleStats{key, (now - resource.last_activity).seconds_double()});
+      map.for_each([&](const std::string& key, const Resource& resource) {
+        const bool busy = !resource.idle();
+        if (resource.limit == 1) {
+          if (busy) {
+            const Holder* holder = resource.holders.front();
+            LockStats entry;
+            entry.key = key;
+            entry.waiters = static_cast<std::int64_t>(resource.waiters.size());
+            if (holder != nullptr) {
+              entry.owner = holder->session;
+              entry.lease_expires_in_s =
+                  std::max(Duration::zero(), holder->deadline - now).seconds_double();
             }
-          } else if (busy) {
-            part.semaphores.push_back(SemaphoreStats{
-                key, resource.limit, static_cast<std::int64_t>(resource.holders.size()),
-                static_cast<std::int64_t>(resource.waiters.size())});
+            part.locks.push_back(std::move(entry));
           } else {
-            part.idle_semaphores.push_back(
+            part.idle_locks.push_back(
                 IdleStats{key, (now - resource.last_activity).seconds_double()});
           }
+        } else if (busy) {
+          part.semaphores.push_back(SemaphoreStats{
+              key, resource.limit, static_cast<std::int64_t>(resource.holders.size()),
+              static_cast<std::int64_t>(resource.waiters.size())});
+        } else {
+          part.idle_semaphores.push_back(
+              IdleStats{key, (now - resource.last_activity).seconds_double()});
         }
-      }
+      });
     }
     StatsSnapshot sorted;
     merge_stats(sorted, std::move(part), config.stats_entries_max);
@@ -849,20 +855,18 @@ struct Engine::Impl {
   std::vector<ResourceView> inspect() const {
     std::vector<ResourceView> views;
     for (const ResourceMap& map : resources) {
-      for (const ResourceMap::Segment& segment : map.segments()) {
-        for (const auto& [key, resource] : segment) {
-          ResourceView view{resource.ns, key, resource.limit, {}, {}};
-          for (const Holder* h = resource.holders.front(); h != nullptr;
-               h = decltype(resource.holders)::next(h)) {
-            view.holders.push_back(HolderView{resource.ns, key, h->token, h->session, h->deadline});
-          }
-          for (const Waiter* w = resource.waiters.front(); w != nullptr;
-               w = decltype(resource.waiters)::next(w)) {
-            view.waiters.push_back(w->session);
-          }
-          views.push_back(std::move(view));
+      map.for_each([&](const std::string& key, const Resource& resource) {
+        ResourceView view{resource.ns, key, resource.limit, {}, {}};
+        for (const Holder* h = resource.holders.front(); h != nullptr;
+             h = decltype(resource.holders)::next(h)) {
+          view.holders.push_back(HolderView{resource.ns, key, h->token, h->session, h->deadline});
         }
-      }
+        for (const Waiter* w = resource.waiters.front(); w != nullptr;
+             w = decltype(resource.waiters)::next(w)) {
+          view.waiters.push_back(w->session);
+        }
+        views.push_back(std::move(view));
+      });
     }
     std::sort(views.begin(), views.end(), [](const ResourceView& a, const ResourceView& b) {
       return std::pair(a.ns, std::string_view(a.key)) < std::pair(b.ns, std::string_view(b.key));
