@@ -15,10 +15,14 @@ Measures against a server it starts on an ephemeral loopback port:
                        the longest round trip of each is reported (an expiry stall shows as a
                        long one).
   renewing N           N connections each hold a lock (distinct keys, --lease-s lease) and renew
-                       it every half lease, spread evenly over time, as the dflockd clients do;
-                       an extra client (turnstile-bench, one worker, acquire + release in a
-                       loop) measures its latency first with the server otherwise idle, then
-                       while the N connections renew. Every renewal must succeed.
+                       it every half lease, spread evenly over time, as the dflockd clients do
+                       (turnstile-renew-load, one epoll thread); an extra client
+                       (turnstile-bench, one worker, acquire + release in a loop) measures its
+                       latency first with the server otherwise idle, then while the N
+                       connections renew. Every renewal must succeed. --renewals-to ref is the
+                       control: turnstiled holds the N locks unrenewed and the same renewals go
+                       to the do-nothing reference server, so what remains of the extra client's
+                       slow-down is the cost of the load generator on the shared CPUs.
 
     bench/scale_probe.py --build-dir build idle-connections 10000
     bench/scale_probe.py --build-dir build held-locks 1000000
@@ -31,7 +35,6 @@ import argparse
 import json
 import os
 import resource
-import selectors
 import socket
 import subprocess
 import sys
@@ -211,53 +214,54 @@ def extra_client(bench, port, duration_s):
                           None, duration_s + 60)
 
 
-def renewing(port, pid, n, lease_s, bench, duration_s):
+def renew_load(build_dir, port, n, lease_s, rate, key_prefix, log_dir):
+    """turnstile-renew-load holding n locks on `port` and renewing `rate` of them a second,
+    returned once it holds them all; stop() it, then renew_load_result() reads its counts."""
+    return LoggedProcess([os.path.join(build_dir, "bench", "turnstile-renew-load"), "--port",
+                          str(port), "--connections", str(n), "--lease", str(lease_s), "--rate",
+                          str(rate), "--key-prefix", key_prefix],
+                         os.path.join(log_dir, f"renew-load-{key_prefix}{port}.log"),
+                         lambda text: "holding " in text, "turnstile-renew-load", timeout_s=120)
+
+
+def renew_load_result(load):
+    load.stop()
+    for line in reversed(load.log_text().splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    raise SystemExit(f"turnstile-renew-load reported nothing:\n{load.log_text()}")
+
+
+def renewing(build_dir, port, pid, n, lease_s, bench, duration_s, renewals_to, log_dir):
     unloaded = [extra_client(bench, port, duration_s) for _ in range(2)]
-    socks = [socket.create_connection(("127.0.0.1", port)) for _ in range(n)]
-    for i, s in enumerate(socks):
-        s.sendall(f"l\nrenewing-{i}\n0 {lease_s}\n".encode())
-    tokens = []
-    for s in socks:
-        line = read_lines(s, 1)[0][0]
-        assert line.startswith(b"ok "), f"an acquire failed: {line!r}"
-        tokens.append(line.split()[1])
-    selector = selectors.DefaultSelector()
-    for i, s in enumerate(socks):
-        s.setblocking(False)
-        selector.register(s, selectors.EVENT_READ, i)
-    # Connection i renews at i/n of every half lease, so renewals arrive evenly.
-    period = lease_s / 2
-    start = time.monotonic()
-    renewed = [0] * n
-    sent = 0
-    answered = 0
-    failures = 0
-    bench_run = subprocess.Popen(
-        [bench, "--host", "127.0.0.1", "--port", str(port), "--mode", "uncontended", "--workers",
-         "1", "--threads", "1", "--duration", str(duration_s), "--warmup", "0.5", "--json",
-         "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    cpu_before = cpu_seconds(pid)
-    loaded_since = time.monotonic()
-    while bench_run.poll() is None:
-        now = time.monotonic() - start
-        due = int(now / period * n)  # renewals due since the start, over all connections
-        while sent < due:
-            i = sent % n
-            socks[i].sendall(b"n\nrenewing-%d\n%s %d\n" % (i, tokens[i], lease_s))
-            sent += 1
-        for key, _ in selector.select(timeout=0.002):
-            lines, _rest = read_lines(key.fileobj, 1)
-            for line in lines:
-                answered += 1
-                renewed[key.data] += 1
-                if not line.startswith(b"ok "):
-                    failures += 1
-    loaded_s = time.monotonic() - loaded_since
-    cpu_used = cpu_seconds(pid) - cpu_before
-    out, err = bench_run.communicate()
-    loaded = json.loads(out.strip().splitlines()[-1]) if out.strip() else {"error": err}
-    for s in socks:
-        s.close()
+    rate = n / (lease_s / 2)  # each connection renews every half lease
+    loads = []
+    ref = None
+    try:
+        if renewals_to == "ref":
+            # The control: turnstiled holds the n locks but is not renewed; the same renewals go
+            # to the do-nothing reference server, so only the load generator's cost remains.
+            loads.append(renew_load(build_dir, port, n, lease_s, 0, "held-", log_dir))
+            ref = LoggedProcess([os.path.join(build_dir, "bench", "turnstile-refserver"), "--host",
+                                 "127.0.0.1", "--port", "0", "--threads", "2"],
+                                os.path.join(log_dir, "refserver.log"), LISTENING.search,
+                                "scale_probe.py: turnstile-refserver")
+            loads.append(renew_load(build_dir, int(ref.ready.group(2)), n, lease_s, rate,
+                                    "renewing-", log_dir))
+        else:
+            loads.append(renew_load(build_dir, port, n, lease_s, rate, "renewing-", log_dir))
+        cpu_before = cpu_seconds(pid)
+        loaded_since = time.monotonic()
+        loaded = extra_client(bench, port, duration_s)
+        loaded_s = time.monotonic() - loaded_since
+        cpu_used = cpu_seconds(pid) - cpu_before
+        counts = [renew_load_result(load) for load in loads]
+    finally:
+        for load in loads:
+            load.stop()
+        if ref is not None:
+            ref.stop()
+    renewal = counts[-1]
 
     def pct(result, field):
         return result.get("latency_us", {}).get(field, float("nan"))
@@ -265,15 +269,19 @@ def renewing(port, pid, n, lease_s, bench, duration_s):
     base_p99 = min(pct(r, "p99") for r in unloaded)
     p50s = ", ".join(f"{pct(r, 'p50'):.0f}" for r in unloaded)
     p99s = ", ".join(f"{pct(r, 'p99'):.0f}" for r in unloaded)
+    where = "turnstiled" if renewals_to == "turnstiled" else "the reference server (control)"
     print(f"renewing {n}: unloaded extra client ({len(unloaded)} runs): p50 {p50s} us, "
           f"p99 {p99s} us")
-    print(f"renewing {n}: {sent} renewals sent over {loaded_s:.1f} s ({sent / loaded_s:.0f}/s), "
-          f"{answered} answered, {failures} failed; server CPU {cpu_used / loaded_s * 100:.1f}%")
+    print(f"renewing {n}: renewals to {where}: {renewal['renewals_sent']} sent over "
+          f"{renewal['seconds']:.1f} s ({renewal['renewals_sent'] / renewal['seconds']:.0f}/s), "
+          f"{renewal['renewals_ok']} ok, {renewal['renewals_failed']} failed; turnstiled CPU "
+          f"{cpu_used / loaded_s * 100:.1f}%")
     print(f"renewing {n}: loaded extra client: p50 {pct(loaded, 'p50'):.0f} us, p99 "
           f"{pct(loaded, 'p99'):.0f} us, p99.9 {pct(loaded, 'p999'):.0f} us, errors "
           f"{loaded.get('errors')}; p99 loaded / best unloaded {pct(loaded, 'p99') / base_p99:.2f} "
           f"(target <= 2)")
-    return failures == 0 and loaded.get("errors") == 0
+    failed = sum(c["renewals_failed"] + c["renewals_sent"] - c["renewals_ok"] for c in counts)
+    return failed == 0 and loaded.get("errors") == 0
 
 
 def main():
@@ -286,6 +294,9 @@ def main():
     parser.add_argument("--lease-s", type=int, default=20)
     parser.add_argument("--duration-s", type=float, default=10,
                         help="renewing: seconds of each extra-client run")
+    parser.add_argument("--renewals-to", choices=["turnstiled", "ref"], default="turnstiled",
+                        help="renewing: where the renewals go; ref = the control, turnstiled "
+                             "holds the locks and the reference server takes the renewals")
     parser.add_argument("what",
                         choices=["idle-connections", "idle-keys", "held-locks", "renewing"])
     parser.add_argument("n", type=int)
@@ -294,8 +305,8 @@ def main():
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     extra = ["--threads", str(args.threads), "--max-connections", "0", "--max-locks",
              str(max(args.n * 2, 1048576))]
-    server, port = start_server(os.path.join(args.build_dir, "net", "turnstiled"), extra,
-                                tempfile.mkdtemp(prefix="turnstile-scale-probe-"))
+    log_dir = tempfile.mkdtemp(prefix="turnstile-scale-probe-")
+    server, port = start_server(os.path.join(args.build_dir, "net", "turnstiled"), extra, log_dir)
     bench = os.path.join(args.build_dir, "bench", "turnstile-bench")
     try:
         if args.what == "idle-connections":
@@ -305,7 +316,8 @@ def main():
         elif args.what == "held-locks":
             held_locks(port, server.pid, args.n, args.connections, args.lease_s, bench)
         else:
-            if not renewing(port, server.pid, args.n, args.lease_s, bench, args.duration_s):
+            if not renewing(args.build_dir, port, server.pid, args.n, args.lease_s, bench,
+                            args.duration_s, args.renewals_to, log_dir):
                 return 1
     finally:
         server.stop()

@@ -1,0 +1,282 @@
+// turnstile-renew-load: many connections, each holding one lock and renewing it at a steady
+// rate, as cheaply as a client can (one thread, one epoll set). It is the background load of
+// `bench/scale_probe.py renewing`: the probe measures an extra client's latency while this runs,
+// so the load must cost the shared CPUs as little as possible (a Python loop doing the same used
+// several times the CPU; docs/benchmarks.md).
+//
+//   turnstile-renew-load --port P --connections N --lease S --rate R [--key-prefix K]
+//
+// It connects N times, acquires key K<i> on connection i with a lease of S seconds, prints
+// "holding N" on stdout once every grant has arrived, then sends renewals (`n K<i> token S`) in
+// open loop, R per second over all connections in turn (connection k % N renews the k-th time),
+// until SIGINT or SIGTERM. --rate 0 only holds. It then prints one JSON line:
+//   {"connections":N,"renewals_sent":..,"renewals_ok":..,"renewals_failed":..,"seconds":..}
+// and exits 0 when every renewal sent was answered `ok`, 1 otherwise, 2 on a usage error.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "bench/bench_protocol.h"
+
+namespace turnstile::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  std::string host = "127.0.0.1";
+  int port = 6388;
+  int connections = 1000;
+  std::int64_t lease_s = 10;
+  double rate = 0;  // renewals per second over all connections; 0 = hold only
+  std::string key_prefix = "renewing-";
+};
+
+[[noreturn]] void usage_error(const std::string& message) {
+  std::fprintf(stderr, "turnstile-renew-load: %s\n", message.c_str());
+  std::exit(2);
+}
+
+Options parse_options(int argc, char** argv) {
+  Options options;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (i + 1 >= argc) usage_error("missing value for " + flag);
+    const std::string value = argv[++i];
+    char* end = nullptr;
+    if (flag == "--host") {
+      options.host = value;
+    } else if (flag == "--port") {
+      options.port = static_cast<int>(std::strtol(value.c_str(), &end, 10));
+    } else if (flag == "--connections") {
+      options.connections = static_cast<int>(std::strtol(value.c_str(), &end, 10));
+    } else if (flag == "--lease") {
+      options.lease_s = std::strtoll(value.c_str(), &end, 10);
+    } else if (flag == "--rate") {
+      options.rate = std::strtod(value.c_str(), &end);
+    } else if (flag == "--key-prefix") {
+      options.key_prefix = value;
+    } else {
+      usage_error("unknown option " + flag);
+    }
+    if (end != nullptr && *end != '\0') usage_error("bad value for " + flag + ": " + value);
+  }
+  if (options.port < 1 || options.port > 65535) usage_error("--port must be 1..65535");
+  if (options.connections < 1 || options.connections > 1000000) {
+    usage_error("--connections must be 1..1000000");
+  }
+  if (options.lease_s < 1) usage_error("--lease must be >= 1");
+  if (!(options.rate >= 0)) usage_error("--rate must be >= 0");
+  return options;
+}
+
+// Loopback only, like turnstile-bench.
+sockaddr_storage loopback_address(const Options& options, socklen_t& length) {
+  sockaddr_storage address{};
+  auto* v4 = reinterpret_cast<sockaddr_in*>(&address);
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(&address);
+  const std::string host = options.host == "localhost" ? "127.0.0.1" : options.host;
+  if (inet_pton(AF_INET, host.c_str(), &v4->sin_addr) == 1 &&
+      (ntohl(v4->sin_addr.s_addr) >> 24) == 127) {
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(static_cast<std::uint16_t>(options.port));
+    length = sizeof(sockaddr_in);
+    return address;
+  }
+  if (inet_pton(AF_INET6, host.c_str(), &v6->sin6_addr) == 1 &&
+      IN6_IS_ADDR_LOOPBACK(&v6->sin6_addr)) {
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(static_cast<std::uint16_t>(options.port));
+    length = sizeof(sockaddr_in6);
+    return address;
+  }
+  usage_error("--host must be a loopback IP literal or localhost: " + options.host);
+}
+
+struct Connection {
+  int fd = -1;
+  std::string key;
+  TokenText token{};
+  std::string in;
+  bool granted = false;
+};
+
+std::atomic<bool> g_stop{false};
+void on_signal(int) { g_stop.store(true); }
+
+// Writes all of `data` to a socket that is normally writable at once (a few dozen bytes on a
+// connection with nothing else in flight); waits out a full send buffer.
+bool send_all(int fd, std::string_view data) {
+  while (!data.empty()) {
+    const ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
+    if (n > 0) {
+      data.remove_prefix(static_cast<std::size_t>(n));
+    } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+      usleep(100);
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+int run(const Options& options) {
+  socklen_t length = 0;
+  const sockaddr_storage address = loopback_address(options, length);
+  struct sigaction action {};
+  action.sa_handler = on_signal;  // no SA_RESTART: epoll_wait returns EINTR
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+
+  const int epoll = epoll_create1(EPOLL_CLOEXEC);
+  std::vector<Connection> connections(static_cast<std::size_t>(options.connections));
+  const LineProtocol protocol(0, 0);
+  std::string out;
+  for (std::size_t i = 0; i < connections.size(); ++i) {
+    Connection& c = connections[i];
+    c.key = options.key_prefix + std::to_string(i);
+    c.fd = ::socket(address.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (c.fd < 0 || ::connect(c.fd, reinterpret_cast<const sockaddr*>(&address), length) != 0) {
+      std::fprintf(stderr, "turnstile-renew-load: connection %zu: %s\n", i, std::strerror(errno));
+      return 1;
+    }
+    const int one = 1;
+    setsockopt(c.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    fcntl(c.fd, F_SETFL, fcntl(c.fd, F_GETFL) | O_NONBLOCK);
+    epoll_event event{};
+    event.events = EPOLLIN;
+    event.data.u64 = i;
+    epoll_ctl(epoll, EPOLL_CTL_ADD, c.fd, &event);
+    out.clear();
+    out += "l\n" + c.key + "\n0 " + std::to_string(options.lease_s) + "\n";
+    if (!send_all(c.fd, out)) {
+      std::fprintf(stderr, "turnstile-renew-load: cannot send on connection %zu\n", i);
+      return 1;
+    }
+  }
+
+  std::uint64_t sent = 0, ok = 0, failed = 0;
+  std::size_t granted = 0;
+  std::string first_failure;
+  // Reads what connection i has and takes every whole reply line from it.
+  auto on_readable = [&](std::size_t i) {
+    Connection& c = connections[i];
+    char buffer[4096];
+    for (;;) {
+      const ssize_t n = ::recv(c.fd, buffer, sizeof buffer, 0);
+      if (n > 0) {
+        c.in.append(buffer, static_cast<std::size_t>(n));
+        continue;
+      }
+      if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+        if (first_failure.empty()) first_failure = "connection " + c.key + " closed";
+        ++failed;
+        epoll_ctl(epoll, EPOLL_CTL_DEL, c.fd, nullptr);
+      }
+      break;
+    }
+    std::size_t end;
+    while ((end = c.in.find('\n')) != std::string::npos) {
+      if (!c.granted) {
+        Reply reply;
+        protocol.parse_grant(c.in, reply);
+        if (!reply.ok) {
+          std::fprintf(stderr, "turnstile-renew-load: acquire of %s: %.*s\n", c.key.c_str(),
+                       static_cast<int>(reply.line.size()), reply.line.data());
+          std::exit(1);
+        }
+        c.token = reply.token;
+        c.granted = true;
+        ++granted;
+      } else if (std::string_view(c.in.data(), end).substr(0, 3) == "ok ") {
+        ++ok;
+      } else {
+        ++failed;
+        if (first_failure.empty()) first_failure = c.key + ": " + c.in.substr(0, end);
+      }
+      c.in.erase(0, end + 1);
+    }
+  };
+
+  epoll_event events[256];
+  while (granted < connections.size() && !g_stop.load()) {
+    const int n = epoll_wait(epoll, events, 256, 10000);
+    if (n == 0) {
+      std::fprintf(stderr, "turnstile-renew-load: %zu of %zu grants after 10 s\n", granted,
+                   connections.size());
+      return 1;
+    }
+    for (int e = 0; e < n; ++e) on_readable(events[e].data.u64);
+  }
+  std::printf("holding %zu\n", granted);
+  std::fflush(stdout);
+
+  // Open loop: the k-th renewal is due k / rate seconds after the start.
+  const Clock::time_point start = Clock::now();
+  const std::string lease = std::to_string(options.lease_s);
+  while (!g_stop.load()) {
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    const auto due = options.rate > 0 ? static_cast<std::uint64_t>(elapsed * options.rate) : 0;
+    for (; sent < due; ++sent) {
+      Connection& c = connections[sent % connections.size()];
+      out.clear();
+      out += "n\n" + c.key + "\n";
+      out.append(c.token.data(), c.token.size());
+      out += " " + lease + "\n";
+      if (!send_all(c.fd, out)) {
+        ++failed;
+        if (first_failure.empty()) first_failure = "cannot send on " + c.key;
+      }
+    }
+    // Sleep until the next renewal is due (whole milliseconds: epoll_wait's resolution), or
+    // until replies arrive.
+    int timeout_ms = 100;
+    if (options.rate > 0) {
+      const double next = static_cast<double>(sent + 1) / options.rate - elapsed;
+      timeout_ms = next <= 0 ? 0 : static_cast<int>(next * 1000) + 1;
+    }
+    const int n = epoll_wait(epoll, events, 256, timeout_ms);
+    for (int e = 0; e < n; ++e) on_readable(events[e].data.u64);
+  }
+  // Collect the replies still in flight, for at most a second.
+  const Clock::time_point drain_end = Clock::now() + std::chrono::seconds(1);
+  while (ok + failed < sent && Clock::now() < drain_end) {
+    const int n = epoll_wait(epoll, events, 256, 50);
+    for (int e = 0; e < n; ++e) on_readable(events[e].data.u64);
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  std::printf(
+      "{\"connections\":%zu,\"renewals_sent\":%llu,\"renewals_ok\":%llu,"
+      "\"renewals_failed\":%llu,\"seconds\":%.3f}\n",
+      connections.size(), static_cast<unsigned long long>(sent),
+      static_cast<unsigned long long>(ok), static_cast<unsigned long long>(failed), seconds);
+  if (!first_failure.empty()) {
+    std::fprintf(stderr, "turnstile-renew-load: first failure: %s\n", first_failure.c_str());
+  }
+  for (Connection& c : connections) ::close(c.fd);
+  ::close(epoll);
+  return failed == 0 && ok == sent ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace turnstile::bench
+
+int main(int argc, char** argv) {
+  return turnstile::bench::run(turnstile::bench::parse_options(argc, argv));
+}
