@@ -32,8 +32,10 @@ Raise `ulimit -n` for large connection counts (the script raises its own soft li
 limit and passes --max-connections 0 to the server).
 """
 import argparse
+import datetime
 import json
 import os
+import re
 import resource
 import socket
 import subprocess
@@ -196,14 +198,43 @@ def held_locks(port, pid, n, connections, lease_s, bench):
     # Every lease ends within `took` seconds of the first: probe through the whole window.
     probe = socket.create_connection(("127.0.0.1", port))
     probe.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    windows = []
+    expiry_began = time.time()
     stats = probe_until(probe, began + lease_s + took + 2)
-    report_probe(f"held-locks {n}: while every lease expired", stats)
+    windows.append((f"held-locks {n}: while every lease expired", expiry_began, time.time()))
+    report_probe(windows[-1][0], stats)
     print(f"held-locks {n}: RSS now {rss_kib(pid) / 1024:.0f} MiB")
     # The control: the same probe for as long, with nothing expiring (the machine's own noise).
-    report_probe(f"held-locks {n}: control, nothing expiring",
-                 probe_until(probe, time.monotonic() + took + 2))
+    control_began = time.time()
+    stats = probe_until(probe, time.monotonic() + took + 2)
+    windows.append((f"held-locks {n}: control, nothing expiring", control_began, time.time()))
+    report_probe(windows[-1][0], stats)
     for s in socks:
         s.close()
+    return windows
+
+
+LONG_TURN = re.compile(r"^(\S+)Z warn shard (\d+): a loop turn took ([\d.]+) ms")
+LONGEST_TURN = re.compile(r"shard (\d+): longest loop turn ([\d.]+) ms, (\d+) over 10 ms")
+
+
+def report_server_turns(log_text, windows):
+    """The server's own account: its turns over 10 ms (logged at most once a second per shard,
+    each line the longest since the last) that fall in each window, and its longest turn."""
+    logged = []
+    for line in log_text.splitlines():
+        match = LONG_TURN.match(line)
+        if match:
+            when = datetime.datetime.fromisoformat(match.group(1)).replace(
+                tzinfo=datetime.timezone.utc).timestamp()
+            logged.append((when, float(match.group(3))))
+    for label, began, ended in windows:
+        inside = [took for when, took in logged if began <= when <= ended + 1]
+        longest = f"longest {max(inside):.2f} ms" if inside else "none"
+        print(f"{label}: server loop turns over 10 ms: {longest}")
+    for match in LONGEST_TURN.finditer(log_text):
+        print(f"server shard {match.group(1)}: longest loop turn of the whole run "
+              f"{match.group(2)} ms, {match.group(3)} over 10 ms")
 
 
 def extra_client(bench, port, duration_s):
@@ -314,7 +345,9 @@ def main():
         elif args.what == "idle-keys":
             idle_keys(port, server.pid, args.n)
         elif args.what == "held-locks":
-            held_locks(port, server.pid, args.n, args.connections, args.lease_s, bench)
+            windows = held_locks(port, server.pid, args.n, args.connections, args.lease_s, bench)
+            server.stop()
+            report_server_turns(server.log_text(), windows)
         else:
             if not renewing(args.build_dir, port, server.pid, args.n, args.lease_s, bench,
                             args.duration_s, args.renewals_to, log_dir):

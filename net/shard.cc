@@ -358,17 +358,21 @@ void Shard::run() {
   // sleeps in epoll_wait; only a sleeping shard needs its eventfd written (post()).
   IdlePoll poll(core::Duration::nanoseconds(shared_.config.idle_poll_us * 1000));
   core::Instant last_event = monotonic_now();
+  core::Instant turn_start = last_event;
   while (!stopped_) {
     const std::uint64_t events_before = events_;
     drain_mailbox();
     event_base_loop(base_, EVLOOP_ONCE | EVLOOP_NONBLOCK);
     const core::Instant now = monotonic_now();
+    note_turn(turn_start, now);
+    turn_start = now;
     if (events_ != events_before) {
       last_event = now;
       continue;
     }
     if (now - last_event < poll.window()) {
       sched_yield();
+      turn_start = monotonic_now();
       continue;
     }
     asleep_.store(true);
@@ -382,7 +386,23 @@ void Shard::run() {
     const core::Instant woken = monotonic_now();
     poll.on_woken(woken - last_event);
     last_event = woken;
+    turn_start = woken;
   }
+  logf(LogLevel::kInfo, "shard %zu: longest loop turn %.2f ms, %llu over 10 ms", index_,
+       longest_turn_.seconds_double() * 1000, static_cast<unsigned long long>(long_turns_));
+}
+
+void Shard::note_turn(core::Instant start, core::Instant end) {
+  const core::Duration took = end - start;
+  longest_turn_ = std::max(longest_turn_, took);
+  if (took <= core::Duration::milliseconds(10)) return;
+  ++long_turns_;
+  unlogged_longest_ = std::max(unlogged_longest_, took);
+  if (end - long_turn_logged_ < core::Duration::seconds(1)) return;
+  long_turn_logged_ = end;
+  logf(LogLevel::kWarn, "shard %zu: a loop turn took %.2f ms (%llu over 10 ms so far)", index_,
+       unlogged_longest_.seconds_double() * 1000, static_cast<unsigned long long>(long_turns_));
+  unlogged_longest_ = core::Duration::zero();
 }
 
 void Shard::drain_mailbox() {
@@ -425,9 +445,11 @@ void Shard::on_mailbox(evutil_socket_t fd, short, void* self) {
 void Shard::on_engine_timer(evutil_socket_t, short, void* self) {
   auto* shard = static_cast<Shard*>(self);
   std::vector<core::Delivery> out;
-  shard->engine_.tick(monotonic_now(), out);
+  const core::Instant began = monotonic_now();
+  shard->engine_.tick(began, out);
   shard->dispatch(out);
   shard->settle();
+  shard->note_turn(began, monotonic_now());
 }
 
 void Shard::handle(Message& message) {

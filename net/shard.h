@@ -271,6 +271,15 @@ class Shard {
   std::atomic<bool> asleep_{true};  // the loop may be blocked in epoll_wait (run())
   bool stopped_ = false;
   std::uint64_t events_ = 0;  // settle() calls: one per event handled, so run() sees progress
+  // Stretches of work without a break (a loop turn, or an engine tick run from a sleep). Turns
+  // over 10 ms are logged, at most one line a second giving the longest since the line before,
+  // and the longest of all and the count over 10 ms when the shard stops: so a probe can tell a
+  // shard that stalled from one that was not scheduled (bench/scale_probe.py held-locks).
+  core::Duration longest_turn_ = core::Duration::zero();
+  std::uint64_t long_turns_ = 0;
+  core::Duration unlogged_longest_ = core::Duration::zero();  // since the last line
+  core::Instant long_turn_logged_ = core::Instant::min();
+  void note_turn(core::Instant start, core::Instant end);
 
   std::uint64_t next_session_sequence_ = 1;
   std::unordered_map<std::uint64_t, std::unique_ptr<Connection>> connections_;
