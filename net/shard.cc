@@ -364,7 +364,7 @@ void Shard::run() {
     drain_mailbox();
     event_base_loop(base_, EVLOOP_ONCE | EVLOOP_NONBLOCK);
     const core::Instant now = monotonic_now();
-    note_turn(turn_start, now);
+    note_turn(turn_start, now, events_ - events_before);
     turn_start = now;
     if (events_ != events_before) {
       last_event = now;
@@ -392,16 +392,21 @@ void Shard::run() {
        longest_turn_.seconds_double() * 1000, static_cast<unsigned long long>(long_turns_));
 }
 
-void Shard::note_turn(core::Instant start, core::Instant end) {
+void Shard::note_turn(core::Instant start, core::Instant end, std::uint64_t events) {
   const core::Duration took = end - start;
   longest_turn_ = std::max(longest_turn_, took);
   if (took <= core::Duration::milliseconds(10)) return;
   ++long_turns_;
-  unlogged_longest_ = std::max(unlogged_longest_, took);
+  if (took > unlogged_longest_) {
+    unlogged_longest_ = took;
+    unlogged_longest_events_ = events;
+  }
   if (end - long_turn_logged_ < core::Duration::seconds(1)) return;
   long_turn_logged_ = end;
-  logf(LogLevel::kWarn, "shard %zu: a loop turn took %.2f ms (%llu over 10 ms so far)", index_,
-       unlogged_longest_.seconds_double() * 1000, static_cast<unsigned long long>(long_turns_));
+  logf(LogLevel::kWarn, "shard %zu: a loop turn took %.2f ms, %llu events (%llu over 10 ms so far)",
+       index_, unlogged_longest_.seconds_double() * 1000,
+       static_cast<unsigned long long>(unlogged_longest_events_),
+       static_cast<unsigned long long>(long_turns_));
   unlogged_longest_ = core::Duration::zero();
 }
 
@@ -449,7 +454,7 @@ void Shard::on_engine_timer(evutil_socket_t, short, void* self) {
   shard->engine_.tick(began, out);
   shard->dispatch(out);
   shard->settle();
-  shard->note_turn(began, monotonic_now());
+  shard->note_turn(began, monotonic_now(), 1);
 }
 
 void Shard::handle(Message& message) {

@@ -278,8 +278,10 @@ class Shard {
   core::Duration longest_turn_ = core::Duration::zero();
   std::uint64_t long_turns_ = 0;
   core::Duration unlogged_longest_ = core::Duration::zero();  // since the last line
+  std::uint64_t unlogged_longest_events_ = 0;                 // handled in that turn
   core::Instant long_turn_logged_ = core::Instant::min();
-  void note_turn(core::Instant start, core::Instant end);
+  // `events`: the settle() calls of the turn (one per callback that did work).
+  void note_turn(core::Instant start, core::Instant end, std::uint64_t events);
 
   std::uint64_t next_session_sequence_ = 1;
   std::unordered_map<std::uint64_t, std::unique_ptr<Connection>> connections_;
