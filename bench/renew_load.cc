@@ -12,7 +12,6 @@
 // until SIGINT or SIGTERM. --rate 0 only holds. It then prints one JSON line:
 //   {"connections":N,"renewals_sent":..,"renewals_ok":..,"renewals_failed":..,"seconds":..}
 // and exits 0 when every renewal sent was answered `ok`, 1 otherwise, 2 on a usage error.
-#include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -33,6 +32,7 @@
 #include <vector>
 
 #include "bench/bench_protocol.h"
+#include "bench/loopback.h"
 
 namespace turnstile::bench {
 namespace {
@@ -59,6 +59,7 @@ Options parse_options(int argc, char** argv) {
     const std::string flag = argv[i];
     if (i + 1 >= argc) usage_error("missing value for " + flag);
     const std::string value = argv[++i];
+    if (value.empty()) usage_error("empty value for " + flag);
     char* end = nullptr;
     if (flag == "--host") {
       options.host = value;
@@ -84,29 +85,6 @@ Options parse_options(int argc, char** argv) {
   if (options.lease_s < 1) usage_error("--lease must be >= 1");
   if (!(options.rate >= 0)) usage_error("--rate must be >= 0");
   return options;
-}
-
-// Loopback only, like turnstile-bench.
-sockaddr_storage loopback_address(const Options& options, socklen_t& length) {
-  sockaddr_storage address{};
-  auto* v4 = reinterpret_cast<sockaddr_in*>(&address);
-  auto* v6 = reinterpret_cast<sockaddr_in6*>(&address);
-  const std::string host = options.host == "localhost" ? "127.0.0.1" : options.host;
-  if (inet_pton(AF_INET, host.c_str(), &v4->sin_addr) == 1 &&
-      (ntohl(v4->sin_addr.s_addr) >> 24) == 127) {
-    v4->sin_family = AF_INET;
-    v4->sin_port = htons(static_cast<std::uint16_t>(options.port));
-    length = sizeof(sockaddr_in);
-    return address;
-  }
-  if (inet_pton(AF_INET6, host.c_str(), &v6->sin6_addr) == 1 &&
-      IN6_IS_ADDR_LOOPBACK(&v6->sin6_addr)) {
-    v6->sin6_family = AF_INET6;
-    v6->sin6_port = htons(static_cast<std::uint16_t>(options.port));
-    length = sizeof(sockaddr_in6);
-    return address;
-  }
-  usage_error("--host must be a loopback IP literal or localhost: " + options.host);
 }
 
 struct Connection {
@@ -137,8 +115,11 @@ bool send_all(int fd, std::string_view data) {
 }
 
 int run(const Options& options) {
-  socklen_t length = 0;
-  const sockaddr_storage address = loopback_address(options, length);
+  LoopbackAddress loopback;
+  std::string error;
+  if (!loopback_address(options.host, options.port, loopback, error)) usage_error(error);
+  const sockaddr_storage& address = loopback.address;
+  const socklen_t length = loopback.length;
   struct sigaction action {};
   action.sa_handler = on_signal;  // no SA_RESTART: epoll_wait returns EINTR
   sigaction(SIGINT, &action, nullptr);

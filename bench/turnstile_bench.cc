@@ -74,6 +74,7 @@
 
 #include "bench/bench_protocol.h"
 #include "bench/log_histogram.h"
+#include "bench/loopback.h"
 
 namespace turnstile::bench {
 namespace {
@@ -253,27 +254,13 @@ Options parse_options(int argc, char** argv) {
   return options;
 }
 
-// Loopback only: this tool generates enough load to hurt, so it refuses to aim it elsewhere.
+// Loopback only (bench/loopback.h): the address, or a usage error.
 sockaddr_storage resolve_loopback(const std::string& host, int port, socklen_t& length) {
-  sockaddr_storage address{};
-  const std::string literal = host == "localhost" ? "127.0.0.1" : host;
-  auto* v4 = reinterpret_cast<sockaddr_in*>(&address);
-  auto* v6 = reinterpret_cast<sockaddr_in6*>(&address);
-  if (inet_pton(AF_INET, literal.c_str(), &v4->sin_addr) == 1) {
-    if ((ntohl(v4->sin_addr.s_addr) >> 24) != 127) usage_error("not a loopback address: " + host);
-    v4->sin_family = AF_INET;
-    v4->sin_port = htons(static_cast<std::uint16_t>(port));
-    length = sizeof(sockaddr_in);
-    return address;
-  }
-  if (inet_pton(AF_INET6, literal.c_str(), &v6->sin6_addr) == 1) {
-    if (!IN6_IS_ADDR_LOOPBACK(&v6->sin6_addr)) usage_error("not a loopback address: " + host);
-    v6->sin6_family = AF_INET6;
-    v6->sin6_port = htons(static_cast<std::uint16_t>(port));
-    length = sizeof(sockaddr_in6);
-    return address;
-  }
-  usage_error("--host must be a loopback IP literal or localhost: " + host);
+  LoopbackAddress resolved;
+  std::string error;
+  if (!loopback_address(host, port, resolved, error)) usage_error(error);
+  length = resolved.length;
+  return resolved.address;
 }
 
 // Fence bookkeeping for one key; shared by every worker using the key.
