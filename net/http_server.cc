@@ -699,6 +699,15 @@ void HttpServer::on_auth_delay(evutil_socket_t, short, void* self) {
   auto it = server->pending_.find(ticket);
   if (it == server->pending_.end()) return;
   Pending& pending = *it->second;
+  // libevent measures timeouts from the time it cached at the start of the loop turn that armed
+  // the timer, so the timer can fire a few milliseconds before the delay has passed since the
+  // request arrived. The promise is at least the full delay: wait out the rest.
+  const core::Duration waited = monotonic_now() - pending.started;
+  if (waited < kAuthFailureDelay) {
+    const timeval rest = to_timeval(kAuthFailureDelay - waited);
+    evtimer_add(pending.timer, &rest);
+    return;
+  }
   server->reply_error(pending.request, 401, "unauthorized", "", pending.route, pending.method,
                       pending.started);
   server->drop_pending(ticket);  // frees the timer and its argument

@@ -697,7 +697,8 @@ TEST(HttpApi, BearerAuthOnEveryRouteButHealthReadyAndOpenApi) {
     const auto started = std::chrono::steady_clock::now();
     const Response denied = server.call(method, path, "", {"Authorization: Bearer wrong"});
     expect_error(denied, 401, "unauthorized");
-    EXPECT_GE(std::chrono::steady_clock::now() - started, 95ms) << path;
+    // At least the full 100 ms, counted by the server from the request's arrival.
+    EXPECT_GE(std::chrono::steady_clock::now() - started, 100ms) << path;
   }
   expect_error(server.call("GET", "/v1/stats"), 401, "unauthorized");
   EXPECT_EQ(server.call("GET", "/v1/stats", "", {"Authorization: bearer  s3cret "}).status, 200);
