@@ -64,7 +64,7 @@ struct Setting {
 };
 
 // Order is --help order; names, env names and bounds are reference section 4 plus the
-// turnstile additions (--threads, --idle-poll-us, --pin-threads, --idle-timeout).
+// turnstile additions (--threads, --idle-poll-us, --pin-threads, --huge-pages, --idle-timeout).
 const Setting kSettings[] = {
     {"host", "HOST", Kind::kText, "address", 0, 0, &Config::host,
      "address to listen on (IPv4, IPv6 or a host name)"},
@@ -77,6 +77,8 @@ const Setting kSettings[] = {
      "longest a thread keeps polling for work before it sleeps (adaptive); 0 = never polls"},
     {"pin-threads", "PIN_THREADS", Kind::kBool, "", 0, 0, &Config::pin_threads,
      "run each thread on one CPU of those allowed (thread i on the i-th, round robin)"},
+    {"huge-pages", "HUGE_PAGES", Kind::kBool, "", 0, 0, &Config::huge_pages,
+     "keep the heap in transparent huge pages (restarts once with GLIBC_TUNABLES set)"},
     {"default-lease-ttl", "DEFAULT_LEASE_TTL_S", Kind::kInteger, "seconds", 1, kMaxSeconds,
      &Config::default_lease_ttl_s, "lease given to an acquire that names none"},
     {"lease-sweep-interval", "LEASE_SWEEP_INTERVAL_S", Kind::kInteger, "seconds", 1, kMaxSeconds,

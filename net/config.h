@@ -20,6 +20,7 @@ struct Config {
   int threads = 0;                          // >= 1 after parsing (default: number of cores)
   std::int64_t idle_poll_us = 100;          // 0..10000; 0 = sleep at once (net/idle_poll.h)
   bool pin_threads = false;                 // shard i runs on the i-th allowed CPU only
+  bool huge_pages = true;                   // heap in transparent huge pages (net/huge_pages.h)
   std::int64_t default_lease_ttl_s = 33;    // > 0
   std::int64_t lease_sweep_interval_s = 1;  // > 0; bounds timer slack (expiry is event-driven)
   std::int64_t gc_interval_s = 5;           // > 0; accepted for compatibility

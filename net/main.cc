@@ -1,12 +1,47 @@
 // turnstiled: the turnstile lock server. See README.md and docs/configuration.md.
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
 #include <thread>
 
 #include "net/config.h"
+#include "net/huge_pages.h"
 #include "net/log.h"
 #include "net/server.h"
 
+namespace {
+
+using namespace turnstile::net;
+
+std::optional<std::string> environment(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr) return std::nullopt;
+  return std::string(value);
+}
+
+// Executes this program again with the huge-page tunables (net/huge_pages.h) when they are
+// wanted and not yet in force. Runs before any thread exists; returns only when no restart is
+// needed or the restart failed (then the daemon runs on glibc's defaults).
+void restart_with_huge_page_heap(const Config& config, char** argv) {
+  std::ifstream file("/sys/kernel/mm/transparent_hugepage/enabled");
+  const std::string thp_enabled((std::istreambuf_iterator<char>(file)),
+                                std::istreambuf_iterator<char>());
+  const std::optional<std::string> tunables =
+      huge_page_tunables(config.huge_pages, thp_enabled, environment("GLIBC_TUNABLES"));
+  if (!tunables) return;
+  if (setenv("GLIBC_TUNABLES", tunables->c_str(), 1) != 0) return;
+  execv("/proc/self/exe", argv);
+  logf(LogLevel::kWarn, "cannot restart with GLIBC_TUNABLES=%s (%s): the heap stays in 4 KiB pages",
+       tunables->c_str(), std::strerror(errno));
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  using namespace turnstile::net;
   std::vector<std::string> args(argv + 1, argv + argc);
   const int cores = static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
   ConfigResult parsed = parse_config(args, process_environment(), cores);
@@ -15,8 +50,12 @@ int main(int argc, char** argv) {
     return exit->code;
   }
   Config config = std::get<Config>(std::move(parsed));
+  restart_with_huge_page_heap(config, argv);
   set_debug_logging(config.debug);
   logf(LogLevel::kInfo, "%s starting", version_string().c_str());
+  if (const auto tunables = environment("GLIBC_TUNABLES")) {
+    logf(LogLevel::kInfo, "GLIBC_TUNABLES=%s", tunables->c_str());
+  }
   Server server(std::move(config));
   return server.run();
 }

@@ -97,6 +97,7 @@ TEST(ConfigDefaults, MatchTheReferenceWithTurnstileDifferences) {
   EXPECT_EQ(config.threads, 4);
   EXPECT_EQ(config.idle_poll_us, 100);
   EXPECT_FALSE(config.pin_threads);
+  EXPECT_TRUE(config.huge_pages);
   EXPECT_EQ(config.default_lease_ttl_s, 33);
   EXPECT_EQ(config.lease_sweep_interval_s, 1);
   EXPECT_EQ(config.gc_interval_s, 5);
@@ -373,6 +374,13 @@ TEST(ConfigBooleans, BareFlagMeansTrue) {
   EXPECT_TRUE(ok(parse({"--auto-release-on-disconnect"})).auto_release_on_disconnect);
 }
 
+TEST(ConfigBooleans, HugePagesAreOnUnlessTurnedOff) {
+  EXPECT_TRUE(ok(parse({})).huge_pages);
+  EXPECT_FALSE(ok(parse({"--huge-pages=false"})).huge_pages);
+  EXPECT_FALSE(ok(parse({}, {{"TURNSTILE_HUGE_PAGES", "0"}})).huge_pages);
+  EXPECT_TRUE(ok(parse({"--huge-pages"}, {{"TURNSTILE_HUGE_PAGES", "no"}})).huge_pages);
+}
+
 TEST(ConfigBooleans, EqualsFormsAcceptGoAndEnvironmentWords) {
   for (const std::string yes : {"true", "TRUE", "True", "1", "t", "T", "yes", "YES"}) {
     EXPECT_TRUE(ok(parse({"--debug=" + yes})).debug) << yes;
@@ -627,6 +635,7 @@ TEST(ConfigHelp, ListsEveryFlagWithEnvironmentNamesAndDefaults) {
                                  "idle-timeout",
                                  "idle-poll-us",
                                  "pin-threads",
+                                 "huge-pages",
                                  "write-timeout",
                                  "shutdown-timeout",
                                  "auto-release-on-disconnect",
