@@ -6,7 +6,10 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <optional>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "net/config.h"
 #include "net/huge_pages.h"
@@ -30,13 +33,21 @@ void restart_with_huge_page_heap(const Config& config, char** argv) {
   std::ifstream file("/sys/kernel/mm/transparent_hugepage/enabled");
   const std::string thp_enabled((std::istreambuf_iterator<char>(file)),
                                 std::istreambuf_iterator<char>());
+  const std::optional<std::string> before = environment("GLIBC_TUNABLES");
   const std::optional<std::string> tunables =
-      huge_page_tunables(config.huge_pages, thp_enabled, environment("GLIBC_TUNABLES"));
+      huge_page_tunables(config.huge_pages, thp_enabled, before);
   if (!tunables) return;
   if (setenv("GLIBC_TUNABLES", tunables->c_str(), 1) != 0) return;
   execv("/proc/self/exe", argv);
+  const int error = errno;
+  // Not restarted: put the variable back, so that the log line after this shows what is in force.
+  if (before) {
+    setenv("GLIBC_TUNABLES", before->c_str(), 1);
+  } else {
+    unsetenv("GLIBC_TUNABLES");
+  }
   logf(LogLevel::kWarn, "cannot restart with GLIBC_TUNABLES=%s (%s): the heap stays in 4 KiB pages",
-       tunables->c_str(), std::strerror(errno));
+       tunables->c_str(), std::strerror(error));
 }
 
 }  // namespace
