@@ -22,30 +22,29 @@ inline bool loopback_address(const std::string& host, int port, LoopbackAddress&
                              std::string& error) {
   out = LoopbackAddress{};
   const std::string literal = host == "localhost" ? "127.0.0.1" : host;
+  const auto port_bytes = htons(static_cast<std::uint16_t>(port));
   auto* v4 = reinterpret_cast<sockaddr_in*>(&out.address);
   auto* v6 = reinterpret_cast<sockaddr_in6*>(&out.address);
+  bool loopback = false;
   if (inet_pton(AF_INET, literal.c_str(), &v4->sin_addr) == 1) {
-    if ((ntohl(v4->sin_addr.s_addr) >> 24) != 127) {
-      error = "not a loopback address: " + host;
-      return false;
-    }
     v4->sin_family = AF_INET;
-    v4->sin_port = htons(static_cast<std::uint16_t>(port));
+    v4->sin_port = port_bytes;
     out.length = sizeof(sockaddr_in);
-    return true;
-  }
-  if (inet_pton(AF_INET6, literal.c_str(), &v6->sin6_addr) == 1) {
-    if (!IN6_IS_ADDR_LOOPBACK(&v6->sin6_addr)) {
-      error = "not a loopback address: " + host;
-      return false;
-    }
+    loopback = (ntohl(v4->sin_addr.s_addr) >> 24) == 127;
+  } else if (inet_pton(AF_INET6, literal.c_str(), &v6->sin6_addr) == 1) {
     v6->sin6_family = AF_INET6;
-    v6->sin6_port = htons(static_cast<std::uint16_t>(port));
+    v6->sin6_port = port_bytes;
     out.length = sizeof(sockaddr_in6);
-    return true;
+    loopback = IN6_IS_ADDR_LOOPBACK(&v6->sin6_addr);
+  } else {
+    error = "--host must be a loopback IP literal or localhost: " + host;
+    return false;
   }
-  error = "--host must be a loopback IP literal or localhost: " + host;
-  return false;
+  if (!loopback) {
+    error = "not a loopback address: " + host;
+    return false;
+  }
+  return true;
 }
 
 }  // namespace turnstile::bench
