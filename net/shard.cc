@@ -5,6 +5,7 @@
 #include <event2/bufferevent_ssl.h>
 #include <sched.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -210,7 +211,13 @@ void Connection::on_readable(evutil_socket_t fd, short, void* self) {
   Shard& shard = connection->shard;
   evbuffer* input = bufferevent_get_input(connection->bev);
   const std::size_t buffered = evbuffer_get_length(input);
-  if (buffered < kSocketInputMax) {
+  ssize_t got = -1;
+  int read_errno = EAGAIN;
+  if (buffered == 0) {
+    got = shard.read_direct(*connection, fd);
+    read_errno = errno;
+  } else if (buffered < kSocketInputMax) {
+    // Behind earlier bytes the session has not taken yet: append to them.
     // A socket bufferevent keeps its input's end frozen except while libevent itself reads.
     evbuffer_unfreeze(input, 0);
     evbuffer_iovec space[2];
@@ -218,8 +225,8 @@ void Connection::on_readable(evutil_socket_t fd, short, void* self) {
         input, static_cast<ev_ssize_t>(kSocketInputMax - buffered), space, 2);
     iovec vectors[2];
     for (int i = 0; i < count; ++i) vectors[i] = iovec{space[i].iov_base, space[i].iov_len};
-    const ssize_t got = count > 0 ? ::readv(fd, vectors, count) : -1;
-    const int read_errno = errno;
+    got = count > 0 ? ::readv(fd, vectors, count) : -1;
+    read_errno = errno;
     if (got > 0) {
       auto left = static_cast<std::size_t>(got);
       int used = 0;
@@ -230,15 +237,14 @@ void Connection::on_readable(evutil_socket_t fd, short, void* self) {
       evbuffer_commit_space(input, space, used);
     }
     evbuffer_freeze(input, 0);
-    if (got == 0) {
-      connection->eof_pending = true;  // delivered to the session once buffered input is taken
-      shard.watch_reads(*connection, false);
-    } else if (got < 0 && read_errno != EAGAIN && read_errno != EWOULDBLOCK &&
-               read_errno != EINTR) {
-      connection->abort = true;
-      connection->session.on_peer_closed(monotonic_now());
-      shard.watch_reads(*connection, false);
-    }
+  }
+  if (got == 0) {
+    connection->eof_pending = true;  // delivered to the session once buffered input is taken
+    shard.watch_reads(*connection, false);
+  } else if (got < 0 && read_errno != EAGAIN && read_errno != EWOULDBLOCK && read_errno != EINTR) {
+    connection->abort = true;
+    connection->session.on_peer_closed(monotonic_now());
+    shard.watch_reads(*connection, false);
   }
   if (evbuffer_get_length(input) >= kSocketInputMax) shard.watch_reads(*connection, false);
   shard.dirty_.push_back(connection);
@@ -289,7 +295,8 @@ Shard::Shard(std::size_t index, SharedState& shared, std::uint64_t fence_floor,
              core::FenceSource* fences)
     : index_(index),
       shared_(shared),
-      engine_(engine_config(shared.config, fence_floor), salts_, &shared.budget, fences) {
+      engine_(engine_config(shared.config, fence_floor), salts_, &shared.budget, fences),
+      read_scratch_(std::make_unique_for_overwrite<char[]>(kSocketInputMax)) {
   event_config* config = event_config_new();
   event_config_set_flag(config, EVENT_BASE_FLAG_NOLOCK);  // one thread owns this base
   // evhttp turns a connection's read and write interest off and on around every request (four
@@ -798,8 +805,10 @@ void Shard::settle() {
       write_now(*connection);
       // Service it again when the write failed, when the session has more output than one
       // flush takes (a large stats reply), or when a closing session's last bytes just left.
+      // Also when it has requests or bytes waiting that a full output held back.
       if (connection->abort || connection->session.closed() ||
-          !connection->session.output().empty()) {
+          !connection->session.output().empty() || connection->session.queued_requests() > 0 ||
+          evbuffer_get_length(bufferevent_get_input(connection->bev)) > 0) {
         dirty_.push_back(connection);
       }
     }
@@ -862,8 +871,33 @@ void Shard::feed_input(Connection& connection, core::Instant now) {
   }
 }
 
+ssize_t Shard::read_direct(Connection& connection, evutil_socket_t fd) {
+  const ssize_t got = ::read(fd, read_scratch_.get(), kSocketInputMax);
+  if (got <= 0) return got;
+  const int read_errno = errno;
+  const std::string_view bytes(read_scratch_.get(), static_cast<std::size_t>(got));
+  const std::size_t used = connection.session.on_bytes(monotonic_now(), bytes);
+  if (used < bytes.size()) {
+    // The session's pipeline is full: the rest waits in the input buffer (feed_input).
+    evbuffer* input = bufferevent_get_input(connection.bev);
+    evbuffer_unfreeze(input, 0);
+    evbuffer_add(input, bytes.data() + used, bytes.size() - used);
+    evbuffer_freeze(input, 0);
+  }
+  errno = read_errno;
+  return got;
+}
+
 void Shard::flush_output(Connection& connection) {
   evbuffer* output = bufferevent_get_output(connection.bev);
+  if (connection.direct_write && !connection.write_event_on && evbuffer_get_length(output) == 0) {
+    // Nothing waits ahead of the session's bytes: write_now sends them from the session itself.
+    if (!connection.session.output().empty() && !connection.write_pending) {
+      connection.write_pending = true;
+      to_write_.push_back(&connection);
+    }
+    return;
+  }
   while (!connection.session.output().empty()) {
     const std::size_t queued = evbuffer_get_length(output);
     if (queued >= kSocketOutputMax) break;
@@ -882,19 +916,47 @@ void Shard::flush_output(Connection& connection) {
 void Shard::write_now(Connection& connection) {
   evbuffer* output = bufferevent_get_output(connection.bev);
   const evutil_socket_t fd = bufferevent_getfd(connection.bev);
+  core::Session& session = connection.session;
+  int write_errno = 0;
+  if (evbuffer_get_length(output) == 0) {
+    // The common case: the replies go from the session's buffer to the socket, no copy.
+    while (!session.output().empty()) {
+      const std::string_view bytes = session.output();
+      const ssize_t wrote = ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+      write_errno = errno;
+      if (wrote > 0) {
+        session.consume_output(static_cast<std::size_t>(wrote));
+        write_errno = 0;
+        continue;
+      }
+      if (wrote < 0 && write_errno == EINTR) continue;
+      if (wrote == 0) write_errno = 0;
+      break;
+    }
+    if (write_errno != 0 && write_errno != EAGAIN && write_errno != EWOULDBLOCK) {
+      // The peer is gone (EPIPE, ECONNRESET...): as when libevent reports a socket error.
+      connection.abort = true;
+      session.on_peer_closed(monotonic_now());
+      return;
+    }
+    if (!session.output().empty()) {
+      // The kernel took part: the rest goes to libevent, which writes it as the socket drains.
+      const std::size_t take = std::min(session.output().size(), kSocketOutputMax);
+      evbuffer_add(output, session.output().data(), take);
+      session.consume_output(take);
+    }
+  }
   while (evbuffer_get_length(output) > 0) {
     // A socket bufferevent keeps its output's front frozen except while libevent itself writes.
     evbuffer_unfreeze(output, 1);
     const int wrote = evbuffer_write(output, fd);
-    const int write_errno = errno;
+    write_errno = errno;
     evbuffer_freeze(output, 1);
-    errno = write_errno;
     if (wrote > 0) continue;
-    if (wrote < 0 && errno == EINTR) continue;
-    if (wrote == 0 || errno == EAGAIN || errno == EWOULDBLOCK) break;
-    // The peer is gone (EPIPE, ECONNRESET...): as when libevent reports a socket error.
+    if (wrote < 0 && write_errno == EINTR) continue;
+    if (wrote == 0 || write_errno == EAGAIN || write_errno == EWOULDBLOCK) break;
     connection.abort = true;
-    connection.session.on_peer_closed(monotonic_now());
+    session.on_peer_closed(monotonic_now());
     return;
   }
   if (evbuffer_get_length(output) > 0) {

@@ -251,6 +251,9 @@ class Shard {
   void feed_input(Connection& connection, core::Instant now);
   // Plain TCP: starts or stops reading the socket (Connection::on_readable).
   void watch_reads(Connection& connection, bool on);
+  // Plain TCP, nothing buffered ahead: reads into read_scratch_ and hands the bytes straight to
+  // the session, buffering only what it leaves. Returns what read() returned, errno kept.
+  ssize_t read_direct(Connection& connection, evutil_socket_t fd);
   void flush_output(Connection& connection);
   void write_now(Connection& connection);
   void close_socket(Connection& connection);
@@ -288,6 +291,7 @@ class Shard {
   std::vector<std::pair<core::SessionId, core::Reply>> local_replies_;
   std::vector<Connection*> dirty_;     // connections to service in settle()
   std::vector<Connection*> to_write_;  // connections with replies to write at the end of settle()
+  std::unique_ptr<char[]> read_scratch_;  // read_direct's buffer: kSocketInputMax bytes
   bool draining_ = false;
   HttpServer* http_ = nullptr;  // the HTTP API, on the shard that hosts it
   std::atomic<std::int64_t> sockets_open_{0};

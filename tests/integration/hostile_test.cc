@@ -590,6 +590,42 @@ TEST(Hostile, ClientThatNeverReadsIsClosedByWriteTimeoutWithBoundedMemory) {
   EXPECT_EQ(holder.request("ping", "_", ""), "ok");
 }
 
+TEST(Hostile, SlowReaderThatCatchesUpGetsEveryReplyWholeAndInOrder) {
+  Daemon daemon;
+  // 100 held locks with 200-byte keys make each stats reply about 25 KB.
+  Client holder(daemon.port());
+  std::string acquires;
+  for (int i = 0; i < 100; ++i)
+    acquires += frame("l", std::string(190, 'y') + std::to_string(1000 + i), "0");
+  ASSERT_TRUE(holder.send(acquires));
+  for (int i = 0; i < 100; ++i) ASSERT_TRUE(is_grant(holder.read_line().value_or("")));
+  const std::size_t stats_size = holder.request("stats", "_", "").size();
+  ASSERT_GT(stats_size, 20'000U);
+
+  // 200 stats requests, each followed by a ping, in one write: about 5 MB of replies against a
+  // 4 KiB receive window, so the server's writes stop part-way, the rest waits for the socket to
+  // drain, and later replies must queue behind it.
+  ClientOptions small_window;
+  small_window.receive_buffer_bytes = 4096;
+  Client reader(daemon.port(), small_window);
+  constexpr int kCount = 200;
+  std::string requests;
+  for (int i = 0; i < kCount; ++i) requests += frame("stats", "_", "") + frame("ping", "_", "");
+  ASSERT_TRUE(reader.send(requests));
+  std::this_thread::sleep_for(300ms);
+  for (int i = 0; i < kCount; ++i) {
+    const std::optional<std::string> stats = reader.read_line();
+    ASSERT_TRUE(stats.has_value()) << "stats reply " << i << " missing";
+    ASSERT_GT(stats->size(), stats_size - 200) << "stats reply " << i << " torn";
+    ASSERT_LT(stats->size(), stats_size + 200) << "stats reply " << i << " torn";
+    ASSERT_EQ(stats->rfind("ok {", 0), 0U) << i;
+    ASSERT_EQ(stats->back(), '}') << i;
+    ASSERT_EQ(reader.read_line(), "ok") << "ping after stats reply " << i;
+  }
+  EXPECT_EQ(reader.pending(100ms), "");
+  EXPECT_EQ(reader.request("ping", "_", ""), "ok");
+}
+
 // ---- connection caps ----------------------------------------------------------------------------
 
 // Connects clients until one is served (the cap is released on the shard thread after a close).
