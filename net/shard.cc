@@ -368,8 +368,11 @@ void Shard::run() {
   core::Instant turn_start = last_event;
   while (!stopped_) {
     const std::uint64_t events_before = events_;
+    defer_writes_ = true;
     drain_mailbox();
     event_base_loop(base_, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+    defer_writes_ = false;
+    if (!to_write_.empty()) settle();
     const core::Instant now = monotonic_now();
     note_turn(turn_start, now, events_ - events_before);
     turn_start = now;
@@ -388,7 +391,12 @@ void Shard::run() {
       std::lock_guard<std::mutex> lock(mailbox_mutex_);
       empty = mailbox_.empty();
     }
-    if (empty) event_base_loop(base_, EVLOOP_ONCE);
+    if (empty) {
+      defer_writes_ = true;
+      event_base_loop(base_, EVLOOP_ONCE);
+      defer_writes_ = false;
+      if (!to_write_.empty()) settle();
+    }
     asleep_.store(false);
     const core::Instant woken = monotonic_now();
     poll.on_woken(woken - last_event);
@@ -796,7 +804,7 @@ void Shard::settle() {
       serviced.insert(serviced.end(), dirty.begin(), dirty.end());
     }
     // Everything this turn produced is answered: each connection's replies leave in one write.
-    if (to_write_.empty()) break;
+    if (to_write_.empty() || defer_writes_) break;
     std::vector<Connection*> writes;
     writes.swap(to_write_);
     for (Connection* connection : writes) {
@@ -825,6 +833,7 @@ void Shard::settle() {
     }
     if (connection->timer != nullptr) event_free(connection->timer);
     if (connection->tls_guard != nullptr) event_free(connection->tls_guard);
+    if (connection->write_pending) std::erase(to_write_, connection);
     connections_.erase(connection->session.id().value);  // destroys *connection
   }
   arm_engine_timer();

@@ -273,6 +273,8 @@ class Shard {
   std::vector<Message> processing_;
   std::atomic<bool> asleep_{true};  // the loop may be blocked in epoll_wait (run())
   bool stopped_ = false;
+  // Inside a loop turn: settle() leaves to_write_ for the end of the turn (run()).
+  bool defer_writes_ = false;
   std::uint64_t events_ = 0;  // settle() calls: one per event handled, so run() sees progress
   // Stretches of work without a break (a loop turn, or an engine tick run from a sleep). Turns
   // over 10 ms are logged, at most one line a second giving the longest since the line before,
