@@ -142,15 +142,18 @@ struct Connection {
   bool handshake_done = false;
   std::optional<core::Instant> tls_partial_since;
   bool abort = false;  // the socket failed: close without flushing
-  // Plain TCP writes its replies itself at the end of settle() (write_now), so the replies of one
-  // turn of the loop (pipelined requests) cost one writev and no epoll_ctl; libevent's write
-  // event is enabled only while the kernel refuses bytes (a slow reader), which is also when
-  // --write-timeout runs. TLS leaves writing to bufferevent_openssl.
+  // Plain TCP writes its replies itself at the end of the loop turn (write_now, straight from the
+  // session's output), so the replies of one turn (pipelined requests) cost one send and no
+  // epoll_ctl, and no connection's write wakes its client before the turn's reads are done;
+  // libevent's write event (and the output evbuffer) is used only while the kernel refuses bytes
+  // (a slow reader), which is also when --write-timeout runs. TLS leaves writing to
+  // bufferevent_openssl.
   bool direct_write = false;
   bool write_event_on = false;
-  // Plain TCP also reads the socket itself (on_readable: one readv into the bufferevent's input,
-  // without the FIONREAD ioctl libevent makes before each read), up to kSocketInputMax buffered;
-  // the bufferevent's own reading stays off.
+  // Plain TCP also reads the socket itself (on_readable, without the FIONREAD ioctl libevent makes
+  // before each read): into the shard's buffer, handed straight to the session, when nothing is
+  // buffered; the bytes the session leaves, up to kSocketInputMax, wait in the bufferevent's
+  // input. The bufferevent's own reading stays off.
   event* reader = nullptr;
   bool reading = false;
   bool write_pending = false;  // in the shard's to_write_ list

@@ -291,8 +291,8 @@ class Shard {
   std::uint64_t next_session_sequence_ = 1;
   std::unordered_map<std::uint64_t, std::unique_ptr<Connection>> connections_;
   std::vector<std::pair<core::SessionId, core::Reply>> local_replies_;
-  std::vector<Connection*> dirty_;     // connections to service in settle()
-  std::vector<Connection*> to_write_;  // connections with replies to write at the end of settle()
+  std::vector<Connection*> dirty_;        // connections to service in settle()
+  std::vector<Connection*> to_write_;     // connections with replies to write (end of turn)
   std::unique_ptr<char[]> read_scratch_;  // read_direct's buffer: kSocketInputMax bytes
   bool draining_ = false;
   HttpServer* http_ = nullptr;  // the HTTP API, on the shard that hosts it
