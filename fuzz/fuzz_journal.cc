@@ -21,7 +21,9 @@
 // is new) with the next seq and a ceiling not below the durable one; recovery refuses only a file
 // whose creation was torn before any write to it was synced (nothing was handed out from it;
 // the harness then deletes it, as an operator would), and a recovered ceiling is never below a
-// fence handed out. TURNSTILE_FUZZ_TRACE=1 prints every step to stderr.
+// fence handed out. A tear whose bytes would complete a valid record never written (a checksum
+// collision, which the fuzzer can steer into and a disk cannot) reaches nothing instead.
+// TURNSTILE_FUZZ_TRACE=1 prints every step to stderr.
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -291,6 +293,7 @@ class Scenario {
   // A prefix of the write reaches the disk (all of it when `whole`); the rest of its range keeps
   // the old bytes or takes bytes from the input; a new file may or may not reach its full length.
   void tear(const JournalWrite& write) {
+    const std::vector<std::uint8_t> before = disk_;
     const std::size_t offset = static_cast<std::size_t>(write.offset);
     const std::size_t prefix = input_.below(write.size + 1);
     const std::uint8_t how = input_.byte();
@@ -308,6 +311,36 @@ class Scenario {
       return "  torn at " + std::to_string(prefix) + " of " + std::to_string(write.size) +
              ", file " + std::to_string(disk_.size()) + " bytes";
     });
+    if (forges_a_record(write, before)) {
+      // The tear completed a valid record that was never written. Only a 64-bit checksum
+      // collision does that (2^-64 per torn slot on a disk), but the fuzzer steers bytes into one
+      // through its comparison feedback, which would test a model no disk follows. Such a tear
+      // counts as one that reached nothing: the file keeps its old bytes.
+      disk_ = before;
+      trace([] { return std::string("  the tear forged a record: the write reached nothing"); });
+    }
+  }
+
+  // True when a slot the write covers now decodes as a valid record whose bytes are neither the
+  // write's own nor what the slot held before.
+  bool forges_a_record(const JournalWrite& write, const std::vector<std::uint8_t>& before) const {
+    if (disk_.size() != core::kJournalFileBytes) return false;
+    for (std::size_t slot = 0; slot < 2; ++slot) {
+      const std::size_t at = slot * core::kJournalRecordBytes;
+      const std::size_t slot_end = at + core::kJournalRecordBytes;
+      if (slot_end <= write.offset || at >= write.offset + write.size) continue;
+      const auto bytes = std::span(disk_).subspan(at, core::kJournalRecordBytes);
+      if (!core::decode_journal_record(bytes)) continue;
+      const bool written =
+          at >= write.offset && slot_end <= write.offset + write.size &&
+          std::equal(bytes.begin(), bytes.end(),
+                     write.bytes.begin() + static_cast<std::ptrdiff_t>(at - write.offset));
+      const bool old =
+          before.size() >= slot_end &&
+          std::equal(bytes.begin(), bytes.end(), before.begin() + static_cast<std::ptrdiff_t>(at));
+      if (!written && !old) return true;
+    }
+    return false;
   }
 
   void synced() {
