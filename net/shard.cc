@@ -836,6 +836,7 @@ void Shard::settle() {
     }
     if (connection->timer != nullptr) event_free(connection->timer);
     if (connection->tls_guard != nullptr) event_free(connection->tls_guard);
+    // Its replies may still wait for the end of the turn (a reset read in the same turn).
     if (connection->write_pending) std::erase(to_write_, connection);
     connections_.erase(connection->session.id().value);  // destroys *connection
   }
@@ -885,8 +886,7 @@ void Shard::feed_input(Connection& connection, core::Instant now) {
 
 ssize_t Shard::read_direct(Connection& connection, evutil_socket_t fd) {
   const ssize_t got = ::read(fd, read_scratch_.get(), kSocketInputMax);
-  if (got <= 0) return got;
-  const int read_errno = errno;
+  if (got <= 0) return got;  // errno as read() left it
   const std::string_view bytes(read_scratch_.get(), static_cast<std::size_t>(got));
   const std::size_t used = connection.session.on_bytes(monotonic_now(), bytes);
   if (used < bytes.size()) {
@@ -896,7 +896,6 @@ ssize_t Shard::read_direct(Connection& connection, evutil_socket_t fd) {
     evbuffer_add(input, bytes.data() + used, bytes.size() - used);
     evbuffer_freeze(input, 0);
   }
-  errno = read_errno;
   return got;
 }
 
@@ -929,30 +928,28 @@ void Shard::write_now(Connection& connection) {
   evbuffer* output = bufferevent_get_output(connection.bev);
   const evutil_socket_t fd = bufferevent_getfd(connection.bev);
   core::Session& session = connection.session;
-  int write_errno = 0;
+  const auto peer_gone = [&] {
+    // EPIPE, ECONNRESET...: as when libevent reports a socket error.
+    connection.abort = true;
+    session.on_peer_closed(monotonic_now());
+  };
   if (evbuffer_get_length(output) == 0) {
     // The common case: the replies go from the session's buffer to the socket, no copy.
     while (!session.output().empty()) {
-      const std::string_view bytes = session.output();
-      const ssize_t wrote = ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
-      write_errno = errno;
+      const ssize_t wrote =
+          ::send(fd, session.output().data(), session.output().size(), MSG_NOSIGNAL);
       if (wrote > 0) {
         session.consume_output(static_cast<std::size_t>(wrote));
-        write_errno = 0;
+      } else if (wrote < 0 && errno == EINTR) {
         continue;
+      } else if (wrote < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+        return peer_gone();
+      } else {
+        break;  // the kernel takes no more now
       }
-      if (wrote < 0 && write_errno == EINTR) continue;
-      if (wrote == 0) write_errno = 0;
-      break;
-    }
-    if (write_errno != 0 && write_errno != EAGAIN && write_errno != EWOULDBLOCK) {
-      // The peer is gone (EPIPE, ECONNRESET...): as when libevent reports a socket error.
-      connection.abort = true;
-      session.on_peer_closed(monotonic_now());
-      return;
     }
     if (!session.output().empty()) {
-      // The kernel took part: the rest goes to libevent, which writes it as the socket drains.
+      // The rest goes to libevent, which writes it as the socket drains.
       const std::size_t take = std::min(session.output().size(), kSocketOutputMax);
       evbuffer_add(output, session.output().data(), take);
       session.consume_output(take);
@@ -962,14 +959,12 @@ void Shard::write_now(Connection& connection) {
     // A socket bufferevent keeps its output's front frozen except while libevent itself writes.
     evbuffer_unfreeze(output, 1);
     const int wrote = evbuffer_write(output, fd);
-    write_errno = errno;
+    const int write_errno = errno;
     evbuffer_freeze(output, 1);
     if (wrote > 0) continue;
     if (wrote < 0 && write_errno == EINTR) continue;
     if (wrote == 0 || write_errno == EAGAIN || write_errno == EWOULDBLOCK) break;
-    connection.abort = true;
-    session.on_peer_closed(monotonic_now());
-    return;
+    return peer_gone();
   }
   if (evbuffer_get_length(output) > 0) {
     // A slow reader: libevent writes the rest when the socket drains, under --write-timeout.

@@ -252,7 +252,8 @@ class Shard {
   // Plain TCP: starts or stops reading the socket (Connection::on_readable).
   void watch_reads(Connection& connection, bool on);
   // Plain TCP, nothing buffered ahead: reads into read_scratch_ and hands the bytes straight to
-  // the session, buffering only what it leaves. Returns what read() returned, errno kept.
+  // the session, buffering only what it leaves. Returns what read() returned; errno is read()'s
+  // when that is -1.
   ssize_t read_direct(Connection& connection, evutil_socket_t fd);
   void flush_output(Connection& connection);
   void write_now(Connection& connection);
