@@ -10,6 +10,13 @@ warm-up included) and its RSS (VmRSS after the run). It prints a table of median
 ranges and the ratios turnstiled/reference, and writes results.json, table.txt and plot.png
 (ops/s and p99 against workers, matplotlib) to --out.
 
+The shared and semaphore modes also run against the hand-off floor: turnstile-refserver
+--hand-off 1 (shared) or --hand-off LIMIT (semaphore), one thread polling 100 us like turnstiled,
+which does nothing but hand one semaphore from client to client in FIFO order
+(reference_server.cc). The reference server grants every acquire at once, so for these two modes
+the floor is the fairer bound: the "ts/floor" column. --no-floor skips it; it is not started
+when the reference server is given by --ref-addr.
+
     cmake -S . -B build -G Ninja && ninja -C build
     bench/compare.py                               # full matrix, 5 repetitions (/usr/bin/python3)
     bench/compare.py --quick                       # smoke run, under a minute
@@ -56,6 +63,8 @@ def parse_args():
                         help="pipelined mode: keys per connection")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: workers 1,10,100, 1 repeat, 0.5 s runs")
+    parser.add_argument("--no-floor", action="store_true",
+                        help="do not run the shared and semaphore modes against the hand-off floor")
     parser.add_argument("--no-plot", action="store_true")
     args = parser.parse_args()
     defaults = {"workers": ",".join(map(str, WORKERS)), "repeats": 5, "duration": 2.0,
@@ -112,7 +121,7 @@ def aggregate(runs, args):
     for mode in args.modes:
         for workers in args.workers:
             row = {"mode": mode, "workers": workers}
-            for name in ("ref", "ts"):
+            for name in ("ref", "ts", "floor"):
                 row[name] = summarize_runs(
                     [r for r in runs
                      if r["server"] == name and r["mode"] == mode and r["workers"] == workers])
@@ -121,6 +130,9 @@ def aggregate(runs, args):
                 ref, ts = row["ref"][field], row["ts"][field]
                 if ref and ts and ref["median"]:
                     row["ratio"][field] = ts["median"] / ref["median"]
+            floor, ts = row["floor"]["ops_per_s"], row["ts"]["ops_per_s"]
+            if floor and ts and floor["median"]:
+                row["ratio"]["ops_per_s_of_floor"] = ts["median"] / floor["median"]
             rows.append(row)
     return rows
 
@@ -129,17 +141,19 @@ def format_table(rows, args):
     us = lambda v: f"{v:.0f}"
     cpu = lambda v: f"{v:.2f}"
     header = ["mode", "workers", "ref ops/s", "ts ops/s", "ts/ref", "ref p99 us", "ts p99 us",
-              "ts/ref", "ref cpu us/op", "ts cpu us/op", "ts RSS MiB", "errors"]
+              "ts/ref", "ref cpu us/op", "ts cpu us/op", "ts RSS MiB", "floor ops/s", "ts/floor",
+              "errors"]
     lines = []
     for row in rows:
-        ref, ts, r = row["ref"], row["ts"], row["ratio"]
+        ref, ts, floor, r = row["ref"], row["ts"], row["floor"], row["ratio"]
         lines.append([
             row["mode"], str(row["workers"]), cell(ref["ops_per_s"], kops),
             cell(ts["ops_per_s"], kops), ratio_cell(r, "ops_per_s"), cell(ref["p99_us"], us),
             cell(ts["p99_us"], us), ratio_cell(r, "p99_us"), cell(ref["cpu_us_per_op"], cpu),
             cell(ts["cpu_us_per_op"], cpu),
             f"{ts['rss_kib']['max'] / 1024:.1f}" if ts["rss_kib"] else "-",
-            str(ref["errors"] + ts["errors"]),
+            cell(floor["ops_per_s"], kops), ratio_cell(r, "ops_per_s_of_floor"),
+            str(ref["errors"] + ts["errors"] + floor["errors"]),
         ])
     return markdown_table(header, lines)
 
@@ -154,10 +168,10 @@ def plot(rows, args, path):
         return False
     figure, axes = plt.subplots(2, len(args.modes), figsize=(4.2 * len(args.modes), 7),
                                 squeeze=False)
-    labels = {"ref": "reference server", "ts": "turnstiled"}
+    labels = {"ref": "reference server", "ts": "turnstiled", "floor": "hand-off floor"}
     for column, mode in enumerate(args.modes):
         mine = [r for r in rows if r["mode"] == mode]
-        for name, style in (("ref", "o--"), ("ts", "s-")):
+        for name, style in (("ref", "o--"), ("ts", "s-"), ("floor", "^:")):
             for line, field, scale in ((0, "ops_per_s", 1e-3), (1, "p99_us", 1)):
                 points = [(r["workers"], r[name][field]) for r in mine if r[name][field]]
                 if not points:
@@ -209,12 +223,21 @@ def main():
     log_dir = tempfile.mkdtemp(prefix="turnstile-compare-")
     threads = str(args.server_threads)
     servers = []
+    floors = {}  # mode -> its hand-off floor server
     try:
         servers.append(Server("ref", [args.refserver, "--host", "127.0.0.1", "--port", "0",
                                       "--threads", threads], args.ref_addr, args.ref_pid, log_dir))
         servers.append(Server("ts", [args.turnstiled, "--host", "127.0.0.1", "--port", "0",
                                      "--threads", threads], args.ts_addr, args.ts_pid, log_dir))
-        total = args.repeats * len(args.modes) * len(args.workers) * len(servers)
+        if not args.no_floor and not args.ref_addr:
+            for mode, limit in (("shared", 1), ("semaphore", args.limit)):
+                if mode in args.modes:
+                    floors[mode] = Server("floor", [args.refserver, "--host", "127.0.0.1",
+                                                    "--port", "0", "--hand-off", str(limit),
+                                                    "--idle-poll-us", "100"],
+                                          None, None, log_dir)
+        total = args.repeats * len(args.workers) * sum(
+            len(servers) + (mode in floors) for mode in args.modes)
         print(f"compare.py: {total} runs of {args.warmup}+{args.duration} s "
               f"(about {total * (args.warmup + args.duration + 0.2) / 60:.1f} min); "
               f"reference on :{servers[0].port}, turnstiled on :{servers[1].port}",
@@ -223,14 +246,14 @@ def main():
         for repeat in range(args.repeats):
             for mode in args.modes:
                 for workers in args.workers:
-                    for server in servers:
+                    for server in servers + ([floors[mode]] if mode in floors else []):
                         log.add(run_bench(args, server, mode, workers),
                                 f"{server.name} {mode} {workers}", repeat=repeat, mode=mode,
                                 workers=workers)
             log.repetition_done(repeat, args.repeats)
         rss_after = {s.name: rss_kib(s.pid) for s in servers if s.pid}
     finally:
-        for server in servers:
+        for server in servers + list(floors.values()):
             server.stop()
 
     rows = aggregate(log.runs, args)

@@ -92,6 +92,7 @@ void serve(int listen_fd) {
 }  // namespace turnstile::bench
 
 int main(int argc, char** argv) {
-  return turnstile::bench::run_reference_server(argc, argv, "turnstile-http-refserver", 8089,
-                                                [](int fd) { turnstile::bench::serve(fd); });
+  return turnstile::bench::run_reference_server(
+      argc, argv, "turnstile-http-refserver", 8089, /*lock_options=*/false,
+      [](int fd, const turnstile::bench::ReferenceServerArgs&) { turnstile::bench::serve(fd); });
 }

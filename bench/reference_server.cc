@@ -12,21 +12,39 @@
 // and turnstile-bench's fence checks pass; that counter is the only state beyond the framing.
 // The lease is always 33 (the default lease turnstiled reports when none is requested).
 //
+// --hand-off L (with --threads 1): the floor of a FIFO hand-off instead of the floor of framing.
+// Acquires (l, sl) are granted at most L at a time over all keys together and wait in arrival
+// order beyond that; a release (r, sr) by a connection that holds a grant answers ok and grants
+// the first waiter, whose reply leaves at the end of the epoll pass; a connection that closes
+// gives back its grants and its places in the line. e, se, w and sw answer error, and so does a
+// release by a connection that holds nothing. A connection is expected to send nothing while its
+// acquire waits (turnstile-bench's workers do not). It is the least work any server does to hand
+// one hot key from client to client, so turnstile-bench's shared (L 1) and semaphore (L = its
+// --limit) modes against it bound what turnstiled can reach in those modes on this machine.
+//
+// --idle-poll-us N: after its last event a loop polls epoll without blocking for N
+// microseconds, yielding the CPU between polls, before it sleeps (turnstiled's shards do the same,
+// 100 us by default); 0, the default, sleeps at once.
+//
 // Threads: --threads event loops, each with its own epoll set; they share the listening socket
 // (EPOLLEXCLUSIVE) and a connection stays on the thread that accepted it. Loopback only. Prints
 // "listening on ADDR:PORT" on stdout once it accepts (use --port 0 for an ephemeral port).
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -44,29 +62,33 @@ struct Connection {
   std::uint8_t command_length = 0;  // bytes of the command line seen so far (capped)
   char command[8] = {};             // the first bytes of the command line
   std::string pending;              // reply bytes the socket did not take yet
+  // --hand-off only:
+  int holds = 0;        // grants this connection holds
+  int queued = 0;       // its places in the line
+  std::string granted;  // grants issued to it by another connection's release, not yet sent
 };
 
 constexpr std::uint8_t kCommandMax = sizeof(Connection::command);
 
-// Appends the canned reply to the command in `command` (length `length`, '\r' already stripped).
-void append_reply(std::string& out, const char* command, std::size_t length, bool overflow) {
-  const std::string_view name =
-      overflow ? std::string_view("?") : std::string_view(command, length);
-  const auto grant = [&out](std::string_view status) {
-    static constexpr char kHex[] = "0123456789abcdef";
-    const std::uint64_t fence = g_fence.fetch_add(1, std::memory_order_relaxed) + 1;
-    char token[32];
-    for (int i = 0; i < 16; ++i) token[i] = kHex[(fence >> (60 - 4 * i)) & 0xf];
-    std::memcpy(token + 16, "5a1b5a1b5a1b5a1b", 16);
-    out += status;
-    out += ' ';
-    out.append(token, sizeof token);
-    out += " 33\n";
-  };
+// Appends a grant with the next fence: "<status> <token> 33\n".
+void append_grant(std::string& out, std::string_view status) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  const std::uint64_t fence = g_fence.fetch_add(1, std::memory_order_relaxed) + 1;
+  char token[32];
+  for (int i = 0; i < 16; ++i) token[i] = kHex[(fence >> (60 - 4 * i)) & 0xf];
+  std::memcpy(token + 16, "5a1b5a1b5a1b5a1b", 16);
+  out += status;
+  out += ' ';
+  out.append(token, sizeof token);
+  out += " 33\n";
+}
+
+// Appends the canned reply to the command `name`.
+void append_canned_reply(std::string& out, std::string_view name) {
   if (name == "l" || name == "sl" || name == "w" || name == "sw") {
-    grant("ok");
+    append_grant(out, "ok");
   } else if (name == "e" || name == "se") {
-    grant("acquired");
+    append_grant(out, "acquired");
   } else if (name == "r" || name == "sr" || name == "ping" || name == "auth") {
     out += "ok\n";
   } else if (name == "n" || name == "sn") {
@@ -78,9 +100,18 @@ void append_reply(std::string& out, const char* command, std::size_t length, boo
   }
 }
 
+std::int64_t monotonic_ns() {
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return std::int64_t{now.tv_sec} * 1000000000 + now.tv_nsec;
+}
+
 class Loop {
  public:
-  explicit Loop(int listen_fd) : listen_fd_(listen_fd) {}
+  Loop(int listen_fd, const ReferenceServerArgs& args)
+      : listen_fd_(listen_fd),
+        hand_off_limit_(args.hand_off),
+        idle_poll_ns_(std::int64_t{args.idle_poll_us} * 1000) {}
 
   void run() {
     epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
@@ -92,8 +123,15 @@ class Loop {
       std::exit(1);
     }
     epoll_event events[256];
+    std::int64_t last_event = monotonic_ns();
     for (;;) {
-      const int count = epoll_wait(epoll_fd_, events, 256, -1);
+      const bool polling = idle_poll_ns_ > 0 && monotonic_ns() - last_event < idle_poll_ns_;
+      const int count = epoll_wait(epoll_fd_, events, 256, polling ? 0 : -1);
+      if (count > 0) {
+        last_event = monotonic_ns();
+      } else if (polling) {
+        sched_yield();
+      }
       for (int i = 0; i < count; ++i) {
         auto* connection = static_cast<Connection*>(events[i].data.ptr);
         if (connection == nullptr) {
@@ -104,6 +142,7 @@ class Loop {
           serve(*connection);
         }
       }
+      send_grants();
     }
   }
 
@@ -135,20 +174,73 @@ class Loop {
       frame(connection, buffer_, static_cast<std::size_t>(got));
       if (static_cast<std::size_t>(got) < sizeof buffer_) break;
     }
-    if (out_.empty()) return;
+    deliver(connection, out_);
+  }
+
+  // Sends `bytes` to the connection, after whatever it still has pending; what the socket does
+  // not take waits for EPOLLOUT. May close the connection.
+  void deliver(Connection& connection, const std::string& bytes) {
+    if (bytes.empty()) return;
     if (!connection.pending.empty()) {
-      connection.pending += out_;  // still blocked on an earlier write: keep the order
+      connection.pending += bytes;  // still blocked on an earlier write: keep the order
       return;
     }
-    const ssize_t sent = ::send(connection.fd, out_.data(), out_.size(), MSG_NOSIGNAL);
+    const ssize_t sent = ::send(connection.fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
     const std::size_t done = sent > 0 ? static_cast<std::size_t>(sent) : 0;
     if (sent < 0 && errno != EAGAIN) {
       close_connection(connection);
       return;
     }
-    if (done < out_.size()) {
-      connection.pending.assign(out_, done);
+    if (done < bytes.size()) {
+      connection.pending.assign(bytes, done);
       watch_output(connection, true);
+    }
+  }
+
+  // --hand-off: the reply to `name` from `connection`, appended to out_.
+  void append_hand_off_reply(Connection& connection, std::string_view name) {
+    if (name == "l" || name == "sl") {
+      if (held_ < hand_off_limit_) {
+        ++held_;
+        ++connection.holds;
+        append_grant(out_, "ok");
+      } else {
+        waiting_.push_back(&connection);
+        ++connection.queued;
+      }
+    } else if ((name == "r" || name == "sr") && connection.holds > 0) {
+      --connection.holds;
+      --held_;
+      out_ += "ok\n";
+      grant_waiters();
+    } else if (name == "ping" || name == "auth") {
+      out_ += "ok\n";
+    } else {
+      out_ += "error\n";
+    }
+  }
+
+  // Grants to the first waiters while there is room; their replies leave in send_grants().
+  void grant_waiters() {
+    while (held_ < hand_off_limit_ && !waiting_.empty()) {
+      Connection& next = *waiting_.front();
+      waiting_.pop_front();
+      --next.queued;
+      ++next.holds;
+      ++held_;
+      if (next.granted.empty()) woken_.push_back(&next);
+      append_grant(next.granted, "ok");
+    }
+  }
+
+  // The end of an epoll pass: every grant issued by a release goes out.
+  void send_grants() {
+    while (!woken_.empty()) {
+      Connection& connection = *woken_.back();
+      woken_.pop_back();
+      std::string granted;
+      granted.swap(connection.granted);
+      deliver(connection, granted);  // a close here grants on, to connections still in woken_
     }
   }
 
@@ -173,7 +265,13 @@ class Loop {
       std::size_t length = connection.command_length;
       const bool overflow = length > kCommandMax;
       if (!overflow && length > 0 && connection.command[length - 1] == '\r') --length;
-      append_reply(out_, connection.command, length, overflow);
+      const std::string_view name =
+          overflow ? std::string_view("?") : std::string_view(connection.command, length);
+      if (hand_off_limit_ > 0) {
+        append_hand_off_reply(connection, name);
+      } else {
+        append_canned_reply(out_, name);
+      }
       connection.line = 0;
       connection.command_length = 0;
     }
@@ -199,19 +297,35 @@ class Loop {
 
   void close_connection(Connection& connection) {
     ::close(connection.fd);  // also removes it from the epoll set
+    if (hand_off_limit_ > 0) {
+      const auto is_this = [&connection](const Connection* c) { return c == &connection; };
+      if (connection.queued > 0) std::erase_if(waiting_, is_this);
+      if (!connection.granted.empty()) std::erase_if(woken_, is_this);
+      held_ -= connection.holds;
+      grant_waiters();
+    }
     delete &connection;
   }
 
   int listen_fd_;
+  const int hand_off_limit_;         // --hand-off; 0: every acquire is granted at once
+  const std::int64_t idle_poll_ns_;  // --idle-poll-us
   int epoll_fd_ = -1;
   char buffer_[65536];
   std::string out_;
+  // --hand-off only:
+  int held_ = 0;                     // grants held over all connections
+  std::deque<Connection*> waiting_;  // acquires waiting, in arrival order
+  std::vector<Connection*> woken_;   // connections with grants to send at the end of the pass
 };
 
 }  // namespace
 }  // namespace turnstile::bench
 
 int main(int argc, char** argv) {
-  return turnstile::bench::run_reference_server(argc, argv, "turnstile-refserver", 6389,
-                                                [](int fd) { turnstile::bench::Loop(fd).run(); });
+  return turnstile::bench::run_reference_server(
+      argc, argv, "turnstile-refserver", 6389, /*lock_options=*/true,
+      [](int fd, const turnstile::bench::ReferenceServerArgs& args) {
+        turnstile::bench::Loop(fd, args).run();
+      });
 }

@@ -1,6 +1,7 @@
 // The command line of the two do-nothing reference servers (turnstile-refserver,
 // turnstile-http-refserver): --host (loopback only), --port, --threads, their listening
-// socket, and the threads that serve it.
+// socket, and the threads that serve it; turnstile-refserver also takes --hand-off and
+// --idle-poll-us (reference_server.cc).
 //
 // Thread affinity: call from main before any thread starts.
 #pragma once
@@ -27,33 +28,38 @@ struct ReferenceServerArgs {
   std::string host = "127.0.0.1";
   int port = 0;
   int threads = 1;
+  int hand_off = 0;            // turnstile-refserver only: grant at most this many at once; 0 = off
+  int idle_poll_us = 0;        // turnstile-refserver only: poll this long before sleeping
   sockaddr_storage address{};  // host:port
   socklen_t address_length = 0;
 };
 
 [[noreturn]] inline void reference_usage_error(const char* name, int default_port,
-                                               const std::string& message) {
-  std::fprintf(stderr, "%s: %s\nusage: %s [--host 127.0.0.1] [--port %d] [--threads 1]\n", name,
-               message.c_str(), name, default_port);
+                                               bool lock_options, const std::string& message) {
+  std::fprintf(stderr, "%s: %s\nusage: %s [--host 127.0.0.1] [--port %d] [--threads 1]%s\n", name,
+               message.c_str(), name, default_port,
+               lock_options ? " [--hand-off L] [--idle-poll-us 0]" : "");
   std::exit(2);
 }
 
 // Parses argv; on a bad argument prints the usage of `name` and exits with status 2.
+// `lock_options`: whether --hand-off and --idle-poll-us are accepted.
 inline ReferenceServerArgs parse_reference_server_args(int argc, char** argv, const char* name,
-                                                       int default_port) {
+                                                       int default_port, bool lock_options) {
   ReferenceServerArgs args;
   args.port = default_port;
   const auto number = [&](const std::string& text) {
     int value = 0;
     auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
     if (ec != std::errc() || ptr != text.data() + text.size()) {
-      reference_usage_error(name, default_port, "bad number " + text);
+      reference_usage_error(name, default_port, lock_options, "bad number " + text);
     }
     return value;
   };
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
-    if (i + 1 >= argc) reference_usage_error(name, default_port, "missing value for " + flag);
+    if (i + 1 >= argc)
+      reference_usage_error(name, default_port, lock_options, "missing value for " + flag);
     const std::string value = argv[++i];
     if (flag == "--host") {
       args.host = value == "localhost" ? "127.0.0.1" : value;
@@ -61,15 +67,28 @@ inline ReferenceServerArgs parse_reference_server_args(int argc, char** argv, co
       args.port = number(value);
     } else if (flag == "--threads") {
       args.threads = number(value);
+    } else if (lock_options && flag == "--hand-off") {
+      args.hand_off = number(value);
+    } else if (lock_options && flag == "--idle-poll-us") {
+      args.idle_poll_us = number(value);
     } else {
-      reference_usage_error(name, default_port, "unknown option " + flag);
+      reference_usage_error(name, default_port, lock_options, "unknown option " + flag);
     }
   }
   if (args.port < 0 || args.port > 65535) {
-    reference_usage_error(name, default_port, "--port must be 0..65535");
+    reference_usage_error(name, default_port, lock_options, "--port must be 0..65535");
   }
   if (args.threads < 1 || args.threads > 256) {
-    reference_usage_error(name, default_port, "--threads must be 1..256");
+    reference_usage_error(name, default_port, lock_options, "--threads must be 1..256");
+  }
+  if (args.hand_off < 0 || args.hand_off > 1000000) {
+    reference_usage_error(name, default_port, lock_options, "--hand-off must be 0..1000000");
+  }
+  if (args.hand_off > 0 && args.threads != 1) {
+    reference_usage_error(name, default_port, lock_options, "--hand-off needs --threads 1");
+  }
+  if (args.idle_poll_us < 0 || args.idle_poll_us > 1000000) {
+    reference_usage_error(name, default_port, lock_options, "--idle-poll-us must be 0..1000000");
   }
   auto* v4 = reinterpret_cast<sockaddr_in*>(&args.address);
   auto* v6 = reinterpret_cast<sockaddr_in6*>(&args.address);
@@ -84,7 +103,8 @@ inline ReferenceServerArgs parse_reference_server_args(int argc, char** argv, co
     v6->sin6_port = htons(static_cast<std::uint16_t>(args.port));
     args.address_length = sizeof(sockaddr_in6);
   } else {
-    reference_usage_error(name, default_port, "--host must be a loopback address: " + args.host);
+    reference_usage_error(name, default_port, lock_options,
+                          "--host must be a loopback address: " + args.host);
   }
   return args;
 }
@@ -113,18 +133,22 @@ inline int listen_for_reference(const ReferenceServerArgs& args, const char* nam
 }
 
 // The whole main of a reference server: parses the command line (usage of `name`), ignores
-// SIGPIPE, listens, and runs serve(fd) on --threads threads, the calling one included; each
-// thread gets its own descriptor of the one listening socket. Returns only if every serve does.
+// SIGPIPE, listens, and runs serve(fd, args) on --threads threads, the calling one included;
+// each thread gets its own descriptor of the one listening socket. Returns only if every serve
+// does.
 template <typename Serve>
-int run_reference_server(int argc, char** argv, const char* name, int default_port, Serve serve) {
+int run_reference_server(int argc, char** argv, const char* name, int default_port,
+                         bool lock_options, Serve serve) {
   std::signal(SIGPIPE, SIG_IGN);
-  const ReferenceServerArgs args = parse_reference_server_args(argc, argv, name, default_port);
+  const ReferenceServerArgs args =
+      parse_reference_server_args(argc, argv, name, default_port, lock_options);
   const int listen_fd = listen_for_reference(args, name);
   std::vector<std::thread> loops;
   for (int t = 1; t < args.threads; ++t) {
-    loops.emplace_back([fd = ::fcntl(listen_fd, F_DUPFD_CLOEXEC, 0), &serve] { serve(fd); });
+    loops.emplace_back(
+        [fd = ::fcntl(listen_fd, F_DUPFD_CLOEXEC, 0), &serve, &args] { serve(fd, args); });
   }
-  serve(listen_fd);
+  serve(listen_fd, args);
   for (std::thread& loop : loops) loop.join();
   return 0;
 }

@@ -2,9 +2,10 @@
 # Smoke run of turnstile-bench (ctest bench_smoke; not a timed test): starts turnstiled and
 # turnstile-refserver on ephemeral loopback ports, runs every mode briefly against each, closed
 # and open loop, and fails unless every run exits 0 (no unexpected reply, fences monotonic).
-# Then the HTTP transport against a turnstiled with --http-port on a free loopback port: the
-# lock and semaphore modes must exit 0 and leave no HTTP session behind; and the HTTP load
-# against turnstile-http-refserver, the do-nothing evhttp server.
+# Then the lock and semaphore modes against the hand-off floor (turnstile-refserver --hand-off),
+# with every fence check. Then the HTTP transport against a turnstiled with --http-port on a free
+# loopback port: the lock and semaphore modes must exit 0 and leave no HTTP session behind; and
+# the HTTP load against turnstile-http-refserver, the do-nothing evhttp server.
 # Usage: bench/smoke_test.sh TURNSTILED TURNSTILE_REFSERVER TURNSTILE_BENCH TURNSTILE_HTTP_REFSERVER
 set -euo pipefail
 turnstiled=$1
@@ -82,6 +83,41 @@ if "$bench" --host 127.0.0.1 --port "$ts_port" --mode shared --workers 20 --time
   failed=1
 else
   echo "ok: unexpected replies are reported ($(grep -c '!' "$work/negative.out") shown)"
+fi
+
+# The hand-off floor (turnstile-refserver --hand-off L) grants at most L at once in FIFO order:
+# the lock and semaphore modes run against it with the exclusion checks on.
+"$refserver" --host 127.0.0.1 --port 0 --hand-off 1 --idle-poll-us 100 >"$work/floor1.log" 2>&1 &
+pids+=($!)
+"$refserver" --host 127.0.0.1 --port 0 --hand-off 5 >"$work/floor5.log" 2>&1 &
+pids+=($!)
+floor1_port=$(port_from "$work/floor1.log")
+floor5_port=$(port_from "$work/floor5.log")
+run floor "$floor1_port" --mode shared --workers 20 --duration 0.4
+run floor "$floor1_port" --mode shared --workers 10 --rate 2000 --duration 0.4
+run floor "$floor5_port" --mode semaphore --workers 20 --limit 5 --duration 0.4
+# The bench's checks cannot see two grants at once when each is released on receipt, so the
+# exclusion itself is checked here: a second acquire waits until the first grant is released.
+if ! /usr/bin/python3 - "$floor1_port" <<'PY'; then
+import socket, sys
+a, b = (socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5) for _ in range(2))
+a.sendall(b"l\nk\n10\n")
+assert a.recv(100).startswith(b"ok "), "first acquire not granted"
+b.sendall(b"l\nk\n10\n")
+b.settimeout(0.3)
+try:
+    sys.exit(f"second acquire granted while the first is held: {b.recv(100)!r}")
+except socket.timeout:
+    pass
+a.sendall(b"r\nk\nt\n")
+assert a.recv(100) == b"ok\n", "release not answered ok"
+b.settimeout(5)
+assert b.recv(100).startswith(b"ok "), "waiter not granted after the release"
+PY
+  echo "FAILED: the hand-off floor does not hand off one grant at a time" >&2
+  failed=1
+else
+  echo "ok floor: a second acquire waits for the release"
 fi
 
 # --- HTTP transport ------------------------------------------------------------------------------
