@@ -23,10 +23,14 @@ Measures against a server it starts on an ephemeral loopback port:
                        control: turnstiled holds the N locks unrenewed and the same renewals go
                        to the do-nothing reference server, so what remains of the extra client's
                        slow-down is the cost of the load generator on the shared CPUs.
+                       --server ref runs the whole probe against the do-nothing reference server
+                       instead, polling 100 us before it sleeps as turnstiled does: the floor,
+                       what the same load does to the extra client when the server does nothing.
 
     bench/scale_probe.py --build-dir build idle-connections 10000
     bench/scale_probe.py --build-dir build held-locks 1000000
     bench/scale_probe.py --build-dir build --lease-s 10 renewing 10000
+    bench/scale_probe.py --build-dir build --lease-s 10 --server ref renewing 10000
 
 Raise `ulimit -n` for large connection counts (the script raises its own soft limit to the hard
 limit and passes --max-connections 0 to the server).
@@ -49,9 +53,10 @@ from benchlib import (LISTENING, LoggedProcess, cpu_seconds, rss_kib,  # noqa: E
 
 
 def start_server(binary, extra, log_dir):
+    name = os.path.basename(binary)
     server = LoggedProcess([binary, "--host", "127.0.0.1", "--port", "0"] + extra,
-                           os.path.join(log_dir, "turnstiled.log"), LISTENING.search,
-                           "scale_probe.py: turnstiled")
+                           os.path.join(log_dir, name + ".log"), LISTENING.search,
+                           "scale_probe.py: " + name)
     return server, int(server.ready.group(2))
 
 
@@ -300,12 +305,12 @@ def renewing(build_dir, port, pid, n, lease_s, bench, duration_s, renewals_to, l
     base_p99 = min(pct(r, "p99") for r in unloaded)
     p50s = ", ".join(f"{pct(r, 'p50'):.0f}" for r in unloaded)
     p99s = ", ".join(f"{pct(r, 'p99'):.0f}" for r in unloaded)
-    where = "turnstiled" if renewals_to == "turnstiled" else "the reference server (control)"
+    where = "the server" if renewals_to == "turnstiled" else "the reference server (control)"
     print(f"renewing {n}: unloaded extra client ({len(unloaded)} runs): p50 {p50s} us, "
           f"p99 {p99s} us")
     print(f"renewing {n}: renewals to {where}: {renewal['renewals_sent']} sent over "
           f"{renewal['seconds']:.1f} s ({renewal['renewals_sent'] / renewal['seconds']:.0f}/s), "
-          f"{renewal['renewals_ok']} ok, {renewal['renewals_failed']} failed; turnstiled CPU "
+          f"{renewal['renewals_ok']} ok, {renewal['renewals_failed']} failed; server CPU "
           f"{cpu_used / loaded_s * 100:.1f}%")
     print(f"renewing {n}: loaded extra client: p50 {pct(loaded, 'p50'):.0f} us, p99 "
           f"{pct(loaded, 'p99'):.0f} us, p99.9 {pct(loaded, 'p999'):.0f} us, errors "
@@ -328,16 +333,25 @@ def main():
     parser.add_argument("--renewals-to", choices=["turnstiled", "ref"], default="turnstiled",
                         help="renewing: where the renewals go; ref = the control, turnstiled "
                              "holds the locks and the reference server takes the renewals")
+    parser.add_argument("--server", choices=["turnstiled", "ref"], default="turnstiled",
+                        help="renewing: the server under test; ref = turnstile-refserver "
+                             "--idle-poll-us 100, the floor")
     parser.add_argument("what",
                         choices=["idle-connections", "idle-keys", "held-locks", "renewing"])
     parser.add_argument("n", type=int)
     args = parser.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    if args.server == "ref" and (args.what != "renewing" or args.renewals_to == "ref"):
+        parser.error("--server ref is for renewing, without --renewals-to ref")
     extra = ["--threads", str(args.threads), "--max-connections", "0", "--max-locks",
              str(max(args.n * 2, 1048576))]
+    binary = os.path.join(args.build_dir, "net", "turnstiled")
+    if args.server == "ref":
+        extra = ["--threads", str(args.threads), "--idle-poll-us", "100"]
+        binary = os.path.join(args.build_dir, "bench", "turnstile-refserver")
     log_dir = tempfile.mkdtemp(prefix="turnstile-scale-probe-")
-    server, port = start_server(os.path.join(args.build_dir, "net", "turnstiled"), extra, log_dir)
+    server, port = start_server(binary, extra, log_dir)
     bench = os.path.join(args.build_dir, "bench", "turnstile-bench")
     try:
         if args.what == "idle-connections":
