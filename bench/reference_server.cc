@@ -127,9 +127,9 @@ class Loop {
     for (;;) {
       const bool polling = idle_poll_ns_ > 0 && monotonic_ns() - last_event < idle_poll_ns_;
       const int count = epoll_wait(epoll_fd_, events, 256, polling ? 0 : -1);
-      if (count > 0) {
-        last_event = monotonic_ns();
-      } else if (polling) {
+      if (count > 0 && idle_poll_ns_ > 0) {
+        last_event = monotonic_ns();  // no clock read at all when not polling
+      } else if (count <= 0 && polling) {
         sched_yield();
       }
       for (int i = 0; i < count; ++i) {
