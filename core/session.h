@@ -136,6 +136,9 @@ class Session {
   bool finished() const;
 
   bool in_flight() const { return in_flight_.has_value(); }
+  // The peer sends nothing more (EOF) or the session is closed: the driver stops reading the
+  // connection for good. An EOF is reported once; reading again would only see it again.
+  bool input_ended() const { return peer_eof_ || closed(); }
   bool authenticated() const { return authenticated_; }
   std::size_t queued_requests() const { return queue_.size(); }
   // Bytes of an incomplete request held by the parser (bounded by the parser limits).

@@ -40,9 +40,11 @@ inline std::uint64_t shifted_wall_clock_ns(std::int64_t offset_s) {
   return wall_ns < down ? 0 : wall_ns - down;
 }
 
-// A libevent timer delay; negative durations (a deadline already passed) become zero.
+// A libevent timer delay, rounded up to whole microseconds (a timer must not fire before its
+// deadline by the rounding); negative durations (a deadline already passed) become zero.
 inline timeval to_timeval(core::Duration duration) {
-  const std::int64_t ns = std::max<std::int64_t>(duration.ns(), 0);
+  std::int64_t ns = std::max<std::int64_t>(duration.ns(), 0);
+  if (ns % 1000 != 0 && ns < INT64_MAX - 1000) ns += 1000 - ns % 1000;
   timeval tv{};
   tv.tv_sec = static_cast<time_t>(ns / 1'000'000'000);
   tv.tv_usec = static_cast<suseconds_t>((ns % 1'000'000'000) / 1000);

@@ -1,4 +1,5 @@
 // turnstiled: the turnstile lock server. See README.md and docs/configuration.md.
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -8,6 +9,7 @@
 #include <iterator>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -50,9 +52,23 @@ void restart_with_huge_page_heap(const Config& config, char** argv) {
        tunables->c_str(), std::strerror(error));
 }
 
+// The kernel names a process after the file it executed, so the restart through /proc/self/exe
+// would show as "exe" in ps, top and ss, and `pgrep -x turnstiled` would not find it. The name is
+// set back to what the command line says (the kernel keeps its first 15 bytes). Executing the
+// path /proc/self/exe links to instead would fail when the binary was replaced on disk meanwhile.
+void keep_program_name(const char* argv0) {
+  std::string_view name = argv0 != nullptr ? argv0 : "";
+  const std::size_t slash = name.rfind('/');
+  if (slash != std::string_view::npos) name.remove_prefix(slash + 1);
+  if (name.empty()) return;
+  const std::string copy(name.substr(0, 15));
+  prctl(PR_SET_NAME, copy.c_str(), 0, 0, 0);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  keep_program_name(argv[0]);
   std::vector<std::string> args(argv + 1, argv + argc);
   const int cores = static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
   ConfigResult parsed = parse_config(args, process_environment(), cores);

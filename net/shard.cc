@@ -18,6 +18,8 @@
 #include "core/assert.h"
 #include "core/routing.h"
 #include "net/clock.h"
+#include "net/deadline_timer.h"
+#include "net/guard.h"
 #include "net/http_server.h"
 #include "net/idle_poll.h"
 #include "net/log.h"
@@ -124,13 +126,14 @@ struct Connection {
       : shard(owner),
         session(id, config, now),
         bev(socket),
+        timer(owner.base_, &Connection::on_timer, this),
         peer_ip(std::move(ip)),
         touched(owner.shared_.shards.size(), false) {}
 
   Shard& shard;
   core::Session session;
-  bufferevent* bev;        // null once the socket is closed
-  event* timer = nullptr;  // the session's next deadline
+  bufferevent* bev;     // null once the socket is closed
+  DeadlineTimer timer;  // the session's next deadline
   std::string peer_ip;
   std::vector<bool> touched;  // shards this session sent engine requests to
   bool close_notified = false;
@@ -169,7 +172,22 @@ struct Connection {
   static void on_event(bufferevent*, short events, void* self);
   static void on_timer(evutil_socket_t, short, void* self);
   static void on_tls_guard(evutil_socket_t, short, void* self);
+  // Runs a callback's work (net/guard.h); when it throws, this client is closed (its session
+  // ends as a driver close) and the shard goes on serving the others.
+  template <typename Work>
+  static void guard(Connection* connection, Work&& work);
 };
+
+template <typename Work>
+void Connection::guard(Connection* connection, Work&& work) {
+  if (guarded("connection event", std::forward<Work>(work))) return;
+  guarded("closing a connection after an exception", [connection] {
+    connection->abort = true;
+    connection->session.close(core::CloseReason::kDriver);
+    connection->shard.dirty_.push_back(connection);
+    connection->shard.settle();
+  });
+}
 
 // Checks a TLS connection every quarter read-timeout. A handshake not done within the read
 // timeout is dropped. After it, a partial record that OpenSSL has held for a read timeout, with
@@ -177,119 +195,142 @@ struct Connection {
 // own timer only starts at the first decrypted byte, which a trickled record never delivers.
 void Connection::on_tls_guard(evutil_socket_t, short, void* self) {
   auto* connection = static_cast<Connection*>(self);
-  if (connection->bev == nullptr) return;
-  const core::Instant now = monotonic_now();
-  const core::Duration read_timeout =
-      core::Duration::seconds(connection->shard.shared_.config.read_timeout_s);
-  if (!connection->handshake_done) {
-    logf(LogLevel::kDebug, "session %llu: TLS handshake not done within the read timeout",
-         static_cast<unsigned long long>(connection->session.id().value));
-    connection->abort = true;
-    connection->session.close(core::CloseReason::kReadTimeout);
-  } else if (SSL_has_pending(connection->ssl) == 1) {
-    if (!connection->tls_partial_since) {
-      connection->tls_partial_since = now;
-    } else if (now - *connection->tls_partial_since >= read_timeout) {
-      connection->session.on_read_timeout(now);
+  guard(connection, [&] {
+    if (connection->bev == nullptr) return;
+    const core::Instant now = monotonic_now();
+    const core::Duration read_timeout =
+        core::Duration::seconds(connection->shard.shared_.config.read_timeout_s);
+    if (!connection->handshake_done) {
+      logf(LogLevel::kDebug, "session %llu: TLS handshake not done within the read timeout",
+           static_cast<unsigned long long>(connection->session.id().value));
+      connection->abort = true;
+      connection->session.close(core::CloseReason::kReadTimeout);
+    } else if (SSL_has_pending(connection->ssl) == 1) {
+      if (!connection->tls_partial_since) {
+        connection->tls_partial_since = now;
+      } else if (now - *connection->tls_partial_since >= read_timeout) {
+        connection->session.on_read_timeout(now);
+      }
+    } else {
+      connection->tls_partial_since.reset();
     }
-  } else {
-    connection->tls_partial_since.reset();
-  }
-  if (!connection->session.closed()) {
-    const timeval period = to_timeval(core::Duration::nanoseconds(read_timeout.ns() / 4));
-    evtimer_add(connection->tls_guard, &period);
-  }
-  connection->shard.dirty_.push_back(connection);
-  connection->shard.settle();
+    if (!connection->session.closed()) {
+      const timeval period = to_timeval(core::Duration::nanoseconds(read_timeout.ns() / 4));
+      evtimer_add(connection->tls_guard, &period);
+    }
+    connection->shard.dirty_.push_back(connection);
+    connection->shard.settle();
+  });
 }
 
 void Connection::on_read(bufferevent*, void* self) {
   auto* connection = static_cast<Connection*>(self);
-  connection->shard.dirty_.push_back(connection);
-  connection->shard.settle();
+  guard(connection, [&] {
+    connection->shard.dirty_.push_back(connection);
+    connection->shard.settle();
+  });
 }
 
 void Connection::on_readable(evutil_socket_t fd, short, void* self) {
   auto* connection = static_cast<Connection*>(self);
-  Shard& shard = connection->shard;
-  evbuffer* input = bufferevent_get_input(connection->bev);
-  const std::size_t buffered = evbuffer_get_length(input);
-  ssize_t got = -1;
-  int read_errno = EAGAIN;
-  if (buffered == 0) {
-    got = shard.read_direct(*connection, fd);
-    read_errno = errno;
-  } else if (buffered < kSocketInputMax) {
-    // Behind earlier bytes the session has not taken yet: append to them.
-    // A socket bufferevent keeps its input's end frozen except while libevent itself reads.
-    evbuffer_unfreeze(input, 0);
-    evbuffer_iovec space[2];
-    const int count = evbuffer_reserve_space(
-        input, static_cast<ev_ssize_t>(kSocketInputMax - buffered), space, 2);
-    iovec vectors[2];
-    for (int i = 0; i < count; ++i) vectors[i] = iovec{space[i].iov_base, space[i].iov_len};
-    got = count > 0 ? ::readv(fd, vectors, count) : -1;
-    read_errno = errno;
-    if (got > 0) {
-      auto left = static_cast<std::size_t>(got);
-      int used = 0;
-      for (; used < count && left > 0; ++used) {
-        space[used].iov_len = std::min(space[used].iov_len, left);
-        left -= space[used].iov_len;
+  guard(connection, [&] {
+    Shard& shard = connection->shard;
+    evbuffer* input = bufferevent_get_input(connection->bev);
+    const std::size_t buffered = evbuffer_get_length(input);
+    ssize_t got = -1;
+    int read_errno = EAGAIN;
+    if (buffered == 0) {
+      got = shard.read_direct(*connection, fd);
+      read_errno = errno;
+    } else if (buffered < kSocketInputMax) {
+      // Behind earlier bytes the session has not taken yet: append to them.
+      // A socket bufferevent keeps its input's end frozen except while libevent itself reads.
+      evbuffer_unfreeze(input, 0);
+      evbuffer_iovec space[2];
+      const int count = evbuffer_reserve_space(
+          input, static_cast<ev_ssize_t>(kSocketInputMax - buffered), space, 2);
+      iovec vectors[2];
+      for (int i = 0; i < count; ++i) vectors[i] = iovec{space[i].iov_base, space[i].iov_len};
+      got = count > 0 ? ::readv(fd, vectors, count) : -1;
+      read_errno = errno;
+      if (got > 0) {
+        auto left = static_cast<std::size_t>(got);
+        int used = 0;
+        for (; used < count && left > 0; ++used) {
+          space[used].iov_len = std::min(space[used].iov_len, left);
+          left -= space[used].iov_len;
+        }
+        evbuffer_commit_space(input, space, used);
       }
-      evbuffer_commit_space(input, space, used);
+      evbuffer_freeze(input, 0);
     }
-    evbuffer_freeze(input, 0);
-  }
-  if (got == 0) {
-    connection->eof_pending = true;  // delivered to the session once buffered input is taken
-    shard.watch_reads(*connection, false);
-  } else if (got < 0 && read_errno != EAGAIN && read_errno != EWOULDBLOCK && read_errno != EINTR) {
-    connection->abort = true;
-    connection->session.on_peer_closed(monotonic_now());
-    shard.watch_reads(*connection, false);
-  }
-  if (evbuffer_get_length(input) >= kSocketInputMax) shard.watch_reads(*connection, false);
-  shard.dirty_.push_back(connection);
-  shard.settle();
+    if (got == 0) {
+      connection->eof_pending = true;  // delivered to the session once buffered input is taken
+      shard.watch_reads(*connection, false);
+    } else if (got < 0 && read_errno != EAGAIN && read_errno != EWOULDBLOCK &&
+               read_errno != EINTR) {
+      connection->abort = true;
+      connection->session.on_peer_closed(monotonic_now());
+      shard.watch_reads(*connection, false);
+    }
+    if (evbuffer_get_length(input) >= kSocketInputMax) shard.watch_reads(*connection, false);
+    shard.dirty_.push_back(connection);
+    shard.settle();
+  });
 }
 
 void Connection::on_write(bufferevent*, void* self) {
   auto* connection = static_cast<Connection*>(self);
-  if (connection->direct_write && connection->write_event_on) {
-    // libevent drained what the kernel refused earlier: direct writes again.
-    bufferevent_disable(connection->bev, EV_WRITE);
-    connection->write_event_on = false;
-  }
-  connection->shard.dirty_.push_back(connection);
-  connection->shard.settle();
+  guard(connection, [&] {
+    if (connection->direct_write && connection->write_event_on) {
+      // libevent drained what the kernel refused earlier: direct writes again.
+      bufferevent_disable(connection->bev, EV_WRITE);
+      connection->write_event_on = false;
+    }
+    connection->shard.dirty_.push_back(connection);
+    connection->shard.settle();
+  });
 }
 
 void Connection::on_event(bufferevent*, short events, void* self) {
   auto* connection = static_cast<Connection*>(self);
-  const core::Instant now = monotonic_now();
-  if ((events & BEV_EVENT_CONNECTED) != 0) {
-    connection->handshake_done = true;  // TLS: the handshake completed
-  } else if ((events & BEV_EVENT_EOF) != 0) {
-    connection->eof_pending = true;  // delivered to the session once buffered input is taken
-  } else if ((events & BEV_EVENT_ERROR) != 0) {
-    connection->abort = true;
-    connection->session.on_peer_closed(now);
-  } else if ((events & BEV_EVENT_TIMEOUT) != 0 && (events & BEV_EVENT_WRITING) != 0) {
-    logf(LogLevel::kDebug, "session %llu: write timeout, closing",
-         static_cast<unsigned long long>(connection->session.id().value));
-    connection->abort = true;
-    connection->session.close(core::CloseReason::kDriver);
-  }
-  connection->shard.dirty_.push_back(connection);
-  connection->shard.settle();
+  guard(connection, [&] {
+    const core::Instant now = monotonic_now();
+    if ((events & BEV_EVENT_CONNECTED) != 0) {
+      connection->handshake_done = true;  // TLS: the handshake completed
+    } else if ((events & BEV_EVENT_EOF) != 0 && (events & BEV_EVENT_WRITING) != 0) {
+      // bufferevent_openssl reports a write that failed (EPIPE, ECONNRESET) as an EOF while writing
+      // when dirty shutdowns are allowed: the peer is gone, as for an error.
+      connection->abort = true;
+      connection->session.on_peer_closed(now);
+    } else if ((events & BEV_EVENT_EOF) != 0) {
+      connection->eof_pending = true;  // delivered to the session once buffered input is taken
+      // bufferevent_openssl stops writing as well as reading when its peer's close_notify (or a
+      // dirty shutdown) arrives, and adds its write event back only when bytes are added to an
+      // empty output. Replies still owed to the half-closed peer would wait for ever: write on.
+      if (connection->ssl != nullptr) bufferevent_enable(connection->bev, EV_WRITE);
+    } else if ((events & BEV_EVENT_ERROR) != 0) {
+      connection->abort = true;
+      connection->session.on_peer_closed(now);
+    } else if ((events & BEV_EVENT_TIMEOUT) != 0 && (events & BEV_EVENT_WRITING) != 0) {
+      logf(LogLevel::kDebug, "session %llu: write timeout, closing",
+           static_cast<unsigned long long>(connection->session.id().value));
+      connection->abort = true;
+      connection->session.close(core::CloseReason::kDriver);
+    }
+    connection->shard.dirty_.push_back(connection);
+    connection->shard.settle();
+  });
 }
 
 void Connection::on_timer(evutil_socket_t, short, void* self) {
   auto* connection = static_cast<Connection*>(self);
-  connection->session.on_timer(monotonic_now());
-  connection->shard.dirty_.push_back(connection);
-  connection->shard.settle();
+  guard(connection, [&] {
+    connection->timer.fired();
+    connection->session.on_timer(monotonic_now());
+    connection->shard.dirty_.push_back(connection);
+    connection->shard.settle();
+  });
 }
 
 // ---- Shard ------------------------------------------------------------------------------------
@@ -313,18 +354,17 @@ Shard::Shard(std::size_t index, SharedState& shared, std::uint64_t fence_floor,
   TS_ASSERT(wake_fd_ >= 0);
   mailbox_event_ = event_new(base_, wake_fd_, EV_READ | EV_PERSIST, &Shard::on_mailbox, this);
   event_add(mailbox_event_, nullptr);
-  engine_timer_ = evtimer_new(base_, &Shard::on_engine_timer, this);
+  engine_timer_.emplace(base_, &Shard::on_engine_timer, this);
 }
 
 Shard::~Shard() {
   for (auto& [id, connection] : connections_) {
-    if (connection->timer != nullptr) event_free(connection->timer);
     if (connection->tls_guard != nullptr) event_free(connection->tls_guard);
     if (connection->reader != nullptr) event_free(connection->reader);
     if (connection->bev != nullptr) bufferevent_free(connection->bev);
   }
   connections_.clear();
-  event_free(engine_timer_);
+  engine_timer_.reset();
   event_free(mailbox_event_);
   close(wake_fd_);
   event_base_free(base_);
@@ -375,7 +415,7 @@ void Shard::run() {
     drain_mailbox();
     event_base_loop(base_, EVLOOP_ONCE | EVLOOP_NONBLOCK);
     defer_writes_ = false;
-    if (!to_write_.empty()) settle();
+    if (!to_write_.empty()) guarded("shard settle", [this] { settle(); });
     const core::Instant now = monotonic_now();
     note_turn(turn_start, now, events_ - events_before);
     turn_start = now;
@@ -398,7 +438,7 @@ void Shard::run() {
       defer_writes_ = true;
       event_base_loop(base_, EVLOOP_ONCE);
       defer_writes_ = false;
-      if (!to_write_.empty()) settle();
+      if (!to_write_.empty()) guarded("shard settle", [this] { settle(); });
     }
     asleep_.store(false);
     const core::Instant woken = monotonic_now();
@@ -434,9 +474,11 @@ void Shard::drain_mailbox() {
     if (mailbox_.empty()) return;
     processing_.swap(mailbox_);
   }
-  for (Message& message : processing_) handle(message);
+  for (Message& message : processing_) {
+    guarded("shard message", [&] { handle(message); });
+  }
   processing_.clear();
-  settle();
+  guarded("shard settle", [this] { settle(); });
 }
 
 void Shard::post(Message message) {
@@ -467,12 +509,15 @@ void Shard::on_mailbox(evutil_socket_t fd, short, void* self) {
 
 void Shard::on_engine_timer(evutil_socket_t, short, void* self) {
   auto* shard = static_cast<Shard*>(self);
-  std::vector<core::Delivery> out;
-  const core::Instant began = monotonic_now();
-  shard->engine_.tick(began, out);
-  shard->dispatch(out);
-  shard->settle();
-  shard->note_turn(began, monotonic_now(), 1);
+  shard->engine_timer_->fired();
+  guarded("engine timer", [shard] {
+    std::vector<core::Delivery> out;
+    const core::Instant began = monotonic_now();
+    shard->engine_.tick(began, out);
+    shard->dispatch(out);
+    shard->settle();
+    shard->note_turn(began, monotonic_now(), 1);
+  });
 }
 
 void Shard::handle(Message& message) {
@@ -503,7 +548,6 @@ void Shard::handle(message::NewConnection& m) {
   Connection* raw = connection.get();
   connections_.emplace(id.value, std::move(connection));
   sockets_open_.fetch_add(1, std::memory_order_relaxed);
-  raw->timer = evtimer_new(base_, &Connection::on_timer, raw);
   if (ssl != nullptr) {
     raw->ssl = ssl;
     raw->tls_guard = evtimer_new(base_, &Connection::on_tls_guard, raw);
@@ -834,7 +878,6 @@ void Shard::settle() {
         !connection->close_notified) {
       continue;
     }
-    if (connection->timer != nullptr) event_free(connection->timer);
     if (connection->tls_guard != nullptr) event_free(connection->tls_guard);
     // Its replies may still wait for the end of the turn (a reset read in the same turn).
     if (connection->write_pending) std::erase(to_write_, connection);
@@ -843,15 +886,7 @@ void Shard::settle() {
   arm_engine_timer();
 }
 
-void Shard::arm_engine_timer() {
-  const std::optional<core::Instant> wake = engine_.next_wake();
-  if (!wake) {
-    evtimer_del(engine_timer_);
-    return;
-  }
-  const timeval delay = to_timeval(*wake - monotonic_now());
-  evtimer_add(engine_timer_, &delay);
-}
+void Shard::arm_engine_timer() { engine_timer_->arm(engine_.next_wake(), monotonic_now()); }
 
 void Shard::watch_reads(Connection& connection, bool on) {
   if (connection.reader == nullptr || connection.reading == on) return;
@@ -877,8 +912,9 @@ void Shard::feed_input(Connection& connection, core::Instant now) {
     connection.eof_pending = false;
     connection.session.on_peer_eof(now);
   }
-  // Reading resumes once the input has room again (the session took bytes).
-  if (!connection.eof_pending && !connection.abort && !connection.session.closed() &&
+  // Reading resumes once the input has room again (the session took bytes). An EOF is final:
+  // the socket is never read again after it (a read would only report the EOF once more).
+  if (!connection.eof_pending && !connection.abort && !connection.session.input_ended() &&
       evbuffer_get_length(input) < kSocketInputMax) {
     watch_reads(connection, true);
   }
@@ -1015,14 +1051,7 @@ void Shard::service(Connection& connection) {
     }
   }
 
-  if (connection.timer != nullptr) {
-    if (const std::optional<core::Instant> deadline = session.next_deadline()) {
-      const timeval delay = to_timeval(*deadline - now);
-      evtimer_add(connection.timer, &delay);
-    } else {
-      evtimer_del(connection.timer);
-    }
-  }
+  connection.timer.arm(session.next_deadline(), now);
 }
 
 void Shard::close_socket(Connection& connection) {

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -29,6 +30,7 @@
 #include "core/stats.h"
 #include "net/config.h"
 #include "net/crypto_random.h"
+#include "net/deadline_timer.h"
 
 namespace turnstile::net {
 
@@ -265,7 +267,7 @@ class Shard {
   core::Engine engine_;
   event_base* base_ = nullptr;
   event* mailbox_event_ = nullptr;
-  event* engine_timer_ = nullptr;
+  std::optional<DeadlineTimer> engine_timer_;  // the engine's next wake (Engine::next_wake)
   int wake_fd_ = -1;
   std::thread thread_;
 

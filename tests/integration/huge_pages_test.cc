@@ -55,6 +55,9 @@ TEST(HugePages, HeldLocksLiveInHugePages) {
   // Restarted once with the tunables: the same pid, and the new image says so.
   ASSERT_TRUE(daemon.wait_for_log(
       "info GLIBC_TUNABLES=glibc.malloc.hugetlb=1:glibc.malloc.arena_max=1$", 5s));
+  // The restart keeps the program's name (not "exe", after /proc/self/exe): ps, top, ss and
+  // `pgrep -x turnstiled` read it.
+  EXPECT_EQ(read_file("/proc/" + std::to_string(daemon.pid()) + "/comm"), "turnstiled\n");
   Client client(daemon.port());
   hold_locks(client, 40'000);  // about 12 MiB of heap
   EXPECT_GE(anon_huge_kib(daemon.pid()), 2048)
