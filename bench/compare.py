@@ -22,7 +22,7 @@ when the reference server is given by --ref-addr.
     bench/compare.py --quick                       # smoke run, under a minute
     bench/compare.py --build-dir build-bench --repeats 7 --out /tmp/cmp
 
-The plot needs Debian's python3-matplotlib (scripts/setup.sh installs it); when the python3
+The plot needs Debian's python3-matplotlib (`scripts/setup.sh bench` installs it); when the python3
 running this script cannot import it (a pyenv or venv python3 first on PATH), the script
 re-executes itself with /usr/bin/python3.
 

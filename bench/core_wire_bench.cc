@@ -1,5 +1,5 @@
 // Throughput of the wire codec: the request parser on a pipelined stream (the target in
-// design/performance.md is >= 500 MB/s on one thread) and the reply encoder.
+// docs/benchmarks.md is >= 500 MB/s on one thread) and the reply encoder.
 #include <benchmark/benchmark.h>
 
 #include <cstdint>

@@ -14,48 +14,33 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <string_view>
 #include <tuple>
 #include <utility>
 
 #include "core/assert.h"
+#include "core/http_codec.h"
 #include "core/routing.h"
 #include "net/clock.h"
+#include "net/guard.h"
 #include "net/log.h"
 
 namespace turnstile::net {
 namespace {
 
-using Json = nlohmann::ordered_json;
-
 #include "net/openapi_json.inc"  // kOpenApiJson: docs/openapi.json, embedded at configure time
 
-constexpr std::size_t kBodyMax = 1024 * 1024;  // reference 3.1
 constexpr const char* kJsonType = "application/json";
-// Bodies up to this are read (and answered 400 when over kBodyMax, as dflockd); beyond it
-// libevent refuses the request itself (413) before reading it.
-constexpr std::size_t kBodyReadMax = 2 * kBodyMax;
-constexpr std::size_t kKeyMax = 256;
-constexpr std::size_t kTokenMax = 256;
-constexpr std::string_view kSessionHeader = "X-Dflockd-Session";
+// Bodies up to this are read (and answered 400 when over core::kHttpBodyMax, as dflockd); beyond
+// it libevent refuses the request itself (413) before reading it.
+constexpr std::size_t kBodyReadMax = 2 * core::kHttpBodyMax;
 constexpr core::Duration kAuthFailureDelay = core::Duration::milliseconds(100);
 constexpr core::Duration kRateSweepInterval = core::Duration::seconds(300);
 // How often the sockets of requests waiting for an engine are checked for EOF (libevent 2.1's
 // evhttp does not read a connection while its request is being answered, so it would not notice
 // a client that left; dflockd's watcher polls every 50 ms too).
 constexpr core::Duration kProbeInterval = core::Duration::milliseconds(50);
-
-bool is_space_byte(char c) {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
-}
-
-bool is_session_handle(std::string_view text) {
-  if (text.size() != 32) return false;
-  return std::all_of(text.begin(), text.end(),
-                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
-}
 
 std::string_view method_name(evhttp_cmd_type type) {
   switch (type) {
@@ -76,249 +61,6 @@ std::string_view method_name(evhttp_cmd_type type) {
     default:
       return "OTHER";
   }
-}
-
-// Takes the next '/'-separated segment off the front of `path` (which starts after a '/').
-std::string_view next_segment(std::string_view& path) {
-  const std::size_t slash = path.find('/');
-  const std::string_view segment = path.substr(0, slash);
-  path.remove_prefix(slash == std::string_view::npos ? path.size() : slash + 1);
-  return segment;
-}
-
-// Matches `path` against a route pattern, segment by segment, without allocating unless there
-// are parameters; the parameters (percent-decoded) go to `params`.
-bool match(std::string_view pattern, std::string_view path, std::vector<std::string>& params) {
-  if (path.empty() || path.front() != '/' || pattern.empty()) return false;
-  pattern.remove_prefix(1);  // every pattern starts with '/'
-  path.remove_prefix(1);
-  std::vector<std::string> found;
-  while (true) {
-    const bool pattern_last = pattern.find('/') == std::string_view::npos;
-    const bool path_last = path.find('/') == std::string_view::npos;
-    const std::string_view part = next_segment(pattern);
-    const std::string_view segment = next_segment(path);
-    if (part.starts_with("{")) {
-      if (segment.find('%') == std::string_view::npos) {
-        found.emplace_back(segment);
-      } else {
-        const std::string raw(segment);
-        std::size_t length = 0;
-        char* decoded = evhttp_uridecode(raw.c_str(), 0, &length);
-        if (decoded == nullptr) return false;
-        found.emplace_back(decoded, length);
-        std::free(decoded);
-      }
-    } else if (part != segment) {
-      return false;
-    }
-    if (pattern_last || path_last) {
-      if (pattern_last != path_last) return false;
-      break;
-    }
-  }
-  params = std::move(found);
-  return true;
-}
-
-std::string json_line(const Json& value) { return value.dump() + "\n"; }
-
-std::string error_body(const std::string& error, const std::string& detail) {
-  Json body = {{"error", error}};
-  if (!detail.empty()) body["detail"] = detail;
-  return json_line(body);
-}
-
-// A validation failure: 400 bad_request with this detail.
-struct BadRequest {
-  std::string detail;
-};
-
-std::optional<BadRequest> check_key(const std::string& key) {
-  if (key.empty()) return BadRequest{"key must not be empty"};
-  if (key.size() > kKeyMax) return BadRequest{"key longer than 256 bytes"};
-  if (std::any_of(key.begin(), key.end(), [](char c) { return is_space_byte(c) || c == '\0'; })) {
-    return BadRequest{"key must not contain whitespace"};
-  }
-  return std::nullopt;
-}
-
-// Reads one integer field of `body` (omitted: 0) within [min, max].
-std::optional<BadRequest> read_int(const Json& body, const char* field, std::int64_t min,
-                                   std::int64_t max, std::int64_t& out) {
-  out = 0;
-  auto it = body.find(field);
-  if (it == body.end() || it->is_null()) return std::nullopt;
-  if (!it->is_number_integer()) {
-    return BadRequest{std::string("field \"") + field + "\" must be an integer"};
-  }
-  bool in_range = false;
-  if (it->is_number_unsigned()) {
-    const auto value = it->get<std::uint64_t>();
-    in_range = value <= static_cast<std::uint64_t>(max) && static_cast<std::int64_t>(value) >= min;
-    if (in_range) out = static_cast<std::int64_t>(value);
-  } else {
-    const auto value = it->get<std::int64_t>();
-    in_range = value >= min && value <= max;
-    if (in_range) out = value;
-  }
-  if (!in_range) {
-    return BadRequest{std::string("field \"") + field + "\" must be between " +
-                      std::to_string(min) + " and " + std::to_string(max)};
-  }
-  return std::nullopt;
-}
-
-// Parses and validates the body of a lock or semaphore route into the engine request.
-std::optional<BadRequest> parse_body(HttpRoute route, std::string_view body,
-                                     core::Request& request) {
-  std::array<std::string_view, 3> allowed{};  // the fields this route takes; unused slots empty
-  bool body_optional = false;
-  switch (route) {
-    case HttpRoute::kLockAcquire:
-      request.command = core::Command::kLock;
-      allowed = {"acquire_timeout_s", "lease_ttl_s"};
-      break;
-    case HttpRoute::kSemAcquire:
-      request.command = core::Command::kSemLock;
-      allowed = {"acquire_timeout_s", "limit", "lease_ttl_s"};
-      break;
-    case HttpRoute::kLockRelease:
-    case HttpRoute::kSemRelease:
-      request.command =
-          route == HttpRoute::kLockRelease ? core::Command::kRelease : core::Command::kSemRelease;
-      allowed = {"token"};
-      break;
-    case HttpRoute::kLockRenew:
-    case HttpRoute::kSemRenew:
-      request.command =
-          route == HttpRoute::kLockRenew ? core::Command::kRenew : core::Command::kSemRenew;
-      allowed = {"token", "lease_ttl_s"};
-      break;
-    case HttpRoute::kLockEnqueue:
-      request.command = core::Command::kEnqueue;
-      allowed = {"lease_ttl_s"};
-      body_optional = true;
-      break;
-    case HttpRoute::kSemEnqueue:
-      request.command = core::Command::kSemEnqueue;
-      allowed = {"limit", "lease_ttl_s"};
-      break;
-    case HttpRoute::kLockWait:
-    case HttpRoute::kSemWait:
-      request.command =
-          route == HttpRoute::kLockWait ? core::Command::kWait : core::Command::kSemWait;
-      allowed = {"timeout_s"};
-      break;
-    default:
-      TS_ASSERT(false);
-  }
-  Json json = Json::object();
-  const bool blank = std::all_of(body.begin(), body.end(), is_space_byte);
-  if (blank) {
-    if (!body_optional) return BadRequest{"request body must be a JSON object"};
-  } else {
-    try {
-      json = Json::parse(body.begin(),
-                         body.end());  // strict: a second value after the first is an error
-    } catch (const Json::exception& e) {
-      return BadRequest{e.what()};
-    }
-    if (!json.is_object()) return BadRequest{"request body must be a JSON object"};
-  }
-  for (const auto& field : json.items()) {
-    const std::string& name = field.key();
-    if (std::none_of(allowed.begin(), allowed.end(),
-                     [&](std::string_view a) { return !a.empty() && name == a; })) {
-      return BadRequest{"unknown field \"" + name + "\""};
-    }
-  }
-  std::int64_t value = 0;
-  if (json.contains("acquire_timeout_s") || json.contains("timeout_s")) {
-    const char* field = json.contains("timeout_s") ? "timeout_s" : "acquire_timeout_s";
-    if (auto bad = read_int(json, field, 0, core::kMaxSeconds, value)) return bad;
-    request.timeout_s = value;
-  }
-  if (auto bad = read_int(json, "lease_ttl_s", 0, core::kMaxSeconds, value)) return bad;
-  request.lease_s = value;  // 0 = the server default
-  if (route == HttpRoute::kSemAcquire || route == HttpRoute::kSemEnqueue) {
-    if (auto bad = read_int(json, "limit", 0, core::kMaxSemaphoreLimit, value)) return bad;
-    if (value <= 0) return BadRequest{"field \"limit\" must be greater than 0"};
-    request.limit = value;
-  }
-  if (std::find(allowed.begin(), allowed.end(), std::string_view("token")) != allowed.end()) {
-    auto it = json.find("token");
-    if (it == json.end() || !it->is_string()) return BadRequest{"field \"token\" must be a string"};
-    const std::string text = it->get<std::string>();
-    if (text.empty()) return BadRequest{"token must not be empty"};
-    if (text.size() > kTokenMax) return BadRequest{"token longer than 256 bytes"};
-    if (std::any_of(text.begin(), text.end(),
-                    [](char c) { return is_space_byte(c) || c == '\0'; })) {
-      return BadRequest{"token must not contain whitespace"};
-    }
-    request.token = core::Token::parse(text);  // not one we could issue: never matches (404)
-  }
-  return std::nullopt;
-}
-
-bool is_release_or_renew(core::Command command) {
-  return command == core::Command::kRelease || command == core::Command::kSemRelease ||
-         command == core::Command::kRenew || command == core::Command::kSemRenew;
-}
-
-// The HTTP status and JSON body for an engine reply (reference 3.4, 3.5).
-std::pair<int, std::string> render_reply(const core::Request& request, const core::Reply& reply) {
-  using core::Status;
-  switch (reply.status) {
-    case Status::kOk:
-      if (request.command == core::Command::kRelease ||
-          request.command == core::Command::kSemRelease) {
-        return {204, ""};
-      }
-      if (request.command == core::Command::kRenew || request.command == core::Command::kSemRenew) {
-        return {200, json_line(Json{{"remaining_s", reply.seconds}})};
-      }
-      if (reply.token) {
-        return {200, json_line(Json{{"status", "ok"},
-                                    {"token", reply.token->to_string()},
-                                    {"lease_ttl_s", reply.seconds}})};
-      }
-      return {200, json_line(Json{{"status", "ok"}})};
-    case Status::kAcquired:
-      return {200, json_line(Json{{"status", "acquired"},
-                                  {"token", reply.token ? reply.token->to_string() : ""},
-                                  {"lease_ttl_s", reply.seconds}})};
-    case Status::kQueued:
-      return {200, json_line(Json{{"status", "queued"}})};
-    case Status::kTimeout:
-      return {200, json_line(Json{{"status", "timeout"}})};
-    case Status::kError:
-      if (is_release_or_renew(request.command)) {
-        return {404,
-                error_body("not_held", "the token does not hold this key (or its lease ended)")};
-      }
-      return {503, error_body("fence_persistence",
-                              "no fence available: the fence journal is "
-                              "not durable or the fence space is used up")};
-    case Status::kErrorMaxLocks:
-      return {503, error_body("max_locks", "")};
-    case Status::kErrorMaxWaiters:
-      return {503, error_body("max_waiters", "")};
-    case Status::kErrorLimitMismatch:
-      return {409, error_body("limit_mismatch", "")};
-    case Status::kErrorNotEnqueued:
-      return {409, error_body("not_enqueued", "")};
-    case Status::kErrorAlreadyEnqueued:
-      return {409, error_body("already_enqueued", "")};
-    case Status::kErrorLeaseExpired:
-      return {409, error_body("lease_expired", "")};
-    case Status::kErrorDraining:
-      return {503, error_body("draining", "")};
-    case Status::kErrorAuth:
-    case Status::kParked:
-      break;
-  }
-  return {500, error_body("internal", std::string(core::status_name(reply.status)))};
 }
 
 std::string address_text(const sockaddr_storage& address) {
@@ -449,20 +191,10 @@ HttpServer::HttpServer(Shard& host, SharedState& shared, HttpShared& http_shared
             return config;
           }(),
           &http_shared.quota()),
+      cors_(shared.config.http_cors_allowed_origins),
       started_at_(monotonic_now()),
       last_rate_sweep_(started_at_),
       next_ticket_(host.index() + 1) {
-  std::string_view origins = config_.http_cors_allowed_origins;
-  while (!origins.empty()) {
-    const std::size_t comma = origins.find(',');
-    std::string_view origin = origins.substr(0, comma);
-    while (!origin.empty() && is_space_byte(origin.front())) origin.remove_prefix(1);
-    while (!origin.empty() && is_space_byte(origin.back())) origin.remove_suffix(1);
-    if (origin == "*") cors_any_ = true;
-    if (!origin.empty()) cors_origins_.emplace_back(origin);
-    if (comma == std::string_view::npos) break;
-    origins.remove_prefix(comma + 1);
-  }
   host_.set_http(this);
 }
 
@@ -575,21 +307,27 @@ void HttpServer::begin_drain() { draining_ = true; }
 
 void HttpServer::on_sweep(evutil_socket_t, short, void* self) {
   auto* server = static_cast<HttpServer*>(self);
-  const core::Instant now = monotonic_now();
-  const std::size_t reaped = server->sessions_.reap(now);
-  if (reaped > 0) logf(LogLevel::kDebug, "HTTP: reaped %zu idle sessions", reaped);
-  if (now - server->last_rate_sweep_ >= kRateSweepInterval) {
-    server->http_shared_.rate_sweep(now);
-    server->last_rate_sweep_ = now;
-  }
-  server->flush();
-  server->host_.settle();
+  guarded("HTTP session sweep", [server] {
+    const core::Instant now = monotonic_now();
+    const std::size_t reaped = server->sessions_.reap(now);
+    if (reaped > 0) logf(LogLevel::kDebug, "HTTP: reaped %zu idle sessions", reaped);
+    if (now - server->last_rate_sweep_ >= kRateSweepInterval) {
+      server->http_shared_.rate_sweep(now);
+      server->last_rate_sweep_ = now;
+    }
+    server->flush();
+    server->host_.settle();
+  });
 }
 
 void HttpServer::on_probe(evutil_socket_t, short, void* self) {
   auto* server = static_cast<HttpServer*>(self);
+  guarded("HTTP client probe", [server] { server->probe(); });
+}
+
+void HttpServer::probe() {
   std::vector<evhttp_connection*> gone;
-  for (const auto& [connection, tickets] : server->by_connection_) {
+  for (const auto& [connection, tickets] : by_connection_) {
     bufferevent* bev = evhttp_connection_get_bufferevent(connection);
     const evutil_socket_t fd = bev != nullptr ? bufferevent_getfd(bev) : -1;
     if (fd < 0) continue;
@@ -601,7 +339,7 @@ void HttpServer::on_probe(evutil_socket_t, short, void* self) {
   }
   for (evhttp_connection* connection : gone) {
     // Frees the requests on it; on_connection_closed abandons them first.
-    if (server->by_connection_.count(connection) != 0) evhttp_connection_free(connection);
+    if (by_connection_.count(connection) != 0) evhttp_connection_free(connection);
   }
 }
 
@@ -610,6 +348,7 @@ void HttpServer::on_probe(evutil_socket_t, short, void* self) {
 void HttpServer::reply(evhttp_request* request, int code, std::string_view body,
                        std::string_view route, std::string_view method, core::Instant started,
                        const char* content_type) {
+  if (request == unanswered_) unanswered_ = nullptr;
   http_shared_.record(method, route, code, (monotonic_now() - started).seconds_double());
   evkeyvalq* headers = evhttp_request_get_output_headers(request);
   // evhttp adds its default type (application/json) itself to a response that has a body.
@@ -625,12 +364,13 @@ void HttpServer::reply(evhttp_request* request, int code, std::string_view body,
 void HttpServer::reply_error(evhttp_request* request, int code, const std::string& error,
                              const std::string& detail, std::string_view route,
                              std::string_view method, core::Instant started) {
-  reply(request, code, error_body(error, detail), route, method, started);
+  reply(request, code, core::http_error_body(error, detail), route, method, started);
 }
 
 std::uint64_t HttpServer::add_pending(evhttp_request* request, Pending pending) {
   const std::uint64_t ticket = next_ticket_;
   next_ticket_ += shared_.shards.size();
+  if (request == unanswered_) unanswered_ = nullptr;  // answered later, from pending_
   pending.request = request;
   pending.connection = evhttp_request_get_connection(request);
   if (pending.connection != nullptr) by_connection_[pending.connection].push_back(ticket);
@@ -656,28 +396,26 @@ void HttpServer::drop_pending(std::uint64_t ticket) {
 // withdrawn from its queue; any grant that races in is given back by core::HttpSessions).
 void HttpServer::on_connection_closed(evhttp_connection* connection, void* self) {
   auto* server = static_cast<HttpServer*>(self);
-  if (server->stopped_) return;
-  auto ip = server->connection_ip_.find(connection);
-  if (ip != server->connection_ip_.end()) {
-    server->http_shared_.release_connection(ip->second);
-    server->connection_ip_.erase(ip);
+  guarded("HTTP connection close", [&] { server->connection_closed(connection); });
+}
+
+void HttpServer::connection_closed(evhttp_connection* connection) {
+  if (stopped_) return;
+  auto ip = connection_ip_.find(connection);
+  if (ip != connection_ip_.end()) {
+    http_shared_.release_connection(ip->second);
+    connection_ip_.erase(ip);
   }
-  auto it = server->by_connection_.find(connection);
-  if (it == server->by_connection_.end()) return;
+  auto it = by_connection_.find(connection);
+  if (it == by_connection_.end()) return;
   const std::vector<std::uint64_t> tickets = it->second;
-  server->by_connection_.erase(it);
+  by_connection_.erase(it);
   for (std::uint64_t ticket : tickets) {
-    auto found = server->pending_.find(ticket);
-    if (found == server->pending_.end()) continue;
+    auto found = pending_.find(ticket);
+    if (found == pending_.end()) continue;
     Pending& pending = *found->second;
     pending.connection = nullptr;
-    if (pending.kind == Pending::Kind::kSession) server->sessions_.abandon(ticket);
-    if (pending.kind == Pending::Kind::kForwarded) {
-      server->shared_.shards[pending.home]->post(message::HttpAbandon{ticket});
-    }
-    if (pending.kind == Pending::Kind::kStats || pending.kind == Pending::Kind::kMetrics) {
-      server->stats_tickets_.erase(pending.stats_session.value);
-    }
+    withdraw(ticket, pending);
     logf(LogLevel::kDebug, "HTTP: client left during %.*s %.*s",
          static_cast<int>(pending.method.size()), pending.method.data(),
          static_cast<int>(pending.route.size()), pending.route.data());
@@ -688,16 +426,33 @@ void HttpServer::on_connection_closed(evhttp_connection* connection, void* self)
     }
     if (pending.timer != nullptr) event_free(pending.timer);
     pending.timer = nullptr;
-    server->pending_.erase(found);
+    pending_.erase(found);
   }
-  server->flush();
-  server->host_.settle();
+  flush();
+  host_.settle();
+}
+
+// Whoever would answer a pending request is told it no longer needs to: a long poll is withdrawn
+// from its queue (a grant that races in is given back by core::HttpSessions), the home shard of a
+// forwarded request is told, a stats request stops collecting parts.
+void HttpServer::withdraw(std::uint64_t ticket, Pending& pending) {
+  if (pending.kind == Pending::Kind::kSession) sessions_.abandon(ticket);
+  if (pending.kind == Pending::Kind::kForwarded) {
+    shared_.shards[pending.home]->post(message::HttpAbandon{ticket});
+  }
+  if (pending.kind == Pending::Kind::kStats || pending.kind == Pending::Kind::kMetrics) {
+    stats_tickets_.erase(pending.stats_session.value);
+  }
 }
 
 void HttpServer::on_auth_delay(evutil_socket_t, short, void* self) {
   const auto [server, ticket] = *static_cast<std::pair<HttpServer*, std::uint64_t>*>(self);
-  auto it = server->pending_.find(ticket);
-  if (it == server->pending_.end()) return;
+  guarded("HTTP auth delay", [server, ticket] { server->auth_delay_over(ticket); });
+}
+
+void HttpServer::auth_delay_over(std::uint64_t ticket) {
+  auto it = pending_.find(ticket);
+  if (it == pending_.end()) return;
   Pending& pending = *it->second;
   // libevent measures timeouts from the time it cached at the start of the loop turn that armed
   // the timer, so the timer can fire a few milliseconds before the delay has passed since the
@@ -708,18 +463,41 @@ void HttpServer::on_auth_delay(evutil_socket_t, short, void* self) {
     evtimer_add(pending.timer, &rest);
     return;
   }
-  server->reply_error(pending.request, 401, "unauthorized", "", pending.route, pending.method,
-                      pending.started);
-  server->drop_pending(ticket);  // frees the timer and its argument
+  reply_error(pending.request, 401, "unauthorized", "", pending.route, pending.method,
+              pending.started);
+  drop_pending(ticket);  // frees the timer and its argument
 }
 
 // ---- requests ----------------------------------------------------------------------------------
 
 void HttpServer::on_request(evhttp_request* request, void* self) {
   auto* server = static_cast<HttpServer*>(self);
-  server->handle(request);
-  server->flush();
-  server->host_.settle();
+  server->unanswered_ = request;
+  if (!guarded("HTTP request", [&] { server->handle(request); })) server->fail(request);
+  server->unanswered_ = nullptr;
+  guarded("HTTP request", [server] {
+    server->flush();
+    server->host_.settle();
+  });
+}
+
+// Handling `request` threw: it gets a 500 (with the error line in the log), unless it was answered
+// before the throw; a pending one is withdrawn first.
+void HttpServer::fail(evhttp_request* request) {
+  guarded("HTTP 500", [&] {
+    std::uint64_t ticket = 0;  // tickets start at 1
+    if (request != unanswered_) {
+      for (const auto& [candidate, pending] : pending_) {
+        if (pending->request == request) ticket = candidate;
+      }
+      if (ticket == 0) return;  // answered already
+      withdraw(ticket, *pending_.at(ticket));
+    }
+    const std::string_view method = method_name(evhttp_request_get_command(request));
+    reply_error(request, 500, "internal", "the server failed to handle this request", "unmatched",
+                method, monotonic_now());
+    if (ticket != 0) drop_pending(ticket);
+  });
 }
 
 void HttpServer::handle(evhttp_request* request) {
@@ -756,20 +534,9 @@ void HttpServer::handle(evhttp_request* request) {
 
   // CORS (reference 3.2): before everything else.
   const char* origin = evhttp_find_header(in, "Origin");
-  if (!cors_origins_.empty() && origin != nullptr) {
-    const bool allowed = cors_any_ || std::find(cors_origins_.begin(), cors_origins_.end(),
-                                                origin) != cors_origins_.end();
-    if (allowed) {
-      if (cors_any_) {
-        evhttp_add_header(out, "Access-Control-Allow-Origin", "*");
-      } else {
-        evhttp_add_header(out, "Access-Control-Allow-Origin", origin);
-        evhttp_add_header(out, "Vary", "Origin");
-      }
-      evhttp_add_header(out, "Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
-      evhttp_add_header(out, "Access-Control-Allow-Headers",
-                        "Authorization, Content-Type, X-Dflockd-Session");
-      evhttp_add_header(out, "Access-Control-Max-Age", "300");
+  if (cors_.enabled() && origin != nullptr) {
+    for (const auto& [name, value] : cors_.headers_for(origin)) {
+      evhttp_add_header(out, std::string(name).c_str(), value.c_str());
     }
     if (method == "OPTIONS" && evhttp_find_header(in, "Access-Control-Request-Method") != nullptr) {
       reply(request, 204, "", "preflight", method, started);
@@ -778,22 +545,9 @@ void HttpServer::handle(evhttp_request* request) {
   }
 
   // Route lookup: 404 for an unknown path, 405 (with Allow) for a known path and another method.
-  const HttpRouteSpec* spec = nullptr;
-  std::vector<std::string> params;
-  std::string allow;
-  for (const HttpRouteSpec& candidate : kHttpRoutes) {
-    std::vector<std::string> found;
-    if (!match(candidate.pattern, path, found)) continue;
-    if (candidate.method == method) {
-      spec = &candidate;
-      params = std::move(found);
-      break;
-    }
-    if (allow.find(candidate.method) == std::string::npos) {
-      if (!allow.empty()) allow += ", ";
-      allow += candidate.method;
-    }
-  }
+  core::HttpRouteMatch matched = core::match_http_route(method, path);
+  const core::HttpEndpointSpec* spec = matched.spec;
+  const std::string& allow = matched.allow;
   const std::string_view route = spec != nullptr ? spec->pattern : "unmatched";
 
   // Rate limit, then auth, then the router's 404/405 (reference 3.1's handler order).
@@ -831,35 +585,35 @@ void HttpServer::handle(evhttp_request* request) {
     }
     return;
   }
-  dispatch_route(request, *spec, params, method, started);
+  dispatch_route(request, *spec, matched.params, method, started);
 }
 
-void HttpServer::dispatch_route(evhttp_request* request, const HttpRouteSpec& spec,
+void HttpServer::dispatch_route(evhttp_request* request, const core::HttpEndpointSpec& spec,
                                 const std::vector<std::string>& params, std::string_view method,
                                 core::Instant started) {
   const std::string_view route = spec.pattern;
   const core::Instant now = started;
-  switch (spec.route) {
-    case HttpRoute::kHealth:
-      reply(request, 200, json_line(Json{{"status", "ok"}}), route, method, started);
+  switch (spec.endpoint) {
+    case core::HttpEndpoint::kHealth:
+      reply(request, 200, core::http_status_body("ok"), route, method, started);
       return;
-    case HttpRoute::kReady:
+    case core::HttpEndpoint::kReady:
       if (draining_) {
-        reply(request, 503, json_line(Json{{"status", "draining"}}), route, method, started);
+        reply(request, 503, core::http_status_body("draining"), route, method, started);
       } else {
-        reply(request, 200, json_line(Json{{"status", "ok"}}), route, method, started);
+        reply(request, 200, core::http_status_body("ok"), route, method, started);
       }
       return;
-    case HttpRoute::kOpenApi:
+    case core::HttpEndpoint::kOpenApi:
       evhttp_add_header(evhttp_request_get_output_headers(request), "Cache-Control",
                         "public, max-age=60");
       reply(request, 200, std::string(kOpenApiJson), route, method, started);
       return;
-    case HttpRoute::kStats:
-    case HttpRoute::kMetrics: {
+    case core::HttpEndpoint::kStats:
+    case core::HttpEndpoint::kMetrics: {
       Pending pending;
-      pending.kind =
-          spec.route == HttpRoute::kStats ? Pending::Kind::kStats : Pending::Kind::kMetrics;
+      pending.kind = spec.endpoint == core::HttpEndpoint::kStats ? Pending::Kind::kStats
+                                                                 : Pending::Kind::kMetrics;
       pending.method = method;
       pending.route = route;
       pending.started = started;
@@ -871,7 +625,7 @@ void HttpServer::dispatch_route(evhttp_request* request, const HttpRouteSpec& sp
       host_.request_stats(stats_session);
       return;
     }
-    case HttpRoute::kSessionCreate: {
+    case core::HttpEndpoint::kSessionCreate: {
       if (draining_) {
         reply_error(request, 503, "draining", "", route, method, started);
         return;
@@ -905,15 +659,14 @@ void HttpServer::dispatch_route(evhttp_request* request, const HttpRouteSpec& sp
       shared_.http_sessions_live.fetch_add(1, std::memory_order_relaxed);
       touched_[id.value] = std::vector<bool>(shared_.shards.size(), false);
       reply(request, 200,
-            json_line(Json{{"session_id", handle},
-                           {"idle_timeout_s", config_.http_session_idle_timeout_s}}),
-            route, method, started);
+            core::http_session_created_body(handle, config_.http_session_idle_timeout_s), route,
+            method, started);
       return;
     }
-    case HttpRoute::kSessionDelete:
-    case HttpRoute::kSessionPing: {
+    case core::HttpEndpoint::kSessionDelete:
+    case core::HttpEndpoint::kSessionPing: {
       const std::string& handle = params.at(0);
-      if (!is_session_handle(handle)) {
+      if (!core::is_session_handle(handle)) {
         reply_error(request, 400, "bad_request", "session id must be 32 lowercase hex characters",
                     route, method, started);
         return;
@@ -922,14 +675,14 @@ void HttpServer::dispatch_route(evhttp_request* request, const HttpRouteSpec& sp
       if (home != host_.index()) {
         forward(home,
                 message::HttpForward{host_.index(), 0,
-                                     spec.route == HttpRoute::kSessionDelete
+                                     spec.endpoint == core::HttpEndpoint::kSessionDelete
                                          ? message::HttpForwardKind::kDelete
                                          : message::HttpForwardKind::kPing,
                                      handle, core::Request{}, started},
                 request, route, method);
         return;
       }
-      const bool found = spec.route == HttpRoute::kSessionDelete
+      const bool found = spec.endpoint == core::HttpEndpoint::kSessionDelete
                              ? sessions_.remove(handle)
                              : sessions_.touch(now, handle).has_value();
       if (!found) {
@@ -947,50 +700,33 @@ void HttpServer::dispatch_route(evhttp_request* request, const HttpRouteSpec& sp
   }
 }
 
-void HttpServer::handle_session_request(evhttp_request* request, const HttpRouteSpec& spec,
+void HttpServer::handle_session_request(evhttp_request* request, const core::HttpEndpointSpec& spec,
                                         const std::string& key, std::string_view method,
                                         core::Instant started) {
   const std::string_view route = spec.pattern;
   evbuffer* input = evhttp_request_get_input_buffer(request);
   const std::size_t length = evbuffer_get_length(input);
-  if (length > kBodyMax) {
-    reply_error(request, 400, "bad_request", "request body larger than 1 MiB", route, method,
-                started);
-    return;
-  }
-  // The body, contiguous in the request's buffer (at most kBodyMax bytes, checked above).
+  // The body, contiguous (at most kBodyReadMax bytes: evhttp refuses longer ones itself).
   const std::string_view body(
       length > 0 ? reinterpret_cast<const char*>(evbuffer_pullup(input, -1)) : "", length);
-  core::Request engine_request;
-  engine_request.key = key;
-  if (auto bad = check_key(key)) {
+  const char* header = evhttp_find_header(evhttp_request_get_input_headers(request),
+                                          core::kHttpSessionHeader.data());
+  auto decoded = core::decode_http_session_request(
+      spec.endpoint, key, body,
+      header != nullptr ? std::optional<std::string_view>(header) : std::nullopt);
+  if (const auto* bad = std::get_if<core::HttpBadRequest>(&decoded)) {
     reply_error(request, 400, "bad_request", bad->detail, route, method, started);
     return;
   }
-  if (auto bad = parse_body(spec.route, body, engine_request)) {
-    reply_error(request, 400, "bad_request", bad->detail, route, method, started);
-    return;
-  }
-  const char* header =
-      evhttp_find_header(evhttp_request_get_input_headers(request), kSessionHeader.data());
-  if (header == nullptr) {
-    reply_error(request, 400, "bad_request", "missing X-Dflockd-Session header", route, method,
-                started);
-    return;
-  }
-  if (!is_session_handle(header)) {
-    reply_error(request, 400, "bad_request",
-                "X-Dflockd-Session must be 32 lowercase hex characters", route, method, started);
-    return;
-  }
+  auto& [handle, engine_request] = std::get<core::HttpSessionRequest>(decoded);
   if (draining_) {
     reply_error(request, 503, "draining", "", route, method, started);
     return;
   }
-  const std::size_t home = home_of(header, shared_.shards.size());
+  const std::size_t home = home_of(handle, shared_.shards.size());
   if (home != host_.index()) {
     forward(home,
-            message::HttpForward{host_.index(), 0, message::HttpForwardKind::kSubmit, header,
+            message::HttpForward{host_.index(), 0, message::HttpForwardKind::kSubmit, handle,
                                  std::move(engine_request), started},
             request, route, method);
     return;
@@ -1001,7 +737,7 @@ void HttpServer::handle_session_request(evhttp_request* request, const HttpRoute
   pending.route = route;
   pending.started = started;
   const std::uint64_t ticket = add_pending(request, std::move(pending));
-  if (!sessions_.submit(started, header, ticket, engine_request)) {
+  if (!sessions_.submit(started, handle, ticket, engine_request)) {
     drop_pending(ticket);
     reply_error(request, 410, "session_gone", "", route, method, started);
   }
@@ -1028,13 +764,15 @@ void HttpServer::on_forward(message::HttpForward& forward) {
   switch (forward.kind) {
     case message::HttpForwardKind::kSubmit:
       if (draining_) {
-        answer_forwarded(forward.origin, forward.ticket, 503, error_body("draining", ""));
+        answer_forwarded(forward.origin, forward.ticket, 503,
+                         core::http_error_body("draining", ""));
         return;
       }
       forwarded_[forward.ticket] = forward.origin;
       if (!sessions_.submit(forward.started, forward.handle, forward.ticket, forward.request)) {
         forwarded_.erase(forward.ticket);
-        answer_forwarded(forward.origin, forward.ticket, 410, error_body("session_gone", ""));
+        answer_forwarded(forward.origin, forward.ticket, 410,
+                         core::http_error_body("session_gone", ""));
       }
       break;
     case message::HttpForwardKind::kDelete:
@@ -1047,7 +785,8 @@ void HttpServer::on_forward(message::HttpForward& forward) {
       if (found) {
         answer_forwarded(forward.origin, forward.ticket, 204, "");
       } else {
-        answer_forwarded(forward.origin, forward.ticket, 410, error_body("session_gone", ""));
+        answer_forwarded(forward.origin, forward.ticket, 410,
+                         core::http_error_body("session_gone", ""));
       }
       break;
     }
@@ -1129,6 +868,12 @@ void HttpServer::finish_stats(std::uint64_t ticket, Pending& pending) {
 void HttpServer::flush() {
   if (flushing_ || stopped_) return;
   flushing_ = true;
+  // Reset however this returns: an exception that guarded() catches must not stop every later
+  // flush.
+  struct Reset {
+    bool& flag;
+    ~Reset() { flag = false; }
+  } reset{flushing_};
   while (true) {
     std::vector<core::HttpAnswer> answers = sessions_.take_answers();
     std::vector<core::HttpRoute> routes = sessions_.take_routes();
@@ -1159,7 +904,6 @@ void HttpServer::flush() {
       host_.route_request(route.session, route.request, marks);
     }
   }
-  flushing_ = false;
 }
 
 void HttpServer::answer(std::uint64_t ticket, const core::HttpAnswer& answer) {
@@ -1169,9 +913,9 @@ void HttpServer::answer(std::uint64_t ticket, const core::HttpAnswer& answer) {
     forwarded_.erase(forwarded);
     if (answer.session_gone) {
       answer_forwarded(origin, ticket, 410,
-                       error_body("session_gone", "the session was deleted or expired"));
+                       core::http_error_body("session_gone", "the session was deleted or expired"));
     } else {
-      auto [code, body] = render_reply(answer.request, answer.reply);
+      auto [code, body] = core::render_http_reply(answer.request, answer.reply);
       answer_forwarded(origin, ticket, code, std::move(body));
     }
     return;
@@ -1183,7 +927,7 @@ void HttpServer::answer(std::uint64_t ticket, const core::HttpAnswer& answer) {
     reply_error(pending.request, 410, "session_gone", "the session was deleted or expired",
                 pending.route, pending.method, pending.started);
   } else {
-    const auto [code, body] = render_reply(answer.request, answer.reply);
+    const auto [code, body] = core::render_http_reply(answer.request, answer.reply);
     reply(pending.request, code, body, pending.route, pending.method, pending.started);
   }
   drop_pending(ticket);

@@ -35,10 +35,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/http_codec.h"
 #include "core/http_sessions.h"
 #include "core/stats.h"
 #include "net/crypto_random.h"
-#include "net/http_routes.h"
 #include "net/shard.h"
 
 namespace turnstile::net {
@@ -139,10 +139,15 @@ class HttpServer {
   static bufferevent* make_tls_bufferevent(event_base* base, void* self);
 
   void handle(evhttp_request* request);
-  void dispatch_route(evhttp_request* request, const HttpRouteSpec& spec,
+  void fail(evhttp_request* request);
+  void probe();
+  void connection_closed(evhttp_connection* connection);
+  void auth_delay_over(std::uint64_t ticket);
+  void withdraw(std::uint64_t ticket, Pending& pending);
+  void dispatch_route(evhttp_request* request, const core::HttpEndpointSpec& spec,
                       const std::vector<std::string>& params, std::string_view method,
                       core::Instant started);
-  void handle_session_request(evhttp_request* request, const HttpRouteSpec& spec,
+  void handle_session_request(evhttp_request* request, const core::HttpEndpointSpec& spec,
                               const std::string& key, std::string_view method,
                               core::Instant started);
   std::uint64_t add_pending(evhttp_request* request, Pending pending);
@@ -175,11 +180,12 @@ class HttpServer {
   event* probe_ = nullptr;  // watches the sockets of waiting requests for a departed client
   CryptoRandom random_;     // session ids are capabilities too
   core::HttpSessions sessions_;
-  std::vector<std::string> cors_origins_;
-  bool cors_any_ = false;
+  core::HttpCors cors_;
   bool draining_ = false;
   bool stopped_ = false;
   bool flushing_ = false;
+  // The request on_request is handling until it is answered or pending (fail() answers it).
+  evhttp_request* unanswered_ = nullptr;
   core::Instant started_at_;
   core::Instant last_rate_sweep_;  // buckets idle 10 min are dropped every 5 min
 

@@ -1,22 +1,38 @@
 #!/usr/bin/env bash
-# Installs every Debian package turnstile needs to build, test and run. Idempotent: packages that
-# are already installed are skipped, and apt is only touched when something is missing.
+# Installs the Debian packages turnstile needs, and nothing when they are all present.
+# Usage: scripts/setup.sh [run|test|bench]
+#   run    what building and running turnstiled needs, and the README's curl and nc
+#          (scripts/run.sh)
+#   test   that, plus what the tests, the fuzzers and the benchmarks' binaries need (scripts/test.sh)
+#   bench  that, plus matplotlib for the plots of bench/compare.py
+# Needs root when something is missing. While another apt or dpkg run holds its lock, it waits
+# (up to TURNSTILE_APT_LOCK_WAIT_S seconds, default 600) and says so, instead of failing at once.
 set -euo pipefail
 
-packages=(
-  build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev clang-format
+set_name=${1:-test}
+run_packages=(
+  build-essential cmake ninja-build pkg-config
+  libxxhash-dev libcxxopts-dev libevent-dev libssl-dev nlohmann-json3-dev
+  curl netcat-openbsd  # the README's first requests
+)
+test_packages=(
+  clang libclang-rt-14-dev clang-format
   libgtest-dev libgmock-dev googletest
   librapidcheck-dev
   libbenchmark-dev
-  libxxhash-dev
-  libcxxopts-dev
-  libevent-dev
-  libssl-dev
-  nlohmann-json3-dev
-  netcat-openbsd
   openssl
-  python3-matplotlib
 )
+bench_packages=(python3-matplotlib)
+
+case "$set_name" in
+  run) packages=("${run_packages[@]}") ;;
+  test) packages=("${run_packages[@]}" "${test_packages[@]}") ;;
+  bench) packages=("${run_packages[@]}" "${test_packages[@]}" "${bench_packages[@]}") ;;
+  *)
+    echo "usage: scripts/setup.sh [run|test|bench]" >&2
+    exit 2
+    ;;
+esac
 
 missing=()
 for p in "${packages[@]}"; do
@@ -26,7 +42,7 @@ for p in "${packages[@]}"; do
 done
 
 if [ "${#missing[@]}" -eq 0 ]; then
-  echo "setup: all ${#packages[@]} packages present"
+  echo "setup: all ${#packages[@]} packages for '$set_name' present"
   exit 0
 fi
 
@@ -36,5 +52,30 @@ if [ "$(id -u)" -ne 0 ]; then
   exit 1
 fi
 export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends "${missing[@]}"
+lock_wait_s=${TURNSTILE_APT_LOCK_WAIT_S:-600}
+
+# apt-get with these arguments. apt-get waits for dpkg's lock by itself (DPkg::Lock::Timeout) but
+# not for the package lists' lock, which `apt-get update` needs: while the failure is a lock held
+# by another process, try again every 5 s, up to lock_wait_s in all.
+apt_get() {
+  local log waited=0 status
+  log=$(mktemp)
+  while true; do
+    status=0
+    apt-get -o DPkg::Lock::Timeout="$lock_wait_s" "$@" 2>&1 | tee "$log" || status=${PIPESTATUS[0]}
+    if [ "$status" -eq 0 ]; then
+      rm -f "$log"
+      return 0
+    fi
+    if ! grep -q 'Could not get lock' "$log" || [ "$waited" -ge "$lock_wait_s" ]; then
+      rm -f "$log"
+      return "$status"
+    fi
+    echo "setup: another apt or dpkg run holds its lock; waiting for it (${waited} s of ${lock_wait_s} s)"
+    sleep 5
+    waited=$((waited + 5))
+  done
+}
+
+apt_get update -qq
+apt_get install -y -qq --no-install-recommends "${missing[@]}"

@@ -663,7 +663,7 @@ void World::start_process() {
         config, salts_, process_->budget.get(), process_->fence_source.get()));
   }
   // With the fence journal, fences beat earlier lives' always; without it, only while the wall
-  // clock never went back (reliability.md).
+  // clock never went back (docs/reliability.md).
   cross_life_fences_checked_ = settings_.fence_journal || !wall_went_back_;
   seen_tokens_.clear();
   max_fence_life_.clear();

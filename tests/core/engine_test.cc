@@ -1,5 +1,5 @@
 // Unit tests for core/engine.h: one named test per rule of docs/semantics.md and per single-node
-// engine item of dflockd-reference.md section 7 (those are named EdgeNN_...).
+// engine item of dflockd's edge cases (reference section 7, docs/edge-cases.md; named EdgeNN_...).
 //
 // Every test drives one Engine through a fixture: `at(seconds)` sets the instant of the next
 // inputs, `lock(session, key, timeout, lease)` and friends send one request and return its reply,

@@ -1,4 +1,4 @@
-// Every way a client can leave, in every state its session can be in (reliability.md's "every
+// Every way a client can leave, in every state its session can be in (docs/reliability.md's "every
 // close shape" row): {half-close, full close, reset} x {idle, auth pending (wrong token or a
 // malformed first request), pipelined, parked, mid-request, draining}, on plain TCP and on TLS,
 // with and without --auth-token.

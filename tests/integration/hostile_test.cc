@@ -1,4 +1,4 @@
-// Integration tests: a real turnstiled under hostile or unusual clients (reliability.md's slow
+// Integration tests: a real turnstiled under hostile or unusual clients (docs/reliability.md's slow
 // sender / slow reader / flood / fd exhaustion / auth / shutdown rows, reference 1.1-1.8, 1.6,
 // 2.9, 2.14, 4 and 7). Each test starts its own daemon (harness.h) with the flags it needs and
 // stops it. Tests that need what the harness lacks (a second source IP, a verifying or TLS 1.1
@@ -851,8 +851,8 @@ TEST(Hostile, TlsServesVerifiedClientsAndRefusesPlainAndOldClients) {
 
 // The session's read timeout starts at a request's first decrypted byte, which a TLS record
 // trickled byte by byte never delivers; the daemon's TLS guard holds such a record, and a stalled
-// handshake, to --read-timeout all the same (reliability.md "slow sender"; reference 1.2 and edge
-// case 24). Found by this test: the record used to be answered `ok` after ~3 s and the stalled
+// handshake, to --read-timeout all the same (docs/reliability.md "a slow sender"; reference 1.2 and
+// edge case 24). Found by this test: the record used to be answered `ok` after ~3 s and the stalled
 // handshake stayed open for good.
 TEST(Hostile, TlsRecordTrickledOneByteAtATimeIsClosedAfterReadTimeout) {
   TempDir dir;

@@ -3,7 +3,7 @@
 // Every endpoint, status code and error body; TCP and HTTP sessions on one FIFO queue; long
 // polls woken by a release, a timeout and a session delete; a client leaving during a long poll;
 // the reaper; auth, rate limit, CORS; oversized and malformed bodies; /metrics as Prometheus
-// text; and the OpenAPI drift check against docs/openapi.json and net/http_routes.h.
+// text; and the OpenAPI drift check against docs/openapi.json and core/http_codec.h.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -25,7 +25,7 @@
 #include <sstream>
 #include <string>
 
-#include "net/http_routes.h"
+#include "core/http_codec.h"
 #include "tests/integration/harness.h"
 
 namespace turnstile::integration {
@@ -440,6 +440,50 @@ TEST(HttpApi, MalformedBodiesFieldsKeysAndTokensAre400WithDetail) {
   bad("/v1/locks/k", big, "larger than 1 MiB");
   // The session still works after all that.
   EXPECT_EQ(server.call("POST", "/v1/locks/k", "{}", session).json()["status"], "ok");
+}
+
+// Issue 19: invalid UTF-8 in a body aborted the daemon (nlohmann threw while writing the 400's
+// detail, and nothing caught it), taking every lock holder with it. Each body of the report is now
+// a 400 with a detail, changes nothing, and the daemon and its lock holders live on.
+TEST(HttpApi, InvalidUtf8InABodyIsA400AndTheServerLivesOn) {
+  HttpDaemon server({"--auth-token", "s3cret"});
+  const std::vector<std::string> auth = {"Authorization: Bearer s3cret"};
+  Client tcp(server.daemon->port());
+  ASSERT_EQ(tcp.request("auth", "_", "s3cret"), "ok");
+  const std::string grant = tcp.request("l", "utf8-held", "0 60");
+  ASSERT_EQ(grant.rfind("ok ", 0), 0U) << grant;
+  const Response created = server.call("POST", "/v1/sessions", "", auth);
+  ASSERT_EQ(created.status, 200) << created.body;
+  const std::string id = created.json().value("session_id", "");
+  std::vector<std::string> headers = auth;
+  headers.push_back(session_header(id));
+  struct Case {
+    std::string path;
+    std::string body;
+  };
+  const Case cases[] = {
+      {"/v1/locks/k/release", "{\"token\":\"\xff\"}"},
+      {"/v1/locks/k", "{\"\xff\":1}"},
+      {"/v1/locks/k", "{\"acquire_timeout_s\":0,\"x\":\"\xc3\"}"},
+      {"/v1/locks/k/renew", "{\"token\":\"\xc3\x28\"}"},
+      {"/v1/semaphores/k", "{\"limit\":2,\"\xed\xa0\x80\":1}"},  // a UTF-16 surrogate
+      {"/v1/locks/k", "\xc0\xaf"},                               // an overlong '/'
+  };
+  for (const Case& c : cases) {
+    const Response response = server.call("POST", c.path, c.body, headers);
+    expect_error(response, 400, "bad_request");
+    EXPECT_NE(response.json().value("detail", "").find("not valid UTF-8"), std::string::npos)
+        << response.body;
+  }
+  // A path with bytes that are not UTF-8 gets a 404 whose detail is still valid JSON.
+  const Response unknown = server.call("GET", "/\xff\xfe", "", auth);
+  expect_error(unknown, 404, "not_found");
+  // Nothing changed: k was never taken, the TCP holder still holds its lock, both APIs answer.
+  EXPECT_EQ(server.call("POST", "/v1/locks/k", "{}", headers).json()["status"], "ok");
+  EXPECT_EQ(tcp.request("n", "utf8-held", fields(grant).at(1) + " 60"), "ok 60");
+  EXPECT_TRUE(server.daemon->running());
+  EXPECT_FALSE(server.daemon->wait_for_log("terminate|exception", 0ms))
+      << server.daemon->log_text();
 }
 
 // ---- TCP and HTTP share one FIFO queue -------------------------------------------------------
@@ -875,7 +919,7 @@ TEST(HttpApi, OpenApiServedLiveMatchesDocsAndTheRoutes) {
 
   // Every route the server has is documented, and every documented route is served.
   std::set<std::pair<std::string, std::string>> routes;
-  for (const net::HttpRouteSpec& spec : net::kHttpRoutes) {
+  for (const core::HttpEndpointSpec& spec : core::kHttpEndpoints) {
     routes.emplace(std::string(spec.method), std::string(spec.pattern));
   }
   std::set<std::pair<std::string, std::string>> documented;

@@ -1,0 +1,397 @@
+#include "core/http_codec.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "core/assert.h"
+
+namespace turnstile::core {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+constexpr std::size_t kKeyMax = 256;    // bytes
+constexpr std::size_t kTokenMax = 256;  // bytes
+
+bool is_space_byte(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
+
+// Never throws: a string that came from a client may hold bytes that are not UTF-8, and
+// nlohmann's default is to throw on them; they become U+FFFD instead, as Go's encoding/json does.
+std::string json_line(const Json& value) {
+  return value.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
+}
+
+// Takes the next '/'-separated segment off the front of `path` (which starts after a '/').
+std::string_view next_segment(std::string_view& path) {
+  const std::size_t slash = path.find('/');
+  const std::string_view segment = path.substr(0, slash);
+  path.remove_prefix(slash == std::string_view::npos ? path.size() : slash + 1);
+  return segment;
+}
+
+// Matches `path` against a route pattern, segment by segment, without allocating unless there
+// are parameters; the parameters (percent-decoded) go to `params`.
+bool match(std::string_view pattern, std::string_view path, std::vector<std::string>& params) {
+  if (path.empty() || path.front() != '/' || pattern.empty()) return false;
+  pattern.remove_prefix(1);  // every pattern starts with '/'
+  path.remove_prefix(1);
+  std::vector<std::string> found;
+  while (true) {
+    const bool pattern_last = pattern.find('/') == std::string_view::npos;
+    const bool path_last = path.find('/') == std::string_view::npos;
+    const std::string_view part = next_segment(pattern);
+    const std::string_view segment = next_segment(path);
+    if (part.starts_with("{")) {
+      found.push_back(percent_decode(segment));
+    } else if (part != segment) {
+      return false;
+    }
+    if (pattern_last || path_last) {
+      if (pattern_last != path_last) return false;
+      break;
+    }
+  }
+  params = std::move(found);
+  return true;
+}
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+std::optional<HttpBadRequest> check_key(std::string_view key) {
+  if (key.empty()) return HttpBadRequest{"key must not be empty"};
+  if (key.size() > kKeyMax) return HttpBadRequest{"key longer than 256 bytes"};
+  if (std::any_of(key.begin(), key.end(), [](char c) { return is_space_byte(c) || c == '\0'; })) {
+    return HttpBadRequest{"key must not contain whitespace"};
+  }
+  return std::nullopt;
+}
+
+// Reads one integer field of `body` (omitted: 0) within [min, max].
+std::optional<HttpBadRequest> read_int(const Json& body, const char* field, std::int64_t min,
+                                       std::int64_t max, std::int64_t& out) {
+  out = 0;
+  auto it = body.find(field);
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!it->is_number_integer()) {
+    return HttpBadRequest{std::string("field \"") + field + "\" must be an integer"};
+  }
+  bool in_range = false;
+  if (it->is_number_unsigned()) {
+    const auto value = it->get<std::uint64_t>();
+    in_range = value <= static_cast<std::uint64_t>(max) && static_cast<std::int64_t>(value) >= min;
+    if (in_range) out = static_cast<std::int64_t>(value);
+  } else {
+    const auto value = it->get<std::int64_t>();
+    in_range = value >= min && value <= max;
+    if (in_range) out = value;
+  }
+  if (!in_range) {
+    return HttpBadRequest{std::string("field \"") + field + "\" must be between " +
+                          std::to_string(min) + " and " + std::to_string(max)};
+  }
+  return std::nullopt;
+}
+
+// Parses and validates the body of a lock or semaphore endpoint into the engine request.
+std::optional<HttpBadRequest> parse_body(HttpEndpoint endpoint, std::string_view body,
+                                         Request& request) {
+  std::array<std::string_view, 3> allowed{};  // the fields this endpoint takes; unused slots empty
+  bool body_optional = false;
+  switch (endpoint) {
+    case HttpEndpoint::kLockAcquire:
+      request.command = Command::kLock;
+      allowed = {"acquire_timeout_s", "lease_ttl_s"};
+      break;
+    case HttpEndpoint::kSemAcquire:
+      request.command = Command::kSemLock;
+      allowed = {"acquire_timeout_s", "limit", "lease_ttl_s"};
+      break;
+    case HttpEndpoint::kLockRelease:
+    case HttpEndpoint::kSemRelease:
+      request.command =
+          endpoint == HttpEndpoint::kLockRelease ? Command::kRelease : Command::kSemRelease;
+      allowed = {"token"};
+      break;
+    case HttpEndpoint::kLockRenew:
+    case HttpEndpoint::kSemRenew:
+      request.command = endpoint == HttpEndpoint::kLockRenew ? Command::kRenew : Command::kSemRenew;
+      allowed = {"token", "lease_ttl_s"};
+      break;
+    case HttpEndpoint::kLockEnqueue:
+      request.command = Command::kEnqueue;
+      allowed = {"lease_ttl_s"};
+      body_optional = true;
+      break;
+    case HttpEndpoint::kSemEnqueue:
+      request.command = Command::kSemEnqueue;
+      allowed = {"limit", "lease_ttl_s"};
+      break;
+    case HttpEndpoint::kLockWait:
+    case HttpEndpoint::kSemWait:
+      request.command = endpoint == HttpEndpoint::kLockWait ? Command::kWait : Command::kSemWait;
+      allowed = {"timeout_s"};
+      break;
+    default:
+      TS_ASSERT(false);  // only the endpoints with a {key} come here
+  }
+  Json json = Json::object();
+  const bool blank = std::all_of(body.begin(), body.end(), is_space_byte);
+  if (blank) {
+    if (!body_optional) return HttpBadRequest{"request body must be a JSON object"};
+  } else {
+    if (const std::optional<std::size_t> bad = first_invalid_utf8(body)) {
+      return HttpBadRequest{"request body is not valid UTF-8 (byte " + std::to_string(*bad) + ")"};
+    }
+    try {
+      // Strict: a second value after the first is an error.
+      json = Json::parse(body.begin(), body.end());
+    } catch (const Json::exception& e) {
+      return HttpBadRequest{e.what()};
+    }
+    if (!json.is_object()) return HttpBadRequest{"request body must be a JSON object"};
+  }
+  for (const auto& field : json.items()) {
+    const std::string& name = field.key();
+    if (std::none_of(allowed.begin(), allowed.end(),
+                     [&](std::string_view a) { return !a.empty() && name == a; })) {
+      return HttpBadRequest{"unknown field \"" + name + "\""};
+    }
+  }
+  std::int64_t value = 0;
+  if (json.contains("acquire_timeout_s") || json.contains("timeout_s")) {
+    const char* field = json.contains("timeout_s") ? "timeout_s" : "acquire_timeout_s";
+    if (auto bad = read_int(json, field, 0, kMaxSeconds, value)) return bad;
+    request.timeout_s = value;
+  }
+  if (auto bad = read_int(json, "lease_ttl_s", 0, kMaxSeconds, value)) return bad;
+  request.lease_s = value;  // 0 = the server default
+  if (endpoint == HttpEndpoint::kSemAcquire || endpoint == HttpEndpoint::kSemEnqueue) {
+    if (auto bad = read_int(json, "limit", 0, kMaxSemaphoreLimit, value)) return bad;
+    if (value <= 0) return HttpBadRequest{"field \"limit\" must be greater than 0"};
+    request.limit = value;
+  }
+  if (std::find(allowed.begin(), allowed.end(), std::string_view("token")) != allowed.end()) {
+    auto it = json.find("token");
+    if (it == json.end() || !it->is_string()) {
+      return HttpBadRequest{"field \"token\" must be a string"};
+    }
+    const std::string& text = it->get_ref<const std::string&>();
+    if (text.empty()) return HttpBadRequest{"token must not be empty"};
+    if (text.size() > kTokenMax) return HttpBadRequest{"token longer than 256 bytes"};
+    if (std::any_of(text.begin(), text.end(),
+                    [](char c) { return is_space_byte(c) || c == '\0'; })) {
+      return HttpBadRequest{"token must not contain whitespace"};
+    }
+    request.token = Token::parse(text);  // not one we could issue: never matches (404)
+  }
+  return std::nullopt;
+}
+
+bool is_release_or_renew(Command command) {
+  return command == Command::kRelease || command == Command::kSemRelease ||
+         command == Command::kRenew || command == Command::kSemRenew;
+}
+
+}  // namespace
+
+HttpRouteMatch match_http_route(std::string_view method, std::string_view path) {
+  HttpRouteMatch result;
+  for (const HttpEndpointSpec& candidate : kHttpEndpoints) {
+    std::vector<std::string> found;
+    if (!match(candidate.pattern, path, found)) continue;
+    if (candidate.method == method) {
+      result.spec = &candidate;
+      result.params = std::move(found);
+      result.allow.clear();
+      return result;
+    }
+    if (result.allow.find(candidate.method) == std::string::npos) {
+      if (!result.allow.empty()) result.allow += ", ";
+      result.allow += candidate.method;
+    }
+  }
+  return result;
+}
+
+std::string percent_decode(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '%' && i + 2 < text.size()) {
+      const int high = hex_value(text[i + 1]);
+      const int low = hex_value(text[i + 2]);
+      if (high >= 0 && low >= 0) {
+        out.push_back(static_cast<char>(high * 16 + low));
+        i += 2;
+        continue;
+      }
+    }
+    out.push_back(text[i]);
+  }
+  return out;
+}
+
+std::optional<std::size_t> first_invalid_utf8(std::string_view text) {
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const auto lead = static_cast<unsigned char>(text[i]);
+    if (lead < 0x80) {
+      ++i;
+      continue;
+    }
+    std::size_t length = 0;
+    unsigned char low = 0x80;  // the range of the second byte (RFC 3629, section 4)
+    unsigned char high = 0xbf;
+    if (lead >= 0xc2 && lead <= 0xdf) {
+      length = 2;
+    } else if (lead >= 0xe0 && lead <= 0xef) {
+      length = 3;
+      if (lead == 0xe0) low = 0xa0;   // no overlong forms
+      if (lead == 0xed) high = 0x9f;  // no surrogates
+    } else if (lead >= 0xf0 && lead <= 0xf4) {
+      length = 4;
+      if (lead == 0xf0) low = 0x90;   // no overlong forms
+      if (lead == 0xf4) high = 0x8f;  // nothing past U+10FFFF
+    } else {
+      return i;
+    }
+    if (text.size() - i < length) return i;
+    const auto second = static_cast<unsigned char>(text[i + 1]);
+    if (second < low || second > high) return i;
+    for (std::size_t k = 2; k < length; ++k) {
+      const auto next = static_cast<unsigned char>(text[i + k]);
+      if (next < 0x80 || next > 0xbf) return i;
+    }
+    i += length;
+  }
+  return std::nullopt;
+}
+
+bool is_session_handle(std::string_view text) {
+  if (text.size() != 32) return false;
+  return std::all_of(text.begin(), text.end(),
+                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+std::variant<HttpBadRequest, HttpSessionRequest> decode_http_session_request(
+    HttpEndpoint endpoint, std::string_view key, std::string_view body,
+    std::optional<std::string_view> session_header) {
+  if (body.size() > kHttpBodyMax) return HttpBadRequest{"request body larger than 1 MiB"};
+  HttpSessionRequest decoded;
+  if (auto bad = check_key(key)) return *bad;
+  decoded.request.key = std::string(key);
+  if (auto bad = parse_body(endpoint, body, decoded.request)) return *bad;
+  if (!session_header) return HttpBadRequest{"missing X-Dflockd-Session header"};
+  if (!is_session_handle(*session_header)) {
+    return HttpBadRequest{"X-Dflockd-Session must be 32 lowercase hex characters"};
+  }
+  decoded.handle = std::string(*session_header);
+  return decoded;
+}
+
+HttpResponse render_http_reply(const Request& request, const Reply& reply) {
+  switch (reply.status) {
+    case Status::kOk:
+      if (request.command == Command::kRelease || request.command == Command::kSemRelease) {
+        return {204, ""};
+      }
+      if (request.command == Command::kRenew || request.command == Command::kSemRenew) {
+        return {200, json_line(Json{{"remaining_s", reply.seconds}})};
+      }
+      if (reply.token) {
+        return {200, json_line(Json{{"status", "ok"},
+                                    {"token", reply.token->to_string()},
+                                    {"lease_ttl_s", reply.seconds}})};
+      }
+      return {200, http_status_body("ok")};
+    case Status::kAcquired:
+      return {200, json_line(Json{{"status", "acquired"},
+                                  {"token", reply.token ? reply.token->to_string() : ""},
+                                  {"lease_ttl_s", reply.seconds}})};
+    case Status::kQueued:
+      return {200, http_status_body("queued")};
+    case Status::kTimeout:
+      return {200, http_status_body("timeout")};
+    case Status::kError:
+      if (is_release_or_renew(request.command)) {
+        return {404, http_error_body("not_held",
+                                     "the token does not hold this key (or its lease ended)")};
+      }
+      return {503, http_error_body("fence_persistence",
+                                   "no fence available: the fence journal is "
+                                   "not durable or the fence space is used up")};
+    case Status::kErrorMaxLocks:
+      return {503, http_error_body("max_locks")};
+    case Status::kErrorMaxWaiters:
+      return {503, http_error_body("max_waiters")};
+    case Status::kErrorLimitMismatch:
+      return {409, http_error_body("limit_mismatch")};
+    case Status::kErrorNotEnqueued:
+      return {409, http_error_body("not_enqueued")};
+    case Status::kErrorAlreadyEnqueued:
+      return {409, http_error_body("already_enqueued")};
+    case Status::kErrorLeaseExpired:
+      return {409, http_error_body("lease_expired")};
+    case Status::kErrorDraining:
+      return {503, http_error_body("draining")};
+    case Status::kErrorAuth:
+    case Status::kParked:
+      break;
+  }
+  return {500, http_error_body("internal", status_name(reply.status))};
+}
+
+std::string http_error_body(std::string_view error, std::string_view detail) {
+  Json body = {{"error", error}};
+  if (!detail.empty()) body["detail"] = detail;
+  return json_line(body);
+}
+
+std::string http_status_body(std::string_view status) {
+  return json_line(Json{{"status", status}});
+}
+
+std::string http_session_created_body(std::string_view handle, std::int64_t idle_timeout_s) {
+  return json_line(Json{{"session_id", handle}, {"idle_timeout_s", idle_timeout_s}});
+}
+
+HttpCors::HttpCors(std::string_view allowed_origins) {
+  while (!allowed_origins.empty()) {
+    const std::size_t comma = allowed_origins.find(',');
+    std::string_view origin = allowed_origins.substr(0, comma);
+    while (!origin.empty() && is_space_byte(origin.front())) origin.remove_prefix(1);
+    while (!origin.empty() && is_space_byte(origin.back())) origin.remove_suffix(1);
+    if (origin == "*") any_ = true;
+    if (!origin.empty()) origins_.emplace_back(origin);
+    if (comma == std::string_view::npos) break;
+    allowed_origins.remove_prefix(comma + 1);
+  }
+}
+
+std::vector<std::pair<std::string_view, std::string>> HttpCors::headers_for(
+    std::string_view origin) const {
+  std::vector<std::pair<std::string_view, std::string>> headers;
+  const bool allowed =
+      any_ || std::find(origins_.begin(), origins_.end(), origin) != origins_.end();
+  if (!allowed) return headers;
+  if (any_) {
+    headers.emplace_back("Access-Control-Allow-Origin", "*");
+  } else {
+    headers.emplace_back("Access-Control-Allow-Origin", std::string(origin));
+    headers.emplace_back("Vary", "Origin");
+  }
+  headers.emplace_back("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
+  headers.emplace_back("Access-Control-Allow-Headers",
+                       "Authorization, Content-Type, X-Dflockd-Session");
+  headers.emplace_back("Access-Control-Max-Age", "300");
+  return headers;
+}
+
+}  // namespace turnstile::core

@@ -1,0 +1,153 @@
+// The HTTP codec: the pure half of the HTTP REST API (docs/http-api.md). Given what evhttp
+// parsed off the wire (a method, a path, a few headers, a body) it finds the endpoint, validates
+// the input and builds the engine request; given an engine reply it builds the status code and
+// the JSON body. net/http_server.cc only moves bytes, time and messages around it, and
+// fuzz/fuzz_http.cc drives it with arbitrary input.
+//
+// Rules it keeps:
+//  * Nothing here throws on any input. Client bytes are never trusted to be UTF-8: a body that is
+//    not valid UTF-8 is a 400 with a detail saying where, and every body this codec writes is
+//    valid UTF-8 JSON (a client byte that is not UTF-8 and ends up in a detail, a path say,
+//    becomes U+FFFD).
+//  * One table of endpoints (kHttpEndpoints) serves the router, the metrics labels and the
+//    OpenAPI drift test (tests/core/http_codec_test.cc), so the routes served and
+//    docs/openapi.json cannot drift apart unnoticed.
+//
+// Thread affinity: free functions and constants, safe anywhere; HttpCors is immutable once built.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "core/protocol.h"
+
+namespace turnstile::core {
+
+enum class HttpEndpoint {
+  kHealth,
+  kReady,
+  kMetrics,
+  kOpenApi,
+  kStats,
+  kSessionCreate,
+  kSessionDelete,
+  kSessionPing,
+  kLockAcquire,
+  kLockRelease,
+  kLockRenew,
+  kLockEnqueue,
+  kLockWait,
+  kSemAcquire,
+  kSemRelease,
+  kSemRenew,
+  kSemEnqueue,
+  kSemWait,
+};
+
+struct HttpEndpointSpec {
+  std::string_view method;   // GET, POST or DELETE
+  std::string_view pattern;  // path with {key} / {id} parameters, as in the OpenAPI document
+  HttpEndpoint endpoint;
+  bool needs_auth;  // bearer auth when --auth-token is set
+  bool rate_limited;
+};
+
+inline constexpr std::array<HttpEndpointSpec, 18> kHttpEndpoints = {{
+    {"GET", "/health", HttpEndpoint::kHealth, false, false},
+    {"GET", "/ready", HttpEndpoint::kReady, false, false},
+    {"GET", "/metrics", HttpEndpoint::kMetrics, true, true},
+    {"GET", "/v1/openapi.json", HttpEndpoint::kOpenApi, false, true},
+    {"GET", "/v1/stats", HttpEndpoint::kStats, true, true},
+    {"POST", "/v1/sessions", HttpEndpoint::kSessionCreate, true, true},
+    {"DELETE", "/v1/sessions/{id}", HttpEndpoint::kSessionDelete, true, true},
+    {"POST", "/v1/sessions/{id}/ping", HttpEndpoint::kSessionPing, true, true},
+    {"POST", "/v1/locks/{key}", HttpEndpoint::kLockAcquire, true, true},
+    {"POST", "/v1/locks/{key}/release", HttpEndpoint::kLockRelease, true, true},
+    {"POST", "/v1/locks/{key}/renew", HttpEndpoint::kLockRenew, true, true},
+    {"POST", "/v1/locks/{key}/enqueue", HttpEndpoint::kLockEnqueue, true, true},
+    {"POST", "/v1/locks/{key}/wait", HttpEndpoint::kLockWait, true, true},
+    {"POST", "/v1/semaphores/{key}", HttpEndpoint::kSemAcquire, true, true},
+    {"POST", "/v1/semaphores/{key}/release", HttpEndpoint::kSemRelease, true, true},
+    {"POST", "/v1/semaphores/{key}/renew", HttpEndpoint::kSemRenew, true, true},
+    {"POST", "/v1/semaphores/{key}/enqueue", HttpEndpoint::kSemEnqueue, true, true},
+    {"POST", "/v1/semaphores/{key}/wait", HttpEndpoint::kSemWait, true, true},
+}};
+
+inline constexpr std::size_t kHttpBodyMax = 1024 * 1024;  // bytes (reference 3.1)
+inline constexpr std::string_view kHttpSessionHeader = "X-Dflockd-Session";
+
+// The endpoint a method and path name, with the path's parameters percent-decoded; or, when
+// there is none, the methods the path takes (for a 405's Allow header; empty: 404).
+struct HttpRouteMatch {
+  const HttpEndpointSpec* spec = nullptr;
+  std::vector<std::string> params;
+  std::string allow;  // "GET, POST"
+};
+HttpRouteMatch match_http_route(std::string_view method, std::string_view path);
+
+// %XX (two hex digits) becomes the byte it names; anything else, a lone '%' included, is kept.
+std::string percent_decode(std::string_view text);
+
+// The byte offset of the first byte that is not part of a well-formed UTF-8 sequence
+// (overlong forms, surrogates and code points past U+10FFFF included), or nullopt.
+std::optional<std::size_t> first_invalid_utf8(std::string_view text);
+
+// A session handle as clients see it: 32 lowercase hex digits.
+bool is_session_handle(std::string_view text);
+
+// A validation failure: 400 bad_request with this detail.
+struct HttpBadRequest {
+  std::string detail;
+};
+
+// A lock or semaphore request of a session, decoded and validated.
+struct HttpSessionRequest {
+  std::string handle;  // the X-Dflockd-Session header
+  Request request;
+};
+
+// Decodes a request to one of the lock and semaphore endpoints (the ones with a {key}): the body
+// (at most kHttpBodyMax bytes, a JSON object with only the fields the endpoint takes), the key and
+// the session header (nullopt when absent), checked in that order.
+std::variant<HttpBadRequest, HttpSessionRequest> decode_http_session_request(
+    HttpEndpoint endpoint, std::string_view key, std::string_view body,
+    std::optional<std::string_view> session_header);
+
+// A status code and the body that goes with it (a JSON line, or empty).
+struct HttpResponse {
+  int code = 500;
+  std::string body;
+};
+
+// The response to an engine reply (reference 3.4, 3.5) for `request`.
+HttpResponse render_http_reply(const Request& request, const Reply& reply);
+
+// {"error":E} or {"error":E,"detail":D} and a newline.
+std::string http_error_body(std::string_view error, std::string_view detail = {});
+// {"status":S} and a newline.
+std::string http_status_body(std::string_view status);
+// The body that answers a session's creation.
+std::string http_session_created_body(std::string_view handle, std::int64_t idle_timeout_s);
+
+// CORS (reference 3.2): the response headers a request from an Origin gets.
+class HttpCors {
+ public:
+  // `allowed_origins`: a comma-separated list (spaces around entries ignored); "*" allows any.
+  explicit HttpCors(std::string_view allowed_origins);
+  bool enabled() const { return !origins_.empty(); }
+  // The headers to add to the response to a request from `origin` (none when it is not allowed).
+  std::vector<std::pair<std::string_view, std::string>> headers_for(std::string_view origin) const;
+
+ private:
+  std::vector<std::string> origins_;
+  bool any_ = false;
+};
+
+}  // namespace turnstile::core

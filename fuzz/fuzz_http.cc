@@ -1,0 +1,190 @@
+// Fuzzes the HTTP codec (core/http_codec.h) the way turnstiled drives it: find the endpoint,
+// check the bearer token, add the CORS headers, decode a lock or semaphore request, and render
+// every reply the engine could give it.
+//
+// Input: a small HTTP request as text, so that the corpus reads as requests and the dictionary
+// (fuzz/fuzz_http.dict: methods, routes, header and field names, bytes that are not UTF-8) helps:
+//   METHOD SP PATH LF
+//   Name: value LF        (any number; X-Dflockd-Session, Authorization and Origin are used)
+//   LF
+//   BODY                  (everything after the blank line, any bytes)
+//
+// Checks:
+//  * nothing throws (an exception reaches libFuzzer as a crash): in issue 19 a body with bytes
+//    that are not UTF-8 made nlohmann throw while writing the 400's detail, and turnstiled abort;
+//  * every body the codec writes is valid UTF-8 and parses as JSON (or is empty: a 204);
+//  * an endpoint found has the method asked for and no Allow list; a path with no endpoint for
+//    this method names only other methods in its Allow list;
+//  * a decoded request is one the engine may take: the command of its endpoint, a key of 1..256
+//    bytes without whitespace, a 32-hex session handle, numbers in their documented ranges, and
+//    a body that was valid UTF-8.
+#include <cstddef>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include "core/http_codec.h"
+#include "core/http_sessions.h"
+#include "core/protocol.h"
+#include "fuzz/fuzz_input.h"
+
+namespace turnstile::fuzz {
+namespace {
+
+constexpr const char* kHarness = "fuzz_http";
+
+void check(bool condition, const char* what) {
+  if (!condition) fail(kHarness, what);
+}
+
+// A body the codec wrote: empty, or one JSON value on one line, valid UTF-8.
+void check_body(const std::string& body) {
+  if (body.empty()) return;
+  check(!core::first_invalid_utf8(body).has_value(), "a body is not valid UTF-8");
+  check(body.back() == '\n', "a body does not end its line");
+  check(nlohmann::json::accept(body), "a body is not JSON");
+}
+
+struct HttpText {
+  std::string_view method;
+  std::string_view path;
+  std::optional<std::string_view> session;
+  std::optional<std::string_view> authorization;
+  std::optional<std::string_view> origin;
+  std::string_view body;
+};
+
+std::string_view take_line(std::string_view& text) {
+  const std::size_t end = text.find('\n');
+  const std::string_view line = text.substr(0, end);
+  text.remove_prefix(end == std::string_view::npos ? text.size() : end + 1);
+  return line;
+}
+
+HttpText read_request(std::string_view text) {
+  HttpText request;
+  std::string_view first = take_line(text);
+  const std::size_t space = first.find(' ');
+  request.method = first.substr(0, space);
+  request.path = space == std::string_view::npos ? std::string_view() : first.substr(space + 1);
+  while (!text.empty()) {
+    const std::string_view line = take_line(text);
+    if (line.empty()) break;
+    const std::size_t colon = line.find(':');
+    if (colon == std::string_view::npos) continue;
+    const std::string_view name = line.substr(0, colon);
+    std::string_view value = line.substr(colon + 1);
+    while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
+    if (name == core::kHttpSessionHeader) request.session = value;
+    if (name == "Authorization") request.authorization = value;
+    if (name == "Origin") request.origin = value;
+  }
+  request.body = text;
+  return request;
+}
+
+bool has_key(core::HttpEndpoint endpoint) {
+  switch (endpoint) {
+    case core::HttpEndpoint::kLockAcquire:
+    case core::HttpEndpoint::kLockRelease:
+    case core::HttpEndpoint::kLockRenew:
+    case core::HttpEndpoint::kLockEnqueue:
+    case core::HttpEndpoint::kLockWait:
+    case core::HttpEndpoint::kSemAcquire:
+    case core::HttpEndpoint::kSemRelease:
+    case core::HttpEndpoint::kSemRenew:
+    case core::HttpEndpoint::kSemEnqueue:
+    case core::HttpEndpoint::kSemWait:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void check_decoded(const core::HttpEndpointSpec& spec, const core::HttpSessionRequest& decoded,
+                   std::string_view body) {
+  const core::Request& request = decoded.request;
+  check(core::is_session_handle(decoded.handle), "a decoded handle is not 32 hex digits");
+  check(!request.key.empty() && request.key.size() <= 256, "a decoded key has a bad length");
+  for (char c : request.key) {
+    check(c != ' ' && c != '\t' && c != '\r' && c != '\n', "a decoded key holds whitespace");
+  }
+  check(request.timeout_s >= 0 && request.timeout_s <= core::kMaxSeconds, "timeout out of range");
+  check(request.lease_s >= 0 && request.lease_s <= core::kMaxSeconds, "lease out of range");
+  const bool semaphore = spec.pattern.starts_with("/v1/semaphores");
+  check((core::command_namespace(request.command) == core::Namespace::kSemaphore) == semaphore,
+        "a command of the wrong kind");
+  if (request.command == core::Command::kSemLock || request.command == core::Command::kSemEnqueue) {
+    check(request.limit >= 1 && request.limit <= core::kMaxSemaphoreLimit, "limit out of range");
+  }
+  check(!core::first_invalid_utf8(body).has_value(), "a body that is not UTF-8 was accepted");
+}
+
+// Every reply the engine could give, rendered.
+void render_all(const core::Request& request) {
+  const core::Token token = core::Token::parse("0000000000000001abcdefabcdefabcd").value();
+  for (int status = 0; status <= static_cast<int>(core::Status::kParked); ++status) {
+    core::Reply reply = core::Reply::of(static_cast<core::Status>(status));
+    reply.seconds = 30;
+    if (reply.status == core::Status::kOk || reply.status == core::Status::kAcquired) {
+      reply.token = token;
+    }
+    const core::HttpResponse response = core::render_http_reply(request, reply);
+    check(response.code >= 200 && response.code < 600, "a status code out of range");
+    check_body(response.body);
+  }
+}
+
+}  // namespace
+}  // namespace turnstile::fuzz
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  using namespace turnstile;
+  using namespace turnstile::fuzz;
+  const HttpText http = read_request(std::string_view(reinterpret_cast<const char*>(data), size));
+
+  static const core::HttpCors listed("https://a.example, https://b.example");
+  static const core::HttpCors any("*");
+  if (http.origin) {
+    for (const auto& [name, value] : listed.headers_for(*http.origin)) {
+      check(value.find_first_of("\r\n") == std::string::npos, "a CORS header value spans lines");
+    }
+    (void)any.headers_for(*http.origin);
+  }
+  if (http.authorization) (void)core::bearer_matches(*http.authorization, "s3cret");
+
+  const core::HttpRouteMatch match = core::match_http_route(http.method, http.path);
+  if (match.spec == nullptr) {
+    std::string_view allow = match.allow;
+    while (!allow.empty()) {
+      const std::size_t comma = allow.find(", ");
+      check(allow.substr(0, comma) != http.method, "the Allow list names the method asked for");
+      allow.remove_prefix(comma == std::string_view::npos ? allow.size() : comma + 2);
+    }
+    // The 404 or 405 the server would send.
+    check_body(core::http_error_body("not_found", "no route for " + std::string(http.path)));
+    check_body(core::http_error_body(
+        "method_not_allowed",
+        std::string(http.method) + " is not allowed on " + std::string(http.path)));
+    return 0;
+  }
+  check(match.spec->method == http.method, "an endpoint of another method");
+  check(match.allow.empty(), "an Allow list beside an endpoint");
+  if (!has_key(match.spec->endpoint)) return 0;
+  check(match.params.size() == 1, "a keyed endpoint without its key");
+
+  const auto decoded = core::decode_http_session_request(match.spec->endpoint, match.params.at(0),
+                                                         http.body, http.session);
+  if (const auto* bad = std::get_if<core::HttpBadRequest>(&decoded)) {
+    check(!bad->detail.empty(), "a 400 without a detail");
+    check_body(core::http_error_body("bad_request", bad->detail));
+    return 0;
+  }
+  const auto& request = std::get<core::HttpSessionRequest>(decoded);
+  check_decoded(*match.spec, request, http.body);
+  render_all(request.request);
+  return 0;
+}

@@ -1,0 +1,347 @@
+// core/http_codec.h: routing, percent-decoding, UTF-8 validation, body decoding, reply rendering
+// and CORS, without a server; and the OpenAPI drift check of the endpoint table against
+// docs/openapi.json.
+#include "core/http_codec.h"
+
+#include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+
+namespace turnstile::core {
+namespace {
+
+using Json = nlohmann::json;
+
+std::string bytes(std::initializer_list<int> values) {
+  std::string out;
+  for (int v : values) out.push_back(static_cast<char>(v));
+  return out;
+}
+
+// ---- routing -----------------------------------------------------------------------------------
+
+TEST(HttpCodec, RoutesMatchByMethodAndPathWithDecodedParameters) {
+  HttpRouteMatch match = match_http_route("POST", "/v1/locks/build%2Djob/release");
+  ASSERT_NE(match.spec, nullptr);
+  EXPECT_EQ(match.spec->endpoint, HttpEndpoint::kLockRelease);
+  EXPECT_EQ(match.params, std::vector<std::string>{"build-job"});
+
+  match = match_http_route("DELETE", "/v1/sessions/0123");
+  ASSERT_NE(match.spec, nullptr);
+  EXPECT_EQ(match.spec->endpoint, HttpEndpoint::kSessionDelete);
+  EXPECT_EQ(match.params, std::vector<std::string>{"0123"});
+
+  match = match_http_route("GET", "/health");
+  ASSERT_NE(match.spec, nullptr);
+  EXPECT_TRUE(match.params.empty());
+  EXPECT_FALSE(match.spec->needs_auth);
+}
+
+TEST(HttpCodec, AKnownPathWithAnotherMethodNamesTheMethodsItTakes) {
+  HttpRouteMatch match = match_http_route("GET", "/v1/locks/k");
+  EXPECT_EQ(match.spec, nullptr);
+  EXPECT_EQ(match.allow, "POST");
+  match = match_http_route("GET", "/v1/sessions/abc");
+  EXPECT_EQ(match.spec, nullptr);
+  EXPECT_EQ(match.allow, "DELETE");
+  match = match_http_route("DELETE", "/v1/stats");
+  EXPECT_EQ(match.allow, "GET");
+}
+
+TEST(HttpCodec, UnknownPathsMatchNothing) {
+  for (const char* path : {"", "/", "nope", "/nope", "/v1/locks", "/v1/locks/a/b/c", "/v1/locks/k/",
+                           "/health/", "//health", "/v1/sessions/a/pong"}) {
+    const HttpRouteMatch match = match_http_route("POST", path);
+    EXPECT_EQ(match.spec, nullptr) << path;
+    EXPECT_EQ(match.allow, "") << path;
+  }
+}
+
+TEST(HttpCodec, PercentDecodingTakesTwoHexDigitsAndKeepsEverythingElse) {
+  EXPECT_EQ(percent_decode("a%20b"), "a b");
+  EXPECT_EQ(percent_decode("%41%6a%6A"), "Ajj");
+  EXPECT_EQ(percent_decode("%00"), std::string(1, '\0'));
+  EXPECT_EQ(percent_decode("%ff"), bytes({0xff}));
+  EXPECT_EQ(percent_decode("%"), "%");
+  EXPECT_EQ(percent_decode("%4"), "%4");
+  EXPECT_EQ(percent_decode("a%zz"), "a%zz");
+  EXPECT_EQ(percent_decode("%%41"), "%A");
+  EXPECT_EQ(percent_decode("+"), "+");  // a path, not a form: '+' stays
+}
+
+// ---- UTF-8 -------------------------------------------------------------------------------------
+
+TEST(HttpCodec, Utf8ValidationFollowsRfc3629) {
+  EXPECT_EQ(first_invalid_utf8(""), std::nullopt);
+  EXPECT_EQ(first_invalid_utf8("plain ascii {}"), std::nullopt);
+  EXPECT_EQ(first_invalid_utf8(bytes({0xc3, 0xa9})), std::nullopt);              // é
+  EXPECT_EQ(first_invalid_utf8(bytes({0xe2, 0x82, 0xac})), std::nullopt);        // €
+  EXPECT_EQ(first_invalid_utf8(bytes({0xf0, 0x9f, 0x94, 0x92})), std::nullopt);  // a lock
+  EXPECT_EQ(first_invalid_utf8(bytes({0xf4, 0x8f, 0xbf, 0xbf})), std::nullopt);  // U+10FFFF
+  EXPECT_EQ(first_invalid_utf8(bytes({0xef, 0xbf, 0xbd})), std::nullopt);        // U+FFFD
+
+  EXPECT_EQ(first_invalid_utf8(bytes({'a', 0xff})), 1U);
+  EXPECT_EQ(first_invalid_utf8(bytes({0x80})), 0U);                    // a continuation first
+  EXPECT_EQ(first_invalid_utf8(bytes({0xc3})), 0U);                    // cut short
+  EXPECT_EQ(first_invalid_utf8(bytes({0xc3, 0x28})), 0U);              // not a continuation
+  EXPECT_EQ(first_invalid_utf8(bytes({0xc0, 0xaf})), 0U);              // overlong '/'
+  EXPECT_EQ(first_invalid_utf8(bytes({0xc1, 0xbf})), 0U);              // overlong
+  EXPECT_EQ(first_invalid_utf8(bytes({0xe0, 0x80, 0xaf})), 0U);        // overlong
+  EXPECT_EQ(first_invalid_utf8(bytes({0xed, 0xa0, 0x80})), 0U);        // a surrogate
+  EXPECT_EQ(first_invalid_utf8(bytes({0xf0, 0x80, 0x80, 0xaf})), 0U);  // overlong
+  EXPECT_EQ(first_invalid_utf8(bytes({0xf4, 0x90, 0x80, 0x80})), 0U);  // past U+10FFFF
+  EXPECT_EQ(first_invalid_utf8(bytes({0xf5, 0x80, 0x80, 0x80})), 0U);
+  EXPECT_EQ(first_invalid_utf8(bytes({0xe2, 0x82})), 0U);  // cut short
+  EXPECT_EQ(first_invalid_utf8(bytes({'x', 'y', 0xe2, 0x82, 0x41})), 2U);
+}
+
+// Whatever bytes a client puts in a detail, the body is valid UTF-8 JSON that says the rest.
+RC_GTEST_PROP(HttpCodec, EveryErrorBodyIsValidUtf8Json, (const std::string& detail)) {
+  const std::string body = http_error_body("bad_request", detail);
+  RC_ASSERT(first_invalid_utf8(body) == std::nullopt);
+  RC_ASSERT(!body.empty() && body.back() == '\n');
+  const Json parsed = Json::parse(body);
+  RC_ASSERT(parsed.at("error") == "bad_request");
+  if (!first_invalid_utf8(detail) && !detail.empty()) RC_ASSERT(parsed.at("detail") == detail);
+}
+
+// first_invalid_utf8 agrees with nlohmann's own decoder on every string.
+RC_GTEST_PROP(HttpCodec, Utf8ValidationAgreesWithTheJsonParser, (const std::string& text)) {
+  std::string quoted = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20) continue;
+    quoted.push_back(c);
+  }
+  quoted.push_back('"');
+  const bool ours = !first_invalid_utf8(quoted).has_value();
+  const bool theirs = Json::accept(quoted);
+  RC_ASSERT(ours == theirs);
+}
+
+// ---- decoding ----------------------------------------------------------------------------------
+
+const std::string kHandle(32, 'a');
+
+HttpSessionRequest decode_ok(HttpEndpoint endpoint, std::string_view key, std::string_view body) {
+  auto decoded = decode_http_session_request(endpoint, key, body, kHandle);
+  if (const auto* bad = std::get_if<HttpBadRequest>(&decoded)) {
+    ADD_FAILURE() << "rejected: " << bad->detail;
+    return {};
+  }
+  return std::get<HttpSessionRequest>(decoded);
+}
+
+std::string decode_bad(HttpEndpoint endpoint, std::string_view key, std::string_view body,
+                       std::optional<std::string_view> header = kHandle) {
+  auto decoded = decode_http_session_request(endpoint, key, body, header);
+  if (!std::holds_alternative<HttpBadRequest>(decoded)) {
+    ADD_FAILURE() << "accepted: " << body;
+    return "";
+  }
+  return std::get<HttpBadRequest>(decoded).detail;
+}
+
+TEST(HttpCodec, BodiesBecomeEngineRequests) {
+  HttpSessionRequest lock =
+      decode_ok(HttpEndpoint::kLockAcquire, "k", R"({"acquire_timeout_s":5,"lease_ttl_s":30})");
+  EXPECT_EQ(lock.handle, kHandle);
+  EXPECT_EQ(lock.request.command, Command::kLock);
+  EXPECT_EQ(lock.request.key, "k");
+  EXPECT_EQ(lock.request.timeout_s, 5);
+  EXPECT_EQ(lock.request.lease_s, 30);
+
+  HttpSessionRequest sem = decode_ok(HttpEndpoint::kSemAcquire, "s", R"({"limit":3})");
+  EXPECT_EQ(sem.request.command, Command::kSemLock);
+  EXPECT_EQ(sem.request.limit, 3);
+  EXPECT_EQ(sem.request.lease_s, 0);  // the server default
+
+  HttpSessionRequest enqueue = decode_ok(HttpEndpoint::kLockEnqueue, "k", "  ");
+  EXPECT_EQ(enqueue.request.command, Command::kEnqueue);
+
+  HttpSessionRequest wait = decode_ok(HttpEndpoint::kSemWait, "k", R"({"timeout_s":7})");
+  EXPECT_EQ(wait.request.command, Command::kSemWait);
+  EXPECT_EQ(wait.request.timeout_s, 7);
+
+  const std::string token = "0000000000000001abcdefabcdefabcd";
+  HttpSessionRequest renew =
+      decode_ok(HttpEndpoint::kLockRenew, "k", R"({"token":")" + token + R"(","lease_ttl_s":9})");
+  EXPECT_EQ(renew.request.command, Command::kRenew);
+  ASSERT_TRUE(renew.request.token.has_value());
+  EXPECT_EQ(renew.request.token->to_string(), token);
+  EXPECT_EQ(renew.request.lease_s, 9);
+}
+
+TEST(HttpCodec, BadInputIsRejectedWithADetailInAFixedOrder) {
+  // The body's size first, then the key, the body, the session header.
+  EXPECT_EQ(decode_bad(HttpEndpoint::kLockAcquire, "", std::string(kHttpBodyMax + 1, ' ')),
+            "request body larger than 1 MiB");
+  EXPECT_EQ(decode_bad(HttpEndpoint::kLockAcquire, "", "{}"), "key must not be empty");
+  EXPECT_EQ(decode_bad(HttpEndpoint::kLockAcquire, std::string(257, 'k'), "{}"),
+            "key longer than 256 bytes");
+  EXPECT_EQ(decode_bad(HttpEndpoint::kLockAcquire, "a b", "nonsense"),
+            "key must not contain whitespace");
+  EXPECT_EQ(decode_bad(HttpEndpoint::kLockAcquire, "k", "{}", std::nullopt),
+            "missing X-Dflockd-Session header");
+  EXPECT_EQ(decode_bad(HttpEndpoint::kLockAcquire, "k", "{}", std::string(32, 'A')),
+            "X-Dflockd-Session must be 32 lowercase hex characters");
+  EXPECT_EQ(decode_bad(HttpEndpoint::kLockAcquire, "k", "[]"),
+            "request body must be a JSON object");
+  EXPECT_EQ(decode_bad(HttpEndpoint::kLockAcquire, "k", ""), "request body must be a JSON object");
+  EXPECT_EQ(decode_bad(HttpEndpoint::kLockAcquire, "k", R"({"nope":1})"), "unknown field \"nope\"");
+  EXPECT_EQ(decode_bad(HttpEndpoint::kLockAcquire, "k", R"({"lease_ttl_s":-1})"),
+            "field \"lease_ttl_s\" must be between 0 and 9223372036");
+  EXPECT_EQ(decode_bad(HttpEndpoint::kLockAcquire, "k", R"({"lease_ttl_s":1e3})"),
+            "field \"lease_ttl_s\" must be an integer");
+  EXPECT_EQ(decode_bad(HttpEndpoint::kSemAcquire, "k", R"({"limit":0})"),
+            "field \"limit\" must be greater than 0");
+  EXPECT_EQ(decode_bad(HttpEndpoint::kLockRelease, "k", R"({"token":7})"),
+            "field \"token\" must be a string");
+  EXPECT_EQ(decode_bad(HttpEndpoint::kLockRelease, "k", R"({"token":"a\tb"})"),
+            "token must not contain whitespace");
+  EXPECT_NE(decode_bad(HttpEndpoint::kLockAcquire, "k", "{} {}").find("parse error"),
+            std::string::npos);
+}
+
+TEST(HttpCodec, InvalidUtf8AnywhereInABodyIsRejectedWithWhere) {
+  // The bodies of issue 19, each of which aborted turnstiled.
+  EXPECT_EQ(decode_bad(HttpEndpoint::kLockRelease, "k", "{\"token\":\"\xff\"}"),
+            "request body is not valid UTF-8 (byte 10)");
+  EXPECT_EQ(decode_bad(HttpEndpoint::kLockAcquire, "k", "{\"\xff\":1}"),
+            "request body is not valid UTF-8 (byte 2)");
+  EXPECT_EQ(decode_bad(HttpEndpoint::kLockAcquire, "k", "{\"acquire_timeout_s\":0,\"x\":\"\xc3\"}"),
+            "request body is not valid UTF-8 (byte 28)");
+  EXPECT_EQ(decode_bad(HttpEndpoint::kLockRenew, "k", "{\"token\":\"\xc3\x28\"}"),
+            "request body is not valid UTF-8 (byte 10)");
+  // Outside strings too.
+  EXPECT_EQ(decode_bad(HttpEndpoint::kLockAcquire, "k", "\xef\xbb\xbf{}\xfe"),
+            "request body is not valid UTF-8 (byte 5)");
+  // Valid UTF-8 in an unknown field's name is echoed as it is.
+  EXPECT_EQ(decode_bad(HttpEndpoint::kLockAcquire, "k", "{\"\xc3\xa9\":1}"),
+            "unknown field \"\xc3\xa9\"");
+}
+
+TEST(HttpCodec, DeepNestingHugeNumbersAndDuplicateFields) {
+  // Nesting a million deep inside a field: parsed without recursion, then refused by name.
+  const std::string deep = "{\"x\":" + std::string(500'000, '[') + std::string(500'000, ']') + "}";
+  EXPECT_EQ(decode_bad(HttpEndpoint::kLockAcquire, "k", deep), "unknown field \"x\"");
+  EXPECT_NE(decode_bad(HttpEndpoint::kLockAcquire, "k", std::string(1'000'000, '[')).find("parse"),
+            std::string::npos);
+  // Numbers past 64 bits parse as floating point: not an integer.
+  EXPECT_EQ(decode_bad(HttpEndpoint::kLockAcquire, "k", R"({"lease_ttl_s":18446744073709551616})"),
+            "field \"lease_ttl_s\" must be an integer");
+  EXPECT_EQ(decode_bad(HttpEndpoint::kLockAcquire, "k", R"({"lease_ttl_s":18446744073709551615})"),
+            "field \"lease_ttl_s\" must be between 0 and 9223372036");
+  // A field given twice: the last one counts, as in Go's encoding/json.
+  const HttpSessionRequest twice = decode_ok(HttpEndpoint::kLockAcquire, "k",
+                                             R"({"acquire_timeout_s":1,"acquire_timeout_s":2})");
+  EXPECT_EQ(twice.request.timeout_s, 2);
+}
+
+// ---- rendering ---------------------------------------------------------------------------------
+
+TEST(HttpCodec, RepliesRenderToStatusCodesAndBodies) {
+  Request lock;
+  lock.command = Command::kLock;
+  Request release;
+  release.command = Command::kRelease;
+  Request renew;
+  renew.command = Command::kSemRenew;
+  const Token token = Token::parse("0000000000000001abcdefabcdefabcd").value();
+
+  Reply granted = Reply::of(Status::kOk);
+  granted.token = token;
+  granted.seconds = 30;
+  EXPECT_EQ(render_http_reply(lock, granted).code, 200);
+  EXPECT_EQ(render_http_reply(lock, granted).body,
+            R"({"status":"ok","token":"0000000000000001abcdefabcdefabcd","lease_ttl_s":30})"
+            "\n");
+  EXPECT_EQ(render_http_reply(release, Reply::of(Status::kOk)).code, 204);
+  EXPECT_EQ(render_http_reply(release, Reply::of(Status::kOk)).body, "");
+  Reply renewed = Reply::of(Status::kOk);
+  renewed.seconds = 12;
+  EXPECT_EQ(render_http_reply(renew, renewed).body, "{\"remaining_s\":12}\n");
+  EXPECT_EQ(render_http_reply(lock, Reply::of(Status::kTimeout)).body,
+            "{\"status\":\"timeout\"}\n");
+  EXPECT_EQ(render_http_reply(lock, Reply::of(Status::kQueued)).body, "{\"status\":\"queued\"}\n");
+
+  const std::pair<Status, int> codes[] = {
+      {Status::kErrorMaxLocks, 503},
+      {Status::kErrorMaxWaiters, 503},
+      {Status::kErrorLimitMismatch, 409},
+      {Status::kErrorNotEnqueued, 409},
+      {Status::kErrorAlreadyEnqueued, 409},
+      {Status::kErrorLeaseExpired, 409},
+      {Status::kErrorDraining, 503},
+      {Status::kError, 503},
+      {Status::kErrorAuth, 500},
+  };
+  for (const auto& [status, code] : codes) {
+    const HttpResponse response = render_http_reply(lock, Reply::of(status));
+    EXPECT_EQ(response.code, code) << status_name(status);
+    EXPECT_TRUE(Json::parse(response.body).contains("error")) << response.body;
+  }
+  EXPECT_EQ(render_http_reply(release, Reply::of(Status::kError)).code, 404);  // not held
+  EXPECT_EQ(render_http_reply(renew, Reply::of(Status::kError)).code, 404);
+}
+
+TEST(HttpCodec, FixedBodies) {
+  EXPECT_EQ(http_status_body("ok"), "{\"status\":\"ok\"}\n");
+  EXPECT_EQ(http_error_body("not_found"), "{\"error\":\"not_found\"}\n");
+  EXPECT_EQ(http_error_body("not_found", "no route for /\xff"),
+            "{\"error\":\"not_found\",\"detail\":\"no route for /\xef\xbf\xbd\"}\n");
+  EXPECT_EQ(http_session_created_body(kHandle, 20),
+            "{\"session_id\":\"" + kHandle + "\",\"idle_timeout_s\":20}\n");
+}
+
+// ---- CORS --------------------------------------------------------------------------------------
+
+TEST(HttpCodec, CorsEchoesListedOriginsOrAllowsAny) {
+  const HttpCors none("");
+  EXPECT_FALSE(none.enabled());
+  EXPECT_TRUE(none.headers_for("https://a.example").empty());
+
+  const HttpCors listed(" https://a.example , https://b.example,,");
+  EXPECT_TRUE(listed.enabled());
+  EXPECT_TRUE(listed.headers_for("https://c.example").empty());
+  const auto headers = listed.headers_for("https://b.example");
+  ASSERT_GE(headers.size(), 2U);
+  EXPECT_EQ(headers[0].first, "Access-Control-Allow-Origin");
+  EXPECT_EQ(headers[0].second, "https://b.example");
+  EXPECT_EQ(headers[1].first, "Vary");
+
+  const HttpCors any("*");
+  const auto wildcard = any.headers_for("https://whoever.example");
+  ASSERT_FALSE(wildcard.empty());
+  EXPECT_EQ(wildcard[0].second, "*");
+}
+
+// ---- the OpenAPI document ----------------------------------------------------------------------
+
+TEST(HttpCodec, EveryEndpointIsDocumentedAndEveryDocumentedRouteIsAnEndpoint) {
+  std::ifstream file(TURNSTILE_DOCS_DIR "/openapi.json");
+  ASSERT_TRUE(file) << "cannot read docs/openapi.json";
+  std::stringstream text;
+  text << file.rdbuf();
+  const Json document = Json::parse(text.str());
+  std::set<std::pair<std::string, std::string>> documented;
+  for (const auto& [path, operations] : document.at("paths").items()) {
+    for (const auto& [method, operation] : operations.items()) {
+      std::string upper = method;
+      for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+      documented.emplace(upper, path);
+    }
+  }
+  std::set<std::pair<std::string, std::string>> served;
+  for (const HttpEndpointSpec& spec : kHttpEndpoints) {
+    served.emplace(std::string(spec.method), std::string(spec.pattern));
+  }
+  EXPECT_EQ(served, documented);
+}
+
+}  // namespace
+}  // namespace turnstile::core
