@@ -105,8 +105,6 @@ struct HttpServer::Pending {
   event* timer = nullptr;  // kAuthDelay
   std::unique_ptr<std::pair<HttpServer*, std::uint64_t>> timer_arg;
   core::SessionId stats_session;
-  std::size_t parts_left = 0;
-  core::StatsSnapshot snapshot;
 };
 
 // ---- HttpShared ------------------------------------------------------------------------------
@@ -195,12 +193,12 @@ HttpServer::HttpServer(Shard& host, SharedState& shared, HttpShared& http_shared
       started_at_(monotonic_now()),
       last_rate_sweep_(started_at_),
       next_ticket_(host.index() + 1) {
-  host_.set_http(this);
+  host_.set_service(this);
 }
 
 HttpServer::~HttpServer() {
   stop();
-  host_.set_http(nullptr);
+  host_.set_service(nullptr);
 }
 
 bufferevent* HttpServer::make_tls_bufferevent(event_base* base, void* self) {
@@ -617,12 +615,13 @@ void HttpServer::dispatch_route(evhttp_request* request, const core::HttpEndpoin
       pending.method = method;
       pending.route = route;
       pending.started = started;
-      pending.stats_session = host_.new_session_id();
-      pending.parts_left = shared_.shards.size();
+      pending.stats_session = host_.router().new_session_id();
       const core::SessionId stats_session = pending.stats_session;
       const std::uint64_t ticket = add_pending(request, std::move(pending));
       stats_tickets_[stats_session.value] = ticket;
-      host_.request_stats(stats_session);
+      core::Request stats;
+      stats.command = core::Command::kStats;
+      host_.router().submit(now, stats_session, stats);
       return;
     }
     case core::HttpEndpoint::kSessionCreate: {
@@ -641,7 +640,7 @@ void HttpServer::dispatch_route(evhttp_request* request, const core::HttpEndpoin
           handle += hex;
         }
       } while (home_of(handle, shared_.shards.size()) != host_.index());
-      const core::SessionId id = host_.new_session_id();
+      const core::SessionId id = host_.router().new_session_id();
       char* address = nullptr;
       ev_uint16_t port = 0;
       evhttp_connection* connection = evhttp_request_get_connection(request);
@@ -657,7 +656,6 @@ void HttpServer::dispatch_route(evhttp_request* request, const core::HttpEndpoin
           break;
       }
       shared_.http_sessions_live.fetch_add(1, std::memory_order_relaxed);
-      touched_[id.value] = std::vector<bool>(shared_.shards.size(), false);
       reply(request, 200,
             core::http_session_created_body(handle, config_.http_session_idle_timeout_s), route,
             method, started);
@@ -820,46 +818,56 @@ bool HttpServer::owns(core::SessionId session) const {
   return sessions_.owns(session) || stats_tickets_.count(session.value) != 0;
 }
 
-void HttpServer::on_parked(core::SessionId session) {
-  sessions_.on_parked(session);
+void HttpServer::on_session_event(core::Instant now, core::SessionEvent& event) {
+  switch (event.kind) {
+    case core::SessionEvent::Kind::kParked:
+      sessions_.on_parked(event.session);
+      break;
+    case core::SessionEvent::Kind::kReply:
+      sessions_.on_reply(now, event.session, event.reply);
+      break;
+    case core::SessionEvent::Kind::kCancelled:
+      sessions_.on_cancelled(event.session);
+      break;
+    case core::SessionEvent::Kind::kStats: {
+      auto it = stats_tickets_.find(event.session.value);
+      if (it == stats_tickets_.end()) return;  // its client left
+      const std::uint64_t ticket = it->second;
+      stats_tickets_.erase(it);
+      auto found = pending_.find(ticket);
+      TS_ASSERT(found != pending_.end());
+      finish_stats(ticket, *found->second, event.stats);
+      return;
+    }
+  }
   flush();
 }
 
-void HttpServer::on_reply(core::SessionId session, const core::Reply& reply) {
-  in_flight_target_.erase(session.value);
-  sessions_.on_reply(monotonic_now(), session, reply);
-  flush();
+void HttpServer::on_message(ServiceMessage& message) {
+  std::visit(
+      [this](auto& m) {
+        using M = std::decay_t<decltype(m)>;
+        if constexpr (std::is_same_v<M, message::HttpForward>) {
+          on_forward(m);
+        } else if constexpr (std::is_same_v<M, message::HttpForwardAnswer>) {
+          on_forward_answer(m);
+        } else {
+          on_abandon(m.ticket);
+        }
+      },
+      message);
 }
 
-void HttpServer::on_cancelled(core::SessionId session) {
-  in_flight_target_.erase(session.value);
-  sessions_.on_cancelled(session);
-  flush();
-}
-
-void HttpServer::on_stats_part(core::SessionId session, core::StatsSnapshot&& part) {
-  auto it = stats_tickets_.find(session.value);
-  if (it == stats_tickets_.end()) return;  // its client left
-  auto found = pending_.find(it->second);
-  TS_ASSERT(found != pending_.end());
-  Pending& pending = *found->second;
-  core::merge_stats(pending.snapshot, std::move(part), core::EngineConfig{}.stats_entries_max);
-  TS_ASSERT(pending.parts_left > 0);
-  if (--pending.parts_left > 0) return;
-  const std::uint64_t ticket = it->second;
-  stats_tickets_.erase(it);
-  finish_stats(ticket, pending);
-}
-
-void HttpServer::finish_stats(std::uint64_t ticket, Pending& pending) {
+void HttpServer::finish_stats(std::uint64_t ticket, Pending& pending,
+                              const core::StatsSnapshot& snapshot) {
   if (pending.kind == Pending::Kind::kStats) {
     const std::int64_t connections = shared_.connections_open.load(std::memory_order_relaxed) +
                                      shared_.http_sessions_live.load(std::memory_order_relaxed);
-    reply(pending.request, 200, core::encode_stats_json(connections, pending.snapshot) + "\n",
+    reply(pending.request, 200, core::encode_stats_json(connections, snapshot) + "\n",
           pending.route, pending.method, pending.started);
   } else {
     // Recorded first, so that this scrape counts itself, as a Prometheus handler does.
-    reply(pending.request, 200, metrics_text(pending.snapshot), pending.route, pending.method,
+    reply(pending.request, 200, metrics_text(snapshot), pending.route, pending.method,
           pending.started, "text/plain; version=0.0.4; charset=utf-8");
   }
   drop_pending(ticket);
@@ -881,27 +889,14 @@ void HttpServer::flush() {
     std::vector<core::SessionId> cancels = sessions_.take_cancels();
     if (answers.empty() && routes.empty() && closed.empty() && cancels.empty()) break;
     for (const core::HttpAnswer& a : answers) answer(a.ticket, a);
+    const core::Instant now = monotonic_now();
     for (core::SessionId session : closed) {
       shared_.http_sessions_live.fetch_sub(1, std::memory_order_relaxed);
-      auto touched = touched_.find(session.value);
-      if (touched != touched_.end()) {
-        host_.notify_closed(session, touched->second);
-        touched_.erase(touched);
-      }
+      host_.router().close(now, session);
     }
-    for (core::SessionId session : cancels) {
-      auto target = in_flight_target_.find(session.value);
-      if (target != in_flight_target_.end()) host_.cancel_parked(session, target->second);
-    }
+    for (core::SessionId session : cancels) host_.router().cancel(now, session);
     for (const core::HttpRoute& route : routes) {
-      std::vector<bool> scratch(shared_.shards.size(), false);
-      auto touched = touched_.find(route.session.value);
-      std::vector<bool>& marks = touched != touched_.end() ? touched->second : scratch;
-      // Recorded before routing: a local engine may answer (or park) within the call.
-      const std::size_t target = core::shard_of(core::command_namespace(route.request.command),
-                                                route.request.key, shared_.shards.size());
-      in_flight_target_[route.session.value] = target;
-      host_.route_request(route.session, route.request, marks);
+      host_.router().submit(now, route.session, route.request);
     }
   }
 }

@@ -4,9 +4,9 @@
 // socket, so HTTP connections spread over the shards' threads as TCP connections do. A session
 // is homed on the shard whose HttpServer created it: it takes an id from that shard's SessionId
 // sequence, and its handle (the 32 hex digits clients see) is drawn so that home_of(handle)
-// names that shard. Its requests are routed to the engine that owns each key (through the
-// shards' mailboxes) and its replies and parked outcomes come back to the home shard, as a TCP
-// connection's do. A request that arrives on another shard's connection is parsed and validated
+// names that shard. Its requests, cancels and close go to the home shard's core::Router, which
+// takes them to the engine that owns each key and brings the outcomes back (ShardService), as for
+// a TCP connection. A request that arrives on another shard's connection is parsed and validated
 // there, forwarded to the home shard (message::HttpForward) and answered back
 // (message::HttpForwardAnswer); a client that leaves meanwhile is reported (HttpAbandon).
 //
@@ -101,7 +101,7 @@ class HttpShared {
   std::map<std::string_view, Histogram> latency_;  // by route pattern
 };
 
-class HttpServer {
+class HttpServer final : public ShardService {
  public:
   HttpServer(Shard& host, SharedState& shared, HttpShared& http_shared);
   ~HttpServer();
@@ -117,17 +117,12 @@ class HttpServer {
   // The shard a session handle (32 lowercase hex digits) is homed on, of `shards`.
   static std::size_t home_of(std::string_view handle, std::size_t shards);
 
-  // From the hosting shard.
-  bool owns(core::SessionId session) const;
-  void on_forward(message::HttpForward& forward);
-  void on_forward_answer(message::HttpForwardAnswer& answer);
-  void on_abandon(std::uint64_t ticket);
-  void on_parked(core::SessionId session);
-  void on_reply(core::SessionId session, const core::Reply& reply);
-  void on_cancelled(core::SessionId session);
-  void on_stats_part(core::SessionId session, core::StatsSnapshot&& part);
-  void begin_drain();
-  void stop();  // closes the listener and every HTTP connection
+  // ShardService: from the hosting shard.
+  bool owns(core::SessionId session) const override;
+  void on_session_event(core::Instant now, core::SessionEvent& event) override;
+  void on_message(ServiceMessage& message) override;
+  void begin_drain() override;
+  void stop() override;  // closes the listener and every HTTP connection
 
  private:
   struct Pending;
@@ -159,7 +154,10 @@ class HttpServer {
   void answer_forwarded(std::size_t origin, std::uint64_t ticket, int code, std::string body);
   void forward(std::size_t home, message::HttpForward forward, evhttp_request* request,
                std::string_view route, std::string_view method);
-  void finish_stats(std::uint64_t ticket, Pending& pending);
+  void on_forward(message::HttpForward& forward);
+  void on_forward_answer(message::HttpForwardAnswer& answer);
+  void on_abandon(std::uint64_t ticket);
+  void finish_stats(std::uint64_t ticket, Pending& pending, const core::StatsSnapshot& snapshot);
 
   // `route` and `method` name static strings (a route pattern, "unmatched", "preflight"; a method
   // name): they label the metrics.
@@ -196,10 +194,6 @@ class HttpServer {
   std::unordered_map<std::uint64_t, std::unique_ptr<Pending>> pending_;
   std::unordered_map<evhttp_connection*, std::vector<std::uint64_t>> by_connection_;
   std::unordered_map<std::uint64_t, std::uint64_t> stats_tickets_;  // stats session -> ticket
-  // Per-session bookkeeping the core does not need: shards touched (close notice) and the shard
-  // of the request in flight (cancel).
-  std::unordered_map<std::uint64_t, std::vector<bool>> touched_;
-  std::unordered_map<std::uint64_t, std::size_t> in_flight_target_;
   std::unordered_map<evhttp_connection*, std::string> connection_ip_;
 };
 

@@ -20,7 +20,6 @@
 #include "net/clock.h"
 #include "net/deadline_timer.h"
 #include "net/guard.h"
-#include "net/http_server.h"
 #include "net/idle_poll.h"
 #include "net/log.h"
 
@@ -127,17 +126,15 @@ struct Connection {
         session(id, config, now),
         bev(socket),
         timer(owner.base_, &Connection::on_timer, this),
-        peer_ip(std::move(ip)),
-        touched(owner.shared_.shards.size(), false) {}
+        peer_ip(std::move(ip)) {}
 
   Shard& shard;
   core::Session session;
   bufferevent* bev;     // null once the socket is closed
   DeadlineTimer timer;  // the session's next deadline
   std::string peer_ip;
-  std::vector<bool> touched;  // shards this session sent engine requests to
-  bool close_notified = false;
-  bool eof_pending = false;  // EOF seen with request bytes still buffered
+  bool close_notified = false;  // the router was told (Router::close)
+  bool eof_pending = false;     // EOF seen with request bytes still buffered
   // TLS only: the session cannot see a handshake or a record that arrives byte by byte, so a
   // guard timer holds them to --read-timeout (see on_tls_guard).
   SSL* ssl = nullptr;
@@ -160,8 +157,6 @@ struct Connection {
   event* reader = nullptr;
   bool reading = false;
   bool write_pending = false;  // in the shard's to_write_ list
-  std::size_t stats_pending = 0;
-  core::StatsSnapshot stats;
   // The request in flight, for the latency histogram (/metrics).
   core::Command routed_command = core::Command::kPing;
   core::Instant routed_at;
@@ -340,6 +335,10 @@ Shard::Shard(std::size_t index, SharedState& shared, std::uint64_t fence_floor,
     : index_(index),
       shared_(shared),
       engine_(engine_config(shared.config, fence_floor), salts_, &shared.budget, fences),
+      router_(core::RouterConfig{index, static_cast<std::size_t>(shared.config.threads),
+                                 shared.config.auto_release_on_disconnect,
+                                 core::EngineConfig{}.stats_entries_max},
+              engine_),
       read_scratch_(std::make_unique_for_overwrite<char[]>(kSocketInputMax)) {
   event_config* config = event_config_new();
   event_config_set_flag(config, EVENT_BASE_FLAG_NOLOCK);  // one thread owns this base
@@ -511,10 +510,8 @@ void Shard::on_engine_timer(evutil_socket_t, short, void* self) {
   auto* shard = static_cast<Shard*>(self);
   shard->engine_timer_->fired();
   guarded("engine timer", [shard] {
-    std::vector<core::Delivery> out;
     const core::Instant began = monotonic_now();
-    shard->engine_.tick(began, out);
-    shard->dispatch(out);
+    shard->router_.tick(began);
     shard->settle();
     shard->note_turn(began, monotonic_now(), 1);
   });
@@ -541,7 +538,7 @@ void Shard::handle(message::NewConnection& m) {
     shared_.release(m.peer_ip);
     return;
   }
-  const core::SessionId id = new_session_id();
+  const core::SessionId id = router_.new_session_id();
   const core::Instant now = monotonic_now();
   auto connection =
       std::make_unique<Connection>(*this, id, bev, m.peer_ip, session_config(shared_.config), now);
@@ -576,102 +573,15 @@ void Shard::handle(message::NewConnection& m) {
   dirty_.push_back(raw);
 }
 
-void Shard::handle(message::EngineRequest& m) { run_engine_request(m.session, m.request); }
+void Shard::handle(core::RouterMessage& m) { router_.receive(monotonic_now(), std::move(m)); }
 
-void Shard::handle(message::EngineReply& m) { local_replies_.emplace_back(m.session, m.reply); }
-
-void Shard::handle(message::Parked& m) {
-  if (Connection* connection = find(m.session)) {
-    connection->session.on_parked();
-    dirty_.push_back(connection);
-  } else if (http_ != nullptr) {
-    http_->on_parked(m.session);
-  }
-}
-
-void Shard::handle(message::CloseSession& m) { close_on_this_shard(m.session); }
-
-void Shard::close_on_this_shard(core::SessionId session) {
-  std::vector<core::Delivery> out;
-  const bool dropped = engine_.close_session(monotonic_now(), session,
-                                             shared_.config.auto_release_on_disconnect, out);
-  dispatch(out);
-  if (dropped) {
-    // The session's parked request here will never be answered: complete it on its owner.
-    Shard& owner = owner_of(session);
-    if (&owner == this) {
-      handle_cancelled_locally(session);
-    } else {
-      owner.post(message::Cancelled{session});
-    }
-  }
-}
-
-void Shard::handle(message::Cancelled& m) { handle_cancelled_locally(m.session); }
-
-void Shard::handle_cancelled_locally(core::SessionId session) {
-  if (Connection* connection = find(session)) {
-    connection->session.on_cancelled();
-    dirty_.push_back(connection);
-  } else if (http_ != nullptr) {
-    http_->on_cancelled(session);
-  }
-}
-
-void Shard::handle(message::CancelParked& m) {
-  std::vector<core::Delivery> out;
-  const bool dropped = engine_.cancel_parked(monotonic_now(), m.session, out);
-  dispatch(out);
-  if (dropped) {
-    Shard& owner = owner_of(m.session);
-    if (&owner == this) {
-      handle_cancelled_locally(m.session);
-    } else {
-      owner.post(message::Cancelled{m.session});
-    }
-  }
-}
-
-void Shard::handle(message::StatsRequest& m) {
-  std::vector<core::Delivery> out;
-  core::StatsSnapshot snapshot = engine_.stats(monotonic_now(), out);
-  dispatch(out);
-  owner_of(m.session).post(message::StatsPart{m.session, std::move(snapshot)});
-}
-
-void Shard::handle(message::StatsPart& m) { add_stats_part(m.session, std::move(m.snapshot)); }
-
-void Shard::add_stats_part(core::SessionId session, core::StatsSnapshot&& part) {
-  Connection* connection = find(session);
-  if (connection == nullptr) {
-    if (http_ != nullptr) http_->on_stats_part(session, std::move(part));
-    return;
-  }
-  core::merge_stats(connection->stats, std::move(part), core::EngineConfig{}.stats_entries_max);
-  TS_ASSERT(connection->stats_pending > 0);
-  if (--connection->stats_pending > 0) return;
-  const std::int64_t connections = shared_.connections_open.load(std::memory_order_relaxed) +
-                                   shared_.http_sessions_live.load(std::memory_order_relaxed);
-  local_replies_.emplace_back(
-      session, core::Reply::stats(core::encode_stats_json(connections, connection->stats)));
-  connection->stats = core::StatsSnapshot{};
-}
-
-void Shard::handle(message::HttpForward& m) {
-  if (http_ != nullptr) http_->on_forward(m);
-}
-
-void Shard::handle(message::HttpForwardAnswer& m) {
-  if (http_ != nullptr) http_->on_forward_answer(m);
-}
-
-void Shard::handle(message::HttpAbandon& m) {
-  if (http_ != nullptr) http_->on_abandon(m.ticket);
+void Shard::handle(ServiceMessage& m) {
+  if (service_ != nullptr) service_->on_message(m);
 }
 
 void Shard::handle(message::Drain&) {
   draining_ = true;
-  if (http_ != nullptr) http_->begin_drain();
+  if (service_ != nullptr) service_->begin_drain();
   const core::Instant now = monotonic_now();
   for (auto& [id, connection] : connections_) {
     connection->session.begin_drain(now);
@@ -683,135 +593,62 @@ void Shard::handle(message::Stop&) {
   for (auto& [id, connection] : connections_) {
     if (connection->bev != nullptr) close_socket(*connection);
   }
-  if (http_ != nullptr) http_->stop();
+  if (service_ != nullptr) service_->stop();
   stopped_ = true;
   event_base_loopbreak(base_);
 }
 
-// ---- routing ----------------------------------------------------------------------------------
-
-Shard& Shard::owner_of(core::SessionId session) const {
-  return *shared_.shards[session.value % shared_.shards.size()];
-}
+// ---- the router's output
+// -------------------------------------------------------------------------
 
 Connection* Shard::find(core::SessionId session) {
   auto it = connections_.find(session.value);
   return it == connections_.end() ? nullptr : it->second.get();
 }
 
-void Shard::run_engine_request(core::SessionId session, const core::Request& request) {
-  std::vector<core::Delivery> out;
-  core::Reply reply = engine_.handle(monotonic_now(), session, request, out);
-  Shard& owner = owner_of(session);
-  if (reply.status == core::Status::kParked) {
-    if (&owner == this) {
-      if (Connection* connection = find(session)) {
-        connection->session.on_parked();
-      } else if (http_ != nullptr) {
-        http_->on_parked(session);
-      }
+void Shard::deliver_router_output(core::Instant now) {
+  for (core::Envelope& envelope : router_.take_outbox()) {
+    shared_.shards[envelope.to]->post(std::move(envelope.message));
+  }
+  for (core::SessionEvent& event : router_.take_events()) on_session_event(now, event);
+}
+
+void Shard::on_session_event(core::Instant now, core::SessionEvent& event) {
+  Connection* connection = find(event.session);
+  if (connection == nullptr) {
+    if (service_ != nullptr && service_->owns(event.session)) {
+      service_->on_session_event(now, event);
     } else {
-      owner.post(message::Parked{session});
-    }
-  } else {
-    send_reply(session, std::move(reply));
-  }
-  dispatch(out);
-}
-
-void Shard::send_reply(core::SessionId session, core::Reply reply) {
-  Shard& owner = owner_of(session);
-  if (&owner == this) {
-    local_replies_.emplace_back(session, std::move(reply));
-  } else {
-    owner.post(message::EngineReply{session, std::move(reply)});
-  }
-}
-
-void Shard::dispatch(std::vector<core::Delivery>& out) {
-  for (core::Delivery& delivery : out) send_reply(delivery.session, std::move(delivery.reply));
-  out.clear();
-}
-
-core::SessionId Shard::new_session_id() {
-  return core::SessionId{next_session_sequence_++ * shared_.shards.size() + index_};
-}
-
-std::size_t Shard::route_request(core::SessionId session, const core::Request& request,
-                                 std::vector<bool>& touched) {
-  TS_ASSERT(core::is_engine_command(request.command));
-  const std::size_t target =
-      core::shard_of(core::command_namespace(request.command), request.key, shared_.shards.size());
-  touched[target] = true;
-  if (target == index_) {
-    run_engine_request(session, request);
-  } else {
-    shared_.shards[target]->post(message::EngineRequest{session, request});
-  }
-  return target;
-}
-
-void Shard::request_stats(core::SessionId session) {
-  for (Shard* shard : shared_.shards) {
-    if (shard == this) {
-      std::vector<core::Delivery> out;
-      core::StatsSnapshot snapshot = engine_.stats(monotonic_now(), out);
-      dispatch(out);
-      add_stats_part(session, std::move(snapshot));
-    } else {
-      shard->post(message::StatsRequest{session});
-    }
-  }
-}
-
-void Shard::notify_closed(core::SessionId session, const std::vector<bool>& touched) {
-  for (std::size_t shard = 0; shard < touched.size(); ++shard) {
-    if (!touched[shard]) continue;
-    if (shard == index_) {
-      close_on_this_shard(session);
-    } else {
-      shared_.shards[shard]->post(message::CloseSession{session});
-    }
-  }
-}
-
-void Shard::cancel_parked(core::SessionId session, std::size_t target) {
-  if (target == index_) {
-    message::CancelParked m{session};
-    handle(m);
-  } else {
-    shared_.shards[target]->post(message::CancelParked{session});
-  }
-}
-
-void Shard::route(Connection& connection, const core::Request& request) {
-  const core::SessionId id = connection.session.id();
-  connection.routed_command = request.command;
-  connection.routed_at = monotonic_now();
-  if (request.command == core::Command::kStats) {
-    connection.stats_pending = shared_.shards.size();
-    connection.stats = core::StatsSnapshot{};
-    for (Shard* shard : shared_.shards) {
-      if (shard == this) {
-        std::vector<core::Delivery> out;
-        core::StatsSnapshot snapshot = engine_.stats(monotonic_now(), out);
-        dispatch(out);
-        add_stats_part(id, std::move(snapshot));
-      } else {
-        shard->post(message::StatsRequest{id});
-      }
+      logf(LogLevel::kWarn, "router event for unknown session %llu dropped",
+           static_cast<unsigned long long>(event.session.value));
     }
     return;
   }
-  TS_ASSERT(core::is_engine_command(request.command));
-  const std::size_t target =
-      core::shard_of(core::command_namespace(request.command), request.key, shared_.shards.size());
-  connection.touched[target] = true;
-  if (target == index_) {
-    run_engine_request(id, request);
-  } else {
-    shared_.shards[target]->post(message::EngineRequest{id, request});
+  core::Session& session = connection->session;
+  switch (event.kind) {
+    case core::SessionEvent::Kind::kParked:
+      session.on_parked();
+      break;
+    case core::SessionEvent::Kind::kCancelled:
+      session.on_cancelled();
+      break;
+    case core::SessionEvent::Kind::kReply:
+    case core::SessionEvent::Kind::kStats: {
+      const auto command = static_cast<std::size_t>(connection->routed_command);
+      if (command < tcp_latency_.size()) {
+        tcp_latency_[command].record(now - connection->routed_at);
+      }
+      if (event.kind == core::SessionEvent::Kind::kStats) {
+        const std::int64_t open = shared_.connections_open.load(std::memory_order_relaxed) +
+                                  shared_.http_sessions_live.load(std::memory_order_relaxed);
+        session.on_reply(now, core::Reply::stats(core::encode_stats_json(open, event.stats)));
+      } else {
+        session.on_reply(now, event.reply);
+      }
+      break;
+    }
   }
+  dirty_.push_back(connection);
 }
 
 // ---- connection servicing ---------------------------------------------------------------------
@@ -821,28 +658,8 @@ void Shard::settle() {
   // Local replies and dirty connections may create more of each; go until both are empty.
   std::vector<Connection*> serviced;
   while (true) {
-    while (!local_replies_.empty() || !dirty_.empty()) {
-      std::vector<std::pair<core::SessionId, core::Reply>> replies;
-      replies.swap(local_replies_);
-      const core::Instant now = monotonic_now();
-      for (auto& [session, reply] : replies) {
-        Connection* connection = find(session);
-        if (connection == nullptr && http_ != nullptr && http_->owns(session)) {
-          http_->on_reply(session, reply);
-          continue;
-        }
-        if (connection == nullptr) {
-          logf(LogLevel::kWarn, "reply for unknown session %llu dropped",
-               static_cast<unsigned long long>(session.value));
-          continue;
-        }
-        const auto command = static_cast<std::size_t>(connection->routed_command);
-        if (command < tcp_latency_.size()) {
-          tcp_latency_[command].record(now - connection->routed_at);
-        }
-        connection->session.on_reply(now, reply);
-        dirty_.push_back(connection);
-      }
+    while (!router_.idle() || !dirty_.empty()) {
+      deliver_router_output(monotonic_now());
       std::vector<Connection*> dirty;
       dirty.swap(dirty_);
       std::sort(dirty.begin(), dirty.end());
@@ -886,7 +703,7 @@ void Shard::settle() {
   arm_engine_timer();
 }
 
-void Shard::arm_engine_timer() { engine_timer_->arm(engine_.next_wake(), monotonic_now()); }
+void Shard::arm_engine_timer() { engine_timer_->arm(router_.next_wake(), monotonic_now()); }
 
 void Shard::watch_reads(Connection& connection, bool on) {
   if (connection.reader == nullptr || connection.reading == on) return;
@@ -1022,22 +839,17 @@ void Shard::service(Connection& connection) {
       progress = session.output().size() != before;
     }
     while (std::optional<core::Request> request = session.next_request(now)) {
-      route(connection, *request);
+      connection.routed_command = request->command;
+      connection.routed_at = now;
+      router_.submit(now, session.id(), *request);
       progress = true;
     }
-    // Local replies to this connection are applied by settle(), which services it again.
+    // The router's events for this connection are applied by settle(), which services it again.
   }
 
   if (session.closed() && !connection.close_notified) {
     connection.close_notified = true;
-    for (std::size_t shard = 0; shard < connection.touched.size(); ++shard) {
-      if (!connection.touched[shard]) continue;
-      if (shard == index_) {
-        close_on_this_shard(session.id());
-      } else {
-        shared_.shards[shard]->post(message::CloseSession{session.id()});
-      }
-    }
+    router_.close(now, session.id());
   }
 
   if (connection.bev != nullptr && session.closed()) {

@@ -1,10 +1,13 @@
 // Shard: one thread, one event_base (created without internal locking), one core::Engine for
-// the keys that hash to it (core::shard_of), and the connections accepted onto it.
+// the keys that hash to it (core::shard_of) with its core::Router, and the connections accepted
+// onto it.
 //
-// A connection's session lives on its shard. A request for a key of another shard travels to
-// that shard's mailbox and its reply travels back the same way; replies to parked requests
-// (Deliveries) go to the shard that owns the session, which is encoded in the session id. Shards
-// share nothing but their mailboxes and the few counters in SharedState.
+// A connection's session lives on its shard. Every decision about where a request, a reply, a
+// close notice, a cancellation or a stats part goes is the router's (core/router.h); the shard
+// only moves the router's messages between threads (post(): a mailbox and an eventfd) and hands
+// its events to the sessions they are for: its TCP connections, or the service it hosts (the
+// HTTP API, a ShardService). Shards share nothing but their mailboxes and the few counters in
+// SharedState.
 //
 // Thread affinity: everything but post() runs on the shard's own thread.
 #pragma once
@@ -26,6 +29,7 @@
 #include <vector>
 
 #include "core/engine.h"
+#include "core/router.h"
 #include "core/session.h"
 #include "core/stats.h"
 #include "net/config.h"
@@ -85,39 +89,11 @@ struct SharedState {
   SharedState& operator=(const SharedState&) = delete;
 };
 
-// Messages between shards. Each names the session it concerns; the owning shard of a session
-// is session_id % shard_count.
+// Messages between shards: the router's (core/router.h), and the few that are the daemon's own.
 namespace message {
 struct NewConnection {
   int fd;
   std::string peer_ip;
-};
-struct EngineRequest {
-  core::SessionId session;
-  core::Request request;
-};
-struct EngineReply {  // an immediate reply or a Delivery
-  core::SessionId session;
-  core::Reply reply;
-};
-struct Parked {
-  core::SessionId session;
-};
-struct CloseSession {
-  core::SessionId session;
-};
-struct Cancelled {
-  core::SessionId session;
-};
-struct StatsRequest {
-  core::SessionId session;
-};
-struct StatsPart {
-  core::SessionId session;
-  core::StatsSnapshot snapshot;
-};
-struct CancelParked {  // an HTTP client left its long poll (core::Engine::cancel_parked)
-  core::SessionId session;
 };
 // An HTTP request for a session homed on another shard (net/http_server.h), forwarded to that
 // shard's HttpServer; its answer goes back to the `origin` shard, whose HttpServer holds the
@@ -143,14 +119,29 @@ struct Drain {};
 struct Stop {};
 }  // namespace message
 
-using Message =
-    std::variant<message::NewConnection, message::EngineRequest, message::EngineReply,
-                 message::Parked, message::CloseSession, message::Cancelled, message::StatsRequest,
-                 message::StatsPart, message::CancelParked, message::HttpForward,
-                 message::HttpForwardAnswer, message::HttpAbandon, message::Drain, message::Stop>;
+// Messages for the service a shard hosts besides its TCP connections (the HTTP API).
+using ServiceMessage =
+    std::variant<message::HttpForward, message::HttpForwardAnswer, message::HttpAbandon>;
+
+using Message = std::variant<message::NewConnection, core::RouterMessage, ServiceMessage,
+                             message::Drain, message::Stop>;
+
+// A service that runs on a shard's thread beside its TCP connections (the HTTP API,
+// net/http_server.h). It owns some of the shard's sessions: the shard hands it the router's events
+// for them, and the messages other shards send it. Every call comes from the shard's thread; the
+// shard calls settle() itself after each, and the service calls Shard::settle() after each event
+// of its own.
+class ShardService {
+ public:
+  virtual ~ShardService() = default;
+  virtual bool owns(core::SessionId session) const = 0;
+  virtual void on_session_event(core::Instant now, core::SessionEvent& event) = 0;
+  virtual void on_message(ServiceMessage& message) = 0;
+  virtual void begin_drain() = 0;
+  virtual void stop() = 0;  // closes the service's sockets; the shard is stopping
+};
 
 struct Connection;
-class HttpServer;
 
 // Request latencies of one command on one shard. One writer (the shard's thread), so a record is
 // a few plain stores to lines no other core writes; /metrics reads them from another thread.
@@ -189,21 +180,13 @@ class Shard {
   // Connections (sockets) still open on this shard; read by the server during drain.
   std::int64_t sockets_open() const { return sockets_open_.load(std::memory_order_relaxed); }
 
-  // For the HTTP API, which runs on this shard's thread (net/http_server.h). All of these run on
-  // the shard's thread; the HTTP server calls settle() after each of its events.
+  // For the service on this shard's thread (the HTTP API), and for it only on that thread.
   event_base* base() const { return base_; }
-  void set_http(HttpServer* http) { http_ = http; }
-  core::SessionId new_session_id();
-  // Sends an engine request of `session` to the engine that owns its key; marks that shard in
-  // `touched` (for the close notice). Returns the shard index.
-  std::size_t route_request(core::SessionId session, const core::Request& request,
-                            std::vector<bool>& touched);
-  // Asks every engine for its stats; the parts come back to the HTTP server (on_stats_part).
-  void request_stats(core::SessionId session);
-  // The close notice of a session to every shard in `touched`.
-  void notify_closed(core::SessionId session, const std::vector<bool>& touched);
-  // Withdraws the parked request of `session` from shard `target`'s engine.
-  void cancel_parked(core::SessionId session, std::size_t target);
+  void set_service(ShardService* service) { service_ = service; }
+  // Routes the requests, cancels and closes of the service's sessions (core/router.h); their
+  // events come back through ShardService::on_session_event.
+  core::Router& router() { return router_; }
+  // After any event: router outputs delivered, connections serviced, the engine timer re-armed.
   void settle();
 
  private:
@@ -217,34 +200,15 @@ class Shard {
   static void on_engine_timer(evutil_socket_t fd, short events, void* self);
   void handle(Message& message);
   void handle(message::NewConnection& m);
-  void handle(message::EngineRequest& m);
-  void handle(message::EngineReply& m);
-  void handle(message::Parked& m);
-  void handle(message::CloseSession& m);
-  void handle(message::Cancelled& m);
-  void handle(message::StatsRequest& m);
-  void handle(message::StatsPart& m);
-  void handle(message::CancelParked& m);
-  void handle(message::HttpForward& m);
-  void handle(message::HttpForwardAnswer& m);
-  void handle(message::HttpAbandon& m);
+  void handle(core::RouterMessage& m);
+  void handle(ServiceMessage& m);
   void handle(message::Drain& m);
   void handle(message::Stop& m);
 
-  void close_on_this_shard(core::SessionId session);
-  void handle_cancelled_locally(core::SessionId session);
-  void add_stats_part(core::SessionId session, core::StatsSnapshot&& part);
-  // Sends a request of `connection` to the engine that owns its key (or, for stats, to all).
-  void route(Connection& connection, const core::Request& request);
-
-  // Runs `request` from `session` on this shard's engine and sends the outcome to its owner.
-  void run_engine_request(core::SessionId session, const core::Request& request);
-  // Sends engine deliveries to the shards (or local connections) that own them.
-  void dispatch(std::vector<core::Delivery>& out);
-  void send_reply(core::SessionId session, core::Reply reply);
-  Shard& owner_of(core::SessionId session) const;
+  // Sends the router's messages to their shards and hands its events to their sessions.
+  void deliver_router_output(core::Instant now);
+  void on_session_event(core::Instant now, core::SessionEvent& event);
   Connection* find(core::SessionId session);
-  // After any event: local replies are applied, connections serviced, the engine timer re-armed.
   void arm_engine_timer();
 
   // Connection lifecycle (shard thread): feed input to the session, route its requests, move
@@ -265,6 +229,7 @@ class Shard {
   SharedState& shared_;
   CryptoRandom salts_;  // token salts must be unpredictable: a token is a capability
   core::Engine engine_;
+  core::Router router_;
   event_base* base_ = nullptr;
   event* mailbox_event_ = nullptr;
   std::optional<DeadlineTimer> engine_timer_;  // the engine's next wake (Engine::next_wake)
@@ -291,14 +256,12 @@ class Shard {
   // `events`: the settle() calls of the turn (one per callback that did work).
   void note_turn(core::Instant start, core::Instant end, std::uint64_t events);
 
-  std::uint64_t next_session_sequence_ = 1;
   std::unordered_map<std::uint64_t, std::unique_ptr<Connection>> connections_;
-  std::vector<std::pair<core::SessionId, core::Reply>> local_replies_;
   std::vector<Connection*> dirty_;        // connections to service in settle()
   std::vector<Connection*> to_write_;     // connections with replies to write (end of turn)
   std::unique_ptr<char[]> read_scratch_;  // read_direct's buffer: kSocketInputMax bytes
   bool draining_ = false;
-  HttpServer* http_ = nullptr;  // the HTTP API, on the shard that hosts it
+  ShardService* service_ = nullptr;  // the HTTP API, when it runs
   std::atomic<std::int64_t> sockets_open_{0};
   std::array<TcpLatency, SharedState::kCommands> tcp_latency_{};
 };

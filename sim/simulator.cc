@@ -21,6 +21,7 @@
 #include "core/fence.h"
 #include "core/protocol.h"
 #include "core/random.h"
+#include "core/router.h"
 #include "core/routing.h"
 #include "core/session.h"
 #include "core/stats.h"
@@ -291,28 +292,22 @@ struct Connection {
 
 // ---- the server process --------------------------------------------------------------------
 
-enum class HopKind : std::uint8_t { kRoute, kResult, kDeliver, kClose, kCloseDone };
-
+// A router message on its way between two shards (core/router.h).
 struct Hop {
   std::int64_t at = 0;
-  HopKind kind = HopKind::kRoute;
-  std::uint64_t session = 0;
-  core::Request request;
-  core::Reply reply;
-  bool dropped = false;  // kCloseDone: the engine dropped the session's parked request
+  core::RouterMessage message;
 };
 
 struct ServerSession {
   std::unique_ptr<core::Session> session;
   std::uint64_t connection = 0;
   std::size_t owner = 0;
-  std::string input;               // bytes the session has not taken yet
-  std::vector<bool> touched;       // shards this session sent engine requests to
-  bool notified = false;           // close notices sent
-  int close_pending = 0;           // close notices not yet processed by their shard
-  bool awaiting_delivery = false;  // the request in flight is parked in an engine
-  bool remote_pending = false;     // the request in flight is on its way to / in another shard
-  bool socket_open = true;         // false after a reset or once the server closed the socket
+  std::string input;                  // bytes the session has not taken yet
+  bool notified = false;              // the router was told of the close
+  int close_notices = 0;              // its close notices still on their way to other shards
+  std::set<std::size_t> shards_used;  // for the coverage only (the router keeps its own)
+  bool awaiting_delivery = false;     // the request in flight is parked in an engine
+  bool socket_open = true;            // false after a reset or once the server closed the socket
   bool fin_sent = false;
   std::string inflight_key;  // key of the engine request in flight (namespace in inflight_ns)
   Namespace inflight_ns = Namespace::kLock;
@@ -352,9 +347,9 @@ struct Process {
   std::unique_ptr<JournalSource> fence_source;  // the engines' view of `journal`
   bool journal_backoff = false;                 // a failed write is retried after a pause
   std::vector<std::unique_ptr<core::Engine>> engines;
+  std::vector<std::unique_ptr<core::Router>> routers;  // one per engine; destroyed first
   std::map<std::uint64_t, ServerSession> sessions;
   std::map<std::pair<std::size_t, std::size_t>, std::deque<Hop>> channels;
-  std::uint64_t next_sequence = 1;
   std::size_t next_owner = 0;
   std::optional<std::int64_t> timer_at;
 };
@@ -397,7 +392,7 @@ std::string join(const std::vector<std::uint64_t>& values) {
 
 // ---- the world -------------------------------------------------------------------------------
 
-class World {
+class World final : public core::EngineObserver {
  public:
   World(const Options& options, Settings settings)
       : options_(options),
@@ -453,9 +448,14 @@ class World {
   void route(std::uint64_t id, ServerSession& ss, const core::Request& request);
   void post(std::size_t from, std::size_t to, Hop hop);
   void on_hop(std::uint64_t life, std::size_t from, std::size_t to);
-  void deliver(std::size_t from_shard, std::vector<core::Delivery>& out);
-  void deliver_local(std::uint64_t session, const core::Reply& reply);
-  void on_result(std::uint64_t session, const core::Reply& reply);
+  // Sends the router's messages on their way and hands its events to the sessions.
+  void drain_router(std::size_t shard);
+  void on_session_event(core::SessionEvent& event);
+  // core::EngineObserver: every engine call the routers make.
+  void on_engine_call(std::size_t shard, const core::Request* request, const core::Reply* reply,
+                      const std::vector<core::Delivery>& deliveries) override {
+    observe_call(shard, deliveries, reply, request);
+  }
   // Records the grants one engine call made (its reply and its Deliveries) for the fence check,
   // before they travel anywhere: fences are ordered by the call that minted them.
   void observe_call(std::size_t shard, const std::vector<core::Delivery>& out,
@@ -475,7 +475,6 @@ class World {
   void fail_write(const core::JournalWrite& write);   // the sync failed: the slot may be torn
   void crash_disk();                                  // the un-synced write is lost or torn
   void on_fences_taken(core::FenceBlock block);
-  std::size_t owner_of(std::uint64_t session) const { return session % settings_.shards; }
 
   // -- clients
   void client_act(Client& client);
@@ -661,6 +660,13 @@ void World::start_process() {
   for (std::size_t shard = 0; shard < settings_.shards; ++shard) {
     process_->engines.push_back(std::make_unique<core::Engine>(
         config, salts_, process_->budget.get(), process_->fence_source.get()));
+    core::RouterConfig router;
+    router.index = shard;
+    router.shards = settings_.shards;
+    router.auto_release = settings_.auto_release;
+    router.stats_entries_max = config.stats_entries_max;
+    process_->routers.push_back(
+        std::make_unique<core::Router>(router, *process_->engines.back(), this));
   }
   // With the fence journal, fences beat earlier lives' always; without it, only while the wall
   // clock never went back (docs/reliability.md).
@@ -902,13 +908,12 @@ std::uint64_t World::accept(std::uint64_t connection_id) {
   Process& p = *process_;
   const std::size_t owner = p.next_owner;
   p.next_owner = (p.next_owner + 1) % settings_.shards;
-  const std::uint64_t id = p.next_sequence++ * settings_.shards + owner;
+  const std::uint64_t id = p.routers[owner]->new_session_id().value;
   ServerSession& ss = p.sessions[id];
   core::SessionConfig config;
   ss.session = std::make_unique<core::Session>(SessionId{id}, config, server_now());
   ss.connection = connection_id;
   ss.owner = owner;
-  ss.touched.assign(settings_.shards, false);
   return id;
 }
 
@@ -921,35 +926,22 @@ void World::post(std::size_t from, std::size_t to, Hop hop) {
 }
 
 void World::route(std::uint64_t id, ServerSession& ss, const core::Request& request) {
-  const Namespace ns = core::command_namespace(request.command);
-  const std::size_t shard = core::shard_of(ns, request.key, settings_.shards);
-  ss.touched[shard] = true;
   if (ss.session->closed()) ++result_.coverage["give-back"];
-  ss.inflight_key = request.key;
-  ss.inflight_ns = ns;
+  if (core::is_engine_command(request.command)) {
+    ss.inflight_key = request.key;
+    ss.inflight_ns = core::command_namespace(request.command);
+    const std::size_t target = process_->routers[ss.owner]->shard_of(request);
+    if (target != ss.owner) ++result_.coverage["cross-shard-request"];
+    if (ss.shards_used.insert(target).second && ss.shards_used.size() == 2) {
+      ++result_.coverage["multi-shard-session"];
+    }
+  } else {
+    ++result_.coverage["stats"];
+  }
   digest_.add(id);
   digest_.add(static_cast<std::uint64_t>(request.command));
-  if (shard != ss.owner) {
-    ss.remote_pending = true;
-    Hop hop;
-    hop.kind = HopKind::kRoute;
-    hop.session = id;
-    hop.request = request;
-    post(ss.owner, shard, std::move(hop));
-    return;
-  }
-  std::vector<core::Delivery> out;
-  const core::Reply reply =
-      process_->engines[shard]->handle(server_now(), SessionId{id}, request, out);
-  observe_call(shard, out, &reply, &request);
-  if (reply.status == core::Status::kParked) {
-    ss.awaiting_delivery = true;
-    ss.session->on_parked();
-  }
-  deliver(shard, out);
-  if (reply.status != core::Status::kParked) {
-    ss.session->on_reply(server_now(), reply);
-  }
+  process_->routers[ss.owner]->submit(server_now(), SessionId{id}, request);
+  drain_router(ss.owner);
 }
 
 void World::observe_call(std::size_t shard, const std::vector<core::Delivery>& out,
@@ -957,7 +949,7 @@ void World::observe_call(std::size_t shard, const std::vector<core::Delivery>& o
   for (const core::Delivery& delivery : out) {
     if (!delivery.reply.token) continue;
     auto it = process_->sessions.find(delivery.session.value);
-    if (it == process_->sessions.end()) continue;  // reported by deliver_local
+    if (it == process_->sessions.end()) continue;  // reported by on_session_event
     observed_grants_.emplace_back(ResourceKey{it->second.inflight_ns, it->second.inflight_key},
                                   *delivery.reply.token);
     observed_paths_.push_back("delivery to session " + std::to_string(delivery.session.value));
@@ -970,50 +962,67 @@ void World::observe_call(std::size_t shard, const std::vector<core::Delivery>& o
   check_engine(shard);
 }
 
-void World::deliver(std::size_t from_shard, std::vector<core::Delivery>& out) {
-  for (core::Delivery& delivery : out) {
-    const std::size_t owner = owner_of(delivery.session.value);
-    if (owner == from_shard) {
-      deliver_local(delivery.session.value, delivery.reply);
-    } else {
-      Hop hop;
-      hop.kind = HopKind::kDeliver;
-      hop.session = delivery.session.value;
-      hop.reply = delivery.reply;
-      post(from_shard, owner, std::move(hop));
+void World::drain_router(std::size_t shard) {
+  core::Router& router = *process_->routers[shard];
+  for (core::Envelope& envelope : router.take_outbox()) {
+    // The checker treats a session as gone once its close notices have all arrived (a holder of
+    // a forgotten session is a leak), so it counts them.
+    if (const auto* close = std::get_if<core::message::CloseSession>(&envelope.message)) {
+      auto it = process_->sessions.find(close->session.value);
+      if (it != process_->sessions.end()) ++it->second.close_notices;
     }
+    post(shard, envelope.to, Hop{0, std::move(envelope.message)});
   }
-  out.clear();
+  for (core::SessionEvent& event : router.take_events()) on_session_event(event);
 }
 
-void World::deliver_local(std::uint64_t session, const core::Reply& reply) {
-  auto it = process_->sessions.find(session);
+void World::on_session_event(core::SessionEvent& event) {
+  const std::uint64_t id = event.session.value;
+  auto it = process_->sessions.find(id);
   if (it == process_->sessions.end()) {
-    fail("driver-contract", "delivery for unknown session " + std::to_string(session));
+    fail("driver-contract", "router event for unknown session " + std::to_string(id));
     return;
   }
   ServerSession& ss = it->second;
-  if (!ss.awaiting_delivery || !ss.session->in_flight() || reply.status == core::Status::kParked) {
-    fail("driver-contract", "delivery with nothing parked, session " + std::to_string(session));
+  core::Session& session = *ss.session;
+  if (!session.in_flight()) {
+    fail("driver-contract", "router event with nothing in flight, session " + std::to_string(id));
     return;
   }
-  ss.awaiting_delivery = false;
-  ss.session->on_reply(server_now(), reply);
-}
-
-void World::on_result(std::uint64_t session, const core::Reply& reply) {
-  auto it = process_->sessions.find(session);
-  if (it == process_->sessions.end() || !it->second.remote_pending) {
-    fail("driver-contract", "result for session with nothing routed " + std::to_string(session));
-    return;
-  }
-  ServerSession& ss = it->second;
-  ss.remote_pending = false;
-  if (reply.status == core::Status::kParked) {
-    ss.awaiting_delivery = true;
-    ss.session->on_parked();
-  } else {
-    ss.session->on_reply(server_now(), reply);
+  switch (event.kind) {
+    case core::SessionEvent::Kind::kParked:
+      if (ss.awaiting_delivery)
+        fail("driver-contract", "parked twice, session " + std::to_string(id));
+      ss.awaiting_delivery = true;
+      session.on_parked();
+      break;
+    case core::SessionEvent::Kind::kCancelled:
+      if (!ss.awaiting_delivery) {
+        fail("driver-contract", "a cancellation of nothing parked, session " + std::to_string(id));
+        return;
+      }
+      ss.awaiting_delivery = false;
+      session.on_cancelled();
+      ++result_.coverage["cancelled"];
+      break;
+    case core::SessionEvent::Kind::kReply:
+      if (event.reply.status == core::Status::kParked) {
+        fail("driver-contract", "a reply of Reply::parked, session " + std::to_string(id));
+        return;
+      }
+      if (ss.awaiting_delivery) ++result_.coverage["delivery"];
+      ss.awaiting_delivery = false;
+      session.on_reply(server_now(), event.reply);
+      break;
+    case core::SessionEvent::Kind::kStats: {
+      std::int64_t open = 0;
+      for (const auto& [other_id, other] : process_->sessions) {
+        if (!other.session->closed()) ++open;
+      }
+      session.on_reply(server_now(),
+                       core::Reply::stats(core::encode_stats_json(open, event.stats)));
+      break;
+    }
   }
 }
 
@@ -1023,58 +1032,14 @@ void World::on_hop(std::uint64_t life, std::size_t from, std::size_t to) {
   if (channel.empty() || channel.front().at > now_) return;
   Hop hop = std::move(channel.front());
   channel.pop_front();
-  digest_.add(static_cast<std::uint64_t>(hop.kind));
-  digest_.add(hop.session);
-  core::Engine& engine = *process_->engines[to];
-  std::vector<core::Delivery> out;
-  switch (hop.kind) {
-    case HopKind::kRoute: {
-      Hop result;
-      result.kind = HopKind::kResult;
-      result.session = hop.session;
-      result.reply = engine.handle(server_now(), SessionId{hop.session}, hop.request, out);
-      observe_call(to, out, &result.reply, &hop.request);
-      deliver(to, out);
-      post(to, from, std::move(result));
-      break;
-    }
-    case HopKind::kResult:
-      on_result(hop.session, hop.reply);
-      break;
-    case HopKind::kDeliver:
-      deliver_local(hop.session, hop.reply);
-      break;
-    case HopKind::kClose: {
-      Hop done;
-      done.kind = HopKind::kCloseDone;
-      done.session = hop.session;
-      done.dropped =
-          engine.close_session(server_now(), SessionId{hop.session}, settings_.auto_release, out);
-      observe_call(to, out, nullptr, nullptr);
-      deliver(to, out);
-      post(to, from, std::move(done));
-      break;
-    }
-    case HopKind::kCloseDone: {
-      auto it = process_->sessions.find(hop.session);
-      if (it == process_->sessions.end()) {
-        fail("driver-contract", "close-done for unknown session");
-        break;
-      }
-      ServerSession& ss = it->second;
-      --ss.close_pending;
-      if (hop.dropped) {
-        if (!ss.awaiting_delivery || !ss.session->in_flight()) {
-          fail("driver-contract", "close dropped a request nobody parked");
-          break;
-        }
-        ss.awaiting_delivery = false;
-        ss.session->on_cancelled();
-        ++result_.coverage["cancelled"];
-      }
-      break;
-    }
+  digest_.add(static_cast<std::uint64_t>(hop.message.index()));
+  std::visit([this](const auto& m) { digest_.add(m.session.value); }, hop.message);
+  if (const auto* close = std::get_if<core::message::CloseSession>(&hop.message)) {
+    auto it = process_->sessions.find(close->session.value);
+    if (it != process_->sessions.end()) --it->second.close_notices;
   }
+  process_->routers[to]->receive(server_now(), std::move(hop.message));
+  drain_router(to);
   pump();
 }
 
@@ -1092,54 +1057,15 @@ bool World::pump_session(std::uint64_t id, ServerSession& ss) {
     ss.notified = true;
     history_.connection_closed(ss.connection, now_);
     progress = true;
-    for (std::size_t shard = 0; shard < settings_.shards; ++shard) {
-      if (!ss.touched[shard]) continue;
-      if (shard == ss.owner) {
-        std::vector<core::Delivery> out;
-        const bool dropped = process_->engines[shard]->close_session(server_now(), SessionId{id},
-                                                                     settings_.auto_release, out);
-        observe_call(shard, out, nullptr, nullptr);
-        if (dropped) {
-          if (!ss.awaiting_delivery || !session.in_flight()) {
-            fail("driver-contract", "close dropped a request nobody parked");
-          } else {
-            ss.awaiting_delivery = false;
-            session.on_cancelled();
-            ++result_.coverage["cancelled"];
-          }
-        }
-        deliver(shard, out);
-      } else {
-        ++ss.close_pending;
-        Hop hop;
-        hop.kind = HopKind::kClose;
-        hop.session = id;
-        post(ss.owner, shard, std::move(hop));
-      }
-    }
+    process_->routers[ss.owner]->close(server_now(), SessionId{id});
+    drain_router(ss.owner);
   }
-  while (!ss.awaiting_delivery && !ss.remote_pending && !failed_) {
+  while (!failed_) {
     std::optional<core::Request> request = session.next_request(server_now());
     if (!request) break;
     progress = true;
-    if (core::is_engine_command(request->command)) {
+    if (core::is_engine_command(request->command) || request->command == core::Command::kStats) {
       route(id, ss, *request);
-    } else if (request->command == core::Command::kStats) {
-      // Simplification: the parts of every shard are gathered at once (production sends a
-      // StatsRequest to each shard and merges the StatsParts as they come back).
-      core::StatsSnapshot total;
-      for (std::size_t shard = 0; shard < settings_.shards; ++shard) {
-        std::vector<core::Delivery> out;
-        core::StatsSnapshot part = process_->engines[shard]->stats(server_now(), out);
-        observe_call(shard, out, nullptr, nullptr);
-        deliver(shard, out);
-        core::merge_stats(total, std::move(part), core::EngineConfig{}.stats_entries_max);
-      }
-      std::int64_t open = 0;
-      for (const auto& [other_id, other] : process_->sessions) {
-        if (!other.session->closed()) ++open;
-      }
-      session.on_reply(server_now(), core::Reply::stats(core::encode_stats_json(open, total)));
     } else {
       fail("driver-contract", "session routed a request it should answer itself");
     }
@@ -1166,7 +1092,7 @@ void World::pump() {
     std::vector<std::uint64_t> forget;
     for (auto& [id, ss] : process_->sessions) {
       if (pump_session(id, ss)) progress = true;
-      if (ss.session->finished() && ss.notified && ss.close_pending == 0) forget.push_back(id);
+      if (ss.session->finished() && ss.notified && ss.close_notices == 0) forget.push_back(id);
     }
     for (std::uint64_t id : forget) {
       process_->sessions.erase(id);
@@ -1184,12 +1110,10 @@ void World::on_server_timer() {
   Process& p = *process_;
   if (p.timer_at && *p.timer_at <= now_) p.timer_at.reset();
   for (std::size_t shard = 0; shard < settings_.shards; ++shard) {
-    std::vector<core::Delivery> out;
-    p.engines[shard]->tick(server_now(), out);
-    const std::optional<Instant> wake = p.engines[shard]->next_wake();
+    p.routers[shard]->tick(server_now());
+    const std::optional<Instant> wake = p.routers[shard]->next_wake();
     if (wake && *wake <= p.engines[shard]->now()) ++result_.coverage["deadlines-left-behind"];
-    observe_call(shard, out, nullptr, nullptr);
-    deliver(shard, out);
+    drain_router(shard);
   }
   for (auto& [id, ss] : p.sessions) ss.session->on_timer(server_now());
   pump();
@@ -1803,8 +1727,7 @@ std::string World::describe_connection(const Client& client) {
   text += ", session " + std::to_string(connection.session) +
           (ss.session->closed() ? " closed" : " open") +
           (ss.session->in_flight() ? " in-flight" : "") + (ss.awaiting_delivery ? " parked" : "") +
-          (ss.remote_pending ? " remote" : "") + " queued " +
-          std::to_string(ss.session->queued_requests()) + " buffered " +
+          " queued " + std::to_string(ss.session->queued_requests()) + " buffered " +
           std::to_string(ss.session->buffered_input_bytes()) + " input " +
           std::to_string(ss.input.size()) + (ss.socket_open ? " socket-open" : " socket-closed");
   for (std::size_t shard = 0; shard < settings_.shards; ++shard) {

@@ -1518,5 +1518,46 @@ RC_GTEST_PROP(SessionProperty, ChunkingAndReadTimingDoNotChangeTheReplies, ()) {
   RC_ASSERT(whole.is_open(a) && chunked.is_open(b));
 }
 
+// ---- several shards: the production router between sessions and engines -------------------
+
+TEST(ShardedLoopbackTest, ASessionUsesKeysOnEveryShardAndItsCloseReleasesThemAll) {
+  LoopbackConfig config;
+  config.shards = 3;
+  Loopback net(config);
+  const SessionId a = net.connect();  // shard 0
+  const SessionId b = net.connect();  // shard 1
+  std::string locks;
+  for (int i = 0; i < 12; ++i) locks += request("l", "k" + std::to_string(i), "0");
+  net.send(a, locks);
+  const std::vector<std::string> granted = lines_of(net.read(a));
+  ASSERT_EQ(granted.size(), 12U);
+  for (const std::string& line : granted) EXPECT_EQ(line.rfind("ok ", 0), 0U) << line;
+  std::size_t held = 0;
+  for (std::size_t shard = 0; shard < 3; ++shard) {
+    EXPECT_GT(net.engine(shard).resources_count(), 0U) << "shard " << shard << " got no key";
+    held += net.engine(shard).resources_count();
+  }
+  EXPECT_EQ(held, 12U);
+
+  // stats gathers every shard's part.
+  net.send(b, kStats);
+  const std::string stats = net.read(b);
+  ASSERT_EQ(stats.rfind("ok ", 0), 0U) << stats;
+  EXPECT_EQ(nlohmann::json::parse(stats.substr(3))["locks"].size(), 12U);
+
+  // b waits on a key of another shard than its own; a's disconnect hands it over.
+  net.send(b, request("l", "k5", "10"));
+  EXPECT_EQ(net.read(b), "");
+  net.disconnect(a);
+  EXPECT_EQ(net.read(b).rfind("ok ", 0), 0U);
+  EXPECT_TRUE(net.forgotten(a));
+  for (std::size_t shard = 0; shard < 3; ++shard) {
+    for (const auto& view : net.engine(shard).inspect()) {
+      for (const auto& holder : view.holders) EXPECT_NE(holder.session, a) << "a still holds";
+    }
+  }
+  EXPECT_TRUE(net.anomalies().empty()) << net.anomalies().front();
+}
+
 }  // namespace
 }  // namespace turnstile::test

@@ -1,6 +1,7 @@
 #include "tests/support/loopback.h"
 
 #include <algorithm>
+#include <deque>
 #include <utility>
 
 #include "core/protocol.h"
@@ -21,18 +22,29 @@ std::string describe(core::SessionId id, std::string_view what) {
 
 }  // namespace
 
-Loopback::Loopback(LoopbackConfig config)
-    : config_(std::move(config)),
-      salts_(config_.salt_seed),
-      engine_(std::make_unique<core::Engine>(config_.engine, salts_)),
-      now_(config_.start) {}
+Loopback::Loopback(LoopbackConfig config) : config_(std::move(config)), now_(config_.start) {
+  for (std::size_t shard = 0; shard < std::max<std::size_t>(config_.shards, 1); ++shard) {
+    // Shard 0 draws the salts of a one-shard loopback as before: runs replay bit for bit.
+    salts_.push_back(std::make_unique<core::SplitMix64>(config_.salt_seed + shard));
+    engines_.push_back(std::make_unique<core::Engine>(config_.engine, *salts_.back()));
+    core::RouterConfig router;
+    router.index = shard;
+    router.shards = std::max<std::size_t>(config_.shards, 1);
+    router.auto_release = config_.auto_release;
+    router.stats_entries_max = config_.engine.stats_entries_max;
+    routers_.push_back(std::make_unique<core::Router>(router, *engines_.back()));
+  }
+}
 
 Loopback::~Loopback() = default;
 
 core::SessionId Loopback::connect() {
-  const core::SessionId id{next_id_++};
+  const std::size_t shard = next_shard_;
+  next_shard_ = (next_shard_ + 1) % routers_.size();
+  const core::SessionId id = routers_[shard]->new_session_id();
   Connection& connection = connections_[id.value];
   connection.session = std::make_unique<core::Session>(id, config_.session, now_);
+  connection.shard = shard;
   route();
   return id;
 }
@@ -160,6 +172,7 @@ bool Loopback::route_once() {
     if (!connection.session) continue;
     core::Session& session = *connection.session;
     const core::SessionId id{value};
+    core::Router& router = *routers_[connection.shard];
 
     if (!connection.input.empty()) {
       const std::size_t used = session.on_bytes(now_, connection.input);
@@ -172,82 +185,99 @@ bool Loopback::route_once() {
       }
     }
 
-    if (session.closed() && !connection.engine_notified && !hold_close_notices_) {
-      connection.engine_notified = true;
+    if (session.closed() && !connection.router_notified && !hold_close_notices_) {
+      connection.router_notified = true;
       progress = true;
-      std::vector<core::Delivery> out;
-      const bool dropped = engine_->close_session(now_, id, config_.auto_release, out);
-      if (dropped) {
-        if (!connection.awaiting_delivery || !session.in_flight()) {
-          anomalies_.push_back(describe(id, "close_session dropped a request nobody parked"));
-        } else {
-          connection.awaiting_delivery = false;
-          session.on_cancelled();
-        }
-      }
-      deliver(out);
+      router.close(now_, id);
     }
 
     while (std::optional<core::Request> request = session.next_request(now_)) {
       progress = true;
       connection.routed.push_back(*request);
-      std::vector<core::Delivery> out;
-      if (core::is_engine_command(request->command)) {
-        const core::Reply reply = engine_->handle(now_, id, *request, out);
-        if (reply.status == core::Status::kParked) {
-          connection.awaiting_delivery = true;
-          session.on_parked();
-        }
-        deliver(out);
-        if (reply.status != core::Status::kParked) session.on_reply(now_, reply);
-      } else if (request->command == core::Command::kStats) {
-        const core::StatsSnapshot snapshot = engine_->stats(now_, out);
-        deliver(out);
-        session.on_reply(now_,
-                         core::Reply::stats(core::encode_stats_json(open_sessions(), snapshot)));
+      if (core::is_engine_command(request->command) || request->command == core::Command::kStats) {
+        router.submit(now_, id, *request);
       } else {
         anomalies_.push_back(describe(id, "session routed a request it should answer itself"));
         session.on_reply(now_, core::Reply::of(core::Status::kError));
       }
-      if (connection.awaiting_delivery) break;  // in flight until its delivery
     }
 
-    if (session.finished() && connection.engine_notified) {
+    if (session.finished() && connection.router_notified) {
       connection.leftover_output.append(session.output());
       connection.session.reset();
       connection.input.clear();
       progress = true;
     }
   }
+  if (move_messages()) progress = true;
   return progress;
 }
 
-void Loopback::deliver(std::vector<core::Delivery>& out) {
-  for (core::Delivery& delivery : out) {
-    Connection* connection = find(delivery.session);
-    if (connection == nullptr || !connection->session) {
-      anomalies_.push_back(describe(delivery.session, "delivery for a forgotten session"));
-      continue;
+bool Loopback::move_messages() {
+  bool moved = false;
+  std::deque<core::Envelope> queue;
+  while (true) {
+    for (auto& router : routers_) {
+      for (core::Envelope& envelope : router->take_outbox()) queue.push_back(std::move(envelope));
     }
-    if (!connection->awaiting_delivery || !connection->session->in_flight()) {
-      anomalies_.push_back(describe(delivery.session, "delivery with nothing parked"));
-      continue;
-    }
-    if (delivery.reply.status == core::Status::kParked) {
-      anomalies_.push_back(describe(delivery.session, "delivery of Reply::parked"));
-      continue;
-    }
-    connection->awaiting_delivery = false;
-    connection->session->on_reply(now_, delivery.reply);
+    if (queue.empty()) break;
+    core::Envelope envelope = std::move(queue.front());
+    queue.pop_front();
+    routers_.at(envelope.to)->receive(now_, std::move(envelope.message));
+    moved = true;
   }
-  out.clear();
+  for (auto& router : routers_) {
+    for (core::SessionEvent& event : router->take_events()) {
+      apply(event);
+      moved = true;
+    }
+  }
+  return moved;
+}
+
+void Loopback::apply(core::SessionEvent& event) {
+  Connection* connection = find(event.session);
+  if (connection == nullptr || !connection->session) {
+    anomalies_.push_back(describe(event.session, "router event for a forgotten session"));
+    return;
+  }
+  core::Session& session = *connection->session;
+  if (!session.in_flight()) {
+    anomalies_.push_back(describe(event.session, "router event with nothing in flight"));
+    return;
+  }
+  switch (event.kind) {
+    case core::SessionEvent::Kind::kParked:
+      connection->awaiting_delivery = true;
+      session.on_parked();
+      return;
+    case core::SessionEvent::Kind::kCancelled:
+      if (!connection->awaiting_delivery) {
+        anomalies_.push_back(describe(event.session, "a cancellation of nothing parked"));
+        return;
+      }
+      connection->awaiting_delivery = false;
+      session.on_cancelled();
+      return;
+    case core::SessionEvent::Kind::kReply:
+      if (event.reply.status == core::Status::kParked) {
+        anomalies_.push_back(describe(event.session, "a reply of Reply::parked"));
+        return;
+      }
+      connection->awaiting_delivery = false;
+      session.on_reply(now_, event.reply);
+      return;
+    case core::SessionEvent::Kind::kStats:
+      session.on_reply(now_,
+                       core::Reply::stats(core::encode_stats_json(open_sessions(), event.stats)));
+      return;
+  }
 }
 
 void Loopback::fire_timers() {
   for (int round = 0; round < kTimerRoundsMax; ++round) {
-    std::vector<core::Delivery> out;
-    engine_->tick(now_, out);
-    deliver(out);
+    for (auto& router : routers_) router->tick(now_);
+    move_messages();
     for (auto& [value, connection] : connections_) {
       if (connection.session) connection.session->on_timer(now_);
     }
@@ -259,8 +289,10 @@ void Loopback::fire_timers() {
       const std::optional<core::Instant> deadline = connection.session->next_deadline();
       if (deadline && *deadline <= now_) stale = true;
     }
-    const std::optional<core::Instant> wake = engine_->next_wake();
-    if (wake && *wake <= now_) stale = true;
+    for (const auto& router : routers_) {
+      const std::optional<core::Instant> wake = router->next_wake();
+      if (wake && *wake <= now_) stale = true;
+    }
     if (!stale) return;
   }
   anomalies_.push_back("a deadline stays due after on_timer and tick");
@@ -274,7 +306,7 @@ std::optional<core::Instant> Loopback::next_event_after_now() {
   for (const auto& [value, connection] : connections_) {
     if (connection.session) consider(connection.session->next_deadline());
   }
-  consider(engine_->next_wake());
+  for (const auto& router : routers_) consider(router->next_wake());
   return earliest;
 }
 

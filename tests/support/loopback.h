@@ -1,27 +1,28 @@
-// Loopback: a single-threaded driver that wires many core::Session objects to one core::Engine
-// with a manual clock, the way the daemon wires connections to its engines, so that tests can
-// speak the protocol with real bytes and no sockets.
+// Loopback: a single-threaded driver that wires many core::Session objects to one or more
+// engines through the production router (core/router.h) with a manual clock, the way the daemon
+// wires connections to its shards, so that tests can speak the protocol with real bytes and no
+// sockets.
 //
 // What it does for each session, in session-id order (std::map, so every run is the same):
 //  * send() appends bytes to the connection's input; Session::on_bytes takes what it can, the
 //    rest stays buffered here and is offered again after any progress (backpressure).
-//  * The routing loop takes next_request() from each session: an engine command goes to
-//    Engine::handle (Reply::parked waits for a Delivery), a stats request is answered with
-//    Engine::stats + encode_stats_json(connections = sessions not closed). Deliveries go to
-//    their session's on_reply. When a session first becomes closed() the engine is told
-//    (Engine::close_session with `auto_release`); when that returns true the session's request
-//    is cancelled (Session::on_cancelled). Give-back requests of closed sessions are routed like
-//    any other. A session is forgotten once finished(); its unread output is kept for read().
+//  * The routing loop takes next_request() from each session and submits it to the router of its
+//    shard (connections are spread over the shards in turn); it moves the routers' messages in
+//    one FIFO queue until none is left, and applies their events to the sessions: a reply, a
+//    parked notice, a cancellation, a stats snapshot (answered with encode_stats_json,
+//    connections = sessions not closed). When a session first becomes closed() its router is
+//    told (Router::close). Give-back requests of closed sessions are routed like any other. A
+//    session is forgotten once finished(); its unread output is kept for read().
 //  * advance() moves the clock to each session deadline and engine wake-up on the way, in
-//    order, firing Session::on_timer and Engine::tick at each, then to the target.
+//    order, firing Session::on_timer and Router::tick at each, then to the target.
 //
-// Races: hold_close_notices(true) delays telling the engine about closed sessions until
+// Races: hold_close_notices(true) delays telling the router about closed sessions until
 // hold_close_notices(false), so a grant can reach a session that has already closed (the
 // "grant raced the close, give it back" path of core/session.h).
 //
-// Anything that breaks the driver contract (a delivery for an unknown session or one with
-// nothing in flight, a deadline that on_timer/tick did not clear) is recorded in anomalies()
-// instead of crashing, so a test can assert it is empty.
+// Anything that breaks the driver contract (an event for an unknown session, a reply with
+// nothing in flight, a cancellation of nothing parked, a deadline that on_timer/tick did not
+// clear) is recorded in anomalies() instead of crashing, so a test can assert it is empty.
 //
 // Thread affinity: single-threaded test helper.
 #pragma once
@@ -37,6 +38,7 @@
 
 #include "core/engine.h"
 #include "core/random.h"
+#include "core/router.h"
 #include "core/session.h"
 #include "core/time.h"
 #include "core/types.h"
@@ -47,6 +49,7 @@ struct LoopbackConfig {
   core::SessionConfig session;
   core::EngineConfig engine;
   bool auto_release = true;     // --auto-release-on-disconnect
+  std::size_t shards = 1;       // engines, each with its router; connections go to each in turn
   std::uint64_t salt_seed = 1;  // token salts, so runs replay bit for bit
   core::Instant start = core::Instant::from_ns(1'000'000'000'000);
 };
@@ -58,7 +61,8 @@ class Loopback {
   Loopback(const Loopback&) = delete;
   Loopback& operator=(const Loopback&) = delete;
 
-  // Opens a connection: ids are 1, 2, 3... in order.
+  // Opens a connection on the next shard in turn: ids are 1, 2, 3... with one shard (in general
+  // the router's sequence * shards + shard).
   core::SessionId connect();
   // Bytes from the peer. Ignored for a connection already forgotten.
   void send(core::SessionId id, std::string_view bytes);
@@ -81,7 +85,7 @@ class Loopback {
 
   // ---- introspection ---------------------------------------------------------------------
   core::Instant now() const { return now_; }
-  core::Engine& engine() { return *engine_; }
+  core::Engine& engine(std::size_t shard = 0) { return *engines_.at(shard); }
   // The session, or nullptr once it was forgotten (finished) or never existed.
   const core::Session* session(core::SessionId id) const;
   // True while the connection's session exists and is not closed.
@@ -100,10 +104,11 @@ class Loopback {
  private:
   struct Connection {
     std::unique_ptr<core::Session> session;  // null once forgotten
-    std::string input;                       // bytes not yet taken by the session
-    std::string leftover_output;             // unread output of a forgotten session
-    bool engine_notified = false;            // Engine::close_session was called
-    bool awaiting_delivery = false;          // the request in flight is parked in the engine
+    std::size_t shard = 0;
+    std::string input;               // bytes not yet taken by the session
+    std::string leftover_output;     // unread output of a forgotten session
+    bool router_notified = false;    // Router::close was called
+    bool awaiting_delivery = false;  // the request in flight is parked in an engine
     std::vector<core::Request> routed;
   };
 
@@ -111,19 +116,22 @@ class Loopback {
   const Connection* find(core::SessionId id) const;
   // Runs everything that can run now, until nothing changes.
   void route();
-  // One pass over the sessions; true if anything happened.
+  // One pass over the sessions and the routers; true if anything happened.
   bool route_once();
-  void deliver(std::vector<core::Delivery>& out);
-  // Fires every session's on_timer and the engine's tick at now_, then routes.
+  // Moves every router's messages until none is left, then applies their events.
+  bool move_messages();
+  void apply(core::SessionEvent& event);
+  // Fires every session's on_timer and every router's tick at now_, then routes.
   void fire_timers();
   // The earliest session deadline or engine wake-up strictly after now_.
   std::optional<core::Instant> next_event_after_now();
 
   LoopbackConfig config_;
-  core::SplitMix64 salts_;
-  std::unique_ptr<core::Engine> engine_;
+  std::vector<std::unique_ptr<core::SplitMix64>> salts_;
+  std::vector<std::unique_ptr<core::Engine>> engines_;
+  std::vector<std::unique_ptr<core::Router>> routers_;
   core::Instant now_;
-  std::uint64_t next_id_ = 1;
+  std::size_t next_shard_ = 0;
   bool hold_close_notices_ = false;
   std::map<std::uint64_t, Connection> connections_;
   std::vector<std::string> anomalies_;

@@ -1,0 +1,228 @@
+#include "core/router.h"
+
+#include <utility>
+
+#include "core/assert.h"
+#include "core/routing.h"
+
+namespace turnstile::core {
+
+Router::Router(const RouterConfig& config, Engine& engine, EngineObserver* observer)
+    : config_(config), engine_(engine), observer_(observer) {
+  TS_ASSERT(config.shards >= 1 && config.index < config.shards);
+}
+
+SessionId Router::new_session_id() {
+  return SessionId{next_sequence_++ * config_.shards + config_.index};
+}
+
+std::size_t Router::shard_of(const Request& request) const {
+  return core::shard_of(command_namespace(request.command), request.key, config_.shards);
+}
+
+// ---- sessions owned here
+// -------------------------------------------------------------------------
+
+bool Router::leaves_session_state(Command command) {
+  switch (command) {
+    case Command::kLock:
+    case Command::kSemLock:
+    case Command::kEnqueue:
+    case Command::kSemEnqueue:
+    case Command::kWait:
+    case Command::kSemWait:
+      return true;
+    default:
+      return false;  // release and renew act on a token, whoever holds it
+  }
+}
+
+void Router::submit(Instant now, SessionId session, const Request& request) {
+  TS_ASSERT(owner_of(session) == config_.index);
+  if (request.command == Command::kStats) {
+    StatsGather& gather = stats_[session.value];
+    TS_ASSERT(gather.parts_left == 0);  // one request in flight per session
+    gather.parts_left = config_.shards;
+    gather.snapshot = StatsSnapshot{};
+    for (std::size_t shard = 0; shard < config_.shards; ++shard) {
+      if (shard == config_.index) {
+        stats_here(now, session);
+      } else {
+        send(shard, message::StatsRequest{session});
+      }
+    }
+    return;
+  }
+  TS_ASSERT(is_engine_command(request.command));
+  const std::size_t target = shard_of(request);
+  if (leaves_session_state(request.command)) {
+    Route& route = routes_[session.value];
+    if (route.touched.empty()) route.touched.assign(config_.shards, false);
+    route.touched[target] = true;
+    route.target = target;
+  }
+  if (target == config_.index) {
+    run_engine_request(now, session, request);
+  } else {
+    send(target, message::EngineRequest{session, request});
+  }
+}
+
+void Router::cancel(Instant now, SessionId session) {
+  TS_ASSERT(owner_of(session) == config_.index);
+  auto it = routes_.find(session.value);
+  if (it == routes_.end()) return;  // never sent an engine request
+  if (it->second.target == config_.index) {
+    cancel_here(now, session);
+  } else {
+    send(it->second.target, message::CancelParked{session});
+  }
+}
+
+void Router::close(Instant now, SessionId session) {
+  TS_ASSERT(owner_of(session) == config_.index);
+  auto it = routes_.find(session.value);
+  if (it == routes_.end()) return;  // never sent an engine request: no engine knows it
+  const std::vector<bool> touched = std::move(it->second.touched);
+  routes_.erase(it);
+  for (std::size_t shard = 0; shard < touched.size(); ++shard) {
+    if (!touched[shard]) continue;
+#ifdef TURNSTILE_CANARY_ROUTER_SKIP_CLOSE
+    // The canary (sim/CMakeLists.txt): the close notice never reaches the last shard of a session
+    // that touched more than one. The simulator must notice.
+    std::size_t last = 0;
+    std::size_t count = 0;
+    for (std::size_t s = 0; s < touched.size(); ++s) {
+      if (touched[s]) {
+        last = s;
+        ++count;
+      }
+    }
+    if (count > 1 && shard == last) continue;
+#endif
+    if (shard == config_.index) {
+      close_here(now, session);
+    } else {
+      send(shard, message::CloseSession{session});
+    }
+  }
+}
+
+// ---- messages ----------------------------------------------------------------------------------
+
+void Router::receive(Instant now, RouterMessage message) {
+  std::visit(
+      [&](auto& m) {
+        using M = std::decay_t<decltype(m)>;
+        if constexpr (std::is_same_v<M, message::EngineRequest>) {
+          run_engine_request(now, m.session, m.request);
+        } else if constexpr (std::is_same_v<M, message::CloseSession>) {
+          close_here(now, m.session);
+        } else if constexpr (std::is_same_v<M, message::CancelParked>) {
+          cancel_here(now, m.session);
+        } else if constexpr (std::is_same_v<M, message::StatsRequest>) {
+          stats_here(now, m.session);
+        } else if constexpr (std::is_same_v<M, message::EngineReply>) {
+          events_.push_back({SessionEvent::Kind::kReply, m.session, std::move(m.reply), {}});
+        } else if constexpr (std::is_same_v<M, message::Parked>) {
+          events_.push_back({SessionEvent::Kind::kParked, m.session, Reply{}, {}});
+        } else if constexpr (std::is_same_v<M, message::Cancelled>) {
+          events_.push_back({SessionEvent::Kind::kCancelled, m.session, Reply{}, {}});
+        } else {
+          static_assert(std::is_same_v<M, message::StatsPart>);
+          add_stats_part(m.session, std::move(m.snapshot));
+        }
+      },
+      message);
+}
+
+void Router::tick(Instant now) {
+  engine_.tick(now, scratch_);
+  observe(nullptr, nullptr, scratch_);
+  dispatch(scratch_);
+}
+
+std::vector<Envelope> Router::take_outbox() {
+  std::vector<Envelope> out;
+  out.swap(outbox_);
+  return out;
+}
+
+std::vector<SessionEvent> Router::take_events() {
+  std::vector<SessionEvent> out;
+  out.swap(events_);
+  return out;
+}
+
+// ---- the engine side ---------------------------------------------------------------------------
+
+void Router::run_engine_request(Instant now, SessionId session, const Request& request) {
+  Reply reply = engine_.handle(now, session, request, scratch_);
+  observe(&request, &reply, scratch_);
+  if (reply.status == Status::kParked) {
+    to_owner(session, message::Parked{session});
+  } else {
+    to_owner(session, message::EngineReply{session, std::move(reply)});
+  }
+  dispatch(scratch_);
+}
+
+void Router::close_here(Instant now, SessionId session) {
+  const bool dropped = engine_.close_session(now, session, config_.auto_release, scratch_);
+  observe(nullptr, nullptr, scratch_);
+  dispatch(scratch_);
+  // The session's parked request here will never be answered: its owner completes it.
+  if (dropped) to_owner(session, message::Cancelled{session});
+}
+
+void Router::cancel_here(Instant now, SessionId session) {
+  const bool dropped = engine_.cancel_parked(now, session, scratch_);
+  observe(nullptr, nullptr, scratch_);
+  dispatch(scratch_);
+  if (dropped) to_owner(session, message::Cancelled{session});
+}
+
+void Router::stats_here(Instant now, SessionId session) {
+  StatsSnapshot snapshot = engine_.stats(now, scratch_);
+  observe(nullptr, nullptr, scratch_);
+  dispatch(scratch_);
+  to_owner(session, message::StatsPart{session, std::move(snapshot)});
+}
+
+void Router::add_stats_part(SessionId session, StatsSnapshot&& part) {
+  auto it = stats_.find(session.value);
+  TS_ASSERT(it != stats_.end() && it->second.parts_left > 0);
+  merge_stats(it->second.snapshot, std::move(part), config_.stats_entries_max);
+  if (--it->second.parts_left > 0) return;
+  events_.push_back({SessionEvent::Kind::kStats, session, Reply{}, std::move(it->second.snapshot)});
+  stats_.erase(it);
+}
+
+void Router::dispatch(std::vector<Delivery>& deliveries) {
+  for (Delivery& delivery : deliveries) {
+    to_owner(delivery.session, message::EngineReply{delivery.session, std::move(delivery.reply)});
+  }
+  deliveries.clear();
+}
+
+void Router::to_owner(SessionId session, RouterMessage message) {
+  const std::size_t owner = owner_of(session);
+  if (owner == config_.index) {
+    // Only the owner-side messages come here; they never need the time.
+    receive(Instant::min(), std::move(message));
+  } else {
+    send(owner, std::move(message));
+  }
+}
+
+void Router::send(std::size_t to, RouterMessage message) {
+  Envelope& envelope = outbox_.emplace_back();
+  envelope.to = to;
+  envelope.message = std::move(message);
+}
+
+void Router::observe(const Request* request, const Reply* reply, const std::vector<Delivery>& out) {
+  if (observer_ != nullptr) observer_->on_engine_call(config_.index, request, reply, out);
+}
+
+}  // namespace turnstile::core

@@ -1,0 +1,197 @@
+// Router: one shard's part of the path from a session to the engine that owns its key, and back.
+//
+// The key space is split over `shards` engines (core::shard_of). A session (a TCP connection, an
+// HTTP session, a simulated client) lives on one shard, its owner (session id % shards). Its
+// requests go to the engine that owns their key; replies, parked notices, cancellations and stats
+// parts come back to the owner; when it closes, exactly the shards it sent requests to are told.
+// Every such decision is made here, once, and every driver moves the router's messages:
+//
+//   turnstiled (net/)   between shard threads (mailbox + eventfd), one Router per shard;
+//   turnstile-sim       through its event queue, with delays, drops and crashes;
+//   tests/support       in a loop.
+//
+// Inputs: a session's request, cancel or close on its owner's router (submit, cancel, close); a
+// message from another shard (receive); time (tick). Outputs, taken by the driver after each
+// input: messages for other shards (take_outbox: deliver each to the router of `to`, in order per
+// pair of shards) and events for sessions owned by this shard (take_events, in order).
+//
+// Rules:
+//  * A session has at most one request in flight (core::Session guarantees it); its reply, or
+//    its parked notice followed later by its reply, or its cancellation comes back as an event.
+//  * stats goes to every engine; the parts are merged here and come back as one kStats event.
+//  * close() sends one close notice to every shard where the session may have left state (it
+//    sent an acquire, an enqueue or a wait there; a release or a renew acts on a token and leaves
+//    none), and forgets the session's routing state. An engine that drops the session's parked
+//    request on that notice answers with a cancellation, so every routed request is accounted for
+//    once. A release submitted after close() (a session giving back a grant that raced its close)
+//    therefore creates no routing state again.
+//  * The router has no clock, no threads and no I/O; given the same inputs it produces the same
+//    outputs.
+//
+// Thread affinity: one Router belongs to its shard's thread; messages cross threads only through
+// the driver.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <unordered_map>
+#include <variant>
+#include <vector>
+
+#include "core/engine.h"
+#include "core/protocol.h"
+#include "core/stats.h"
+#include "core/time.h"
+#include "core/types.h"
+
+namespace turnstile::core {
+
+// The messages between shards' routers. Each names the session it concerns.
+namespace message {
+struct EngineRequest {  // to the shard that owns the key
+  SessionId session;
+  Request request;
+};
+struct EngineReply {  // to the session's owner: an immediate reply, or the outcome of a parked one
+  SessionId session;
+  Reply reply;
+};
+struct Parked {  // to the session's owner: its request waits in the engine
+  SessionId session;
+};
+struct CloseSession {  // to every shard the session touched
+  SessionId session;
+};
+struct Cancelled {  // to the session's owner: the engine dropped its parked request
+  SessionId session;
+};
+struct StatsRequest {  // to every shard
+  SessionId session;
+};
+struct StatsPart {  // to the session's owner
+  SessionId session;
+  StatsSnapshot snapshot;
+};
+struct CancelParked {  // to the shard holding the session's parked request
+  SessionId session;
+};
+}  // namespace message
+
+using RouterMessage = std::variant<message::EngineRequest, message::EngineReply, message::Parked,
+                                   message::CloseSession, message::Cancelled, message::StatsRequest,
+                                   message::StatsPart, message::CancelParked>;
+
+// A message for the router of shard `to`.
+struct Envelope {
+  std::size_t to = 0;
+  RouterMessage message;
+};
+
+// Something that happened to a session owned by this shard.
+struct SessionEvent {
+  enum class Kind : std::uint8_t {
+    kReply,      // `reply` answers the request in flight
+    kParked,     // the request in flight waits in its engine
+    kCancelled,  // the request in flight was dropped unanswered (the session closed or cancelled)
+    kStats,      // `stats` holds every engine's part, merged
+  };
+  Kind kind = Kind::kReply;
+  SessionId session;
+  Reply reply;
+  StatsSnapshot stats;
+};
+
+// What a driver that checks the engines (the simulator) sees of every engine call: the request
+// (null for a close, a cancel, a tick or stats), its immediate reply (null likewise) and the
+// deliveries it produced.
+class EngineObserver {
+ public:
+  virtual ~EngineObserver() = default;
+  virtual void on_engine_call(std::size_t shard, const Request* request, const Reply* reply,
+                              const std::vector<Delivery>& deliveries) = 0;
+};
+
+struct RouterConfig {
+  std::size_t index = 0;     // this shard
+  std::size_t shards = 1;    // >= 1
+  bool auto_release = true;  // --auto-release-on-disconnect: a close releases what it holds
+  std::size_t stats_entries_max = EngineConfig{}.stats_entries_max;
+};
+
+class Router {
+ public:
+  // `observer` may be null.
+  Router(const RouterConfig& config, Engine& engine, EngineObserver* observer = nullptr);
+  Router(const Router&) = delete;
+  Router& operator=(const Router&) = delete;
+
+  std::size_t index() const { return config_.index; }
+  std::size_t shards() const { return config_.shards; }
+  Engine& engine() { return engine_; }
+
+  // A new session id owned by this shard: sequence * shards + index, sequence from 1.
+  SessionId new_session_id();
+  std::size_t owner_of(SessionId session) const { return session.value % config_.shards; }
+  // The shard whose engine owns the key of an engine command.
+  std::size_t shard_of(const Request& request) const;
+
+  // ---- a session owned by this shard ---------------------------------------------------------
+  // Its request: an engine command goes to the engine that owns the key, kStats to every engine.
+  void submit(Instant now, SessionId session, const Request& request);
+  // Withdraws its parked request, if any (an HTTP client left its long poll): a kCancelled event
+  // follows when the engine dropped it; when a grant won the race its reply comes as usual.
+  void cancel(Instant now, SessionId session);
+  // It closed: the close notices go out and its routing state is forgotten. Its request in
+  // flight, if any, still ends in exactly one event (a reply or a cancellation).
+  void close(Instant now, SessionId session);
+
+  // Whether `command` can leave state of its session in an engine (a holder, a waiter, a
+  // two-phase record): only then must that engine hear of the session's close.
+  static bool leaves_session_state(Command command);
+
+  // ---- any shard -----------------------------------------------------------------------------
+  void receive(Instant now, RouterMessage message);
+  // The engine's deadlines (leases, wait timeouts, GC) due at `now`.
+  void tick(Instant now);
+  std::optional<Instant> next_wake() const { return engine_.next_wake(); }
+
+  // ---- outputs -------------------------------------------------------------------------------
+  std::vector<Envelope> take_outbox();
+  std::vector<SessionEvent> take_events();
+  bool idle() const { return outbox_.empty() && events_.empty(); }
+
+ private:
+  struct Route {
+    std::vector<bool> touched;  // shards sent an engine request
+    std::size_t target = 0;     // the shard of the last engine request
+  };
+  struct StatsGather {
+    std::size_t parts_left = 0;
+    StatsSnapshot snapshot;
+  };
+
+  void run_engine_request(Instant now, SessionId session, const Request& request);
+  void close_here(Instant now, SessionId session);
+  void cancel_here(Instant now, SessionId session);
+  void stats_here(Instant now, SessionId session);
+  void add_stats_part(SessionId session, StatsSnapshot&& part);
+  // Sends the engine's deliveries to their sessions' owners.
+  void dispatch(std::vector<Delivery>& deliveries);
+  // A message for the owner of `session`: an event here when that is this shard.
+  void to_owner(SessionId session, RouterMessage message);
+  void send(std::size_t to, RouterMessage message);
+  void observe(const Request* request, const Reply* reply, const std::vector<Delivery>& out);
+
+  RouterConfig config_;
+  Engine& engine_;
+  EngineObserver* observer_;
+  std::uint64_t next_sequence_ = 1;
+  std::unordered_map<std::uint64_t, Route> routes_;       // sessions owned here, by id
+  std::unordered_map<std::uint64_t, StatsGather> stats_;  // stats requests being gathered
+  std::vector<Delivery> scratch_;
+  std::vector<Envelope> outbox_;
+  std::vector<SessionEvent> events_;
+};
+
+}  // namespace turnstile::core
