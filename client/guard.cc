@@ -122,6 +122,11 @@ struct Guard::State {
       lock.lock();
       renewed_at = sent_at;
       lease_deadline = sent_at + *renewed;
+      if (options.on_renewed) {
+        lock.unlock();
+        options.on_renewed(*renewed);
+        lock.lock();
+      }
     }
   }
 };

@@ -66,6 +66,9 @@ struct GuardOptions {
   double renew_jitter = 0.1;  // renew up to this fraction of that interval earlier, in [0, 1)
   bool renew = true;          // false: no renewals; the guard still reports the lease's end
   std::function<void(const LossEvent&)> on_lost;  // called once, on the renewal thread
+  // Called after each successful renew with the lease the server granted, on the renewal thread
+  // (for logs and metrics; it must not call the guard's methods).
+  std::function<void(Seconds lease)> on_renewed;
 };
 
 class Guard {

@@ -11,7 +11,9 @@
 
 namespace turnstile::core {
 
-// XXH3 of the namespaced key (a namespace byte, then the key bytes) modulo `shards` (>= 1).
+// XXH3-64 of the key bytes, seeded by the namespace (locks and semaphores of the same name are
+// different resources and may land on different shards), modulo `shards` (>= 1; one shard takes
+// every key without hashing).
 std::size_t shard_of(Namespace ns, std::string_view key, std::size_t shards);
 
 }  // namespace turnstile::core

@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 build_dir=${TURNSTILE_BUILD_DIR:-build}
 jobs=$(nproc)
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DTURNSTILE_BUILD_TESTS=ON -DTURNSTILE_BUILD_BENCH=ON
+  -DTURNSTILE_BUILD_TESTS=ON -DTURNSTILE_BUILD_BENCH=ON -DTURNSTILE_WERROR=ON
 cmake --build "$build_dir" -j "$jobs"
 ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" "$@"
 # The libFuzzer harnesses, each for a bounded time (docs/fuzzing.md); 0 seconds skips them.

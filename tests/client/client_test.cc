@@ -58,6 +58,41 @@ GuardOptions options_with(Seconds timeout, Seconds lease = 0s) {
   return options;
 }
 
+// The stats entry of `key` in the server's `array` ("locks" or "semaphores"), read over a
+// connection of its own; null when there is none.
+Json stats_entry(const Daemon& daemon, const std::string& array, const std::string& key) {
+  Connection observer = connect_or_die(local(daemon));
+  auto stats = observer.stats();
+  if (!stats) return Json();
+  const Json parsed = Json::parse(stats->json);  // kept alive: the loop reads into it
+  for (const Json& entry : parsed[array]) {
+    if (entry["key"] == key) return entry;
+  }
+  return Json();
+}
+
+// Waits until the server has `waiters` waiters queued on lock `key`.
+bool lock_waiters_reach(const Daemon& daemon, const std::string& key, std::int64_t waiters) {
+  return eventually(
+      [&] {
+        const Json entry = stats_entry(daemon, "locks", key);
+        return !entry.is_null() && entry["waiters"] == waiters;
+      },
+      10s);
+}
+
+// Counts a guard's successful renewals (GuardOptions::on_renewed), from its renewal thread.
+struct RenewalCounter {
+  std::atomic<int> count{0};
+  std::function<void(Seconds)> callback() {
+    return [this](Seconds) { ++count; };
+  }
+  // Waits for `n` renewals in all.
+  bool reach(int n, std::chrono::milliseconds timeout = 20s) {
+    return eventually([&] { return count.load() >= n; }, timeout);
+  }
+};
+
 TEST(ClientConnection, PingAndStats) {
   Daemon daemon;
   Connection connection = connect_or_die(local(daemon));
@@ -103,7 +138,7 @@ TEST(ClientConnection, BlockingLockWaitsForTheRelease) {
   auto held = a.lock("k", 0s);
   ASSERT_TRUE(held.ok());
   std::thread releaser([&] {
-    std::this_thread::sleep_for(300ms);
+    EXPECT_TRUE(lock_waiters_reach(daemon, "k", 1));  // b is queued
     EXPECT_TRUE(a.release("k", held->token).ok());
   });
   Connection b = connect_or_die(local(daemon));
@@ -151,7 +186,7 @@ TEST(ClientConnection, TwoPhaseAndItsErrors) {
   ASSERT_TRUE(mine.ok());
   EXPECT_EQ(mine->token, acquired->acquired->token);
   std::thread releaser([&] {
-    std::this_thread::sleep_for(300ms);
+    EXPECT_TRUE(lock_waiters_reach(daemon, "k", 1));  // b's wait is parked
     EXPECT_TRUE(a.release("k", mine->token).ok());
   });
   auto theirs = b.wait("k", 30s);
@@ -179,7 +214,13 @@ TEST(ClientConnection, LeaseExpiredBeforeWait) {
   auto acquired = a.enqueue("k", 1s);
   ASSERT_TRUE(acquired.ok());
   ASSERT_TRUE(acquired->acquired.has_value());
-  std::this_thread::sleep_for(2500ms);
+  // The lease ends on the server: the lock has no holder any more.
+  ASSERT_TRUE(eventually(
+      [&] {
+        const Json entry = stats_entry(daemon, "locks", "k");
+        return entry.is_null() || entry["owner_conn_id"] == 0;
+      },
+      10s));
   EXPECT_EQ(code_of(a.wait("k", 1s)), ErrorCode::kLeaseExpired);
 }
 
@@ -330,20 +371,25 @@ TEST(ClientCluster, KeysGoToTheirCrc32Server) {
 TEST(ClientLockGuard, RenewalKeepsAShortLeaseAlive) {
   Daemon daemon;
   std::atomic<int> losses{0};
+  RenewalCounter renewals;
   GuardOptions options;
-  options.lease = 2s;
+  options.lease = 1s;
   options.on_lost = [&](const LossEvent&) { ++losses; };
+  options.on_renewed = renewals.callback();
+  const auto acquired_at = std::chrono::steady_clock::now();
   auto lock = Lock::acquire(connect_or_die(local(daemon)), "renewed", options);
   ASSERT_TRUE(lock.ok()) << lock.error().to_string();
-  EXPECT_EQ(lock->lease(), 2s);
+  EXPECT_EQ(lock->lease(), 1s);
   EXPECT_EQ(lock->token_string().size(), 32U);
   Connection other = connect_or_die(local(daemon));
-  // Four lease periods: without renewal the lease would have ended three times over.
-  for (int i = 0; i < 4; ++i) {
-    std::this_thread::sleep_for(2s);
+  // Renewed at about half the lease: after four renewals the first lease has ended twice over,
+  // and the lock is still held, on the server too.
+  for (int i = 1; i <= 4; ++i) {
+    ASSERT_TRUE(renewals.reach(i)) << "renewal " << i;
     EXPECT_TRUE(lock->held());
-    EXPECT_EQ(code_of(other.lock("renewed", 0s)), ErrorCode::kTimeout) << "period " << i;
+    EXPECT_EQ(code_of(other.lock("renewed", 0s)), ErrorCode::kTimeout) << "after renewal " << i;
   }
+  EXPECT_GE(std::chrono::steady_clock::now() - acquired_at, 1500ms);
   EXPECT_EQ(losses.load(), 0);
   const std::uint64_t fence = lock->fence();
   EXPECT_TRUE(lock->release().ok());
@@ -414,9 +460,9 @@ TEST(ClientLockGuard, ServerRestartFiresTheCallback) {
   EXPECT_EQ(lock->state(), GuardState::kLost);
   ASSERT_TRUE(lock->loss().has_value());
   EXPECT_EQ(lock->loss()->reason, LossReason::kConnectionFailed);
-  std::this_thread::sleep_for(1500ms);
-  EXPECT_EQ(recorder.count(), 1U);  // once
+  // release() stops the renewal thread: after it, no callback can come, and there was one.
   EXPECT_EQ(lock->release().error().code, ErrorCode::kLeaseExpired);
+  EXPECT_EQ(recorder.count(), 1U);
 }
 
 TEST(ClientLockGuard, StalledServerExpiresTheLease) {
@@ -470,17 +516,24 @@ TEST(ClientLockGuard, RefusedRenewalIsALoss) {
 
 TEST(ClientSemaphoreGuard, SlotsAreLimited) {
   Daemon daemon;
+  RenewalCounter first_renewals;
+  RenewalCounter second_renewals;
   GuardOptions options;
   options.timeout = 0s;
-  options.lease = 2s;
+  options.lease = 1s;
+  options.on_renewed = first_renewals.callback();
   auto one = Semaphore::acquire(connect_or_die(local(daemon)), "pool", 2, options);
+  options.on_renewed = second_renewals.callback();
   auto two = Semaphore::acquire(connect_or_die(local(daemon)), "pool", 2, options);
   ASSERT_TRUE(one.ok());
   ASSERT_TRUE(two.ok());
   EXPECT_EQ(one->limit(), 2);
+  options.on_renewed = nullptr;
   EXPECT_EQ(code_of(Semaphore::acquire(connect_or_die(local(daemon)), "pool", 2, options)),
             ErrorCode::kTimeout);
-  std::this_thread::sleep_for(5s);  // renewed past two leases
+  // Renewed past two leases, both slots.
+  ASSERT_TRUE(first_renewals.reach(4));
+  ASSERT_TRUE(second_renewals.reach(4));
   EXPECT_TRUE(one->held());
   EXPECT_TRUE(two->held());
   EXPECT_EQ(code_of(Semaphore::acquire(connect_or_die(local(daemon)), "pool", 2, options)),
@@ -492,7 +545,10 @@ TEST(ClientSemaphoreGuard, SlotsAreLimited) {
 
 TEST(ClientTwoPhaseGuard, EnqueueThenWait) {
   Daemon daemon;
-  auto first = Lock::enqueue(connect_or_die(local(daemon)), "tp", options_with(10s, 2s));
+  RenewalCounter renewals;
+  GuardOptions renewed = options_with(10s, 1s);
+  renewed.on_renewed = renewals.callback();
+  auto first = Lock::enqueue(connect_or_die(local(daemon)), "tp", renewed);
   ASSERT_TRUE(first.ok());
   EXPECT_TRUE(first->acquired());
   auto second = Lock::enqueue(connect_or_die(local(daemon)), "tp", options_with(10s, 2s));
@@ -501,11 +557,13 @@ TEST(ClientTwoPhaseGuard, EnqueueThenWait) {
   auto held = first->wait(5s);
   ASSERT_TRUE(held.ok()) << held.error().to_string();
   EXPECT_EQ(code_of(first->wait(1s)), ErrorCode::kNotEnqueued);  // spent
-  std::this_thread::sleep_for(3s);  // renewal runs for the two-phase grant too
+  // Renewal runs for the two-phase grant too: renewed past its 1 s lease, still held.
+  ASSERT_TRUE(renewals.reach(3));
   EXPECT_TRUE(held->held());
+  EXPECT_EQ(stats_entry(daemon, "locks", "tp")["owner_conn_id"] != 0, true);
   const std::uint64_t fence = held->fence();
   std::thread releaser([&] {
-    std::this_thread::sleep_for(300ms);
+    EXPECT_TRUE(lock_waiters_reach(daemon, "tp", 1));  // second's wait is parked
     EXPECT_TRUE(held->release().ok());
   });
   auto next = second->wait(30s);
