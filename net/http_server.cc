@@ -306,7 +306,7 @@ void HttpServer::begin_drain() { draining_ = true; }
 void HttpServer::on_sweep(evutil_socket_t, short, void* self) {
   auto* server = static_cast<HttpServer*>(self);
   guarded("HTTP session sweep", [server] {
-    const core::Instant now = monotonic_now();
+    const core::Instant now = server->host_.turn_now();
     const std::size_t reaped = server->sessions_.reap(now);
     if (reaped > 0) logf(LogLevel::kDebug, "HTTP: reaped %zu idle sessions", reaped);
     if (now - server->last_rate_sweep_ >= kRateSweepInterval) {
@@ -347,7 +347,7 @@ void HttpServer::reply(evhttp_request* request, int code, std::string_view body,
                        std::string_view route, std::string_view method, core::Instant started,
                        const char* content_type) {
   if (request == unanswered_) unanswered_ = nullptr;
-  http_shared_.record(method, route, code, (monotonic_now() - started).seconds_double());
+  http_shared_.record(method, route, code, (host_.turn_now() - started).seconds_double());
   evkeyvalq* headers = evhttp_request_get_output_headers(request);
   // evhttp adds its default type (application/json) itself to a response that has a body.
   if (!body.empty() && std::string_view(content_type) != kJsonType) {
@@ -455,7 +455,7 @@ void HttpServer::auth_delay_over(std::uint64_t ticket) {
   // libevent measures timeouts from the time it cached at the start of the loop turn that armed
   // the timer, so the timer can fire a few milliseconds before the delay has passed since the
   // request arrived. The promise is at least the full delay: wait out the rest.
-  const core::Duration waited = monotonic_now() - pending.started;
+  const core::Duration waited = host_.turn_now() - pending.started;
   if (waited < kAuthFailureDelay) {
     const timeval rest = to_timeval(kAuthFailureDelay - waited);
     evtimer_add(pending.timer, &rest);
@@ -493,13 +493,13 @@ void HttpServer::fail(evhttp_request* request) {
     }
     const std::string_view method = method_name(evhttp_request_get_command(request));
     reply_error(request, 500, "internal", "the server failed to handle this request", "unmatched",
-                method, monotonic_now());
+                method, host_.turn_now());
     if (ticket != 0) drop_pending(ticket);
   });
 }
 
 void HttpServer::handle(evhttp_request* request) {
-  const core::Instant started = monotonic_now();
+  const core::Instant started = host_.turn_now();
   const std::string_view method = method_name(evhttp_request_get_command(request));
   evkeyvalq* in = evhttp_request_get_input_headers(request);
   evkeyvalq* out = evhttp_request_get_output_headers(request);
@@ -758,7 +758,7 @@ void HttpServer::forward(std::size_t home, message::HttpForward forward, evhttp_
 
 // On the session's home shard: the request runs here as if its client were connected here.
 void HttpServer::on_forward(message::HttpForward& forward) {
-  const core::Instant now = monotonic_now();
+  const core::Instant now = host_.turn_now();
   switch (forward.kind) {
     case message::HttpForwardKind::kSubmit:
       if (draining_) {
@@ -889,7 +889,7 @@ void HttpServer::flush() {
     std::vector<core::SessionId> cancels = sessions_.take_cancels();
     if (answers.empty() && routes.empty() && closed.empty() && cancels.empty()) break;
     for (const core::HttpAnswer& a : answers) answer(a.ticket, a);
-    const core::Instant now = monotonic_now();
+    const core::Instant now = host_.turn_now();
     for (core::SessionId session : closed) {
       shared_.http_sessions_live.fetch_sub(1, std::memory_order_relaxed);
       host_.router().close(now, session);
@@ -955,7 +955,7 @@ std::string HttpServer::metrics_text(const core::StatsSnapshot& snapshot) {
   const auto tcp = static_cast<double>(shared_.connections_open.load(std::memory_order_relaxed));
   gauge("turnstile_ready", "1 while the server accepts work, 0 while draining", draining_ ? 0 : 1);
   gauge("turnstile_uptime_seconds", "seconds since start",
-        (monotonic_now() - started_at_).seconds_double());
+        (host_.turn_now() - started_at_).seconds_double());
   gauge("turnstile_connections", "TCP connections plus live HTTP sessions", tcp + sessions);
   gauge("turnstile_http_sessions", "live HTTP sessions", sessions);
   gauge("turnstile_locks_held", "locks with a holder", static_cast<double>(locks_held));

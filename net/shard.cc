@@ -192,7 +192,7 @@ void Connection::on_tls_guard(evutil_socket_t, short, void* self) {
   auto* connection = static_cast<Connection*>(self);
   guard(connection, [&] {
     if (connection->bev == nullptr) return;
-    const core::Instant now = monotonic_now();
+    const core::Instant now = connection->shard.turn_now();
     const core::Duration read_timeout =
         core::Duration::seconds(connection->shard.shared_.config.read_timeout_s);
     if (!connection->handshake_done) {
@@ -265,7 +265,7 @@ void Connection::on_readable(evutil_socket_t fd, short, void* self) {
     } else if (got < 0 && read_errno != EAGAIN && read_errno != EWOULDBLOCK &&
                read_errno != EINTR) {
       connection->abort = true;
-      connection->session.on_peer_closed(monotonic_now());
+      connection->session.on_peer_closed(shard.turn_now());
       shard.watch_reads(*connection, false);
     }
     if (evbuffer_get_length(input) >= kSocketInputMax) shard.watch_reads(*connection, false);
@@ -290,7 +290,7 @@ void Connection::on_write(bufferevent*, void* self) {
 void Connection::on_event(bufferevent*, short events, void* self) {
   auto* connection = static_cast<Connection*>(self);
   guard(connection, [&] {
-    const core::Instant now = monotonic_now();
+    const core::Instant now = connection->shard.turn_now();
     if ((events & BEV_EVENT_CONNECTED) != 0) {
       connection->handshake_done = true;  // TLS: the handshake completed
     } else if ((events & BEV_EVENT_EOF) != 0 && (events & BEV_EVENT_WRITING) != 0) {
@@ -322,7 +322,7 @@ void Connection::on_timer(evutil_socket_t, short, void* self) {
   auto* connection = static_cast<Connection*>(self);
   guard(connection, [&] {
     connection->timer.fired();
-    connection->session.on_timer(monotonic_now());
+    connection->session.on_timer(connection->shard.turn_now());
     connection->shard.dirty_.push_back(connection);
     connection->shard.settle();
   });
@@ -405,26 +405,33 @@ void Shard::run() {
   // Each turn: the mailbox, then one non-blocking pass over ready sockets and due timers. After
   // the last event the shard polls for IdlePoll's window (yielding the CPU between polls), then
   // sleeps in epoll_wait; only a sleeping shard needs its eventfd written (post()).
+  //
+  // Each turn reads the clock once (turn_now(), at its first use) and handles every event of the
+  // turn at that instant. The reading that starts a turn also ends the one before, which is how
+  // long turns are measured (note_turn).
   IdlePoll poll(core::Duration::nanoseconds(shared_.config.idle_poll_us * 1000));
-  core::Instant last_event = monotonic_now();
+  turn_now_.reset();
+  core::Instant last_event = turn_now();
   core::Instant turn_start = last_event;
+  std::uint64_t turn_events = 0;  // settle() calls of the turn that began at turn_start
   while (!stopped_) {
+    turn_now_.reset();
+    const core::Instant start = turn_now();
+    if (turn_events > 0) {
+      note_turn(turn_start, start, turn_events);
+      last_event = start;
+    }
+    turn_start = start;
     const std::uint64_t events_before = events_;
     defer_writes_ = true;
     drain_mailbox();
     event_base_loop(base_, EVLOOP_ONCE | EVLOOP_NONBLOCK);
     defer_writes_ = false;
     if (!to_write_.empty()) guarded("shard settle", [this] { settle(); });
-    const core::Instant now = monotonic_now();
-    note_turn(turn_start, now, events_ - events_before);
-    turn_start = now;
-    if (events_ != events_before) {
-      last_event = now;
-      continue;
-    }
-    if (now - last_event < poll.window()) {
+    turn_events = events_ - events_before;
+    if (turn_events > 0) continue;
+    if (start - last_event < poll.window()) {
       sched_yield();
-      turn_start = monotonic_now();
       continue;
     }
     asleep_.store(true);
@@ -433,6 +440,9 @@ void Shard::run() {
       std::lock_guard<std::mutex> lock(mailbox_mutex_);
       empty = mailbox_.empty();
     }
+    // The events after the wake are handled at a fresh reading, taken by the first of them.
+    turn_now_.reset();
+    const std::uint64_t events_before_sleep = events_;
     if (empty) {
       defer_writes_ = true;
       event_base_loop(base_, EVLOOP_ONCE);
@@ -440,13 +450,19 @@ void Shard::run() {
       if (!to_write_.empty()) guarded("shard settle", [this] { settle(); });
     }
     asleep_.store(false);
-    const core::Instant woken = monotonic_now();
+    const core::Instant woken = turn_now();
     poll.on_woken(woken - last_event);
     last_event = woken;
     turn_start = woken;
+    turn_events = events_ - events_before_sleep;
   }
   logf(LogLevel::kInfo, "shard %zu: longest loop turn %.2f ms, %llu over 10 ms", index_,
        longest_turn_.seconds_double() * 1000, static_cast<unsigned long long>(long_turns_));
+}
+
+core::Instant Shard::turn_now() {
+  if (!turn_now_) turn_now_ = monotonic_now();
+  return *turn_now_;
 }
 
 void Shard::note_turn(core::Instant start, core::Instant end, std::uint64_t events) {
@@ -510,10 +526,8 @@ void Shard::on_engine_timer(evutil_socket_t, short, void* self) {
   auto* shard = static_cast<Shard*>(self);
   shard->engine_timer_->fired();
   guarded("engine timer", [shard] {
-    const core::Instant began = monotonic_now();
-    shard->router_.tick(began);
+    shard->router_.tick(shard->turn_now());
     shard->settle();
-    shard->note_turn(began, monotonic_now(), 1);
   });
 }
 
@@ -539,7 +553,7 @@ void Shard::handle(message::NewConnection& m) {
     return;
   }
   const core::SessionId id = router_.new_session_id();
-  const core::Instant now = monotonic_now();
+  const core::Instant now = turn_now();
   auto connection =
       std::make_unique<Connection>(*this, id, bev, m.peer_ip, session_config(shared_.config), now);
   Connection* raw = connection.get();
@@ -573,7 +587,7 @@ void Shard::handle(message::NewConnection& m) {
   dirty_.push_back(raw);
 }
 
-void Shard::handle(core::RouterMessage& m) { router_.receive(monotonic_now(), std::move(m)); }
+void Shard::handle(core::RouterMessage& m) { router_.receive(turn_now(), std::move(m)); }
 
 void Shard::handle(ServiceMessage& m) {
   if (service_ != nullptr) service_->on_message(m);
@@ -582,7 +596,7 @@ void Shard::handle(ServiceMessage& m) {
 void Shard::handle(message::Drain&) {
   draining_ = true;
   if (service_ != nullptr) service_->begin_drain();
-  const core::Instant now = monotonic_now();
+  const core::Instant now = turn_now();
   for (auto& [id, connection] : connections_) {
     connection->session.begin_drain(now);
     dirty_.push_back(connection.get());
@@ -659,7 +673,7 @@ void Shard::settle() {
   std::vector<Connection*> serviced;
   while (true) {
     while (!router_.idle() || !dirty_.empty()) {
-      deliver_router_output(monotonic_now());
+      deliver_router_output(turn_now());
       std::vector<Connection*> dirty;
       dirty.swap(dirty_);
       std::sort(dirty.begin(), dirty.end());
@@ -703,7 +717,7 @@ void Shard::settle() {
   arm_engine_timer();
 }
 
-void Shard::arm_engine_timer() { engine_timer_->arm(router_.next_wake(), monotonic_now()); }
+void Shard::arm_engine_timer() { engine_timer_->arm(router_.next_wake(), turn_now()); }
 
 void Shard::watch_reads(Connection& connection, bool on) {
   if (connection.reader == nullptr || connection.reading == on) return;
@@ -741,7 +755,7 @@ ssize_t Shard::read_direct(Connection& connection, evutil_socket_t fd) {
   const ssize_t got = ::read(fd, read_scratch_.get(), kSocketInputMax);
   if (got <= 0) return got;  // errno as read() left it
   const std::string_view bytes(read_scratch_.get(), static_cast<std::size_t>(got));
-  const std::size_t used = connection.session.on_bytes(monotonic_now(), bytes);
+  const std::size_t used = connection.session.on_bytes(turn_now(), bytes);
   if (used < bytes.size()) {
     // The session's pipeline is full: the rest waits in the input buffer (feed_input).
     evbuffer* input = bufferevent_get_input(connection.bev);
@@ -784,7 +798,7 @@ void Shard::write_now(Connection& connection) {
   const auto peer_gone = [&] {
     // EPIPE, ECONNRESET...: as when libevent reports a socket error.
     connection.abort = true;
-    session.on_peer_closed(monotonic_now());
+    session.on_peer_closed(turn_now());
   };
   if (evbuffer_get_length(output) == 0) {
     // The common case: the replies go from the session's buffer to the socket, no copy.
@@ -828,7 +842,7 @@ void Shard::write_now(Connection& connection) {
 
 void Shard::service(Connection& connection) {
   core::Session& session = connection.session;
-  const core::Instant now = monotonic_now();
+  const core::Instant now = turn_now();
   bool progress = true;
   while (progress) {
     progress = false;

@@ -188,6 +188,9 @@ class Shard {
   core::Router& router() { return router_; }
   // After any event: router outputs delivered, connections serviced, the engine timer re-armed.
   void settle();
+  // The instant of this loop turn: the monotonic clock (net/clock.h) read once per turn, at the
+  // first call; every event of the turn is handled at it.
+  core::Instant turn_now();
 
  private:
   friend struct Connection;
@@ -244,6 +247,7 @@ class Shard {
   // Inside a loop turn: settle() leaves to_write_ for the end of the turn (run()).
   bool defer_writes_ = false;
   std::uint64_t events_ = 0;  // settle() calls: one per event handled, so run() sees progress
+  std::optional<core::Instant> turn_now_;  // this turn's clock reading, once taken
   // Stretches of work without a break (a loop turn, or an engine tick run from a sleep). Turns
   // over 10 ms are logged, at most one line a second giving the longest since the line before,
   // and the longest of all and the count over 10 ms when the shard stops: so a probe can tell a
