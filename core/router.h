@@ -8,7 +8,7 @@
 //
 //   turnstiled (net/)   between shard threads (mailbox + eventfd), one Router per shard;
 //   turnstile-sim       through its event queue, with delays, drops and crashes;
-//   tests/support       in a loop.
+//   testing       in a loop.
 //
 // Inputs: a session's request, cancel or close on its owner's router (submit, cancel, close); a
 // message from another shard (receive); time (tick). Outputs, taken by the driver after each

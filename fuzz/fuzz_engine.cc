@@ -1,5 +1,5 @@
-// Differential fuzzing of core::Engine against test::ReferenceModel (tests/support), the same
-// comparison as tests/core/engine_model_test.cc (tests/support/engine_differential.h) with
+// Differential fuzzing of core::Engine against test::ReferenceModel (testing), the same
+// comparison as tests/core/engine_model_test.cc (testing/engine_differential.h) with
 // libFuzzer choosing the steps instead of rapidcheck.
 //
 // Input: the first bytes choose the configuration (default lease, GC idle time, resource and
@@ -22,7 +22,7 @@
 
 #include "core/protocol.h"
 #include "fuzz/fuzz_input.h"
-#include "tests/support/engine_differential.h"
+#include "testing/engine_differential.h"
 
 namespace turnstile::fuzz {
 namespace {

@@ -1,5 +1,5 @@
 // Fuzzes whole sessions: a few connections to one engine through test::Loopback (the
-// single-threaded driver of tests/support/loopback.h), fed raw bytes, well-formed requests
+// single-threaded driver of testing/loopback.h), fed raw bytes, well-formed requests
 // (with tokens the server handed out), time steps, disconnects, half-closes, driver closes,
 // drains and reads, all decoded from the input.
 //
@@ -24,7 +24,7 @@
 #include "core/time.h"
 #include "core/types.h"
 #include "fuzz/fuzz_input.h"
-#include "tests/support/loopback.h"
+#include "testing/loopback.h"
 
 namespace turnstile::fuzz {
 namespace {

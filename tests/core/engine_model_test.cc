@@ -1,9 +1,9 @@
-// Model-based property test of core::Engine against tests/support/reference_model.h, plus plain
+// Model-based property test of core::Engine against testing/reference_model.h, plus plain
 // scenarios that check the reference model itself against docs/semantics.md.
 //
 // The property drives both with the same random sequence of requests, closed sessions, ticks
 // and stats calls, with time moving forward by nanoseconds, seconds or days and sometimes
-// backward, through tests/support/engine_differential.h: after every step it demands identical
+// backward, through testing/engine_differential.h: after every step it demands identical
 // replies, deliveries (compared per session), counters, fences, resources and queues, and checks
 // the engine's own invariants. fuzz/fuzz_engine.cc runs the same comparison with libFuzzer
 // choosing the steps.
@@ -26,8 +26,8 @@
 #include "core/stats.h"
 #include "core/time.h"
 #include "core/types.h"
-#include "tests/support/engine_differential.h"
-#include "tests/support/reference_model.h"
+#include "testing/engine_differential.h"
+#include "testing/reference_model.h"
 
 namespace turnstile::test {
 namespace {

@@ -27,7 +27,7 @@
 #include "core/random.h"
 #include "core/time.h"
 #include "core/types.h"
-#include "tests/support/loopback.h"
+#include "testing/loopback.h"
 
 namespace turnstile::test {
 namespace {

@@ -44,7 +44,7 @@
 #include "core/stats.h"
 #include "core/time.h"
 #include "core/types.h"
-#include "tests/support/reference_model.h"
+#include "testing/reference_model.h"
 
 namespace turnstile::test::differential {
 

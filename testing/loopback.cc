@@ -1,4 +1,4 @@
-#include "tests/support/loopback.h"
+#include "testing/loopback.h"
 
 #include <algorithm>
 #include <deque>

@@ -1,4 +1,4 @@
-#include "tests/support/reference_model.h"
+#include "testing/reference_model.h"
 
 #include <algorithm>
 #include <limits>

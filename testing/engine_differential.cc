@@ -1,4 +1,4 @@
-#include "tests/support/engine_differential.h"
+#include "testing/engine_differential.h"
 
 #include <algorithm>
 #include <cstdlib>
