@@ -1013,8 +1013,7 @@ std::string HttpServer::metrics_text(const core::StatsSnapshot& snapshot) {
       "request being routed to its reply (blocking acquires included)\n"
       "# TYPE turnstile_tcp_request_duration_seconds histogram\n";
   for (std::size_t command = 0; command < SharedState::kCommands; ++command) {
-    const SharedState::TcpLatencyTotals latency =
-        shared_.tcp_latency(static_cast<core::Command>(command));
+    const TcpLatencyTotals latency = shared_.tcp_latency(static_cast<core::Command>(command));
     if (latency.count == 0) continue;
     histogram_text("turnstile_tcp_request_duration_seconds", "command",
                    std::string(core::command_name(static_cast<core::Command>(command))),

@@ -1,6 +1,6 @@
 // Shard: one thread, one event_base (created without internal locking), one core::Engine for
-// the keys that hash to it (core::shard_of) with its core::Router, and the connections accepted
-// onto it.
+// the keys that hash to it (core::shard_of) with its core::Router, and the hosts of sessions on
+// its thread: its TCP connections (net/tcp_connections.h) and, with --http-port, the HTTP API.
 //
 // A connection's session lives on its shard. Every decision about where a request, a reply, a
 // close notice, a cancellation or a stats part goes is the router's (core/router.h); the shard
@@ -13,81 +13,25 @@
 #pragma once
 
 #include <event2/event.h>
-#include <openssl/ssl.h>
-#include <sys/socket.h>
 
-#include <array>
 #include <atomic>
 #include <cstdint>
-#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
-#include <unordered_map>
 #include <variant>
 #include <vector>
 
 #include "core/engine.h"
 #include "core/router.h"
-#include "core/session.h"
-#include "core/stats.h"
-#include "net/config.h"
 #include "net/crypto_random.h"
 #include "net/deadline_timer.h"
+#include "net/session_host.h"
+#include "net/shared_state.h"
+#include "net/tcp_connections.h"
 
 namespace turnstile::net {
-
-class Shard;
-
-// Request latencies (seconds): the Prometheus histogram buckets shared by TCP and HTTP.
-inline constexpr std::array<double, 14> kLatencyBuckets = {
-    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5, 30};
-
-// What all shards share. Counters are atomics; the per-IP table is behind a mutex (touched only
-// when a connection opens or closes).
-struct SharedState {
-  explicit SharedState(const Config& server_config)
-      : config(server_config), budget(server_config.max_locks) {}
-
-  const Config& config;
-  std::vector<Shard*> shards;
-  SSL_CTX* tls = nullptr;  // non-null: every connection is TLS
-  std::atomic<std::int64_t> connections_open{0};
-  std::atomic<std::int64_t> http_sessions_live{0};  // counted in stats `connections`
-
-  // TCP request latency of one command over every shard, for /metrics: cumulative buckets.
-  static constexpr std::size_t kCommands = 13;
-  struct TcpLatencyTotals {
-    std::array<std::uint64_t, kLatencyBuckets.size()> buckets{};
-    std::uint64_t count = 0;
-    std::uint64_t sum_ns = 0;
-  };
-  TcpLatencyTotals tcp_latency(core::Command command) const;
-
-  // --max-locks, exact across shards.
-  class Budget final : public core::ResourceBudget {
-   public:
-    explicit Budget(std::int64_t max) : max_(max) {}
-    bool try_take() override;
-    void give_back() override;
-
-   private:
-    std::int64_t max_;
-    std::atomic<std::int64_t> used_{0};
-  } budget;
-
-  // Per-IP connection counts for --max-connections-per-ip.
-  std::mutex per_ip_mutex;
-  std::unordered_map<std::string, std::int64_t> per_ip;
-
-  // Reserves a slot for a new connection from `ip`; false when a cap is reached.
-  bool admit(const std::string& ip);
-  void release(const std::string& ip);
-
-  SharedState(const SharedState&) = delete;
-  SharedState& operator=(const SharedState&) = delete;
-};
 
 // Messages between shards: the router's (core/router.h), and the few that are the daemon's own.
 namespace message {
@@ -127,37 +71,16 @@ using Message = std::variant<message::NewConnection, core::RouterMessage, Servic
                              message::Drain, message::Stop>;
 
 // A service that runs on a shard's thread beside its TCP connections (the HTTP API,
-// net/http_server.h). It owns some of the shard's sessions: the shard hands it the router's events
-// for them, and the messages other shards send it. Every call comes from the shard's thread; the
-// shard calls settle() itself after each, and the service calls Shard::settle() after each event
-// of its own.
-class ShardService {
+// net/http_server.h): a host of sessions (net/session_host.h) that also takes the messages other
+// shards send it. Every call comes from the shard's thread.
+class ShardService : public SessionHost {
  public:
-  virtual ~ShardService() = default;
-  virtual bool owns(core::SessionId session) const = 0;
-  virtual void on_session_event(core::Instant now, core::SessionEvent& event) = 0;
   virtual void on_message(ServiceMessage& message) = 0;
   virtual void begin_drain() = 0;
   virtual void stop() = 0;  // closes the service's sockets; the shard is stopping
 };
 
-struct Connection;
-
-// Request latencies of one command on one shard. One writer (the shard's thread), so a record is
-// a few plain stores to lines no other core writes; /metrics reads them from another thread.
-class TcpLatency {
- public:
-  void record(core::Duration elapsed);
-  // Adds these counts to `totals` (cumulative buckets).
-  void add_to(SharedState::TcpLatencyTotals& totals) const;
-
- private:
-  // By the first bucket bound that holds the latency; the last counts those above every bound.
-  std::array<std::atomic<std::uint64_t>, kLatencyBuckets.size() + 1> by_bucket_{};
-  std::atomic<std::uint64_t> sum_ns_{0};
-};
-
-class Shard {
+class Shard final : public ShardLoop {
  public:
   // Fences: from `fences` when given (the fence journal, shared by every shard), else counting up
   // from `fence_floor`.
@@ -173,28 +96,20 @@ class Shard {
   // Any thread: queue a message and wake the shard.
   void post(Message message);
 
-  std::size_t index() const { return index_; }
-  const TcpLatency& tcp_latency(core::Command command) const {
-    return tcp_latency_[static_cast<std::size_t>(command)];
-  }
   // Connections (sockets) still open on this shard; read by the server during drain.
-  std::int64_t sockets_open() const { return sockets_open_.load(std::memory_order_relaxed); }
+  std::int64_t sockets_open() const { return tcp_.sockets_open(); }
 
-  // For the service on this shard's thread (the HTTP API), and for it only on that thread.
-  event_base* base() const { return base_; }
+  // ShardLoop, for the hosts on this shard's thread (its TCP connections, the HTTP API).
+  std::size_t index() const override { return index_; }
+  event_base* base() const override { return base_; }
+  core::Router& router() override { return router_; }
+  core::Instant turn_now() override;
+  void settle() override;
+
+  // The service on this shard's thread (the HTTP API), if any; set before the shard starts.
   void set_service(ShardService* service) { service_ = service; }
-  // Routes the requests, cancels and closes of the service's sessions (core/router.h); their
-  // events come back through ShardService::on_session_event.
-  core::Router& router() { return router_; }
-  // After any event: router outputs delivered, connections serviced, the engine timer re-armed.
-  void settle();
-  // The instant of this loop turn: the monotonic clock (net/clock.h) read once per turn, at the
-  // first call; every event of the turn is handled at it.
-  core::Instant turn_now();
 
  private:
-  friend struct Connection;
-
   void run();
   // --pin-threads: restricts this thread to the index_-th CPU of those the process may use.
   void pin_to_cpu();
@@ -208,25 +123,9 @@ class Shard {
   void handle(message::Drain& m);
   void handle(message::Stop& m);
 
-  // Sends the router's messages to their shards and hands its events to their sessions.
+  // Sends the router's messages to their shards and hands its events to their sessions' hosts.
   void deliver_router_output(core::Instant now);
-  void on_session_event(core::Instant now, core::SessionEvent& event);
-  Connection* find(core::SessionId session);
   void arm_engine_timer();
-
-  // Connection lifecycle (shard thread): feed input to the session, route its requests, move
-  // its replies to the socket, send close notices, close the socket once flushed.
-  void service(Connection& connection);
-  void feed_input(Connection& connection, core::Instant now);
-  // Plain TCP: starts or stops reading the socket (Connection::on_readable).
-  void watch_reads(Connection& connection, bool on);
-  // Plain TCP, nothing buffered ahead: reads into read_scratch_ and hands the bytes straight to
-  // the session, buffering only what it leaves. Returns what read() returned; errno is read()'s
-  // when that is -1.
-  ssize_t read_direct(Connection& connection, evutil_socket_t fd);
-  void flush_output(Connection& connection);
-  void write_now(Connection& connection);
-  void close_socket(Connection& connection);
 
   std::size_t index_;
   SharedState& shared_;
@@ -244,7 +143,7 @@ class Shard {
   std::vector<Message> processing_;
   std::atomic<bool> asleep_{true};  // the loop may be blocked in epoll_wait (run())
   bool stopped_ = false;
-  // Inside a loop turn: settle() leaves to_write_ for the end of the turn (run()).
+  // Inside a loop turn: settle() leaves the connections' writes for the end of the turn (run()).
   bool defer_writes_ = false;
   std::uint64_t events_ = 0;  // settle() calls: one per event handled, so run() sees progress
   std::optional<core::Instant> turn_now_;  // this turn's clock reading, once taken
@@ -260,14 +159,9 @@ class Shard {
   // `events`: the settle() calls of the turn (one per callback that did work).
   void note_turn(core::Instant start, core::Instant end, std::uint64_t events);
 
-  std::unordered_map<std::uint64_t, std::unique_ptr<Connection>> connections_;
-  std::vector<Connection*> dirty_;        // connections to service in settle()
-  std::vector<Connection*> to_write_;     // connections with replies to write (end of turn)
-  std::unique_ptr<char[]> read_scratch_;  // read_direct's buffer: kSocketInputMax bytes
+  TcpConnections tcp_;
   bool draining_ = false;
   ShardService* service_ = nullptr;  // the HTTP API, when it runs
-  std::atomic<std::int64_t> sockets_open_{0};
-  std::array<TcpLatency, SharedState::kCommands> tcp_latency_{};
 };
 
 }  // namespace turnstile::net

@@ -1,0 +1,96 @@
+// SharedState: the little that a process's shards share, and the per-shard TCP latency tables
+// that /metrics sums.
+//
+// Thread affinity: every member is safe from any thread (atomics, or behind a mutex), except
+// that each TcpLatencies table is written by its own shard's thread only.
+#pragma once
+
+#include <openssl/ssl.h>
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/engine.h"
+#include "core/protocol.h"
+#include "core/time.h"
+#include "net/config.h"
+
+namespace turnstile::net {
+
+class Shard;
+
+// Request latencies (seconds): the Prometheus histogram buckets shared by TCP and HTTP.
+inline constexpr std::array<double, 14> kLatencyBuckets = {
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5, 30};
+
+// TCP request latency of one command over every shard, for /metrics: cumulative buckets.
+struct TcpLatencyTotals {
+  std::array<std::uint64_t, kLatencyBuckets.size()> buckets{};
+  std::uint64_t count = 0;
+  std::uint64_t sum_ns = 0;
+};
+
+// Request latencies of one command on one shard. One writer (the shard's thread), so a record is
+// a few plain stores to lines no other core writes; /metrics reads them from another thread.
+class TcpLatency {
+ public:
+  void record(core::Duration elapsed);
+  // Adds these counts to `totals` (cumulative buckets).
+  void add_to(TcpLatencyTotals& totals) const;
+
+ private:
+  // By the first bucket bound that holds the latency; the last counts those above every bound.
+  std::array<std::atomic<std::uint64_t>, kLatencyBuckets.size() + 1> by_bucket_{};
+  std::atomic<std::uint64_t> sum_ns_{0};
+};
+
+// What all shards share. Counters are atomics; the per-IP table is behind a mutex (touched only
+// when a connection opens or closes).
+struct SharedState {
+  static constexpr std::size_t kCommands = 13;
+  using TcpLatencies = std::array<TcpLatency, kCommands>;  // by core::Command
+
+  explicit SharedState(const Config& server_config);
+
+  const Config& config;
+  std::vector<Shard*> shards;  // filled by the server as it creates them
+  SSL_CTX* tls = nullptr;      // non-null: every connection is TLS
+  std::atomic<std::int64_t> connections_open{0};
+  std::atomic<std::int64_t> http_sessions_live{0};  // counted in stats `connections`
+
+  // One table per shard (config.threads of them), each written by its shard's thread.
+  std::vector<std::unique_ptr<TcpLatencies>> tcp_latencies;
+  TcpLatencyTotals tcp_latency(core::Command command) const;
+
+  // --max-locks, exact across shards.
+  class Budget final : public core::ResourceBudget {
+   public:
+    explicit Budget(std::int64_t max) : max_(max) {}
+    bool try_take() override;
+    void give_back() override;
+
+   private:
+    std::int64_t max_;
+    std::atomic<std::int64_t> used_{0};
+  } budget;
+
+  // Per-IP connection counts for --max-connections-per-ip.
+  std::mutex per_ip_mutex;
+  std::unordered_map<std::string, std::int64_t> per_ip;
+
+  // Reserves a slot for a new connection from `ip`; false when a cap is reached.
+  bool admit(const std::string& ip);
+  void release(const std::string& ip);
+
+  SharedState(const SharedState&) = delete;
+  SharedState& operator=(const SharedState&) = delete;
+};
+
+}  // namespace turnstile::net
