@@ -76,29 +76,29 @@ std::optional<std::int64_t> parse_int(std::string_view text) {
   return value;
 }
 
-// The error for a reply status that is not the success shape, or nullopt if it is no error.
-std::optional<Error> status_error(const std::string& status, std::string_view line) {
+// The error a reply's status means, or nullopt when it is no error (ok, acquired, queued).
+std::optional<Error> status_error(core::Status status) {
   struct Entry {
-    std::string_view status;
+    core::Status status;
     ErrorCode code;
   };
   static constexpr Entry kErrors[] = {
-      {"timeout", ErrorCode::kTimeout},
-      {"error", ErrorCode::kProtocol},
-      {"error_auth", ErrorCode::kAuth},
-      {"error_max_locks", ErrorCode::kMaxLocks},
-      {"error_max_waiters", ErrorCode::kMaxWaiters},
-      {"error_limit_mismatch", ErrorCode::kLimitMismatch},
-      {"error_not_enqueued", ErrorCode::kNotEnqueued},
-      {"error_already_enqueued", ErrorCode::kAlreadyEnqueued},
-      {"error_lease_expired", ErrorCode::kLeaseExpired},
-      {"error_draining", ErrorCode::kDraining},
+      {core::Status::kTimeout, ErrorCode::kTimeout},
+      {core::Status::kError, ErrorCode::kProtocol},
+      {core::Status::kErrorAuth, ErrorCode::kAuth},
+      {core::Status::kErrorMaxLocks, ErrorCode::kMaxLocks},
+      {core::Status::kErrorMaxWaiters, ErrorCode::kMaxWaiters},
+      {core::Status::kErrorLimitMismatch, ErrorCode::kLimitMismatch},
+      {core::Status::kErrorNotEnqueued, ErrorCode::kNotEnqueued},
+      {core::Status::kErrorAlreadyEnqueued, ErrorCode::kAlreadyEnqueued},
+      {core::Status::kErrorLeaseExpired, ErrorCode::kLeaseExpired},
+      {core::Status::kErrorDraining, ErrorCode::kDraining},
   };
   for (const Entry& entry : kErrors) {
-    if (status == entry.status) return make_error(entry.code, "server replied '" + status + "'");
-  }
-  if (status.rfind("error", 0) == 0) {
-    return make_error(ErrorCode::kBadReply, "unknown error reply '" + std::string(line) + "'");
+    if (status == entry.status) {
+      return make_error(entry.code,
+                        "server replied '" + std::string(core::status_name(status)) + "'");
+    }
   }
   return std::nullopt;
 }
@@ -107,13 +107,10 @@ Error bad_reply(std::string_view line) {
   return make_error(ErrorCode::kBadReply, "unexpected reply '" + std::string(line) + "'");
 }
 
-// "<status> <token> <lease>" with the given status.
-Result<Grant> grant_from(const ParsedReply& reply, std::string_view line) {
-  if (reply.fields.size() != 2) return bad_reply(line);
-  auto token = core::Token::parse(reply.fields[0]);
-  const auto lease = parse_int(reply.fields[1]);
-  if (!token || !lease || *lease < 0) return bad_reply(line);
-  return Grant{*token, Seconds{*lease}};
+// A grant (a token and its lease) out of a decoded reply.
+Result<Grant> grant_from(const core::Reply& reply, std::string_view line) {
+  if (!reply.token || reply.seconds < 0) return bad_reply(line);
+  return Grant{*reply.token, Seconds{reply.seconds}};
 }
 
 }  // namespace
@@ -122,13 +119,8 @@ Result<Grant> grant_from(const ParsedReply& reply, std::string_view line) {
 // ------------------------------------------------------------------------------
 
 Result<void> validate_key(std::string_view key) {
-  if (key.empty()) return make_error(ErrorCode::kInvalidArgument, "empty key");
-  if (key.size() > kKeyMaxBytes) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      "key longer than " + std::to_string(kKeyMaxBytes) + " bytes");
-  }
-  if (key.find_first_of(" \t\r\n") != std::string_view::npos) {
-    return make_error(ErrorCode::kInvalidArgument, "key contains space, tab, CR or LF");
+  if (const std::optional<std::string_view> problem = core::key_problem(key)) {
+    return make_error(ErrorCode::kInvalidArgument, std::string(*problem));
   }
   return {};
 }
@@ -164,25 +156,6 @@ Result<void> validate_limit(std::int64_t limit) {
                       "limit must be 1.." + std::to_string(core::kMaxSemaphoreLimit));
   }
   return {};
-}
-
-ParsedReply split_reply(std::string_view line) {
-  ParsedReply reply;
-  std::size_t start = 0;
-  bool first = true;
-  while (start <= line.size()) {
-    std::size_t end = line.find(' ', start);
-    if (end == std::string_view::npos) end = line.size();
-    std::string part(line.substr(start, end - start));
-    if (first) {
-      reply.status = std::move(part);
-      first = false;
-    } else {
-      reply.fields.push_back(std::move(part));
-    }
-    start = end + 1;
-  }
-  return reply;
 }
 
 // --- endpoints
@@ -468,7 +441,11 @@ struct Connection::Impl {
     }
     auto line = read_line(Clock::now());
     if (!line) return line.error();
-    if (auto error = status_error(split_reply(*line).status, *line)) return *std::move(error);
+    // A line nobody asked for: the server says why it is closing (error_draining, say).
+    const std::optional<core::Reply> reply = core::decode_reply(core::Command::kPing, *line);
+    if (reply) {
+      if (auto error = status_error(reply->status)) return *std::move(error);
+    }
     return make_error(ErrorCode::kBadReply, "unsolicited line '" + *line + "'");
   }
 
@@ -489,7 +466,7 @@ struct Connection::Impl {
 
   // Encodes and sends `request`; returns the reply line, or the typed error its status names.
   // `blocking`: the request's own timeout extends the reply deadline.
-  Result<ParsedReply> call(const core::Request& request, std::string& line_out) {
+  Result<core::Reply> call(const core::Request& request, std::string& line_out) {
     std::string bytes;
     core::encode_request(request, bytes);
     auto wait = options.reply_timeout;
@@ -501,12 +478,13 @@ struct Connection::Impl {
     auto line = exchange(bytes, Clock::now() + wait);
     if (!line) return line.error();
     line_out = std::move(*line);
-    ParsedReply reply = split_reply(line_out);
-    if (auto error = status_error(reply.status, line_out)) {
+    std::optional<core::Reply> reply = core::decode_reply(request.command, line_out);
+    if (!reply) return bad_reply(line_out);
+    if (auto error = status_error(reply->status)) {
       if (error->code == ErrorCode::kAuth || error->code == ErrorCode::kDraining) close();
       return *std::move(error);
     }
-    return reply;
+    return *std::move(reply);
   }
 };
 
@@ -586,7 +564,7 @@ Result<Grant> do_grant(Connection::Impl* impl, const core::Request& request) {
   std::string line;
   auto reply = impl->call(request, line);
   if (!reply) return reply.error();
-  if (reply->status != "ok") return bad_reply(line);
+  if (reply->status != core::Status::kOk) return bad_reply(line);
   return grant_from(*reply, line);
 }
 
@@ -595,7 +573,10 @@ Result<void> do_release(Connection::Impl* impl, const core::Request& request) {
   std::string line;
   auto reply = impl->call(request, line);
   if (!reply) return reply.error();
-  if (reply->status != "ok" || !reply->fields.empty()) return bad_reply(line);
+  if (reply->status != core::Status::kOk || reply->token || reply->seconds >= 0 ||
+      !reply->payload.empty()) {
+    return bad_reply(line);
+  }
   return {};
 }
 
@@ -604,10 +585,8 @@ Result<Seconds> do_renew(Connection::Impl* impl, const core::Request& request) {
   std::string line;
   auto reply = impl->call(request, line);
   if (!reply) return reply.error();
-  if (reply->status != "ok" || reply->fields.size() != 1) return bad_reply(line);
-  const auto ttl = parse_int(reply->fields[0]);
-  if (!ttl || *ttl < 0) return bad_reply(line);
-  return Seconds{*ttl};
+  if (reply->status != core::Status::kOk || reply->seconds < 0) return bad_reply(line);
+  return Seconds{reply->seconds};
 }
 
 Result<EnqueueResult> do_enqueue(Connection::Impl* impl, const core::Request& request) {
@@ -615,8 +594,8 @@ Result<EnqueueResult> do_enqueue(Connection::Impl* impl, const core::Request& re
   std::string line;
   auto reply = impl->call(request, line);
   if (!reply) return reply.error();
-  if (reply->status == "queued" && reply->fields.empty()) return EnqueueResult{};
-  if (reply->status != "acquired") return bad_reply(line);
+  if (reply->status == core::Status::kQueued) return EnqueueResult{};
+  if (reply->status != core::Status::kAcquired) return bad_reply(line);
   auto grant = grant_from(*reply, line);
   if (!grant) return grant.error();
   return EnqueueResult{*grant};
@@ -735,8 +714,8 @@ Result<StatsResult> Connection::stats() {
   std::string line;
   auto reply = impl->call(make_request(core::Command::kStats, {}), line);
   if (!reply) return reply.error();
-  if (line.rfind("ok {", 0) != 0) return bad_reply(line);
-  return StatsResult{line.substr(3)};
+  if (reply->payload.empty() || reply->payload.front() != '{') return bad_reply(line);
+  return StatsResult{std::move(reply->payload)};
 }
 
 Result<std::string> Connection::raw_request(std::string_view bytes, Milliseconds timeout) {

@@ -30,6 +30,7 @@
 
 #include "client/result.h"
 #include "core/types.h"
+#include "core/wire.h"
 
 namespace turnstile::client {
 
@@ -37,7 +38,7 @@ using Seconds = std::chrono::seconds;
 using Milliseconds = std::chrono::milliseconds;
 
 inline constexpr std::uint16_t kDefaultPort = 6388;
-inline constexpr std::size_t kKeyMaxBytes = 256;  // the server's line cap (core RequestParser)
+inline constexpr std::size_t kKeyMaxBytes = core::kKeyMaxBytes;  // core::key_problem's rule
 
 // host:port. `host` is a name or an IP literal, without brackets.
 struct Endpoint {
@@ -91,13 +92,6 @@ Result<core::Token> parse_token(std::string_view text);
 Result<void> validate_timeout(Seconds timeout);
 Result<void> validate_lease(Seconds lease);  // 0 allowed: the server's default
 Result<void> validate_limit(std::int64_t limit);
-
-// Parses one reply line (without '\n') into a status and its fields; exposed for tests.
-struct ParsedReply {
-  std::string status;
-  std::vector<std::string> fields;
-};
-ParsedReply split_reply(std::string_view line);
 
 class Connection {
  public:

@@ -4,13 +4,13 @@
 #include <nlohmann/json.hpp>
 
 #include "core/assert.h"
+#include "core/wire.h"
 
 namespace turnstile::core {
 namespace {
 
 using Json = nlohmann::ordered_json;
 
-constexpr std::size_t kKeyMax = 256;    // bytes
 constexpr std::size_t kTokenMax = 256;  // bytes
 
 bool is_space_byte(char c) {
@@ -65,10 +65,8 @@ int hex_value(char c) {
 }
 
 std::optional<HttpBadRequest> check_key(std::string_view key) {
-  if (key.empty()) return HttpBadRequest{"key must not be empty"};
-  if (key.size() > kKeyMax) return HttpBadRequest{"key longer than 256 bytes"};
-  if (std::any_of(key.begin(), key.end(), [](char c) { return is_space_byte(c) || c == '\0'; })) {
-    return HttpBadRequest{"key must not contain whitespace"};
+  if (const std::optional<std::string_view> problem = key_problem(key)) {
+    return HttpBadRequest{std::string(*problem)};
   }
   return std::nullopt;
 }

@@ -220,13 +220,7 @@ std::optional<Command> lookup_command(std::string_view text) {
   }
 }
 
-bool is_valid_key(std::string_view key) {
-  if (key.empty()) return false;
-  for (char c : key) {
-    if (c == ' ' || c == '\t' || c == '\r' || c == '\n') return false;
-  }
-  return true;
-}
+bool is_valid_key(std::string_view key) { return !key_problem(key).has_value(); }
 
 // Resets `request` in place (rather than assigning a fresh Request) so that a caller reusing
 // its ParseResult keeps the string capacity it already has.
@@ -509,6 +503,75 @@ void append_token(const Token& token, std::string& out) {
 }
 
 }  // namespace
+
+std::optional<std::string_view> key_problem(std::string_view key) {
+  if (key.empty()) return "key is empty";
+  if (key.size() > kKeyMaxBytes) return "key is longer than 256 bytes";
+  if (key.find_first_of(" \t\r\n") != std::string_view::npos) {
+    return "key contains whitespace (a space, tab, CR or LF)";
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+std::optional<std::int64_t> parse_count(std::string_view text) {
+  std::int64_t value = 0;
+  if (text.empty() || text.front() == '-') return std::nullopt;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc{} || end != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+std::optional<Status> parse_status(std::string_view word) {
+  for (int i = 0; i <= static_cast<int>(Status::kErrorDraining); ++i) {
+    const auto status = static_cast<Status>(i);
+    if (status != Status::kParked && status_name(status) == word) return status;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<Reply> decode_reply(Command command, std::string_view line) {
+  const std::size_t space = line.find(' ');
+  const std::string_view word = line.substr(0, space);
+  const std::string_view rest =
+      space == std::string_view::npos ? std::string_view() : line.substr(space + 1);
+  const std::optional<Status> status = parse_status(word);
+  if (!status) return std::nullopt;
+  if (space == std::string_view::npos) {
+    // A status alone: never the success shape of a command whose success carries fields.
+    const bool grant = command == Command::kLock || command == Command::kSemLock ||
+                       command == Command::kWait || command == Command::kSemWait;
+    const bool fields_on_ok = grant || command == Command::kRenew ||
+                              command == Command::kSemRenew || command == Command::kStats;
+    if (*status == Status::kOk && fields_on_ok) return std::nullopt;
+    if (*status == Status::kAcquired) return std::nullopt;
+    return Reply::of(*status);
+  }
+  if (*status == Status::kOk && command == Command::kStats) {
+    if (rest.empty()) return std::nullopt;
+    return Reply::stats(std::string(rest));
+  }
+  if (*status == Status::kOk && (command == Command::kRenew || command == Command::kSemRenew)) {
+    const std::optional<std::int64_t> ttl = parse_count(rest);
+    if (!ttl) return std::nullopt;
+    return Reply::renewed(*ttl);
+  }
+  const bool two_phase = command == Command::kEnqueue || command == Command::kSemEnqueue;
+  const bool grant = command == Command::kLock || command == Command::kSemLock ||
+                     command == Command::kWait || command == Command::kSemWait;
+  if ((*status == Status::kOk && grant) || (*status == Status::kAcquired && two_phase)) {
+    const std::size_t second = rest.find(' ');
+    if (second == std::string_view::npos) return std::nullopt;
+    const std::optional<Token> token = Token::parse(rest.substr(0, second));
+    const std::optional<std::int64_t> lease = parse_count(rest.substr(second + 1));
+    if (!token || !lease) return std::nullopt;
+    return Reply::granted(*status, *token, *lease);
+  }
+  return std::nullopt;
+}
 
 void encode_reply(const Reply& reply, std::string& out) {
   // kParked is the engine's internal "answer later"; putting it on the wire is a bug.

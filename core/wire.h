@@ -90,8 +90,21 @@ class RequestParser {
   bool draining_ = false;  // the current line went over its cap; skipping to its '\n'
 };
 
+// The one rule for a key, on the wire, over HTTP and in the client: 1 to kKeyMaxBytes bytes,
+// none of them a space, a tab, CR or LF. Any other byte (NUL, bytes that are not UTF-8) is part of
+// the key. nullopt when `key` is valid, else what is wrong with it.
+inline constexpr std::size_t kKeyMaxBytes = 256;  // the protocol's line cap
+std::optional<std::string_view> key_problem(std::string_view key);
+
 // Appends the reply line (with its '\n') to `out`.
 void encode_reply(const Reply& reply, std::string& out);
+
+// The reply to a request of `command`, from one reply line (without its '\n'): the inverse of
+// encode_reply, for clients and checkers. A status word alone (an error, `timeout`, `queued`, a
+// bare `ok`), or `ok`/`acquired` with the fields that command's success carries: a token and a
+// lease (l, sl, w, sw; e and se as `acquired`), a ttl (n, sn), the stats JSON (stats). nullopt for
+// anything else, an unknown status included.
+std::optional<Reply> decode_reply(Command command, std::string_view line);
 
 // Appends the three request lines to `out`, in the canonical form a client sends: unused key
 // is `_`, optional fields are left out when absent (lease_s == 0). A request without a token

@@ -87,37 +87,17 @@ enum class Action : std::uint8_t {
 
 bool is_token(std::string_view text) { return core::Token::parse(text).has_value(); }
 
-bool is_count(std::string_view text) {
-  if (text.empty() || text.size() > 19) return false;
-  return std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
-}
-
-// A reply line (without its '\n') as the session may write it.
+// A reply line (without its '\n') as the session may write it: a reply to some command
+// (core::decode_reply), with stats JSON that parses.
 bool valid_reply_line(std::string_view line) {
-  static const std::vector<std::string_view> kBare = {"ok",
-                                                      "queued",
-                                                      "timeout",
-                                                      "error",
-                                                      "error_auth",
-                                                      "error_max_locks",
-                                                      "error_max_waiters",
-                                                      "error_limit_mismatch",
-                                                      "error_not_enqueued",
-                                                      "error_already_enqueued",
-                                                      "error_lease_expired",
-                                                      "error_draining"};
-  if (std::find(kBare.begin(), kBare.end(), line) != kBare.end()) return true;
-  const std::size_t first_space = line.find(' ');
-  if (first_space == std::string_view::npos) return false;
-  std::string_view status = line.substr(0, first_space);
-  if (status != "ok" && status != "acquired") return false;
-  std::string_view rest = line.substr(first_space + 1);
-  if (status == "ok" && !rest.empty() && rest.front() == '{') {
-    return nlohmann::json::accept(rest);
+  for (int command = 0; command < static_cast<int>(core::Command::kAuth) + 1; ++command) {
+    const std::optional<core::Reply> reply =
+        core::decode_reply(static_cast<core::Command>(command), line);
+    if (!reply) continue;
+    if (!reply->payload.empty() && !nlohmann::json::accept(reply->payload)) continue;
+    return true;
   }
-  std::size_t space = rest.find(' ');
-  if (space == std::string_view::npos) return status == "ok" && is_count(rest);
-  return is_token(rest.substr(0, space)) && is_count(rest.substr(space + 1));
+  return false;
 }
 
 class Scenario {

@@ -1320,26 +1320,19 @@ void World::client_line(Client& client, std::string_view line) {
   }
   Outstanding outstanding = std::move(client.pending.front());
   client.pending.pop_front();
-  // Parse: status word, then fields.
-  std::vector<std::string> fields;
-  std::size_t start = 0;
-  while (start <= line.size()) {
-    const std::size_t space = line.find(' ', start);
-    const std::size_t end = space == std::string_view::npos ? line.size() : space;
-    fields.emplace_back(line.substr(start, end - start));
-    start = end + 1;
-  }
-  const std::string& status = fields[0];
   const core::Request& request = outstanding.request;
   if (outstanding.malformed) {
-    if (status != "error") fail("protocol", "malformed request answered " + std::string(line));
+    if (line != "error") fail("protocol", "malformed request answered " + std::string(line));
     return;
   }
-  std::optional<core::Token> token;
-  if ((status == "ok" || status == "acquired") && fields.size() == 3) {
-    token = core::Token::parse(fields[1]);
-    if (!token) fail("protocol", "bad token in reply " + std::string(line));
+  const std::optional<core::Reply> reply = core::decode_reply(request.command, line);
+  if (!reply) {
+    fail("protocol", std::string(core::command_name(request.command)) + " answered " +
+                         std::string(line) + ", which is no reply to it");
+    return;
   }
+  const std::string status(core::status_name(reply->status));
+  const std::optional<core::Token> token = reply->token;
   const ResourceKey key{core::command_namespace(request.command), request.key};
   using core::Command;
   switch (request.command) {
@@ -1386,14 +1379,7 @@ void World::client_line(Client& client, std::string_view line) {
       break;
   }
   if (token_pool_.size() > 256) token_pool_.erase(token_pool_.begin(), token_pool_.begin() + 128);
-  std::int64_t seconds = -1;
-  if (fields.size() >= 2) {
-    const std::string& number = fields.back();
-    if (!number.empty() && number.size() < 12 &&
-        std::all_of(number.begin(), number.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-      seconds = std::stoll(number);
-    }
-  }
+  const std::int64_t seconds = reply->seconds;
   if (outstanding.op != 0) history_.complete(outstanding.op, now_, status, token, seconds);
 }
 

@@ -102,14 +102,6 @@ TEST(ClientValidation, NumbersMirrorTheServer) {
   EXPECT_FALSE(validate_limit(1'048'577).ok());
 }
 
-TEST(ClientReply, SplitsOnSingleSpaces) {
-  const ParsedReply grant = split_reply("ok 0123456789abcdef0123456789abcdef 33");
-  EXPECT_EQ(grant.status, "ok");
-  ASSERT_EQ(grant.fields.size(), 2U);
-  EXPECT_EQ(grant.fields[1], "33");
-  EXPECT_TRUE(split_reply("queued").fields.empty());
-}
-
 TEST(ClientErrorCodes, HaveNames) {
   EXPECT_EQ(error_code_name(ErrorCode::kLeaseExpired), "lease_expired");
   EXPECT_EQ((Error{ErrorCode::kTimeout, "x"}).to_string(), "timeout: x");

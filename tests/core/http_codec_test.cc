@@ -180,11 +180,11 @@ TEST(HttpCodec, BadInputIsRejectedWithADetailInAFixedOrder) {
   // The body's size first, then the key, the body, the session header.
   EXPECT_EQ(decode_bad(HttpEndpoint::kLockAcquire, "", std::string(kHttpBodyMax + 1, ' ')),
             "request body larger than 1 MiB");
-  EXPECT_EQ(decode_bad(HttpEndpoint::kLockAcquire, "", "{}"), "key must not be empty");
+  EXPECT_EQ(decode_bad(HttpEndpoint::kLockAcquire, "", "{}"), "key is empty");
   EXPECT_EQ(decode_bad(HttpEndpoint::kLockAcquire, std::string(257, 'k'), "{}"),
-            "key longer than 256 bytes");
+            "key is longer than 256 bytes");
   EXPECT_EQ(decode_bad(HttpEndpoint::kLockAcquire, "a b", "nonsense"),
-            "key must not contain whitespace");
+            "key contains whitespace (a space, tab, CR or LF)");
   EXPECT_EQ(decode_bad(HttpEndpoint::kLockAcquire, "k", "{}", std::nullopt),
             "missing X-Dflockd-Session header");
   EXPECT_EQ(decode_bad(HttpEndpoint::kLockAcquire, "k", "{}", std::string(32, 'A')),

@@ -1076,4 +1076,62 @@ RC_GTEST_PROP(WireProperties, RandomBytesNeverBreakTheParser, ()) {
 }
 
 }  // namespace
+// ---- the key rule and the reply decoder -----------------------------------------------------
+
+TEST(KeyRule, OneRuleForTheWireHttpAndTheClient) {
+  EXPECT_EQ(key_problem("build-job"), std::nullopt);
+  EXPECT_EQ(key_problem(std::string(256, 'k')), std::nullopt);
+  EXPECT_EQ(key_problem(std::string("a\0b\xff\v", 5)), std::nullopt);  // any other byte
+  EXPECT_EQ(key_problem(""), "key is empty");
+  EXPECT_EQ(key_problem(std::string(257, 'k')), "key is longer than 256 bytes");
+  for (const char* bad : {"a b", "a\tb", "a\rb", "a\nb"}) {
+    EXPECT_EQ(key_problem(bad), "key contains whitespace (a space, tab, CR or LF)") << bad;
+  }
+}
+
+TEST(ReplyDecoder, InvertsTheEncoderForEveryReplyShape) {
+  const Token token = *Token::parse("0123456789abcdef0123456789abcdef");
+  const std::pair<Command, Reply> cases[] = {
+      {Command::kLock, Reply::granted(Status::kOk, token, 33)},
+      {Command::kSemWait, Reply::granted(Status::kOk, token, 0)},
+      {Command::kEnqueue, Reply::granted(Status::kAcquired, token, 5)},
+      {Command::kSemEnqueue, Reply::of(Status::kQueued)},
+      {Command::kRenew, Reply::renewed(60)},
+      {Command::kRelease, Reply::of(Status::kOk)},
+      {Command::kPing, Reply::of(Status::kOk)},
+      {Command::kStats, Reply::stats(R"({"connections":1,"locks":[]})")},
+      {Command::kLock, Reply::of(Status::kTimeout)},
+      {Command::kWait, Reply::of(Status::kErrorNotEnqueued)},
+      {Command::kSemLock, Reply::of(Status::kErrorLimitMismatch)},
+      {Command::kRelease, Reply::of(Status::kError)},
+      {Command::kPing, Reply::of(Status::kErrorDraining)},
+  };
+  for (const auto& [command, reply] : cases) {
+    std::string line;
+    encode_reply(reply, line);
+    line.pop_back();  // its '\n'
+    const std::optional<Reply> decoded = decode_reply(command, line);
+    ASSERT_TRUE(decoded.has_value()) << line;
+    EXPECT_EQ(*decoded, reply) << line;
+  }
+}
+
+TEST(ReplyDecoder, RefusesWhatTheCommandCannotGet) {
+  const std::string grant = "ok 0123456789abcdef0123456789abcdef 33";
+  EXPECT_EQ(decode_reply(Command::kRelease, grant), std::nullopt);
+  EXPECT_EQ(decode_reply(Command::kLock, "ok"), std::nullopt);  // a grant carries its token
+  EXPECT_EQ(decode_reply(Command::kRenew, "ok"), std::nullopt);
+  EXPECT_EQ(decode_reply(Command::kRenew, "ok -1"), std::nullopt);
+  EXPECT_EQ(decode_reply(Command::kRenew, "ok 1x"), std::nullopt);
+  EXPECT_EQ(decode_reply(Command::kLock, "ok 0123 33"), std::nullopt);  // not a token
+  EXPECT_EQ(decode_reply(Command::kLock, grant + " extra"), std::nullopt);
+  EXPECT_EQ(decode_reply(Command::kEnqueue, "acquired"), std::nullopt);
+  EXPECT_EQ(decode_reply(Command::kLock, "acquired 0123456789abcdef0123456789abcdef 3"),
+            std::nullopt);
+  EXPECT_EQ(decode_reply(Command::kStats, "ok"), std::nullopt);
+  EXPECT_EQ(decode_reply(Command::kLock, "error_unheard_of"), std::nullopt);
+  EXPECT_EQ(decode_reply(Command::kLock, "parked"), std::nullopt);  // never on the wire
+  EXPECT_EQ(decode_reply(Command::kLock, ""), std::nullopt);
+}
+
 }  // namespace turnstile::core
