@@ -28,8 +28,11 @@
 #include "core/time.h"
 #include "core/types.h"
 #include "core/wire.h"
+#include "sim/digest.h"
+#include "sim/event.h"
 #include "sim/history.h"
 #include "sim/prng.h"
+#include "sim/settings.h"
 
 namespace turnstile::sim {
 namespace {
@@ -37,179 +40,6 @@ namespace {
 using core::Instant;
 using core::Namespace;
 using core::SessionId;
-
-constexpr std::int64_t kUs = 1'000;
-constexpr std::int64_t kMs = 1'000'000;
-constexpr std::int64_t kS = 1'000'000'000;
-constexpr std::int64_t kHour = 3600 * kS;
-// The wall clock at virtual time 0 (2026-01-01 in nanoseconds since the epoch).
-constexpr std::int64_t kWallStart = 1'767'225'600 * kS;
-// Virtual time the liveness phase allows for every pending request to be answered, then for
-// everything to close.
-constexpr std::int64_t kLivenessWindow = 120 * kS;
-constexpr std::int64_t kDrainWindow = 200 * kS;
-
-// Subsystem streams of the seed.
-enum Stream : std::uint64_t { kSwarm = 1, kNetwork, kWorkload, kFaults, kClocks, kSalts, kDisk };
-
-const std::vector<std::string> kProfiles = {"default", "crash-heavy", "clock-chaos",
-                                            "disconnect-storm", "contention"};
-
-// ---- swarm settings: which faults and shapes a seed gets -----------------------------------
-
-struct Settings {
-  std::size_t shards = 1;
-  std::size_t clients = 4;
-  std::size_t hot_keys = 2;
-  std::size_t cold_keys = 16;
-  bool auto_release = true;
-  std::int64_t waiters_max = 0;
-  std::int64_t resources_max = 1'048'576;
-  std::int64_t gc_idle_ms = 60'000;
-  std::size_t deadlines_per_call = 8;  // EngineConfig::deadlines_per_call
-  // BUGGIFY switches.
-  bool fault_crash = false;
-  bool fault_pause = false;
-  bool fault_wall_step = false;
-  bool fault_expiry_burst = false;
-  bool fault_disconnect = false;
-  bool fault_clock_back = false;
-  bool fragment = false;
-  bool pipelining = false;
-  std::int64_t fault_interval_ms = 2'000;  // mean gap between fault events
-  std::uint64_t vanish_permille = 10;      // per client action
-  std::uint64_t hot_permille = 600;        // share of operations on hot keys
-  std::int64_t net_delay_max_us = 2'000;
-  std::int64_t hop_delay_max_us = 200;
-  // The fence journal (--fence-state-file) on the simulated disk; off: fences start at the wall
-  // clock of each process start.
-  bool fence_journal = false;
-  std::uint64_t journal_range = std::uint64_t{1} << 22;  // FenceJournalConfig::range
-  std::uint64_t fence_block = 4096;                      // EngineConfig::fence_block
-  std::uint64_t journal_fail_permille = 0;               // journal writes whose sync fails
-  std::int64_t journal_sync_max_us = 2'000;              // write + fsync latency
-
-  std::string describe() const {
-    std::string text;
-    auto add = [&](const std::string& part) {
-      if (!text.empty()) text += ' ';
-      text += part;
-    };
-    add("shards=" + std::to_string(shards));
-    add("clients=" + std::to_string(clients));
-    add("keys=" + std::to_string(hot_keys) + "hot+" + std::to_string(cold_keys) + "cold");
-    add(std::string("auto_release=") + (auto_release ? "on" : "off"));
-    add("waiters_max=" + std::to_string(waiters_max));
-    add("max_locks=" + std::to_string(resources_max));
-    add("gc_idle_ms=" + std::to_string(gc_idle_ms));
-    add("deadlines_per_call=" + std::to_string(deadlines_per_call));
-    add("faults=[");
-    std::string faults;
-    auto fault = [&](bool on, const char* name) {
-      if (!on) return;
-      if (!faults.empty()) faults += ',';
-      faults += name;
-    };
-    fault(fault_crash, "crash");
-    fault(fault_pause, "pause");
-    fault(fault_wall_step, "wall-step");
-    fault(fault_expiry_burst, "expiry-burst");
-    fault(fault_disconnect, "disconnect");
-    fault(fault_clock_back, "clock-back");
-    fault(fragment, "fragment");
-    fault(pipelining, "pipelining");
-    text += faults + "]";
-    add("fault_interval_ms=" + std::to_string(fault_interval_ms));
-    add("vanish_permille=" + std::to_string(vanish_permille));
-    if (fence_journal) {
-      add("journal=[range=" + std::to_string(journal_range) + ",block=" +
-          std::to_string(fence_block) + ",fail_permille=" + std::to_string(journal_fail_permille) +
-          ",sync_max_us=" + std::to_string(journal_sync_max_us) + "]");
-    } else {
-      add("journal=off");
-    }
-    return text;
-  }
-};
-
-Settings choose_settings(std::uint64_t seed, const std::string& profile) {
-  Prng prng(seed, kSwarm);
-  Settings s;
-  s.shards = static_cast<std::size_t>(prng.between(1, 4));
-  s.clients = static_cast<std::size_t>(prng.between(2, 8));
-  s.hot_keys = static_cast<std::size_t>(prng.between(1, 3));
-  s.cold_keys = static_cast<std::size_t>(prng.between(4, 24));
-  s.auto_release = prng.chance(800);
-  s.waiters_max = prng.chance(200) ? prng.between(1, 4) : 0;
-  s.resources_max = prng.chance(150) ? prng.between(2, 12) : 1'048'576;
-  const std::int64_t gc_choices[] = {0, 1, 500, 5'000, 60'000};
-  s.gc_idle_ms = gc_choices[prng.below(5)];
-  s.fault_crash = prng.chance(400);
-  s.fault_pause = prng.chance(400);
-  s.fault_wall_step = prng.chance(100);
-  s.fault_expiry_burst = prng.chance(300);
-  s.fault_disconnect = prng.chance(500);
-  s.fault_clock_back = prng.chance(200);
-  s.fragment = prng.chance(700);
-  s.pipelining = prng.chance(500);
-  s.fault_interval_ms = prng.between(300, 5'000);
-  s.vanish_permille = static_cast<std::uint64_t>(prng.between(0, 20));
-  s.hot_permille = static_cast<std::uint64_t>(prng.between(300, 900));
-  s.net_delay_max_us = prng.between(10, 5'000);
-  s.hop_delay_max_us = prng.between(0, 500);
-  if (profile == "crash-heavy") {
-    s.fault_crash = true;
-    s.fault_interval_ms = prng.between(300, 1'500);
-  } else if (profile == "clock-chaos") {
-    s.fault_wall_step = true;
-    s.fault_clock_back = true;
-    s.fault_pause = true;
-    s.fault_expiry_burst = true;
-    s.fault_crash = prng.chance(700);
-  } else if (profile == "disconnect-storm") {
-    s.fault_disconnect = true;
-    s.vanish_permille = static_cast<std::uint64_t>(prng.between(60, 200));
-    s.fragment = true;
-  } else if (profile == "contention") {
-    s.clients = static_cast<std::size_t>(prng.between(8, 16));
-    s.hot_keys = 1;
-    s.hot_permille = 950;
-    s.pipelining = true;
-  }
-  // Small ranges and blocks, so that reservations, run-outs and block hand-offs happen often.
-  s.fence_journal = prng.chance(750) || profile == "crash-heavy" || profile == "clock-chaos";
-  s.journal_range =
-      static_cast<std::uint64_t>(prng.chance(500) ? prng.between(2, 64) : prng.between(2, 2'000));
-  s.fence_block = static_cast<std::uint64_t>(prng.between(1, 64));
-  s.journal_fail_permille = prng.chance(500) ? static_cast<std::uint64_t>(prng.between(1, 100)) : 0;
-  // Some disks are slow (up to 300 ms per fsync): grants then run out of durable fences.
-  s.journal_sync_max_us =
-      prng.chance(300) ? prng.between(10'000, 300'000) : prng.between(50, 20'000);
-  // Drawn last, so that the choices above stay what they were for every seed. One or two per
-  // call leave deadlines behind at almost every expiry.
-  const std::size_t per_call_choices[] = {8, 8, 1, 2};
-  s.deadlines_per_call = per_call_choices[prng.below(4)];
-  return s;
-}
-
-// ---- trace digest ----------------------------------------------------------------------------
-
-class Digest {
- public:
-  Digest() : state_(XXH3_createState()) { XXH3_64bits_reset(state_); }
-  ~Digest() { XXH3_freeState(state_); }
-  Digest(const Digest&) = delete;
-  Digest& operator=(const Digest&) = delete;
-  void add(std::uint64_t value) { XXH3_64bits_update(state_, &value, sizeof value); }
-  void add(std::string_view bytes) {
-    add(static_cast<std::uint64_t>(bytes.size()));
-    XXH3_64bits_update(state_, bytes.data(), bytes.size());
-  }
-  std::uint64_t value() const { return XXH3_64bits_digest(state_); }
-
- private:
-  XXH3_state_t* state_;
-};
 
 // ---- the resource budget shared by the shards of one process (--max-locks) ---------------------
 
@@ -239,32 +69,6 @@ class SaltSource final : public core::RandomSource {
 
  private:
   Prng& prng_;
-};
-
-// ---- events --------------------------------------------------------------------------------
-
-enum class EventKind : std::uint8_t {
-  kClientAct,      // a = client
-  kNetToServer,    // a = connection
-  kNetToClient,    // a = connection
-  kHop,            // a = life, b = source shard, c = destination shard
-  kServerTimer,    // a = life
-  kFault,          //
-  kRestart,        //
-  kUnpause,        //
-  kLivenessStart,  //
-  kJournalSynced,  // a = life, b = seq: the journal write's fsync completes
-  kJournalRetry,   // a = life: the back-off after a failed journal write ends
-};
-
-struct Event {
-  std::int64_t at = 0;
-  std::uint64_t sequence = 0;
-  EventKind kind = EventKind::kFault;
-  std::uint64_t a = 0, b = 0, c = 0;
-  bool operator>(const Event& other) const {
-    return at != other.at ? at > other.at : sequence > other.sequence;
-  }
 };
 
 // ---- the simulated network ---------------------------------------------------------------------
@@ -409,16 +213,8 @@ class World final : public core::EngineObserver {
 
  private:
   // -- scheduling
-  void schedule(std::int64_t at, EventKind kind, std::uint64_t a = 0, std::uint64_t b = 0,
-                std::uint64_t c = 0) {
-    queue_.push(Event{at, next_event_sequence_++, kind, a, b, c});
-  }
+  void schedule(std::int64_t at, EventPayload what) { queue_.schedule(at, std::move(what)); }
   void dispatch(const Event& event);
-  bool server_side(const Event& event) const {
-    return event.kind == EventKind::kNetToServer || event.kind == EventKind::kHop ||
-           event.kind == EventKind::kServerTimer || event.kind == EventKind::kJournalSynced ||
-           event.kind == EventKind::kJournalRetry;
-  }
 
   // -- failure
   void fail(const std::string& invariant, const std::string& detail) {
@@ -504,8 +300,7 @@ class World final : public core::EngineObserver {
   Result result_;
   bool failed_ = false;
 
-  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> queue_;
-  std::uint64_t next_event_sequence_ = 0;
+  EventQueue queue_;
   std::int64_t now_ = 0;
   std::uint64_t events_ = 0;
 
@@ -545,13 +340,14 @@ class World final : public core::EngineObserver {
 
 void World::send(Pipe& pipe, std::uint64_t connection, bool to_server, SegmentKind kind,
                  std::string bytes) {
-  const EventKind event = to_server ? EventKind::kNetToServer : EventKind::kNetToClient;
+  const EventPayload event = to_server ? EventPayload(event::NetToServer{connection})
+                                       : EventPayload(event::NetToClient{connection});
   auto push = [&](SegmentKind segment_kind, std::string payload) {
     const std::int64_t delay = network_.between(1, settings_.net_delay_max_us) * kUs;
     const std::int64_t at = std::max(pipe.last_at, now_ + delay);
     pipe.last_at = at;
     pipe.segments.push_back(Segment{at, segment_kind, std::move(payload)});
-    schedule(at, event, connection);
+    schedule(at, event);
   };
   if (kind != SegmentKind::kData) {
     push(kind, {});
@@ -750,7 +546,7 @@ std::unique_ptr<core::FenceJournal> World::open_journal(std::int64_t wall_ns) {
         ++result_.coverage["crash-at-start-up"];
         ++result_.crashes;
         digest_.add(0xc0ffee5);
-        schedule(now_ + faults_.between(1, 500) * kMs, EventKind::kRestart);
+        schedule(now_ + faults_.between(1, 500) * kMs, event::Restart{});
         return nullptr;
       }
       if (!liveness_ && disk_prng_.chance(settings_.journal_fail_permille)) {
@@ -776,7 +572,7 @@ void World::kick_journal() {
   digest_.add(write->seq);
   digest_.add(write->ceiling);
   schedule(now_ + disk_prng_.between(1, settings_.journal_sync_max_us) * kUs,
-           EventKind::kJournalSynced, life_, write->seq);
+           event::JournalSynced{life_, write->seq});
 }
 
 void World::on_journal_synced(std::uint64_t life, std::uint64_t seq) {
@@ -788,7 +584,7 @@ void World::on_journal_synced(std::uint64_t life, std::uint64_t seq) {
     fail_write(write);
     process_->journal->end_write(seq, false);
     process_->journal_backoff = true;
-    schedule(now_ + disk_prng_.between(1, 200) * kMs, EventKind::kJournalRetry, life_);
+    schedule(now_ + disk_prng_.between(1, 200) * kMs, event::JournalRetry{life_});
     digest_.add(0xfa11);
     return;
   }
@@ -901,7 +697,7 @@ void World::crash() {
     send(connection.to_client, id, false, SegmentKind::kReset, {});
   }
   process_.reset();
-  schedule(now_ + faults_.between(1, 500) * kMs, EventKind::kRestart);
+  schedule(now_ + faults_.between(1, 500) * kMs, event::Restart{});
 }
 
 std::uint64_t World::accept(std::uint64_t connection_id) {
@@ -921,7 +717,7 @@ void World::post(std::size_t from, std::size_t to, Hop hop) {
   auto& channel = process_->channels[{from, to}];
   const std::int64_t delay = network_.between(0, settings_.hop_delay_max_us) * kUs;
   hop.at = std::max(channel.empty() ? 0 : channel.back().at, now_ + delay);
-  schedule(hop.at, EventKind::kHop, life_, from, to);
+  schedule(hop.at, event::Hop{life_, from, to});
   channel.push_back(std::move(hop));
 }
 
@@ -1131,7 +927,7 @@ void World::arm_timer() {
   for (const auto& [id, ss] : p.sessions) consider(ss.session->next_deadline());
   if (next && (!p.timer_at || *next < *p.timer_at)) {
     p.timer_at = next;
-    schedule(*next, EventKind::kServerTimer, life_);
+    schedule(*next, event::ServerTimer{life_});
   }
 }
 
@@ -1193,7 +989,7 @@ void World::client_act(Client& client) {
     }
     return;
   }
-  schedule(now_ + think + 1, EventKind::kClientAct, client.id);
+  schedule(now_ + think + 1, event::ClientAct{client.id});
   if (client.connection == 0) {
     if (!process_) return;
     const std::uint64_t id = next_connection_++;
@@ -1387,7 +1183,7 @@ void World::client_line(Client& client, std::string_view line) {
 
 void World::on_fault() {
   if (liveness_) return;
-  schedule(now_ + faults_.between(1, 2 * settings_.fault_interval_ms) * kMs, EventKind::kFault);
+  schedule(now_ + faults_.between(1, 2 * settings_.fault_interval_ms) * kMs, event::Fault{});
   std::vector<int> choices;
   if (settings_.fault_crash && process_) choices.push_back(0);
   if (settings_.fault_pause && process_ && paused_until_ <= now_) choices.push_back(1);
@@ -1408,7 +1204,7 @@ void World::on_fault() {
       break;
     case 1:  // the process stops (a GC pause, SIGSTOP): its clock reads jump when it resumes
       paused_until_ = now_ + faults_.between(1, 2'000) * kMs;
-      schedule(paused_until_, EventKind::kUnpause);
+      schedule(paused_until_, event::Unpause{});
       break;
     case 2: {  // the wall clock steps by an hour
       const bool back = faults_.chance(500);
@@ -1418,7 +1214,7 @@ void World::on_fault() {
     }
     case 3:  // a long stop: every lease ends at once when the process resumes
       paused_until_ = now_ + faults_.between(30, 120) * kS;
-      schedule(paused_until_, EventKind::kUnpause);
+      schedule(paused_until_, event::Unpause{});
       break;
     case 5:  // the monotonic clock steps back by up to 10 s and stays behind: the engines see
              // regressions, hold their time still until the readings catch up, and must neither
@@ -1439,39 +1235,55 @@ void World::on_fault() {
 // ---- the run -------------------------------------------------------------------------------
 
 void World::dispatch(const Event& event) {
-  switch (event.kind) {
-    case EventKind::kClientAct:
-      client_act(clients_[event.a]);
-      break;
-    case EventKind::kNetToServer:
-      on_net_to_server(event.a);
-      break;
-    case EventKind::kNetToClient:
-      on_net_to_client(event.a);
-      break;
-    case EventKind::kHop:
-      on_hop(event.a, event.b, event.c);
-      break;
-    case EventKind::kServerTimer:
-      if (process_ && event.a == life_) on_server_timer();
-      break;
-    case EventKind::kFault:
-      on_fault();
-      break;
-    case EventKind::kRestart:
-      if (!process_) start_process();
-      break;
-    case EventKind::kUnpause:
-      break;
-    case EventKind::kLivenessStart:
-      break;
-    case EventKind::kJournalSynced:
-      on_journal_synced(event.a, event.b);
-      break;
-    case EventKind::kJournalRetry:
-      if (process_ && event.a == life_) process_->journal_backoff = false;
-      break;
-  }
+  std::visit(
+      [this](const auto& e) {
+        using E = std::decay_t<decltype(e)>;
+        if constexpr (std::is_same_v<E, event::ClientAct>) {
+          client_act(clients_[e.client]);
+        } else if constexpr (std::is_same_v<E, event::NetToServer>) {
+          on_net_to_server(e.connection);
+        } else if constexpr (std::is_same_v<E, event::NetToClient>) {
+          on_net_to_client(e.connection);
+        } else if constexpr (std::is_same_v<E, event::Hop>) {
+          on_hop(e.life, e.from, e.to);
+        } else if constexpr (std::is_same_v<E, event::ServerTimer>) {
+          if (process_ && e.life == life_) on_server_timer();
+        } else if constexpr (std::is_same_v<E, event::Fault>) {
+          on_fault();
+        } else if constexpr (std::is_same_v<E, event::Restart>) {
+          if (!process_) start_process();
+        } else if constexpr (std::is_same_v<E, event::JournalSynced>) {
+          on_journal_synced(e.life, e.seq);
+        } else if constexpr (std::is_same_v<E, event::JournalRetry>) {
+          if (process_ && e.life == life_) process_->journal_backoff = false;
+        } else {
+          // Unpause and LivenessStart only wake the loop: their time is what counts.
+          static_assert(std::is_same_v<E, event::Unpause> ||
+                        std::is_same_v<E, event::LivenessStart>);
+        }
+      },
+      event.what);
+}
+
+// The first number an event carries (a client, a connection, a life), for the digest and the
+// trace; 0 for those that carry none.
+std::uint64_t first_field(const EventPayload& what) {
+  return std::visit(
+      [](const auto& e) -> std::uint64_t {
+        using E = std::decay_t<decltype(e)>;
+        if constexpr (std::is_same_v<E, event::ClientAct>) return e.client;
+        if constexpr (std::is_same_v<E, event::NetToServer> ||
+                      std::is_same_v<E, event::NetToClient>) {
+          return e.connection;
+        }
+        if constexpr (std::is_same_v<E, event::Hop> || std::is_same_v<E, event::ServerTimer> ||
+                      std::is_same_v<E, event::JournalSynced> ||
+                      std::is_same_v<E, event::JournalRetry>) {
+          return e.life;
+        }
+        return 0;
+      },
+      what);
 }
 
 Result World::run() {
@@ -1480,31 +1292,27 @@ Result World::run() {
   clients_.resize(settings_.clients);
   for (std::size_t i = 0; i < clients_.size(); ++i) {
     clients_[i].id = i;
-    schedule(workload_.between(0, 100) * kMs, EventKind::kClientAct, i);
+    schedule(workload_.between(0, 100) * kMs, event::ClientAct{i});
   }
-  schedule(faults_.between(1, settings_.fault_interval_ms) * kMs, EventKind::kFault);
+  schedule(faults_.between(1, settings_.fault_interval_ms) * kMs, event::Fault{});
 
   std::int64_t liveness_deadline = 0;
   std::int64_t drain_deadline = 0;
   while (!failed_ && !queue_.empty()) {
-    Event event = queue_.top();
-    queue_.pop();
+    Event event = queue_.pop();
     // A stopped process handles nothing; its events wait for it (in their order).
-    if (server_side(event) && paused_until_ > event.at) {
-      event.at = paused_until_;
-      event.sequence = next_event_sequence_++;
-      queue_.push(event);
+    if (event.server_side() && paused_until_ > event.at) {
+      queue_.defer(std::move(event), paused_until_);
       continue;
     }
     now_ = event.at;
     ++events_;
+    const std::uint64_t field = first_field(event.what);
     digest_.add(static_cast<std::uint64_t>(event.at));
-    digest_.add(static_cast<std::uint64_t>(event.kind) << 32 | event.a);
+    digest_.add(static_cast<std::uint64_t>(event.what.index()) << 32 | field);
     if (options_.trace) {
-      std::printf("%lld ev %d a=%llu b=%llu c=%llu\n", static_cast<long long>(now_),
-                  static_cast<int>(event.kind), static_cast<unsigned long long>(event.a),
-                  static_cast<unsigned long long>(event.b),
-                  static_cast<unsigned long long>(event.c));
+      std::printf("%lld ev %zu %llu\n", static_cast<long long>(now_), event.what.index(),
+                  static_cast<unsigned long long>(field));
     }
     dispatch(event);
     if (failed_) break;
@@ -1520,7 +1328,7 @@ Result World::run() {
       if (!process_) start_process();
       for (Client& client : clients_) client.stopped = true;
       liveness_deadline = resumed_at + kLivenessWindow;
-      schedule(liveness_deadline, EventKind::kLivenessStart);
+      schedule(liveness_deadline, event::LivenessStart{});
       if (process_) pump();
     }
     if (liveness_ && !draining_ && now_ >= liveness_deadline) {
@@ -1535,7 +1343,7 @@ Result World::run() {
       }
       draining_ = true;
       drain_deadline = now_ + kDrainWindow;
-      for (Client& client : clients_) schedule(now_ + 1, EventKind::kClientAct, client.id);
+      for (Client& client : clients_) schedule(now_ + 1, event::ClientAct{client.id});
     }
     if (draining_ && now_ >= drain_deadline) break;
   }
