@@ -31,6 +31,7 @@
 #include "sim/digest.h"
 #include "sim/event.h"
 #include "sim/history.h"
+#include "sim/network.h"
 #include "sim/prng.h"
 #include "sim/settings.h"
 
@@ -69,29 +70,6 @@ class SaltSource final : public core::RandomSource {
 
  private:
   Prng& prng_;
-};
-
-// ---- the simulated network ---------------------------------------------------------------------
-
-enum class SegmentKind : std::uint8_t { kData, kFin, kReset };
-
-struct Segment {
-  std::int64_t at = 0;
-  SegmentKind kind = SegmentKind::kData;
-  std::string bytes;
-};
-
-struct Pipe {
-  std::deque<Segment> segments;
-  std::int64_t last_at = 0;  // arrivals in one direction keep their order
-};
-
-struct Connection {
-  std::uint64_t client = 0;
-  std::uint64_t life = 0;     // the server process it was accepted by
-  std::uint64_t session = 0;  // the server-side session id
-  Pipe to_server;
-  Pipe to_client;
 };
 
 // ---- the server process --------------------------------------------------------------------
@@ -201,13 +179,13 @@ class World final : public core::EngineObserver {
   World(const Options& options, Settings settings)
       : options_(options),
         settings_(std::move(settings)),
-        network_(options.seed, kNetwork),
         workload_(options.seed, kWorkload),
         faults_(options.seed, kFaults),
         clocks_(options.seed, kClocks),
         salts_prng_(options.seed, kSalts),
         disk_prng_(options.seed, kDisk),
-        salts_(salts_prng_) {}
+        salts_(salts_prng_),
+        network_(settings_, options.seed, queue_, now_) {}
 
   Result run();
 
@@ -226,8 +204,6 @@ class World final : public core::EngineObserver {
   }
 
   // -- network
-  void send(Pipe& pipe, std::uint64_t connection, bool to_server, SegmentKind kind,
-            std::string bytes);
   void on_net_to_server(std::uint64_t connection_id);
   void on_net_to_client(std::uint64_t connection_id);
 
@@ -294,7 +270,7 @@ class World final : public core::EngineObserver {
 
   Options options_;
   Settings settings_;
-  Prng network_, workload_, faults_, clocks_, salts_prng_, disk_prng_;
+  Prng workload_, faults_, clocks_, salts_prng_, disk_prng_;
   SaltSource salts_;
   Digest digest_;
   Result result_;
@@ -302,6 +278,7 @@ class World final : public core::EngineObserver {
 
   EventQueue queue_;
   std::int64_t now_ = 0;
+  Network network_;  // after queue_ and now_, which it keeps references to
   std::uint64_t events_ = 0;
 
   std::int64_t wall_offset_ = 0;           // wall clock = kWallStart + now_ + wall_offset_
@@ -317,8 +294,6 @@ class World final : public core::EngineObserver {
 
   std::unique_ptr<Process> process_;  // null while crashed
   std::uint64_t life_ = 0;
-  std::map<std::uint64_t, Connection> connections_;
-  std::uint64_t next_connection_ = 1;
   std::vector<Client> clients_;
   std::vector<core::Token> token_pool_;  // tokens seen anywhere, for foreign/stale releases
 
@@ -338,41 +313,11 @@ class World final : public core::EngineObserver {
 
 // ---- network -------------------------------------------------------------------------------
 
-void World::send(Pipe& pipe, std::uint64_t connection, bool to_server, SegmentKind kind,
-                 std::string bytes) {
-  const EventPayload event = to_server ? EventPayload(event::NetToServer{connection})
-                                       : EventPayload(event::NetToClient{connection});
-  auto push = [&](SegmentKind segment_kind, std::string payload) {
-    const std::int64_t delay = network_.between(1, settings_.net_delay_max_us) * kUs;
-    const std::int64_t at = std::max(pipe.last_at, now_ + delay);
-    pipe.last_at = at;
-    pipe.segments.push_back(Segment{at, segment_kind, std::move(payload)});
-    schedule(at, event);
-  };
-  if (kind != SegmentKind::kData) {
-    push(kind, {});
-    return;
-  }
-  std::size_t offset = 0;
-  while (offset < bytes.size()) {
-    std::size_t length = bytes.size() - offset;
-    if (settings_.fragment && network_.chance(300)) {
-      length = static_cast<std::size_t>(network_.below(length)) + 1;
-    }
-    push(SegmentKind::kData, bytes.substr(offset, length));
-    offset += length;
-  }
-}
-
 void World::on_net_to_server(std::uint64_t connection_id) {
-  auto it = connections_.find(connection_id);
-  if (it == connections_.end()) return;
-  Connection& connection = it->second;
-  if (connection.to_server.segments.empty() || connection.to_server.segments.front().at > now_) {
-    return;
-  }
-  Segment segment = std::move(connection.to_server.segments.front());
-  connection.to_server.segments.pop_front();
+  std::optional<Segment> arrived = network_.take_to_server(connection_id);
+  if (!arrived) return;
+  const Segment& segment = *arrived;
+  const Network::Connection& connection = network_.connection(connection_id);
   digest_.add(segment.bytes);
   digest_.add(static_cast<std::uint64_t>(segment.kind));
   if (!process_ || connection.life != life_) return;  // the process that accepted it is gone
@@ -400,14 +345,10 @@ void World::on_net_to_server(std::uint64_t connection_id) {
 }
 
 void World::on_net_to_client(std::uint64_t connection_id) {
-  auto it = connections_.find(connection_id);
-  if (it == connections_.end()) return;
-  Connection& connection = it->second;
-  if (connection.to_client.segments.empty() || connection.to_client.segments.front().at > now_) {
-    return;
-  }
-  Segment segment = std::move(connection.to_client.segments.front());
-  connection.to_client.segments.pop_front();
+  std::optional<Segment> arrived = network_.take_to_client(connection_id);
+  if (!arrived) return;
+  const Segment& segment = *arrived;
+  const Network::Connection& connection = network_.connection(connection_id);
   digest_.add(segment.bytes);
   digest_.add(static_cast<std::uint64_t>(segment.kind));
   Client& client = clients_[connection.client];
@@ -688,14 +629,7 @@ void World::crash() {
   ++result_.crashes;
   digest_.add(0xc0ffee);
   if (process_->journal) crash_disk();
-  for (auto& [id, connection] : connections_) {
-    if (connection.life != life_) continue;
-    connection.to_server.segments.clear();
-    if (!connection.to_client.segments.empty()) {
-      connection.to_client.segments.clear();
-    }
-    send(connection.to_client, id, false, SegmentKind::kReset, {});
-  }
+  network_.crash(life_);
   process_.reset();
   schedule(now_ + faults_.between(1, 500) * kMs, event::Restart{});
 }
@@ -715,7 +649,7 @@ std::uint64_t World::accept(std::uint64_t connection_id) {
 
 void World::post(std::size_t from, std::size_t to, Hop hop) {
   auto& channel = process_->channels[{from, to}];
-  const std::int64_t delay = network_.between(0, settings_.hop_delay_max_us) * kUs;
+  const std::int64_t delay = network_.hop_delay();
   hop.at = std::max(channel.empty() ? 0 : channel.back().at, now_ + delay);
   schedule(hop.at, event::Hop{life_, from, to});
   channel.push_back(std::move(hop));
@@ -869,13 +803,13 @@ bool World::pump_session(std::uint64_t id, ServerSession& ss) {
   if (ss.socket_open && !session.output().empty()) {
     const std::string bytes(session.output());
     session.consume_output(bytes.size());
-    send(connections_[ss.connection].to_client, ss.connection, false, SegmentKind::kData, bytes);
+    network_.send_to_client(ss.connection, SegmentKind::kData, bytes);
     progress = true;
   }
   if (session.closed() && ss.socket_open && !ss.fin_sent && session.output().empty()) {
     ss.fin_sent = true;
     ss.socket_open = false;
-    send(connections_[ss.connection].to_client, ss.connection, false, SegmentKind::kFin, {});
+    network_.send_to_client(ss.connection, SegmentKind::kFin);
     progress = true;
   }
   return progress;
@@ -954,8 +888,7 @@ void World::client_send(Client& client, Outstanding outstanding, std::string byt
     outstanding.op = history_.call(client.id, client.connection, outstanding.request, now_);
   }
   client.pending.push_back(std::move(outstanding));
-  send(connections_[client.connection].to_server, client.connection, true, SegmentKind::kData,
-       std::move(bytes));
+  network_.send_to_server(client.connection, SegmentKind::kData, std::move(bytes));
 }
 
 void World::client_connection_lost(Client& client) {
@@ -970,13 +903,12 @@ void World::client_connection_lost(Client& client) {
 }
 
 void World::client_disconnect(Client& client, bool reset) {
-  Connection& connection = connections_[client.connection];
   digest_.add(reset ? 0x7e5e7 : 0xf1f1);
   if (reset) {
-    send(connection.to_server, client.connection, true, SegmentKind::kReset, {});
+    network_.send_to_server(client.connection, SegmentKind::kReset);
     client_connection_lost(client);
   } else {
-    send(connection.to_server, client.connection, true, SegmentKind::kFin, {});
+    network_.send_to_server(client.connection, SegmentKind::kFin);
     client.half_closed = true;  // reads on until the server closes
   }
 }
@@ -992,11 +924,8 @@ void World::client_act(Client& client) {
   schedule(now_ + think + 1, event::ClientAct{client.id});
   if (client.connection == 0) {
     if (!process_) return;
-    const std::uint64_t id = next_connection_++;
-    Connection& connection = connections_[id];
-    connection.client = client.id;
-    connection.life = life_;
-    connection.session = accept(id);
+    const std::uint64_t id = network_.connect(client.id, life_);
+    network_.connection(id).session = accept(id);
     client.connection = id;
     digest_.add(id);
     return;
@@ -1509,11 +1438,12 @@ std::string World::describe_connection(const Client& client) {
               : std::string(core::command_name(first.request.command)) + " " + first.request.key +
                     " timeout " + std::to_string(first.request.timeout_s);
   text += ", sent at " + std::to_string(first.sent_at);
-  Connection& connection = connections_[client.connection];
+  const Network::Connection& connection = network_.connection(client.connection);
   text += "; connection " + std::to_string(client.connection) + " life " +
           std::to_string(connection.life) + " (now " + std::to_string(life_) + ")";
-  text += ", segments to server " + std::to_string(connection.to_server.segments.size()) +
-          ", to client " + std::to_string(connection.to_client.segments.size());
+  text += ", segments to server " +
+          std::to_string(network_.in_flight_to_server(client.connection)) + ", to client " +
+          std::to_string(network_.in_flight_to_client(client.connection));
   if (!process_) return text + ", no process";
   auto it = process_->sessions.find(connection.session);
   if (it == process_->sessions.end()) return text + ", server session forgotten";

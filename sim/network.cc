@@ -1,0 +1,91 @@
+#include "sim/network.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace turnstile::sim {
+
+Network::Network(const Settings& settings, std::uint64_t seed, EventQueue& queue,
+                 const std::int64_t& now)
+    : settings_(settings), prng_(seed, kNetwork), queue_(queue), now_(now) {}
+
+std::uint64_t Network::connect(std::size_t client, std::uint64_t life) {
+  const std::uint64_t id = next_id_++;
+  Link& link = connections_[id];
+  link.ends.client = client;
+  link.ends.life = life;
+  return id;
+}
+
+void Network::send_to_server(std::uint64_t id, SegmentKind kind, std::string bytes) {
+  send(connections_[id].to_server, event::NetToServer{id}, kind, std::move(bytes));
+}
+
+void Network::send_to_client(std::uint64_t id, SegmentKind kind, std::string bytes) {
+  send(connections_[id].to_client, event::NetToClient{id}, kind, std::move(bytes));
+}
+
+void Network::send(Pipe& pipe, EventPayload arrival, SegmentKind kind, std::string bytes) {
+  auto push = [&](SegmentKind segment_kind, std::string payload) {
+    const std::int64_t delay = prng_.between(1, settings_.net_delay_max_us) * kUs;
+    const std::int64_t at = std::max(pipe.last_at, now_ + delay);
+    pipe.last_at = at;
+    pipe.segments.push_back(Segment{at, segment_kind, std::move(payload)});
+    queue_.schedule(at, arrival);
+  };
+  if (kind != SegmentKind::kData) {
+    push(kind, {});
+    return;
+  }
+  std::size_t offset = 0;
+  while (offset < bytes.size()) {
+    std::size_t length = bytes.size() - offset;
+    if (settings_.fragment && prng_.chance(300)) {
+      length = static_cast<std::size_t>(prng_.below(length)) + 1;
+    }
+    push(SegmentKind::kData, bytes.substr(offset, length));
+    offset += length;
+  }
+}
+
+std::optional<Segment> Network::take(Pipe& pipe) {
+  if (pipe.segments.empty() || pipe.segments.front().at > now_) return std::nullopt;
+  Segment segment = std::move(pipe.segments.front());
+  pipe.segments.pop_front();
+  return segment;
+}
+
+std::optional<Segment> Network::take_to_server(std::uint64_t id) {
+  auto it = connections_.find(id);
+  if (it == connections_.end()) return std::nullopt;
+  return take(it->second.to_server);
+}
+
+std::optional<Segment> Network::take_to_client(std::uint64_t id) {
+  auto it = connections_.find(id);
+  if (it == connections_.end()) return std::nullopt;
+  return take(it->second.to_client);
+}
+
+std::size_t Network::in_flight_to_server(std::uint64_t id) const {
+  auto it = connections_.find(id);
+  return it == connections_.end() ? 0 : it->second.to_server.segments.size();
+}
+
+std::size_t Network::in_flight_to_client(std::uint64_t id) const {
+  auto it = connections_.find(id);
+  return it == connections_.end() ? 0 : it->second.to_client.segments.size();
+}
+
+void Network::crash(std::uint64_t life) {
+  for (auto& [id, link] : connections_) {
+    if (link.ends.life != life) continue;
+    link.to_server.segments.clear();
+    link.to_client.segments.clear();
+    send(link.to_client, event::NetToClient{id}, SegmentKind::kReset, {});
+  }
+}
+
+std::int64_t Network::hop_delay() { return prng_.between(0, settings_.hop_delay_max_us) * kUs; }
+
+}  // namespace turnstile::sim
