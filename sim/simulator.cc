@@ -29,6 +29,7 @@
 #include "core/types.h"
 #include "core/wire.h"
 #include "sim/digest.h"
+#include "sim/disk.h"
 #include "sim/event.h"
 #include "sim/history.h"
 #include "sim/network.h"
@@ -112,14 +113,6 @@ class JournalSource final : public core::FenceSource {
   std::function<void(core::FenceBlock)> on_take_;
 };
 
-// The simulated disk holding the 64-byte fence state file: its durable bytes, and the write whose
-// bytes are in the page cache but not yet synced (lost or torn if the process crashes first).
-struct Disk {
-  std::vector<std::uint8_t> bytes;          // durable; empty: no file (or an empty one)
-  std::optional<core::JournalWrite> dirty;  // written, fsync in progress
-  std::uint64_t synced_writes = 0;          // writes to this file acknowledged durable
-};
-
 struct Process {
   std::uint64_t life = 0;
   std::int64_t mono_origin = 0;  // Instant = mono_origin + virtual time - mono_back
@@ -183,9 +176,9 @@ class World final : public core::EngineObserver {
         faults_(options.seed, kFaults),
         clocks_(options.seed, kClocks),
         salts_prng_(options.seed, kSalts),
-        disk_prng_(options.seed, kDisk),
         salts_(salts_prng_),
-        network_(settings_, options.seed, queue_, now_) {}
+        network_(settings_, options.seed, queue_, now_),
+        disk_(options.seed, digest_, result_.coverage) {}
 
   Result run();
 
@@ -242,10 +235,6 @@ class World final : public core::EngineObserver {
   std::unique_ptr<core::FenceJournal> open_journal(std::int64_t wall_ns);
   void kick_journal();  // starts the write the journal wants, if any
   void on_journal_synced(std::uint64_t life, std::uint64_t seq);
-  void apply_write(const core::JournalWrite& write);  // the write's bytes reach the disk
-  void tear_write(const core::JournalWrite& write);   // a prefix does, the rest is old or garbage
-  void fail_write(const core::JournalWrite& write);   // the sync failed: the slot may be torn
-  void crash_disk();                                  // the un-synced write is lost or torn
   void on_fences_taken(core::FenceBlock block);
 
   // -- clients
@@ -270,7 +259,7 @@ class World final : public core::EngineObserver {
 
   Options options_;
   Settings settings_;
-  Prng workload_, faults_, clocks_, salts_prng_, disk_prng_;
+  Prng workload_, faults_, clocks_, salts_prng_;
   SaltSource salts_;
   Digest digest_;
   Result result_;
@@ -279,6 +268,7 @@ class World final : public core::EngineObserver {
   EventQueue queue_;
   std::int64_t now_ = 0;
   Network network_;  // after queue_ and now_, which it keeps references to
+  Disk disk_;        // after digest_ and result_, likewise
   std::uint64_t events_ = 0;
 
   std::int64_t wall_offset_ = 0;           // wall clock = kWallStart + now_ + wall_offset_
@@ -288,7 +278,6 @@ class World final : public core::EngineObserver {
   bool liveness_ = false;
   bool draining_ = false;
 
-  Disk disk_;
   // The largest fence any journal handed out, over every life (0: none yet).
   std::uint64_t fences_handed_max_ = 0;
 
@@ -481,21 +470,21 @@ std::unique_ptr<core::FenceJournal> World::open_journal(std::int64_t wall_ns) {
       digest_.add(write->seq);
       digest_.add(write->ceiling);
       const bool first_start = life_ == 0;
-      if (!liveness_ && settings_.fault_crash && disk_prng_.chance(first_start ? 250 : 100)) {
+      if (!liveness_ && settings_.fault_crash && disk_.dice().chance(first_start ? 250 : 100)) {
         disk_.dirty = *write;
-        crash_disk();
+        disk_.crash();
         ++result_.coverage["crash-at-start-up"];
         ++result_.crashes;
         digest_.add(0xc0ffee5);
         schedule(now_ + faults_.between(1, 500) * kMs, event::Restart{});
         return nullptr;
       }
-      if (!liveness_ && disk_prng_.chance(settings_.journal_fail_permille)) {
-        fail_write(*write);
+      if (!liveness_ && disk_.dice().chance(settings_.journal_fail_permille)) {
+        disk_.fail(*write);
         journal->end_write(write->seq, false);
         continue;
       }
-      apply_write(*write);
+      disk_.apply(*write);
       ++disk_.synced_writes;
       journal->end_write(write->seq, true);
       return journal;
@@ -512,7 +501,7 @@ void World::kick_journal() {
   disk_.dirty = *write;
   digest_.add(write->seq);
   digest_.add(write->ceiling);
-  schedule(now_ + disk_prng_.between(1, settings_.journal_sync_max_us) * kUs,
+  schedule(now_ + disk_.dice().between(1, settings_.journal_sync_max_us) * kUs,
            event::JournalSynced{life_, write->seq});
 }
 
@@ -521,72 +510,18 @@ void World::on_journal_synced(std::uint64_t life, std::uint64_t seq) {
   const core::JournalWrite write = *disk_.dirty;
   disk_.dirty.reset();
   // Faults heal in the liveness phase: every write succeeds then.
-  if (!liveness_ && disk_prng_.chance(settings_.journal_fail_permille)) {
-    fail_write(write);
+  if (!liveness_ && disk_.dice().chance(settings_.journal_fail_permille)) {
+    disk_.fail(write);
     process_->journal->end_write(seq, false);
     process_->journal_backoff = true;
-    schedule(now_ + disk_prng_.between(1, 200) * kMs, event::JournalRetry{life_});
+    schedule(now_ + disk_.dice().between(1, 200) * kMs, event::JournalRetry{life_});
     digest_.add(0xfa11);
     return;
   }
-  apply_write(write);
+  disk_.apply(write);
   ++disk_.synced_writes;
   process_->journal->end_write(seq, true);
   digest_.add(0x5ced);
-}
-
-void World::apply_write(const core::JournalWrite& write) {
-  const std::size_t end = static_cast<std::size_t>(write.offset) + write.size;
-  if (disk_.bytes.size() < end) disk_.bytes.resize(end, 0);
-  std::copy(write.bytes.begin(), write.bytes.begin() + static_cast<std::ptrdiff_t>(write.size),
-            disk_.bytes.begin() + static_cast<std::ptrdiff_t>(write.offset));
-}
-
-void World::tear_write(const core::JournalWrite& write) {
-  const std::size_t offset = static_cast<std::size_t>(write.offset);
-  const std::size_t prefix = static_cast<std::size_t>(disk_prng_.below(write.size));
-  const std::size_t end = offset + write.size;
-  std::vector<std::uint8_t>& file = disk_.bytes;
-  if (file.size() < offset + prefix) file.resize(offset + prefix, 0);
-  std::copy(write.bytes.begin(), write.bytes.begin() + static_cast<std::ptrdiff_t>(prefix),
-            file.begin() + static_cast<std::ptrdiff_t>(offset));
-  // A new file may have reached its full length (a hole of zeros) without all of its data.
-  if (write.creates_file && file.size() < end && disk_prng_.chance(500)) file.resize(end, 0);
-  // The rest of the range keeps its old bytes, or holds garbage.
-  if (disk_prng_.chance(400)) {
-    for (std::size_t i = offset + prefix; i < std::min(end, file.size()); ++i) {
-      file[i] = static_cast<std::uint8_t>(disk_prng_.below(256));
-    }
-  }
-  digest_.add(prefix);
-  digest_.add(static_cast<std::uint64_t>(file.size()));
-}
-
-void World::fail_write(const core::JournalWrite& write) {
-  ++result_.coverage["journal-write-failed"];
-  // Some of its bytes may have reached the disk before the error: the slot it aimed at (never
-  // the one holding the newest durable record) may be torn.
-  if (disk_prng_.chance(500)) {
-    ++result_.coverage["journal-torn-on-failure"];
-    tear_write(write);
-  }
-}
-
-void World::crash_disk() {
-  if (!disk_.dirty) return;
-  const core::JournalWrite write = *disk_.dirty;
-  disk_.dirty.reset();
-  const std::uint64_t dice = disk_prng_.below(1000);
-  if (dice < 400) {
-    ++result_.coverage["journal-lost-at-crash"];  // the page cache is gone
-  } else if (dice < 850) {
-    ++result_.coverage["journal-torn-at-crash"];
-    tear_write(write);
-  } else {
-    ++result_.coverage["journal-landed-at-crash"];  // written back before the sync returned
-    apply_write(write);
-  }
-  digest_.add(dice);
 }
 
 void World::on_fences_taken(core::FenceBlock block) {
@@ -628,7 +563,7 @@ void World::crash() {
   harvest_counters();
   ++result_.crashes;
   digest_.add(0xc0ffee);
-  if (process_->journal) crash_disk();
+  if (process_->journal) disk_.crash();
   network_.crash(life_);
   process_.reset();
   schedule(now_ + faults_.between(1, 500) * kMs, event::Restart{});
