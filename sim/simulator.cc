@@ -28,6 +28,7 @@
 #include "core/time.h"
 #include "core/types.h"
 #include "core/wire.h"
+#include "sim/checker.h"
 #include "sim/digest.h"
 #include "sim/disk.h"
 #include "sim/event.h"
@@ -150,21 +151,6 @@ struct Client {
   bool stopped = false;  // liveness phase: no new work
 };
 
-using ResourceKey = std::pair<Namespace, std::string>;
-
-std::string key_name(const ResourceKey& key) {
-  return std::string(key.first == Namespace::kLock ? "lock:" : "sem:") + key.second;
-}
-
-std::string join(const std::vector<std::uint64_t>& values) {
-  std::string text = "[";
-  for (std::uint64_t value : values) {
-    if (text.size() > 1) text += ',';
-    text += std::to_string(value);
-  }
-  return text + "]";
-}
-
 // ---- the world -------------------------------------------------------------------------------
 
 class World final : public core::EngineObserver {
@@ -251,9 +237,6 @@ class World final : public core::EngineObserver {
 
   // -- checks
   void check_invariants();
-  // Checks one engine right after a call into it, so that queue changes between two snapshots
-  // come from one engine input (a session cannot leave a queue and join it again within one).
-  void check_engine(std::size_t shard);
   void check_final();
   std::string describe_connection(const Client& client);
 
@@ -271,10 +254,9 @@ class World final : public core::EngineObserver {
   Disk disk_;        // after digest_ and result_, likewise
   std::uint64_t events_ = 0;
 
-  std::int64_t wall_offset_ = 0;           // wall clock = kWallStart + now_ + wall_offset_
-  bool wall_went_back_ = false;            // a backward wall step happened at some point
-  bool cross_life_fences_checked_ = true;  // this life's fences must beat earlier lives'
-  std::int64_t paused_until_ = 0;          // the server process is stopped until then
+  std::int64_t wall_offset_ = 0;   // wall clock = kWallStart + now_ + wall_offset_
+  bool wall_went_back_ = false;    // a backward wall step happened at some point
+  std::int64_t paused_until_ = 0;  // the server process is stopped until then
   bool liveness_ = false;
   bool draining_ = false;
 
@@ -286,17 +268,9 @@ class World final : public core::EngineObserver {
   std::vector<Client> clients_;
   std::vector<core::Token> token_pool_;  // tokens seen anywhere, for foreign/stale releases
 
-  // Checker state.
-  struct KeySnapshot {
-    std::vector<std::uint64_t> waiters;
-  };
-  std::vector<std::map<ResourceKey, KeySnapshot>> previous_;       // per shard
-  std::set<std::pair<std::uint64_t, std::uint64_t>> seen_tokens_;  // (fence, salt) this life
-  std::map<ResourceKey, std::uint64_t> max_fence_life_;
-  std::map<ResourceKey, std::uint64_t> max_fence_ever_;
-  std::vector<std::pair<ResourceKey, core::Token>> observed_grants_;  // this event, by the driver
-  std::vector<std::string> observed_paths_;                           // how each reached it
-  std::set<std::uint64_t> forgotten_sessions_;                        // this life
+  Checker checker_{
+      settings_, failed_, result_.grants_seen,
+      [this](const std::string& invariant, const std::string& detail) { fail(invariant, detail); }};
   History history_;
 };
 
@@ -396,11 +370,7 @@ void World::start_process() {
   }
   // With the fence journal, fences beat earlier lives' always; without it, only while the wall
   // clock never went back (docs/reliability.md).
-  cross_life_fences_checked_ = settings_.fence_journal || !wall_went_back_;
-  seen_tokens_.clear();
-  max_fence_life_.clear();
-  previous_.assign(settings_.shards, {});
-  forgotten_sessions_.clear();
+  checker_.new_life(life_, settings_.fence_journal || !wall_went_back_);
   history_.new_life(life_);
   digest_.add(static_cast<std::uint64_t>(wall_ns));
 }
@@ -615,16 +585,15 @@ void World::observe_call(std::size_t shard, const std::vector<core::Delivery>& o
     if (!delivery.reply.token) continue;
     auto it = process_->sessions.find(delivery.session.value);
     if (it == process_->sessions.end()) continue;  // reported by on_session_event
-    observed_grants_.emplace_back(ResourceKey{it->second.inflight_ns, it->second.inflight_key},
-                                  *delivery.reply.token);
-    observed_paths_.push_back("delivery to session " + std::to_string(delivery.session.value));
+    checker_.observe_grant(ResourceKey{it->second.inflight_ns, it->second.inflight_key},
+                           *delivery.reply.token,
+                           "delivery to session " + std::to_string(delivery.session.value));
   }
   if (reply != nullptr && reply->token && request != nullptr) {
-    observed_grants_.emplace_back(
-        ResourceKey{core::command_namespace(request->command), request->key}, *reply->token);
-    observed_paths_.push_back("reply");
+    checker_.observe_grant(ResourceKey{core::command_namespace(request->command), request->key},
+                           *reply->token, "reply");
   }
-  check_engine(shard);
+  checker_.check_engine(shard, *process_->engines[shard], now_);
 }
 
 void World::drain_router(std::size_t shard) {
@@ -761,7 +730,7 @@ void World::pump() {
     }
     for (std::uint64_t id : forget) {
       process_->sessions.erase(id);
-      forgotten_sessions_.insert(id);
+      checker_.session_forgotten(id);
     }
     if (!progress) {
       arm_timer();
@@ -1229,140 +1198,13 @@ Result World::run() {
 
 void World::check_invariants() {
   if (!process_) {
-    observed_grants_.clear();
-    observed_paths_.clear();
+    checker_.clear_observed();
     return;
   }
-  for (std::size_t shard = 0; shard < settings_.shards && !failed_; ++shard) check_engine(shard);
-  observed_grants_.clear();
-  observed_paths_.clear();
-}
-
-void World::check_engine(std::size_t shard) {
-  if (failed_) return;
-  std::map<ResourceKey, KeySnapshot> current;
-  std::map<ResourceKey, std::vector<core::Token>> fresh;
-  std::map<std::uint64_t, std::string> source;  // fence -> where the checker saw it first
-  std::map<ResourceKey, std::set<std::uint64_t>> fresh_holders;  // sessions granted this call
-  for (std::size_t i = 0; i < observed_grants_.size(); ++i) {
-    const auto& [key, token] = observed_grants_[i];
-    if (seen_tokens_.count({token.fence.value, token.salt}) == 0) {
-      fresh[key].push_back(token);
-      source[token.fence.value] = "a " + observed_paths_[i];
-    }
+  for (std::size_t shard = 0; shard < settings_.shards && !failed_; ++shard) {
+    checker_.check_engine(shard, *process_->engines[shard], now_);
   }
-  observed_grants_.clear();
-  observed_paths_.clear();
-  {
-    const core::Engine& engine = *process_->engines[shard];
-    for (const core::Engine::ResourceView& view : engine.inspect()) {
-      const ResourceKey key{view.ns, view.key};
-      if (core::shard_of(view.ns, view.key, settings_.shards) != shard) {
-        fail("routing", key_name(key) + " lives on shard " + std::to_string(shard));
-        return;
-      }
-      std::int64_t live = 0;
-      for (const auto& holder : view.holders) {
-        if (holder.deadline > engine.now()) ++live;
-        if (seen_tokens_.count({holder.token.fence.value, holder.token.salt}) == 0) {
-          fresh[key].push_back(holder.token);
-          source[holder.token.fence.value] =
-              "a holder of session " + std::to_string(holder.session.value);
-          fresh_holders[key].insert(holder.session.value);
-        }
-        if (forgotten_sessions_.count(holder.session.value) != 0 && settings_.auto_release) {
-          fail("leak", key_name(key) + " held by forgotten session " +
-                           std::to_string(holder.session.value));
-          return;
-        }
-      }
-      if (live > view.limit) {
-        fail("mutual-exclusion", key_name(key) + " has " + std::to_string(live) +
-                                     " live holders, limit " + std::to_string(view.limit));
-        return;
-      }
-      KeySnapshot& snapshot = current[key];
-      for (SessionId waiter : view.waiters) {
-        if (forgotten_sessions_.count(waiter.value) != 0) {
-          fail("leak", key_name(key) + " has a waiter of forgotten session " +
-                           std::to_string(waiter.value));
-          return;
-        }
-        snapshot.waiters.push_back(waiter.value);
-      }
-    }
-  }
-  // Fences: every new grant beats every earlier grant of the key.
-  for (auto& [key, tokens] : fresh) {
-    std::sort(tokens.begin(), tokens.end(),
-              [](const core::Token& x, const core::Token& y) { return x.fence < y.fence; });
-    tokens.erase(std::unique(tokens.begin(), tokens.end()), tokens.end());
-    for (const core::Token& token : tokens) {
-      const std::uint64_t fence = token.fence.value;
-      std::uint64_t& life_max = max_fence_life_[key];
-      std::uint64_t& ever_max = max_fence_ever_[key];
-      if (fence <= life_max) {
-        fail("fence-monotonic", key_name(key) + " fence " + std::to_string(fence) + " (seen in " +
-                                    source[fence] + " on shard " + std::to_string(shard) +
-                                    ") after " + std::to_string(life_max) + " in life " +
-                                    std::to_string(life_) + " at " + std::to_string(now_));
-        return;
-      }
-      if (cross_life_fences_checked_ && fence <= ever_max) {
-        fail("fence-monotonic-across-restarts", key_name(key) + " fence " + std::to_string(fence) +
-                                                    " after " + std::to_string(ever_max) +
-                                                    " from an earlier life");
-        return;
-      }
-      life_max = fence;
-      ever_max = std::max(ever_max, fence);
-      seen_tokens_.insert({fence, token.salt});
-      ++result_.grants_seen;
-    }
-  }
-  // FIFO: a waiter is granted only after every waiter ahead of it left the queue.
-  for (const auto& [key, before] : previous_[shard]) {
-    const std::vector<std::uint64_t>& w = before.waiters;
-    if (w.empty()) continue;
-    std::set<std::uint64_t> distinct(w.begin(), w.end());
-    if (distinct.size() != w.size()) continue;  // one session twice: ambiguous, skip
-    auto it = current.find(key);
-    const std::vector<std::uint64_t> empty;
-    const std::vector<std::uint64_t>& r = it == current.end() ? empty : it->second.waiters;
-    // Which of the earlier waiters are still waiting.
-    // A session granted in this call that is in the queue again joined anew (a session may queue
-    // behind its own grant: locks are not re-entrant), so it does not count as still waiting.
-    const std::set<std::uint64_t>& granted = fresh_holders[key];
-    std::set<std::uint64_t> still;
-    for (std::uint64_t session : r) {
-      if (granted.count(session) == 0) still.insert(session);
-    }
-    std::size_t first_still = w.size();
-    for (std::size_t i = 0; i < w.size(); ++i) {
-      if (still.count(w[i]) != 0) {
-        first_still = i;
-        break;
-      }
-    }
-    for (std::size_t i = first_still + 1; i < w.size(); ++i) {
-      if (still.count(w[i]) == 0 && granted.count(w[i]) != 0) {
-        fail("fifo", key_name(key) + ": session " + std::to_string(w[i]) +
-                         " was granted while session " + std::to_string(w[first_still]) +
-                         ", ahead of it, still waits; queue before " + join(w) + " after " +
-                         join(r) + " at " + std::to_string(now_));
-        return;
-      }
-    }
-    for (std::uint64_t session : granted) {
-      if (first_still < w.size() && distinct.count(session) == 0) {
-        fail("fifo", key_name(key) + ": newcomer session " + std::to_string(session) +
-                         " was granted while session " + std::to_string(w[first_still]) +
-                         " still waits");
-        return;
-      }
-    }
-  }
-  previous_[shard] = std::move(current);
+  checker_.clear_observed();
 }
 
 std::string World::describe_connection(const Client& client) {

@@ -1,0 +1,72 @@
+// Checker: the invariants the simulator checks after every engine call and every event
+// (docs/simulator.md, "Invariants"): every resource on the shard that owns it, no more live holders
+// than the limit, no holder or waiter of a session that is gone, FIFO among waiters, and fences
+// that rise per key within a process life and across lives.
+//
+// The driver tells it what it saw (grants on their way, sessions forgotten, a new process life)
+// and hands it each engine to check right after a call into it; a broken invariant goes to the
+// `fail` callback with its name and a detail. It reads the engines, never changes them.
+//
+// Thread affinity: single-threaded, owned by one run.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/engine.h"
+#include "core/types.h"
+#include "sim/settings.h"
+
+namespace turnstile::sim {
+
+using ResourceKey = std::pair<core::Namespace, std::string>;
+std::string key_name(const ResourceKey& key);  // "lock:k", "sem:k"
+
+class Checker {
+ public:
+  using Fail = std::function<void(const std::string& invariant, const std::string& detail)>;
+  // `failed`: the run's flag (nothing is checked once it is set); `grants_seen` counts the grants
+  // checked.
+  Checker(const Settings& settings, const bool& failed, std::uint64_t& grants_seen, Fail fail);
+
+  // A process life begins; with `across_lives` its fences must also beat every earlier life's
+  // (always with the fence journal; without it, only while the wall clock never went back).
+  void new_life(std::uint64_t life, bool across_lives);
+  // A grant the driver saw leave an engine call (its reply, or a delivery to a session whose
+  // request in flight names `key`), and how it reached the driver: fences are ordered by the
+  // call that minted them, before they travel anywhere.
+  void observe_grant(ResourceKey key, core::Token token, std::string path);
+  // Forgets what was observed and not checked (no process to check it against).
+  void clear_observed();
+  // A session the server forgot: it must hold nothing (with auto-release) and wait nowhere.
+  void session_forgotten(std::uint64_t session) { forgotten_.insert(session); }
+  // Checks `engine`, shard `shard`, right after a call into it, at virtual time `now`.
+  void check_engine(std::size_t shard, const core::Engine& engine, std::int64_t now);
+
+ private:
+  struct KeySnapshot {
+    std::vector<std::uint64_t> waiters;
+  };
+
+  const Settings& settings_;
+  const bool& failed_;
+  std::uint64_t& grants_seen_;
+  Fail fail_;
+  std::uint64_t life_ = 0;
+  bool across_lives_ = true;
+  std::vector<std::map<ResourceKey, KeySnapshot>> previous_;       // per shard
+  std::set<std::pair<std::uint64_t, std::uint64_t>> seen_tokens_;  // (fence, salt) this life
+  std::map<ResourceKey, std::uint64_t> max_fence_life_;
+  std::map<ResourceKey, std::uint64_t> max_fence_ever_;
+  std::vector<std::pair<ResourceKey, core::Token>> observed_;  // this event, by the driver
+  std::vector<std::string> observed_paths_;                    // how each reached it
+  std::set<std::uint64_t> forgotten_;                          // this life
+};
+
+}  // namespace turnstile::sim
