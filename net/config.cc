@@ -49,8 +49,9 @@ constexpr std::string_view kEnvPrefixes[] = {"TURNSTILE_", "DFLOCKD_"};
 
 enum class Kind { kText, kInteger, kBool, kAuthToken, kAuthTokenFile };
 
-using Target = std::variant<std::monostate, std::string Config::*, int Config::*,
-                            std::int64_t Config::*, bool Config::*>;
+using Target =
+    std::variant<std::monostate, std::string Config::*, int Config::*, std::int64_t Config::*,
+                 bool Config::*, std::int64_t Config::TestHooks::*>;
 
 struct Setting {
   std::string_view flag;  // without the leading "--"
@@ -61,6 +62,7 @@ struct Setting {
   std::int64_t max;
   Target target;
   std::string_view help;
+  bool hidden = false;  // left out of --help (the test hooks, Config::TestHooks)
 };
 
 // Order is --help order; names, env names and bounds are reference section 4 plus the
@@ -138,16 +140,20 @@ const Setting kSettings[] = {
     {"http-cors-allowed-origins", "HTTP_CORS_ALLOWED_ORIGINS", Kind::kText, "origins", 0, 0,
      &Config::http_cors_allowed_origins, "comma list of origins allowed by CORS; * = any"},
     {"debug", "DEBUG", Kind::kBool, "", 0, 0, &Config::debug, "log at debug level"},
-    // Not read from the environment: a stray variable must never shift a production clock.
+    // The test hooks (Config::TestHooks): hidden from --help, and not read from the environment,
+    // so a stray variable can never shift a production server's clock or fences.
     {"test-wall-clock-offset-s", "", Kind::kInteger, "seconds", -kMaxWallClockOffsetSeconds,
-     kMaxWallClockOffsetSeconds, &Config::test_wall_clock_offset_s,
-     "FOR TESTS ONLY: added to the wall clock that seeds fences (simulates a clock step)"},
+     kMaxWallClockOffsetSeconds, &Config::TestHooks::wall_clock_offset_s,
+     "FOR TESTS ONLY: added to the wall clock that seeds fences (simulates a clock step)",
+     /*hidden=*/true},
     {"test-fence-range", "", Kind::kInteger, "fences", 2, kMaxTestFenceRange,
-     &Config::test_fence_range,
-     "FOR TESTS ONLY: the fence journal's reservation range (default: the production 2^22)"},
+     &Config::TestHooks::fence_range,
+     "FOR TESTS ONLY: the fence journal's reservation range (default: the production 2^22)",
+     /*hidden=*/true},
     {"test-fence-write-failures", "", Kind::kInteger, "n", 0, 1000,
-     &Config::test_fence_write_failures,
-     "FOR TESTS ONLY: fail the next n fence journal writes after start-up as if fsync failed"},
+     &Config::TestHooks::fence_write_failures,
+     "FOR TESTS ONLY: fail the next n fence journal writes after start-up as if fsync failed",
+     /*hidden=*/true},
 };
 
 bool takes_value(const Setting& setting) { return setting.kind != Kind::kBool; }
@@ -296,6 +302,8 @@ std::optional<ConfigExit> apply(const Setting& setting, const Source& source, Co
       }
       if (std::holds_alternative<int Config::*>(setting.target)) {
         config.*std::get<int Config::*>(setting.target) = static_cast<int>(value);
+      } else if (std::holds_alternative<std::int64_t Config::TestHooks::*>(setting.target)) {
+        config.test.*std::get<std::int64_t Config::TestHooks::*>(setting.target) = value;
       } else {
         config.*std::get<std::int64_t Config::*>(setting.target) = value;
       }
@@ -474,6 +482,8 @@ std::string default_text(const Setting& setting, const Config& defaults) {
           return value.empty() ? "unset" : value;
         } else if constexpr (std::is_same_v<Member, bool Config::*>) {
           return defaults.*member ? "true" : "false";
+        } else if constexpr (std::is_same_v<Member, std::int64_t Config::TestHooks::*>) {
+          return std::to_string(defaults.test.*member);
         } else {
           return std::to_string(defaults.*member);
         }
@@ -494,6 +504,7 @@ std::string usage_text(const Config& defaults) {
   // Appended piece by piece: GCC 12's -Wrestrict reports a false overlap in `"literal" +
   // std::string(...)` at -O2 and above (a Release build stopped on it).
   for (const Setting& setting : kSettings) {
+    if (setting.hidden) continue;
     text.append("  --").append(setting.flag);
     if (setting.kind == Kind::kBool) {
       text.append("[=bool]");

@@ -48,15 +48,23 @@ struct Config {
   std::int64_t http_rate_limit_per_ip = 0;        // requests per second per IP; 0 = off
   std::int64_t http_rate_limit_burst = 0;         // 0 = the rate
   std::string http_cors_allowed_origins;          // comma list; "*" = any; empty = no CORS
-  // For tests only: seconds added to the wall clock that seeds the fence counter, so a test can
-  // restart the daemon "with the clock set back". Flag only (no environment variable).
-  std::int64_t test_wall_clock_offset_s = 0;
-  // For tests only: the journal's reservation range (0: the production 2^22), so that a test
-  // reaches running reservations after a few grants; and how many reservation writes after
-  // start-up fail as if fsync had returned EIO. Flag only.
-  std::int64_t test_fence_range = 0;
-  std::int64_t test_fence_write_failures = 0;
   bool debug = false;
+
+  // Hooks that exist for the test suite only (tests/integration, tests/net), set by the
+  // --test-* flags. They are flag only (no environment variable, so a stray variable can never
+  // change a production server) and hidden from --help.
+  struct TestHooks {
+    // --test-wall-clock-offset-s: seconds added to the wall clock that seeds the fence counter,
+    // so a test can restart the daemon "with the clock set back".
+    std::int64_t wall_clock_offset_s = 0;
+    // --test-fence-range: the journal's reservation range (0: the production 2^22), so that a
+    // test reaches running reservations after a few grants.
+    std::int64_t fence_range = 0;
+    // --test-fence-write-failures: how many reservation writes after start-up fail as if fsync
+    // had returned EIO.
+    std::int64_t fence_write_failures = 0;
+  };
+  TestHooks test;
 };
 
 // What parsing decided: run with a Config, or exit (help, version, or a one-line error).

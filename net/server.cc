@@ -59,9 +59,9 @@ Server::Server(Config config) : config_(std::move(config)), shared_(config_) {
 bool Server::open_fence_file() {
   if (config_.fence_state_file.empty()) return true;
   FenceFile::TestOptions test;
-  test.wall_clock_offset_s = config_.test_wall_clock_offset_s;
-  test.range = static_cast<std::uint64_t>(config_.test_fence_range);
-  test.write_failures = static_cast<std::uint64_t>(config_.test_fence_write_failures);
+  test.wall_clock_offset_s = config_.test.wall_clock_offset_s;
+  test.range = static_cast<std::uint64_t>(config_.test.fence_range);
+  test.write_failures = static_cast<std::uint64_t>(config_.test.fence_write_failures);
   auto opened = FenceFile::open(config_.fence_state_file, test);
   if (auto* refusal = std::get_if<std::string>(&opened)) {
     log_line(LogLevel::kError, *refusal);
@@ -69,9 +69,9 @@ bool Server::open_fence_file() {
   }
   fence_file_ = std::move(std::get<std::unique_ptr<FenceFile>>(opened));
   log_line(LogLevel::kInfo, fence_file_->startup_summary());
-  if (config_.test_wall_clock_offset_s != 0) {
+  if (config_.test.wall_clock_offset_s != 0) {
     logf(LogLevel::kWarn, "--test-wall-clock-offset-s %lld is for tests only",
-         static_cast<long long>(config_.test_wall_clock_offset_s));
+         static_cast<long long>(config_.test.wall_clock_offset_s));
   }
   return true;
 }
@@ -79,7 +79,7 @@ bool Server::open_fence_file() {
 void Server::create_shards() {
   // Without the journal, fences start above the wall clock (shifted only in tests).
   const std::uint64_t fence_floor =
-      fence_file_ == nullptr ? shifted_wall_clock_ns(config_.test_wall_clock_offset_s) : 0;
+      fence_file_ == nullptr ? shifted_wall_clock_ns(config_.test.wall_clock_offset_s) : 0;
   for (int i = 0; i < config_.threads; ++i) {
     shards_.push_back(std::make_unique<Shard>(static_cast<std::size_t>(i), shared_, fence_floor,
                                               fence_file_.get()));

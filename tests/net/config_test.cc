@@ -729,7 +729,7 @@ TEST(ConfigWarnings, OnlyUnboundedCapsWarn) {
 TEST(ConfigFenceStateFile, OffByDefault) {
   const Config config = ok(parse({}));
   EXPECT_EQ(config.fence_state_file, "");
-  EXPECT_EQ(config.test_wall_clock_offset_s, 0);
+  EXPECT_EQ(config.test.wall_clock_offset_s, 0);
 }
 
 TEST(ConfigFenceStateFile, FromFlagInBothForms) {
@@ -761,12 +761,12 @@ TEST(ConfigFenceStateFile, MissingValueNamesTheFlag) {
 }
 
 TEST(ConfigTestWallClockOffset, SignedSecondsWithinACentury) {
-  EXPECT_EQ(ok(parse({"--test-wall-clock-offset-s=-3600"})).test_wall_clock_offset_s, -3600);
-  EXPECT_EQ(ok(parse({"--test-wall-clock-offset-s", "-86400"})).test_wall_clock_offset_s, -86400);
-  EXPECT_EQ(ok(parse({"--test-wall-clock-offset-s=+60"})).test_wall_clock_offset_s, 60);
-  EXPECT_EQ(ok(parse({"--test-wall-clock-offset-s=3155760000"})).test_wall_clock_offset_s,
+  EXPECT_EQ(ok(parse({"--test-wall-clock-offset-s=-3600"})).test.wall_clock_offset_s, -3600);
+  EXPECT_EQ(ok(parse({"--test-wall-clock-offset-s", "-86400"})).test.wall_clock_offset_s, -86400);
+  EXPECT_EQ(ok(parse({"--test-wall-clock-offset-s=+60"})).test.wall_clock_offset_s, 60);
+  EXPECT_EQ(ok(parse({"--test-wall-clock-offset-s=3155760000"})).test.wall_clock_offset_s,
             3'155'760'000);
-  EXPECT_EQ(ok(parse({"--test-wall-clock-offset-s=-3155760000"})).test_wall_clock_offset_s,
+  EXPECT_EQ(ok(parse({"--test-wall-clock-offset-s=-3155760000"})).test.wall_clock_offset_s,
             -3'155'760'000);
 }
 
@@ -787,35 +787,56 @@ TEST(ConfigTestWallClockOffset, IsNeverReadFromTheEnvironment) {
                    {"DFLOCKD_TEST_WALL_CLOCK_OFFSET_S", "-3600"},
                    {"TURNSTILE_", "-3600"},
                    {"DFLOCKD_", "-3600"}};
-  EXPECT_EQ(ok(parse({}, env)).test_wall_clock_offset_s, 0);
+  EXPECT_EQ(ok(parse({}, env)).test.wall_clock_offset_s, 0);
 }
 
 TEST(ConfigTestFenceKnobs, RangeAndWriteFailuresAreFlagOnlyAndBounded) {
   const Config defaults = ok(parse({}));
-  EXPECT_EQ(defaults.test_fence_range, 0);
-  EXPECT_EQ(defaults.test_fence_write_failures, 0);
-  EXPECT_EQ(ok(parse({"--test-fence-range=64"})).test_fence_range, 64);
-  EXPECT_EQ(ok(parse({"--test-fence-range=4194304"})).test_fence_range, 4'194'304);
+  EXPECT_EQ(defaults.test.fence_range, 0);
+  EXPECT_EQ(defaults.test.fence_write_failures, 0);
+  EXPECT_EQ(ok(parse({"--test-fence-range=64"})).test.fence_range, 64);
+  EXPECT_EQ(ok(parse({"--test-fence-range=4194304"})).test.fence_range, 4'194'304);
   EXPECT_TRUE(contains(error(parse({"--test-fence-range=1"})), "must be between 2 and 4194304"));
   EXPECT_TRUE(contains(error(parse({"--test-fence-range=4194305"})), "must be between"));
-  EXPECT_EQ(ok(parse({"--test-fence-write-failures", "3"})).test_fence_write_failures, 3);
+  EXPECT_EQ(ok(parse({"--test-fence-write-failures", "3"})).test.fence_write_failures, 3);
   EXPECT_TRUE(contains(error(parse({"--test-fence-write-failures=-1"})), "must be between 0"));
   EXPECT_TRUE(contains(error(parse({"--test-fence-write-failures=1001"})), "must be between"));
   const Env env = {{"TURNSTILE_TEST_FENCE_RANGE", "64"},
                    {"TURNSTILE_TEST_FENCE_WRITE_FAILURES", "3"}};
-  EXPECT_EQ(ok(parse({}, env)).test_fence_range, 0);
-  EXPECT_EQ(ok(parse({}, env)).test_fence_write_failures, 0);
+  EXPECT_EQ(ok(parse({}, env)).test.fence_range, 0);
+  EXPECT_EQ(ok(parse({}, env)).test.fence_write_failures, 0);
 }
 
-TEST(ConfigHelp, ListsTheFenceStateFileAndMarksTheTestFlag) {
+TEST(ConfigHelp, ListsTheFenceStateFile) {
   const ConfigResult result = parse({"--help"});
   const auto* exit = std::get_if<ConfigExit>(&result);
   ASSERT_NE(exit, nullptr);
   EXPECT_TRUE(contains(exit->message,
                        "TURNSTILE_FENCE_STATE_FILE, DFLOCKD_FENCE_STATE_FILE; default unset"));
-  EXPECT_TRUE(
-      contains(exit->message, "  --test-wall-clock-offset-s seconds\n      FOR TESTS ONLY"));
-  EXPECT_TRUE(contains(exit->message, "flag only; default 0"));
+}
+
+// The test hooks (Config::TestHooks) are hidden from --help, and their flags still parse.
+TEST(ConfigHelp, HidesTheTestHooksWhichStillParse) {
+  const ConfigResult result = parse({"--help"});
+  const auto* exit = std::get_if<ConfigExit>(&result);
+  ASSERT_NE(exit, nullptr);
+  EXPECT_EQ(exit->code, 0);
+  for (const std::string hidden :
+       {"test-wall-clock-offset-s", "test-fence-range", "test-fence-write-failures"}) {
+    EXPECT_FALSE(contains(exit->message, hidden)) << hidden;
+  }
+  EXPECT_FALSE(contains(exit->message, "FOR TESTS ONLY"));
+  EXPECT_FALSE(contains(exit->message, "--test-"));
+
+  const Config config = ok(parse({"--test-wall-clock-offset-s", "-60", "--test-fence-range=128",
+                                  "--test-fence-write-failures", "2"}));
+  EXPECT_EQ(config.test.wall_clock_offset_s, -60);
+  EXPECT_EQ(config.test.fence_range, 128);
+  EXPECT_EQ(config.test.fence_write_failures, 2);
+  // --help still wins over them, as over any flag.
+  const ConfigResult with_help = parse({"--test-fence-range=128", "--help"});
+  ASSERT_NE(std::get_if<ConfigExit>(&with_help), nullptr);
+  EXPECT_EQ(std::get<ConfigExit>(with_help).code, 0);
 }
 
 // ---- the process environment ----------------------------------------------------------------
