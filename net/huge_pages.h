@@ -1,8 +1,8 @@
 // Keeping turnstiled's heap in transparent huge pages.
 //
-// On the virtual machine we measure on (docs/benchmarks.md, "The expiry stall"), a process whose
-// resident set is hundreds of MiB loses 5-13 ms at a time when it is switched back onto a vCPU
-// that ran another process, and the guest counts that time as the process's own CPU. The cost
+// On the virtual machine we measure on (docs/benchmark-history.md, "The expiry stall"), a process
+// whose resident set is hundreds of MiB loses 5-13 ms at a time when it is switched back onto a
+// vCPU that ran another process, and the guest counts that time as the process's own CPU. The cost
 // follows the number of 4 KiB pages the process has mapped: a probe writing 300 MiB had 94 gaps
 // over 5 ms in 20 s beside a process that slept 1 ms in a loop on the same vCPU, a 4 MiB one
 // none, and the 300 MiB one in 2 MiB pages none either. A million held locks are about 300 MiB of

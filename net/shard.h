@@ -150,7 +150,7 @@ class Shard final : public ShardLoop {
   // Stretches of work without a break (a loop turn, or an engine tick run from a sleep). Turns
   // over 10 ms are logged, at most one line a second giving the longest since the line before,
   // and the longest of all and the count over 10 ms when the shard stops: so a probe can tell a
-  // shard that stalled from one that was not scheduled (bench/scale_probe.py held-locks).
+  // shard that stalled from one that was not scheduled (bench/tools/scale_probe.py held-locks).
   core::Duration longest_turn_ = core::Duration::zero();
   std::uint64_t long_turns_ = 0;
   core::Duration unlogged_longest_ = core::Duration::zero();  // since the last line

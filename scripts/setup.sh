@@ -4,7 +4,7 @@
 #   run    what building and running turnstiled needs, and the README's curl and nc
 #          (scripts/run.sh)
 #   test   that, plus what the tests, the fuzzers and the benchmarks' binaries need (scripts/test.sh)
-#   bench  that, plus matplotlib for the plots of bench/compare.py
+#   bench  that, plus matplotlib for the plots of bench/tools/compare.py
 # Needs root when something is missing. While another apt or dpkg run holds its lock, it waits
 # (up to TURNSTILE_APT_LOCK_WAIT_S seconds, default 600) and says so, instead of failing at once.
 set -euo pipefail

@@ -3,7 +3,8 @@
 // seconds, then touches every page again, timing each touch. On a machine whose hypervisor
 // reclaims or write-protects idle guest memory, the second pass is slow, and some single page
 // touches take hundreds of microseconds: that is what a server pays when a million leases that
-// sat untouched for their whole lease expire together (docs/benchmarks.md, expiry stall).
+// sat untouched for their whole lease expire together (docs/benchmark-history.md, "The expiry
+// stall").
 //
 // With --watch-s S it instead looks for stalls that are not the program's own: for S seconds it
 // only reads the clock in a loop, then for S seconds it also writes 16 random bytes of the --mib

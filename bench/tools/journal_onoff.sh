@@ -1,7 +1,7 @@
 #!/bin/bash
 # The fence journal's cost in turnstiled: the same binary without --fence-state-file (in the
 # "ref" columns of compare.py's table) and with it (the "ts" columns), measured in one run.
-#   bench/journal_onoff.sh [BUILD_DIR]        (default ./build; run from the repository root)
+#   bench/tools/journal_onoff.sh [BUILD_DIR]  (default ./build; run from the repository root)
 # Environment: REPEATS (7), WORKERS (10,50,100), MODES (uncontended), OUT (compare.py --out),
 # EXTRA (more flags for the journaled daemon, e.g. "--test-fence-range 65536" to make it write
 # every 32,768 grants). The state file lives in a fresh directory on the repository's disk, so
@@ -30,7 +30,7 @@ port_of() {
   ${EXTRA:-} >"$DIR/on.log" 2>&1 & ON=$!
 OFF_PORT=$(port_of "$DIR/off.log")
 ON_PORT=$(port_of "$DIR/on.log")
-/usr/bin/python3 bench/compare.py --build-dir "$B" \
+/usr/bin/python3 "$(dirname "$0")/compare.py" --build-dir "$B" \
   --ref-addr "127.0.0.1:$OFF_PORT" --ref-pid $OFF --ts-addr "127.0.0.1:$ON_PORT" --ts-pid $ON \
   --modes ${MODES:-uncontended} --workers ${WORKERS:-10,50,100} --repeats ${REPEATS:-7} --duration 2 --warmup 0.5 \
   --bench-threads 2 --no-plot --out "${OUT:-$DIR/out}"

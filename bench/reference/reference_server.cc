@@ -2,7 +2,7 @@
 // does (three '\n'-terminated lines, one trailing '\r' stripped) and answers each one at once with
 // a canned reply of the right shape, keeping no lock state. What it costs per request is the
 // floor any server on this machine pays for sockets and framing; turnstile-bench measures both and
-// bench/compare.py reports turnstiled as a ratio of it.
+// bench/tools/compare.py reports turnstiled as a ratio of it.
 //
 //   l sl w sw -> ok <32 hex token> 33        e se -> acquired <32 hex token> 33
 //   r sr      -> ok                          n sn -> ok 33
@@ -49,7 +49,7 @@
 #include <string_view>
 #include <vector>
 
-#include "bench/reference_server_args.h"
+#include "bench/reference/reference_server_args.h"
 
 namespace turnstile::bench {
 namespace {

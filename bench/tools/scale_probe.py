@@ -27,10 +27,10 @@ Measures against a server it starts on an ephemeral loopback port:
                        instead, polling 100 us before it sleeps as turnstiled does: the floor,
                        what the same load does to the extra client when the server does nothing.
 
-    bench/scale_probe.py --build-dir build idle-connections 10000
-    bench/scale_probe.py --build-dir build held-locks 1000000
-    bench/scale_probe.py --build-dir build --lease-s 10 renewing 10000
-    bench/scale_probe.py --build-dir build --lease-s 10 --server ref renewing 10000
+    bench/tools/scale_probe.py --build-dir build idle-connections 10000
+    bench/tools/scale_probe.py --build-dir build held-locks 1000000
+    bench/tools/scale_probe.py --build-dir build --lease-s 10 renewing 10000
+    bench/tools/scale_probe.py --build-dir build --lease-s 10 --server ref renewing 10000
 
 Raise `ulimit -n` for large connection counts (the script raises its own soft limit to the hard
 limit and passes --max-connections 0 to the server).

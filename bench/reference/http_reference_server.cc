@@ -2,7 +2,7 @@
 // turnstile-bench --transport http sends, at once, with canned bodies of the right shape and no
 // lock state, on libevent's evhttp as turnstiled's HTTP API is. What it costs per request is the
 // floor any evhttp server on this machine pays (evhttp's parsing, its allocations and its
-// bufferevent system calls); bench/http_vs_tcp.py --http-floor measures it beside turnstiled.
+// bufferevent system calls); bench/tools/http_vs_tcp.py --http-floor measures it beside turnstiled.
 //
 //   POST   /v1/sessions              -> 200 {"session_id":"<32 hex>","idle_timeout_s":20}
 //   DELETE /v1/sessions/{id}         -> 204
@@ -30,7 +30,7 @@
 #include <string_view>
 #include <vector>
 
-#include "bench/reference_server_args.h"
+#include "bench/reference/reference_server_args.h"
 
 namespace turnstile::bench {
 namespace {

@@ -72,9 +72,9 @@
 #include <thread>
 #include <vector>
 
-#include "bench/bench_protocol.h"
-#include "bench/log_histogram.h"
-#include "bench/loopback.h"
+#include "bench/tools/bench_protocol.h"
+#include "bench/tools/log_histogram.h"
+#include "bench/tools/loopback.h"
 
 namespace turnstile::bench {
 namespace {
@@ -254,7 +254,7 @@ Options parse_options(int argc, char** argv) {
   return options;
 }
 
-// Loopback only (bench/loopback.h): the address, or a usage error.
+// Loopback only (bench/tools/loopback.h): the address, or a usage error.
 sockaddr_storage resolve_loopback(const std::string& host, int port, socklen_t& length) {
   LoopbackAddress resolved;
   std::string error;

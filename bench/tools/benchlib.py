@@ -139,7 +139,8 @@ def markdown_table(header, lines):
     return "\n".join(out)
 
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The repository's root: this file is bench/tools/benchlib.py.
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def bench_parser(description):

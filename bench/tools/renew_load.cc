@@ -1,8 +1,8 @@
 // turnstile-renew-load: many connections, each holding one lock and renewing it at a steady
 // rate, as cheaply as a client can (one thread, one epoll set). It is the background load of
-// `bench/scale_probe.py renewing`: the probe measures an extra client's latency while this runs,
-// so the load must cost the shared CPUs as little as possible (a Python loop doing the same used
-// several times the CPU; docs/benchmarks.md).
+// `bench/tools/scale_probe.py renewing`: the probe measures an extra client's latency while this
+// runs, so the load must cost the shared CPUs as little as possible (a Python loop doing the same
+// used several times the CPU; docs/benchmark-history.md).
 //
 //   turnstile-renew-load --port P --connections N --lease S --rate R [--key-prefix K]
 //
@@ -31,8 +31,8 @@
 #include <string_view>
 #include <vector>
 
-#include "bench/bench_protocol.h"
-#include "bench/loopback.h"
+#include "bench/tools/bench_protocol.h"
+#include "bench/tools/loopback.h"
 
 namespace turnstile::bench {
 namespace {

@@ -16,8 +16,8 @@ would have on this machine, whatever it did per request. Its p50 against turnsti
 the best HTTP/TCP ratio an evhttp-based API could reach here.
 
     cmake -S . -B build -G Ninja && ninja -C build
-    bench/http_vs_tcp.py                              # workers 10,50,100, 5 repetitions of 0.5+2 s
-    bench/http_vs_tcp.py --build-dir build-benchhttp --repeats 7 --out /tmp/http-vs-tcp
+    bench/tools/http_vs_tcp.py                        # workers 10,50,100, 5 repetitions of 0.5+2 s
+    bench/tools/http_vs_tcp.py --build-dir build-benchhttp --repeats 7 --out /tmp/http-vs-tcp
 
 Exit status: 0 when every bench run was clean (no unexpected reply, fences monotonic), else 1.
 """

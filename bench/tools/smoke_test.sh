@@ -6,7 +6,8 @@
 # with every fence check. Then the HTTP transport against a turnstiled with --http-port on a free
 # loopback port: the lock and semaphore modes must exit 0 and leave no HTTP session behind; and
 # the HTTP load against turnstile-http-refserver, the do-nothing evhttp server.
-# Usage: bench/smoke_test.sh TURNSTILED TURNSTILE_REFSERVER TURNSTILE_BENCH TURNSTILE_HTTP_REFSERVER
+# Usage: bench/tools/smoke_test.sh TURNSTILED TURNSTILE_REFSERVER TURNSTILE_BENCH \
+#          TURNSTILE_HTTP_REFSERVER
 set -euo pipefail
 turnstiled=$1
 refserver=$2

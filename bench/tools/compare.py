@@ -13,14 +13,14 @@ ranges and the ratios turnstiled/reference, and writes results.json, table.txt a
 The shared and semaphore modes also run against the hand-off floor: turnstile-refserver
 --hand-off 1 (shared) or --hand-off LIMIT (semaphore), one thread polling 100 us like turnstiled,
 which does nothing but hand one semaphore from client to client in FIFO order
-(reference_server.cc). The reference server grants every acquire at once, so for these two modes
-the floor is the fairer bound: the "ts/floor" column. --no-floor skips it; it is not started
-when the reference server is given by --ref-addr.
+(bench/reference/reference_server.cc). The reference server grants every acquire at once, so for
+these two modes the floor is the fairer bound: the "ts/floor" column. --no-floor skips it; it is
+not started when the reference server is given by --ref-addr.
 
     cmake -S . -B build -G Ninja && ninja -C build
-    bench/compare.py                               # full matrix, 5 repetitions (/usr/bin/python3)
-    bench/compare.py --quick                       # smoke run, under a minute
-    bench/compare.py --build-dir build-bench --repeats 7 --out /tmp/cmp
+    bench/tools/compare.py                         # full matrix, 5 repetitions (/usr/bin/python3)
+    bench/tools/compare.py --quick                 # smoke run, under a minute
+    bench/tools/compare.py --build-dir build-bench --repeats 7 --out /tmp/cmp
 
 The plot needs Debian's python3-matplotlib (`scripts/setup.sh bench` installs it); when the python3
 running this script cannot import it (a pyenv or venv python3 first on PATH), the script
