@@ -1,7 +1,7 @@
 // Every way a client can leave, in every state its session can be in (docs/reliability.md's "every
-// close shape" row): {half-close, full close, reset} x {idle, auth pending (wrong token or a
-// malformed first request), pipelined, parked, mid-request, draining}, on plain TCP and on TLS,
-// with and without --auth-token.
+// close shape" row): {half-close, full close, reset} x {idle, auth pending (a wrong token, `ping`
+// first, a malformed first request), pipelined, unread replies, parked, mid-request, draining}, on
+// plain TCP and on TLS, with and without --auth-token.
 //
 // Each case starts its own daemon and checks three things:
 //  * the reply owed is sent: after a half-close the client still reads every reply to what it
@@ -48,6 +48,7 @@ enum class Transport { kPlain, kTls };
 enum class State {
   kIdle,
   kAuthWrongToken,
+  kAuthNotAuth,  // issue 19's reproduction: `ping` first, as the README's nc example sends
   kAuthMalformed,
   kPipelined,
   kUnreadReplies,  // every request read, its replies waiting for a client that does not read
@@ -70,6 +71,8 @@ const char* name_of(State state) {
       return "Idle";
     case State::kAuthWrongToken:
       return "AuthWrongToken";
+    case State::kAuthNotAuth:
+      return "AuthNotAuth";
     case State::kAuthMalformed:
       return "AuthMalformed";
     case State::kPipelined:
@@ -108,10 +111,11 @@ std::vector<Case> all_cases() {
   std::vector<Case> cases;
   for (Transport transport : {Transport::kPlain, Transport::kTls}) {
     for (bool auth : {false, true}) {
-      for (State state :
-           {State::kIdle, State::kAuthWrongToken, State::kAuthMalformed, State::kPipelined,
-            State::kUnreadReplies, State::kParked, State::kMidRequest, State::kDraining}) {
-        const bool auth_state = state == State::kAuthWrongToken || state == State::kAuthMalformed;
+      for (State state : {State::kIdle, State::kAuthWrongToken, State::kAuthNotAuth,
+                          State::kAuthMalformed, State::kPipelined, State::kUnreadReplies,
+                          State::kParked, State::kMidRequest, State::kDraining}) {
+        const bool auth_state = state == State::kAuthWrongToken || state == State::kAuthNotAuth ||
+                                state == State::kAuthMalformed;
         if (auth_state && !auth) continue;  // there is no handshake to fail
         for (Shape shape : {Shape::kHalfClose, Shape::kFullClose, Shape::kReset}) {
           cases.push_back({transport, auth, state, shape});
@@ -298,10 +302,12 @@ TEST_P(CloseShapes, TheReplyOwedIsSentTheSocketClosesAndTheServerIdles) {
       break;
     }
     case State::kAuthWrongToken:
+    case State::kAuthNotAuth:
     case State::kAuthMalformed: {
       Client client = connect();
-      const std::string first =
-          c.state == State::kAuthWrongToken ? frame("auth", "_", "wrong") : frame("zap", "_", "_");
+      const std::string first = c.state == State::kAuthWrongToken ? frame("auth", "_", "wrong")
+                                : c.state == State::kAuthNotAuth  ? frame("ping", "_", "_")
+                                                                  : frame("zap", "_", "_");
       const auto sent = Clock::now();
       ASSERT_TRUE(client.send(first));
       leave(client, c.shape);
