@@ -31,6 +31,14 @@ extern char** environ;
 namespace turnstile::integration {
 namespace {
 
+// The daemon closes connections that tests are still writing to (that is what many of them
+// check). OpenSSL writes through plain write(2), so a SIGPIPE would end the test binary
+// silently: every binary linked with the harness ignores it.
+const bool kSigpipeIgnored = [] {
+  std::signal(SIGPIPE, SIG_IGN);
+  return true;
+}();
+
 using Clock = std::chrono::steady_clock;
 
 int remaining_ms(Clock::time_point deadline) {

@@ -16,6 +16,9 @@
 // Failures to start (no listening line within the timeout, exec failure, connect failure) throw
 // std::runtime_error with the daemon's log in the message; GoogleTest reports that as a failure.
 //
+// Every binary linked with the harness ignores SIGPIPE: the daemon closes connections tests are
+// still writing to, and OpenSSL writes with plain write(2).
+//
 // Thread affinity: a Daemon's and a Client's methods may be called from one thread at a time
 // (log(), wait_for_log() and port() are safe from any thread).
 #pragma once

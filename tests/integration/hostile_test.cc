@@ -41,14 +41,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The daemon closes connections these tests are still writing to (that is what many of them
-// check). OpenSSL writes through plain write(2), so a SIGPIPE would kill the test process
-// silently: ignore it for the whole binary.
-const bool kSigpipeIgnored = [] {
-  std::signal(SIGPIPE, SIG_IGN);
-  return true;
-}();
-
 milliseconds since(Clock::time_point start) {
   return std::chrono::duration_cast<milliseconds>(Clock::now() - start);
 }
