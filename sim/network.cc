@@ -9,11 +9,16 @@ Network::Network(const Settings& settings, std::uint64_t seed, EventQueue& queue
                  const std::int64_t& now)
     : settings_(settings), prng_(seed, kNetwork), queue_(queue), now_(now) {}
 
-std::uint64_t Network::connect(std::size_t client, std::uint64_t life) {
-  const std::uint64_t id = next_id_++;
+std::optional<std::uint64_t> Network::connect(std::size_t client) {
+  if (listener_ == nullptr) return std::nullopt;
+  const std::uint64_t id = next_id_;
+  const std::optional<Listener::Accepted> accepted = listener_->accept(id);
+  if (!accepted) return std::nullopt;
+  ++next_id_;
   Link& link = connections_[id];
   link.ends.client = client;
-  link.ends.life = life;
+  link.ends.life = accepted->life;
+  link.ends.session = accepted->session;
   return id;
 }
 

@@ -7,6 +7,10 @@
 // segment that has arrived (take_to_server / take_to_client). The network decides nothing about
 // what a segment means.
 //
+// The server process listens through the Listener it registers (listen()); a client's connect()
+// asks it to accept the new connection, so the clients need not know the server, nor the server
+// the clients.
+//
 // Thread affinity: single-threaded, owned by one run.
 #pragma once
 
@@ -31,6 +35,18 @@ struct Segment {
   std::string bytes;
 };
 
+// The server process's listening socket.
+class Listener {
+ public:
+  struct Accepted {
+    std::uint64_t life = 0;     // the process life that accepted the connection
+    std::uint64_t session = 0;  // its server-side session id
+  };
+  virtual ~Listener() = default;
+  // Accepts connection `connection`; nullopt when nothing accepts now (no process is up).
+  virtual std::optional<Accepted> accept(std::uint64_t connection) = 0;
+};
+
 class Network {
  public:
   struct Connection {
@@ -42,8 +58,11 @@ class Network {
   // `now` is the run's virtual time, read at every send.
   Network(const Settings& settings, std::uint64_t seed, EventQueue& queue, const std::int64_t& now);
 
-  // A new connection of `client`, accepted by process life `life`; its id (from 1).
-  std::uint64_t connect(std::size_t client, std::uint64_t life);
+  // Registers the listener connect() asks (null: none).
+  void listen(Listener* listener) { listener_ = listener; }
+  // A new connection of `client`, accepted by the listener: its id (from 1, consumed only by an
+  // accepted connection); nullopt when nothing accepted it.
+  std::optional<std::uint64_t> connect(std::size_t client);
   Connection& connection(std::uint64_t id) { return connections_.at(id).ends; }
 
   void send_to_server(std::uint64_t id, SegmentKind kind, std::string bytes = {});
@@ -79,6 +98,7 @@ class Network {
   const std::int64_t& now_;
   std::map<std::uint64_t, Link> connections_;
   std::uint64_t next_id_ = 1;
+  Listener* listener_ = nullptr;
 };
 
 }  // namespace turnstile::sim

@@ -1,0 +1,698 @@
+#include "sim/server.h"
+
+#include <algorithm>
+#include <deque>
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <variant>
+
+#include "core/assert.h"
+#include "core/protocol.h"
+#include "core/session.h"
+#include "core/stats.h"
+#include "core/types.h"
+
+namespace turnstile::sim {
+
+using core::Instant;
+using core::Namespace;
+using core::SessionId;
+
+namespace {
+
+// ---- the resource budget shared by the shards of one process (--max-locks) ----------------------
+
+class Budget final : public core::ResourceBudget {
+ public:
+  explicit Budget(std::int64_t max) : max_(max) {}
+  bool try_take() override {
+    if (used_ >= max_) return false;
+    ++used_;
+    return true;
+  }
+  void give_back() override {
+    TS_ASSERT(used_ > 0);
+    --used_;
+  }
+
+ private:
+  std::int64_t max_;
+  std::int64_t used_ = 0;
+};
+
+// A salt source drawing from the run's salt stream.
+class SaltSource final : public core::RandomSource {
+ public:
+  explicit SaltSource(Prng& prng) : prng_(prng) {}
+  std::uint64_t next_u64() override { return prng_.next(); }
+
+ private:
+  Prng& prng_;
+};
+
+// The engines' FenceSource: the process's FenceJournal, with every block it hands out reported to
+// the server (which checks it against the disk and every earlier block).
+class JournalSource final : public core::FenceSource {
+ public:
+  JournalSource(core::FenceJournal& journal, std::function<void(core::FenceBlock)> on_take)
+      : journal_(journal), on_take_(std::move(on_take)) {}
+  core::FenceBlock take(std::uint64_t want) override {
+    const core::FenceBlock block = journal_.take(want);
+    on_take_(block);
+    return block;
+  }
+
+ private:
+  core::FenceJournal& journal_;
+  std::function<void(core::FenceBlock)> on_take_;
+};
+
+}  // namespace
+
+// ---- one process life ---------------------------------------------------------------------------
+
+// A router message on its way between two shards (core/router.h).
+struct ServerProcess::Hop {
+  std::int64_t at = 0;
+  core::RouterMessage message;
+};
+
+struct ServerProcess::ServerSession {
+  std::unique_ptr<core::Session> session;
+  std::uint64_t connection = 0;
+  std::size_t owner = 0;
+  std::string input;                  // bytes the session has not taken yet
+  bool notified = false;              // the router was told of the close
+  int close_notices = 0;              // its close notices still on their way to other shards
+  std::set<std::size_t> shards_used;  // for the coverage only (the router keeps its own)
+  bool awaiting_delivery = false;     // the request in flight is parked in an engine
+  bool socket_open = true;            // false after a reset or once the server closed the socket
+  bool fin_sent = false;
+  std::string inflight_key;  // key of the engine request in flight (namespace in inflight_ns)
+  Namespace inflight_ns = Namespace::kLock;
+};
+
+struct ServerProcess::Process {
+  std::uint64_t life = 0;
+  std::int64_t mono_origin = 0;  // Instant = mono_origin + virtual time - mono_back
+  std::int64_t mono_back = 0;    // a monotonic clock reading behind (the clock-back fault)
+  std::unique_ptr<Budget> budget;
+  std::unique_ptr<core::FenceJournal> journal;  // null without the fence journal
+  std::unique_ptr<JournalSource> fence_source;  // the engines' view of `journal`
+  bool journal_backoff = false;                 // a failed write is retried after a pause
+  std::vector<std::unique_ptr<core::Engine>> engines;
+  std::vector<std::unique_ptr<core::Router>> routers;  // one per engine; destroyed first
+  std::map<std::uint64_t, ServerSession> sessions;
+  std::map<std::pair<std::size_t, std::size_t>, std::deque<Hop>> channels;
+  std::size_t next_owner = 0;
+  std::optional<std::int64_t> timer_at;
+};
+
+// ---- the process across lives -------------------------------------------------------------------
+
+ServerProcess::ServerProcess(RunContext& run, Network& network, Disk& disk, Checker& checker,
+                             History& history, Prng& faults)
+    : run_(run),
+      network_(network),
+      disk_(disk),
+      checker_(checker),
+      history_(history),
+      faults_(faults),
+      clocks_(run.options.seed, kClocks),
+      salts_prng_(run.options.seed, kSalts),
+      salts_(std::make_unique<SaltSource>(salts_prng_)) {
+  network_.listen(this);
+}
+
+ServerProcess::~ServerProcess() { network_.listen(nullptr); }
+
+Instant ServerProcess::server_now() const {
+  return Instant::from_ns(process_->mono_origin + run_.now - process_->mono_back);
+}
+
+void ServerProcess::on_restart() {
+  if (!process_) start();
+}
+
+void ServerProcess::on_timer(std::uint64_t life) {
+  if (process_ && life == life_) on_server_timer();
+}
+
+void ServerProcess::on_journal_retry(std::uint64_t life) {
+  if (process_ && life == life_) process_->journal_backoff = false;
+}
+
+void ServerProcess::pause_until(std::int64_t until) {
+  paused_until_ = until;
+  run_.schedule(paused_until_, event::Unpause{});
+}
+
+std::int64_t ServerProcess::clock_back() const { return process_ ? process_->mono_back : 0; }
+
+void ServerProcess::step_clock_back(std::int64_t by) {
+  if (process_) process_->mono_back += by;
+}
+
+// ---- the network --------------------------------------------------------------------------------
+
+void ServerProcess::on_net_to_server(std::uint64_t connection_id) {
+  std::optional<Segment> arrived = network_.take_to_server(connection_id);
+  if (!arrived) return;
+  const Segment& segment = *arrived;
+  const Network::Connection& connection = network_.connection(connection_id);
+  run_.digest.add(segment.bytes);
+  run_.digest.add(static_cast<std::uint64_t>(segment.kind));
+  if (!process_ || connection.life != life_) return;  // the process that accepted it is gone
+  auto session_it = process_->sessions.find(connection.session);
+  if (session_it == process_->sessions.end()) return;
+  ServerSession& ss = session_it->second;
+  if (!ss.socket_open) return;
+  switch (segment.kind) {
+    case SegmentKind::kData:
+      ss.input += segment.bytes;
+      break;
+    case SegmentKind::kFin:
+      // Bytes the session has not taken yet come first (the kernel buffer holds them).
+      if (!ss.input.empty()) ss.session->on_bytes(server_now(), ss.input);
+      ss.input.clear();
+      ss.session->on_peer_eof(server_now());
+      break;
+    case SegmentKind::kReset:
+      ss.socket_open = false;
+      ss.input.clear();
+      ss.session->on_peer_closed(server_now());
+      break;
+  }
+  pump();
+}
+// ---- a life's start and counters ----------------------------------------------------------------
+
+void ServerProcess::start() {
+  const std::int64_t wall_ns = run_.wall_ns();
+  std::unique_ptr<core::FenceJournal> journal;
+  if (run_.settings.fence_journal) {
+    journal = open_journal(wall_ns);
+    if (!journal) return;  // died during its start-up write, or an invariant broke
+  }
+  process_ = std::make_unique<Process>();
+  process_->life = ++life_;
+  process_->mono_origin = clocks_.between(1, 1'000'000) * kS;
+  process_->budget = std::make_unique<Budget>(run_.settings.resources_max);
+  core::EngineConfig config;
+  config.gc_max_idle = core::Duration::milliseconds(run_.settings.gc_idle_ms);
+  config.waiters_max = run_.settings.waiters_max;
+  config.deadlines_per_call = run_.settings.deadlines_per_call;
+  if (journal) {
+    // Every engine takes its fences in blocks from the one journal of the process.
+    process_->journal = std::move(journal);
+    process_->fence_source = std::make_unique<JournalSource>(
+        *process_->journal, [this](core::FenceBlock block) { on_fences_taken(block); });
+    config.fence_block = run_.settings.fence_block;
+  } else {
+    // Production without the fence journal: the counter starts at the wall clock
+    // (docs/daemon.md).
+    config.fence_floor = core::Fence{static_cast<std::uint64_t>(wall_ns)};
+  }
+  for (std::size_t shard = 0; shard < run_.settings.shards; ++shard) {
+    process_->engines.push_back(std::make_unique<core::Engine>(
+        config, *salts_, process_->budget.get(), process_->fence_source.get()));
+    core::RouterConfig router;
+    router.index = shard;
+    router.shards = run_.settings.shards;
+    router.auto_release = run_.settings.auto_release;
+    router.stats_entries_max = config.stats_entries_max;
+    process_->routers.push_back(
+        std::make_unique<core::Router>(router, *process_->engines.back(), this));
+  }
+  // With the fence journal, fences beat earlier lives' always; without it, only while the wall
+  // clock never went back (docs/reliability.md).
+  checker_.new_life(life_, run_.settings.fence_journal || !run_.wall_went_back);
+  history_.new_life(life_);
+  run_.digest.add(static_cast<std::uint64_t>(wall_ns));
+}
+
+void ServerProcess::harvest_counters() {
+  if (!process_) return;
+  for (const auto& engine : process_->engines) {
+    const core::EngineCounters& counters = engine->counters();
+    run_.result.coverage["lease-expiry"] += counters.lease_expiries;
+    run_.result.coverage["wait-timeout"] += counters.wait_timeouts;
+    run_.result.coverage["gc"] += counters.resources_collected;
+    run_.result.coverage["clock-regression"] += counters.clock_regressions;
+    if (run_.settings.fence_journal)
+      run_.result.coverage["grant-no-fence"] += counters.fence_exhausted;
+  }
+}
+
+// ---- the fence journal and the simulated disk ---------------------------------------------------
+
+std::unique_ptr<core::FenceJournal> ServerProcess::open_journal(std::int64_t wall_ns) {
+  core::FenceJournalConfig config;
+  config.range = run_.settings.journal_range;
+  while (!run_.failed) {
+    const core::JournalRecovery recovery = core::recover_journal(disk_.bytes);
+    run_.digest.add(static_cast<std::uint64_t>(recovery.outcome) + 0x5ec0);
+    run_.digest.add(recovery.record.ceiling);
+    if (recovery.outcome == core::JournalRecovery::Outcome::kRefused) {
+      // Only a creation torn before it was ever synced may leave a file recovery refuses; nothing
+      // was handed out from it, so the operator may delete it and start afresh.
+      if (disk_.synced_writes > 0) {
+        run_.fail("fence-journal-recovery", "the fence state file " + recovery.problem + " after " +
+                                                std::to_string(disk_.synced_writes) +
+                                                " synced writes");
+        return nullptr;
+      }
+      ++run_.result.coverage["journal-refused-recreated"];
+      disk_.bytes.clear();
+      continue;
+    }
+    if (recovery.outcome == core::JournalRecovery::Outcome::kRecovered) {
+      ++run_.result.coverage["journal-recovered"];
+      if (recovery.record.ceiling < fences_handed_max_) {
+        run_.fail("fence-journal-recovery",
+                  "recovered ceiling " + std::to_string(recovery.record.ceiling) + " below fence " +
+                      std::to_string(fences_handed_max_) + " handed out before");
+        return nullptr;
+      }
+    } else if (disk_.synced_writes > 0) {
+      run_.fail("fence-journal-recovery", "the fence state file is empty after " +
+                                              std::to_string(disk_.synced_writes) +
+                                              " synced writes");
+      return nullptr;
+    }
+    auto journal =
+        std::make_unique<core::FenceJournal>(config, recovery, static_cast<std::uint64_t>(wall_ns));
+    if (journal->exhausted()) {
+      run_.fail("fence-journal", "the fence space is used up at start-up");
+      return nullptr;
+    }
+    // The daemon makes the first reservation durable before it accepts a connection; a failed
+    // write is retried, and the process may die while it writes.
+    while (!run_.failed) {
+      const std::optional<core::JournalWrite> write = journal->begin_write();
+      if (!write) {
+        run_.fail("fence-journal", "no reservation wanted at start-up");
+        return nullptr;
+      }
+      ++run_.result.coverage["journal-write"];
+      run_.digest.add(write->seq);
+      run_.digest.add(write->ceiling);
+      const bool first_start = life_ == 0;
+      if (!run_.liveness && run_.settings.fault_crash &&
+          disk_.dice().chance(first_start ? 250 : 100)) {
+        disk_.dirty = *write;
+        disk_.crash();
+        ++run_.result.coverage["crash-at-start-up"];
+        ++run_.result.crashes;
+        run_.digest.add(0xc0ffee5);
+        run_.schedule(run_.now + faults_.between(1, 500) * kMs, event::Restart{});
+        return nullptr;
+      }
+      if (!run_.liveness && disk_.dice().chance(run_.settings.journal_fail_permille)) {
+        disk_.fail(*write);
+        journal->end_write(write->seq, false);
+        continue;
+      }
+      disk_.apply(*write);
+      ++disk_.synced_writes;
+      journal->end_write(write->seq, true);
+      return journal;
+    }
+  }
+  return nullptr;
+}
+
+void ServerProcess::kick_journal() {
+  if (!process_ || !process_->journal || process_->journal_backoff || paused_until_ > run_.now)
+    return;
+  const std::optional<core::JournalWrite> write = process_->journal->begin_write();
+  if (!write) return;
+  ++run_.result.coverage["journal-write"];
+  disk_.dirty = *write;
+  run_.digest.add(write->seq);
+  run_.digest.add(write->ceiling);
+  run_.schedule(run_.now + disk_.dice().between(1, run_.settings.journal_sync_max_us) * kUs,
+                event::JournalSynced{life_, write->seq});
+}
+
+void ServerProcess::on_journal_synced(std::uint64_t life, std::uint64_t seq) {
+  if (!process_ || life != life_ || !disk_.dirty || disk_.dirty->seq != seq) return;
+  const core::JournalWrite write = *disk_.dirty;
+  disk_.dirty.reset();
+  // Faults heal in the liveness phase: every write succeeds then.
+  if (!run_.liveness && disk_.dice().chance(run_.settings.journal_fail_permille)) {
+    disk_.fail(write);
+    process_->journal->end_write(seq, false);
+    process_->journal_backoff = true;
+    run_.schedule(run_.now + disk_.dice().between(1, 200) * kMs, event::JournalRetry{life_});
+    run_.digest.add(0xfa11);
+    return;
+  }
+  disk_.apply(write);
+  ++disk_.synced_writes;
+  process_->journal->end_write(seq, true);
+  run_.digest.add(0x5ced);
+}
+
+void ServerProcess::on_fences_taken(core::FenceBlock block) {
+  run_.digest.add(block.first);
+  run_.digest.add(block.count);
+  if (block.count == 0) {
+    ++run_.result.coverage["fence-source-empty"];
+    return;
+  }
+  ++run_.result.coverage["fence-block"];
+  const std::uint64_t last = block.first + (block.count - 1);
+  if (last < block.first) {
+    run_.fail("fence-journal", "block " + std::to_string(block.first) + "+" +
+                                   std::to_string(block.count) + " wraps");
+    return;
+  }
+  if (fences_handed_max_ != 0 && block.first <= fences_handed_max_) {
+    run_.fail("fence-journal-monotonic", "block from " + std::to_string(block.first) +
+                                             " after fence " + std::to_string(fences_handed_max_) +
+                                             " was handed out (life " + std::to_string(life_) +
+                                             ")");
+    return;
+  }
+  // Only fences at or below a ceiling that is durable on the disk may be handed out.
+  const core::JournalRecovery recovery = core::recover_journal(disk_.bytes);
+  if (recovery.outcome != core::JournalRecovery::Outcome::kRecovered ||
+      recovery.record.ceiling < last) {
+    run_.fail("fence-journal-durable",
+              "block up to " + std::to_string(last) + " handed out while the disk holds " +
+                  (recovery.outcome == core::JournalRecovery::Outcome::kRecovered
+                       ? "ceiling " + std::to_string(recovery.record.ceiling)
+                       : std::string("no valid record")));
+    return;
+  }
+  fences_handed_max_ = last;
+}
+
+// ---- crashes, sessions, routers and timers ------------------------------------------------------
+
+void ServerProcess::crash() {
+  if (!process_) return;
+  harvest_counters();
+  ++run_.result.crashes;
+  run_.digest.add(0xc0ffee);
+  if (process_->journal) disk_.crash();
+  network_.crash(life_);
+  process_.reset();
+  run_.schedule(run_.now + faults_.between(1, 500) * kMs, event::Restart{});
+}
+
+std::optional<Listener::Accepted> ServerProcess::accept(std::uint64_t connection_id) {
+  if (!process_) return std::nullopt;
+  Process& p = *process_;
+  const std::size_t owner = p.next_owner;
+  p.next_owner = (p.next_owner + 1) % run_.settings.shards;
+  const std::uint64_t id = p.routers[owner]->new_session_id().value;
+  ServerSession& ss = p.sessions[id];
+  core::SessionConfig config;
+  ss.session = std::make_unique<core::Session>(SessionId{id}, config, server_now());
+  ss.connection = connection_id;
+  ss.owner = owner;
+  return Accepted{life_, id};
+}
+
+void ServerProcess::post(std::size_t from, std::size_t to, Hop hop) {
+  auto& channel = process_->channels[{from, to}];
+  const std::int64_t delay = network_.hop_delay();
+  hop.at = std::max(channel.empty() ? 0 : channel.back().at, run_.now + delay);
+  run_.schedule(hop.at, event::Hop{life_, from, to});
+  channel.push_back(std::move(hop));
+}
+
+void ServerProcess::route(std::uint64_t id, ServerSession& ss, const core::Request& request) {
+  if (ss.session->closed()) ++run_.result.coverage["give-back"];
+  if (core::is_engine_command(request.command)) {
+    ss.inflight_key = request.key;
+    ss.inflight_ns = core::command_namespace(request.command);
+    const std::size_t target = process_->routers[ss.owner]->shard_of(request);
+    if (target != ss.owner) ++run_.result.coverage["cross-shard-request"];
+    if (ss.shards_used.insert(target).second && ss.shards_used.size() == 2) {
+      ++run_.result.coverage["multi-shard-session"];
+    }
+  } else {
+    ++run_.result.coverage["stats"];
+  }
+  run_.digest.add(id);
+  run_.digest.add(static_cast<std::uint64_t>(request.command));
+  process_->routers[ss.owner]->submit(server_now(), SessionId{id}, request);
+  drain_router(ss.owner);
+}
+
+void ServerProcess::observe_call(std::size_t shard, const std::vector<core::Delivery>& out,
+                                 const core::Reply* reply, const core::Request* request) {
+  for (const core::Delivery& delivery : out) {
+    if (!delivery.reply.token) continue;
+    auto it = process_->sessions.find(delivery.session.value);
+    if (it == process_->sessions.end()) continue;  // reported by on_session_event
+    checker_.observe_grant(ResourceKey{it->second.inflight_ns, it->second.inflight_key},
+                           *delivery.reply.token,
+                           "delivery to session " + std::to_string(delivery.session.value));
+  }
+  if (reply != nullptr && reply->token && request != nullptr) {
+    checker_.observe_grant(ResourceKey{core::command_namespace(request->command), request->key},
+                           *reply->token, "reply");
+  }
+  checker_.check_engine(shard, *process_->engines[shard], run_.now);
+}
+
+void ServerProcess::drain_router(std::size_t shard) {
+  core::Router& router = *process_->routers[shard];
+  for (core::Envelope& envelope : router.take_outbox()) {
+    // The checker treats a session as gone once its close notices have all arrived (a holder of
+    // a forgotten session is a leak), so it counts them.
+    if (const auto* close = std::get_if<core::message::CloseSession>(&envelope.message)) {
+      auto it = process_->sessions.find(close->session.value);
+      if (it != process_->sessions.end()) ++it->second.close_notices;
+    }
+    post(shard, envelope.to, Hop{0, std::move(envelope.message)});
+  }
+  for (core::SessionEvent& event : router.take_events()) on_session_event(event);
+}
+
+void ServerProcess::on_session_event(core::SessionEvent& event) {
+  const std::uint64_t id = event.session.value;
+  auto it = process_->sessions.find(id);
+  if (it == process_->sessions.end()) {
+    run_.fail("driver-contract", "router event for unknown session " + std::to_string(id));
+    return;
+  }
+  ServerSession& ss = it->second;
+  core::Session& session = *ss.session;
+  if (!session.in_flight()) {
+    run_.fail("driver-contract",
+              "router event with nothing in flight, session " + std::to_string(id));
+    return;
+  }
+  switch (event.kind) {
+    case core::SessionEvent::Kind::kParked:
+      if (ss.awaiting_delivery)
+        run_.fail("driver-contract", "parked twice, session " + std::to_string(id));
+      ss.awaiting_delivery = true;
+      session.on_parked();
+      break;
+    case core::SessionEvent::Kind::kCancelled:
+      if (!ss.awaiting_delivery) {
+        run_.fail("driver-contract",
+                  "a cancellation of nothing parked, session " + std::to_string(id));
+        return;
+      }
+      ss.awaiting_delivery = false;
+      session.on_cancelled();
+      ++run_.result.coverage["cancelled"];
+      break;
+    case core::SessionEvent::Kind::kReply:
+      if (event.reply.status == core::Status::kParked) {
+        run_.fail("driver-contract", "a reply of Reply::parked, session " + std::to_string(id));
+        return;
+      }
+      if (ss.awaiting_delivery) ++run_.result.coverage["delivery"];
+      ss.awaiting_delivery = false;
+      session.on_reply(server_now(), event.reply);
+      break;
+    case core::SessionEvent::Kind::kStats: {
+      std::int64_t open = 0;
+      for (const auto& [other_id, other] : process_->sessions) {
+        if (!other.session->closed()) ++open;
+      }
+      session.on_reply(server_now(),
+                       core::Reply::stats(core::encode_stats_json(open, event.stats)));
+      break;
+    }
+  }
+}
+
+void ServerProcess::on_hop(std::uint64_t life, std::size_t from, std::size_t to) {
+  if (!process_ || life != life_) return;
+  auto& channel = process_->channels[{from, to}];
+  if (channel.empty() || channel.front().at > run_.now) return;
+  Hop hop = std::move(channel.front());
+  channel.pop_front();
+  run_.digest.add(static_cast<std::uint64_t>(hop.message.index()));
+  std::visit([this](const auto& m) { run_.digest.add(m.session.value); }, hop.message);
+  if (const auto* close = std::get_if<core::message::CloseSession>(&hop.message)) {
+    auto it = process_->sessions.find(close->session.value);
+    if (it != process_->sessions.end()) --it->second.close_notices;
+  }
+  process_->routers[to]->receive(server_now(), std::move(hop.message));
+  drain_router(to);
+  pump();
+}
+
+bool ServerProcess::pump_session(std::uint64_t id, ServerSession& ss) {
+  bool progress = false;
+  core::Session& session = *ss.session;
+  if (!ss.input.empty()) {
+    const std::size_t used = session.on_bytes(server_now(), ss.input);
+    if (used > 0) {
+      ss.input.erase(0, std::min(used, ss.input.size()));
+      progress = true;
+    }
+  }
+  if (session.closed() && !ss.notified) {
+    ss.notified = true;
+    history_.connection_closed(ss.connection, run_.now);
+    progress = true;
+    process_->routers[ss.owner]->close(server_now(), SessionId{id});
+    drain_router(ss.owner);
+  }
+  while (!run_.failed) {
+    std::optional<core::Request> request = session.next_request(server_now());
+    if (!request) break;
+    progress = true;
+    if (core::is_engine_command(request->command) || request->command == core::Command::kStats) {
+      route(id, ss, *request);
+    } else {
+      run_.fail("driver-contract", "session routed a request it should answer itself");
+    }
+  }
+  if (ss.socket_open && !session.output().empty()) {
+    const std::string bytes(session.output());
+    session.consume_output(bytes.size());
+    network_.send_to_client(ss.connection, SegmentKind::kData, bytes);
+    progress = true;
+  }
+  if (session.closed() && ss.socket_open && !ss.fin_sent && session.output().empty()) {
+    ss.fin_sent = true;
+    ss.socket_open = false;
+    network_.send_to_client(ss.connection, SegmentKind::kFin);
+    progress = true;
+  }
+  return progress;
+}
+
+void ServerProcess::pump() {
+  if (!process_) return;
+  for (int pass = 0; pass < 10'000 && !run_.failed; ++pass) {
+    bool progress = false;
+    std::vector<std::uint64_t> forget;
+    for (auto& [id, ss] : process_->sessions) {
+      if (pump_session(id, ss)) progress = true;
+      if (ss.session->finished() && ss.notified && ss.close_notices == 0) forget.push_back(id);
+    }
+    for (std::uint64_t id : forget) {
+      process_->sessions.erase(id);
+      checker_.session_forgotten(id);
+    }
+    if (!progress) {
+      arm_timer();
+      return;
+    }
+  }
+  if (!run_.failed) run_.fail("driver-contract", "routing loop did not settle");
+}
+
+void ServerProcess::on_server_timer() {
+  Process& p = *process_;
+  if (p.timer_at && *p.timer_at <= run_.now) p.timer_at.reset();
+  for (std::size_t shard = 0; shard < run_.settings.shards; ++shard) {
+    p.routers[shard]->tick(server_now());
+    const std::optional<Instant> wake = p.routers[shard]->next_wake();
+    if (wake && *wake <= p.engines[shard]->now()) ++run_.result.coverage["deadlines-left-behind"];
+    drain_router(shard);
+  }
+  for (auto& [id, ss] : p.sessions) ss.session->on_timer(server_now());
+  pump();
+}
+
+void ServerProcess::arm_timer() {
+  Process& p = *process_;
+  std::optional<std::int64_t> next;
+  auto consider = [&](std::optional<Instant> at) {
+    if (!at) return;
+    const std::int64_t virtual_at = std::max(at->ns() - p.mono_origin + p.mono_back, run_.now + 1);
+    if (!next || virtual_at < *next) next = virtual_at;
+  };
+  for (const auto& engine : p.engines) consider(engine->next_wake());
+  for (const auto& [id, ss] : p.sessions) consider(ss.session->next_deadline());
+  if (next && (!p.timer_at || *next < *p.timer_at)) {
+    p.timer_at = next;
+    run_.schedule(*next, event::ServerTimer{life_});
+  }
+}
+// ---- checks -------------------------------------------------------------------------------------
+
+void ServerProcess::check_invariants() {
+  if (!process_) {
+    checker_.clear_observed();
+    return;
+  }
+  for (std::size_t shard = 0; shard < run_.settings.shards && !run_.failed; ++shard) {
+    checker_.check_engine(shard, *process_->engines[shard], run_.now);
+  }
+  checker_.clear_observed();
+}
+void ServerProcess::check_final() {
+  if (!process_) return;
+  if (!process_->sessions.empty()) {
+    run_.fail("leak", std::to_string(process_->sessions.size()) + " sessions never finished");
+    return;
+  }
+  for (const auto& engine : process_->engines) {
+    for (const core::Engine::ResourceView& view : engine->inspect()) {
+      if (!view.holders.empty() || !view.waiters.empty()) {
+        run_.fail("leak", key_name({view.ns, view.key}) + " still has " +
+                              std::to_string(view.holders.size()) + " holders and " +
+                              std::to_string(view.waiters.size()) +
+                              " waiters after every session closed");
+        return;
+      }
+    }
+  }
+}
+std::string ServerProcess::describe_session(std::uint64_t session) const {
+  if (!process_) return ", no process";
+  auto it = process_->sessions.find(session);
+  if (it == process_->sessions.end()) return ", server session forgotten";
+  const ServerSession& ss = it->second;
+  std::string text =
+      ", session " + std::to_string(session) + (ss.session->closed() ? " closed" : " open") +
+      (ss.session->in_flight() ? " in-flight" : "") + (ss.awaiting_delivery ? " parked" : "") +
+      " queued " + std::to_string(ss.session->queued_requests()) + " buffered " +
+      std::to_string(ss.session->buffered_input_bytes()) + " input " +
+      std::to_string(ss.input.size()) + (ss.socket_open ? " socket-open" : " socket-closed");
+  for (std::size_t shard = 0; shard < run_.settings.shards; ++shard) {
+    const core::Engine& engine = *process_->engines[shard];
+    const std::optional<Instant> wake = engine.next_wake();
+    text += "; shard " + std::to_string(shard) + " next wake " +
+            (wake ? std::to_string(wake->ns() - process_->mono_origin) : std::string("none"));
+    for (const core::Engine::ResourceView& view : engine.inspect()) {
+      for (SessionId waiter : view.waiters) {
+        if (waiter.value == session) text += ", waits on " + key_name({view.ns, view.key});
+      }
+      for (const auto& holder : view.holders) {
+        if (holder.session.value == session) text += ", holds " + key_name({view.ns, view.key});
+      }
+    }
+  }
+  return text;
+}
+
+}  // namespace turnstile::sim

@@ -1,0 +1,372 @@
+#include "sim/workload.h"
+
+#include <deque>
+#include <iterator>
+#include <map>
+#include <string>
+#include <utility>
+
+#include "core/protocol.h"
+#include "core/wire.h"
+
+namespace turnstile::sim {
+
+using core::Namespace;
+
+struct Workload::Outstanding {
+  core::Request request;
+  bool malformed = false;
+  bool closes = false;  // a line-too-long request: `error`, then the server closes
+  std::int64_t sent_at = 0;
+  std::uint64_t op = 0;  // history operation, 0 when not recorded
+};
+
+struct Workload::Client {
+  std::uint64_t id = 0;
+  std::uint64_t connection = 0;  // 0: not connected
+  bool half_closed = false;
+  std::string input;  // reply bytes not yet split into lines
+  std::deque<Outstanding> pending;
+  std::map<std::pair<Namespace, std::string>, core::Token> held;
+  std::map<std::pair<Namespace, std::string>, std::int64_t> enqueued;  // -> call time of `e`
+  bool stopped = false;  // liveness phase: no new work
+};
+
+// ---- the clients
+// ---------------------------------------------------------------------------------
+
+Workload::Workload(RunContext& run, Network& network, History& history)
+    : run_(run), network_(network), history_(history), prng_(run.options.seed, kWorkload) {}
+
+Workload::~Workload() = default;
+
+void Workload::start() {
+  clients_.resize(run_.settings.clients);
+  for (std::size_t i = 0; i < clients_.size(); ++i) {
+    clients_[i].id = i;
+    run_.schedule(prng_.between(0, 100) * kMs, event::ClientAct{i});
+  }
+}
+
+void Workload::on_act(std::size_t client) { client_act(clients_[client]); }
+
+void Workload::stop() {
+  for (Client& client : clients_) client.stopped = true;
+}
+
+void Workload::drain() {
+  for (Client& client : clients_) run_.schedule(run_.now + 1, event::ClientAct{client.id});
+}
+
+std::size_t Workload::clients() const { return clients_.size(); }
+
+void Workload::reset_connection(std::size_t index) {
+  Client& client = clients_[index];
+  if (client.connection != 0 && !client.half_closed) client_disconnect(client, true);
+}
+
+// ---- the network
+// ---------------------------------------------------------------------------------
+
+void Workload::on_net_to_client(std::uint64_t connection_id) {
+  std::optional<Segment> arrived = network_.take_to_client(connection_id);
+  if (!arrived) return;
+  const Segment& segment = *arrived;
+  const Network::Connection& connection = network_.connection(connection_id);
+  run_.digest.add(segment.bytes);
+  run_.digest.add(static_cast<std::uint64_t>(segment.kind));
+  Client& client = clients_[connection.client];
+  if (client.connection != connection_id) return;  // the client already dropped it
+  if (segment.kind == SegmentKind::kData) {
+    client.input += segment.bytes;
+    std::size_t newline = 0;
+    while (!run_.failed && (newline = client.input.find('\n')) != std::string::npos) {
+      const std::string line = client.input.substr(0, newline);
+      client.input.erase(0, newline + 1);
+      client_line(client, line);
+    }
+    return;
+  }
+  client_connection_lost(client);
+}
+
+// ---- what a client does -------------------------------------------------------------------------
+
+ResourceKey Workload::pick_key(bool semaphore) {
+  std::string key;
+  if (prng_.chance(run_.settings.hot_permille)) {
+    key = "h" + std::to_string(prng_.below(run_.settings.hot_keys));
+  } else {
+    key = "c" + std::to_string(prng_.below(run_.settings.cold_keys));
+  }
+  return {semaphore ? Namespace::kSemaphore : Namespace::kLock, key};
+}
+
+std::int64_t Workload::semaphore_limit(const std::string& key) const {
+  // Fixed per key so that limit mismatches are the exception the workload makes on purpose.
+  return 1 + static_cast<std::int64_t>(key.back() - '0' + 1) % 3;
+}
+
+void Workload::client_send(Client& client, Outstanding outstanding, std::string bytes) {
+  outstanding.sent_at = run_.now;
+  if (!outstanding.malformed && core::is_engine_command(outstanding.request.command)) {
+    outstanding.op = history_.call(client.id, client.connection, outstanding.request, run_.now);
+  }
+  client.pending.push_back(std::move(outstanding));
+  network_.send_to_server(client.connection, SegmentKind::kData, std::move(bytes));
+}
+
+void Workload::client_connection_lost(Client& client) {
+  // Whatever was pending may or may not have happened.
+  // Whatever was pending stays indefinite in the history.
+  client.pending.clear();
+  client.held.clear();
+  client.enqueued.clear();
+  client.input.clear();
+  client.connection = 0;
+  client.half_closed = false;
+}
+
+void Workload::client_disconnect(Client& client, bool reset) {
+  run_.digest.add(reset ? 0x7e5e7 : 0xf1f1);
+  if (reset) {
+    network_.send_to_server(client.connection, SegmentKind::kReset);
+    client_connection_lost(client);
+  } else {
+    network_.send_to_server(client.connection, SegmentKind::kFin);
+    client.half_closed = true;  // reads on until the server closes
+  }
+}
+
+void Workload::client_act(Client& client) {
+  const std::int64_t think = prng_.between(0, 300) * kMs;
+  if (client.stopped) {
+    if (run_.draining && client.connection != 0 && !client.half_closed) {
+      client_disconnect(client, prng_.chance(500));
+    }
+    return;
+  }
+  run_.schedule(run_.now + think + 1, event::ClientAct{client.id});
+  if (client.connection == 0) {
+    const std::optional<std::uint64_t> connected = network_.connect(client.id);
+    if (!connected) return;
+    const std::uint64_t id = *connected;
+    client.connection = id;
+    run_.digest.add(id);
+    return;
+  }
+  if (client.half_closed) return;
+  const std::size_t depth_max = run_.settings.pipelining ? 3 : 1;
+  if (client.pending.size() >= depth_max) return;
+  if (client.pending.empty() && prng_.chance(run_.settings.vanish_permille)) {
+    client_disconnect(client, prng_.chance(600));
+    return;
+  }
+  if (!client.pending.empty() && run_.settings.fault_disconnect &&
+      prng_.chance(run_.settings.vanish_permille)) {
+    client_disconnect(client, prng_.chance(600));  // vanish while queued or parked
+    return;
+  }
+
+  Outstanding out;
+  core::Request& request = out.request;
+  std::string bytes;
+  const std::uint64_t dice = prng_.below(1000);
+  const bool semaphore = prng_.chance(400);
+  auto lease = [&]() -> std::int64_t { return prng_.chance(300) ? 0 : prng_.between(1, 8); };
+  if (dice < 30) {
+    // Malformed: one request's worth of lines, answered `error`.
+    static const char* const kMalformed[] = {"x\ny\nz\n",     "l\n\n5\n",    "l\nk\n-1\n",
+                                             "sl\nk\n1 0\n",  "l\nk\nabc\n", "r\nk\n\n",
+                                             "n\nk\ntok 0\n", "l\nk a\n1\n", "w\nk\n1 2 3\n"};
+    out.malformed = true;
+    bytes = kMalformed[prng_.below(std::size(kMalformed))];
+  } else if (dice < 36) {
+    out.malformed = true;
+    out.closes = true;
+    bytes = "l\n" + std::string(300, 'k') + "\n1\n";
+  } else if (dice < 60) {
+    request.command = prng_.chance(900) ? core::Command::kPing : core::Command::kStats;
+  } else if (dice < 420) {
+    const ResourceKey key = pick_key(semaphore);
+    request.command = semaphore ? core::Command::kSemLock : core::Command::kLock;
+    request.key = key.second;
+    request.timeout_s = prng_.chance(250) ? 0 : prng_.between(1, 4);
+    request.lease_s = lease();
+    if (semaphore) {
+      request.limit = semaphore_limit(key.second);
+      if (prng_.chance(20)) request.limit += 1;  // a mismatch
+    }
+  } else if (dice < 620) {
+    // Release: mostly a token we hold, sometimes a stale, foreign or malformed one.
+    ResourceKey key;
+    std::optional<core::Token> token;
+    if (!client.held.empty() && prng_.chance(800)) {
+      auto it = client.held.begin();
+      std::advance(it, static_cast<long>(prng_.below(client.held.size())));
+      key = it->first;
+      token = it->second;
+    } else {
+      key = pick_key(semaphore);
+      if (!token_pool_.empty()) token = token_pool_[prng_.below(token_pool_.size())];
+    }
+    request.command =
+        key.first == Namespace::kSemaphore ? core::Command::kSemRelease : core::Command::kRelease;
+    request.key = key.second;
+    if (!token || prng_.chance(30)) {
+      out.malformed = true;  // not a token we could have issued: `error`, nothing changes
+      bytes =
+          std::string(core::command_name(request.command)) + "\n" + key.second + "\nNOT-A-TOKEN\n";
+    } else {
+      request.token = token;
+    }
+  } else if (dice < 720) {
+    // Renew (sometimes too late: leases are short and think time is long).
+    if (client.held.empty()) {
+      request.command = core::Command::kPing;
+    } else {
+      auto it = client.held.begin();
+      std::advance(it, static_cast<long>(prng_.below(client.held.size())));
+      request.command = it->first.first == Namespace::kSemaphore ? core::Command::kSemRenew
+                                                                 : core::Command::kRenew;
+      request.key = it->first.second;
+      request.token = it->second;
+      request.lease_s = lease();
+    }
+  } else if (dice < 850) {
+    // Two-phase step one.
+    const ResourceKey key = pick_key(semaphore);
+    request.command = semaphore ? core::Command::kSemEnqueue : core::Command::kEnqueue;
+    request.key = key.second;
+    request.lease_s = lease();
+    if (semaphore) request.limit = semaphore_limit(key.second);
+  } else {
+    // Two-phase step two: mostly for a key we enqueued.
+    ResourceKey key;
+    if (!client.enqueued.empty() && prng_.chance(900)) {
+      auto it = client.enqueued.begin();
+      std::advance(it, static_cast<long>(prng_.below(client.enqueued.size())));
+      key = it->first;
+    } else {
+      key = pick_key(semaphore);
+    }
+    request.command =
+        key.first == Namespace::kSemaphore ? core::Command::kSemWait : core::Command::kWait;
+    request.key = key.second;
+    request.timeout_s = prng_.chance(250) ? 0 : prng_.between(1, 4);
+  }
+  if (bytes.empty()) core::encode_request(request, bytes);
+  run_.digest.add(bytes);
+  client_send(client, std::move(out), std::move(bytes));
+}
+
+void Workload::client_line(Client& client, std::string_view line) {
+  if (client.pending.empty()) {
+    run_.fail("protocol", "client " + std::to_string(client.id) +
+                              " got an unsolicited reply: " + std::string(line));
+    return;
+  }
+  Outstanding outstanding = std::move(client.pending.front());
+  client.pending.pop_front();
+  const core::Request& request = outstanding.request;
+  if (outstanding.malformed) {
+    if (line != "error") run_.fail("protocol", "malformed request answered " + std::string(line));
+    return;
+  }
+  const std::optional<core::Reply> reply = core::decode_reply(request.command, line);
+  if (!reply) {
+    run_.fail("protocol", std::string(core::command_name(request.command)) + " answered " +
+                              std::string(line) + ", which is no reply to it");
+    return;
+  }
+  const std::string status(core::status_name(reply->status));
+  const std::optional<core::Token> token = reply->token;
+  const ResourceKey key{core::command_namespace(request.command), request.key};
+  using core::Command;
+  switch (request.command) {
+    case Command::kLock:
+    case Command::kSemLock:
+    case Command::kWait:
+    case Command::kSemWait:
+      if (request.command == Command::kWait || request.command == Command::kSemWait) {
+        auto it = client.enqueued.find(key);
+        if (it != client.enqueued.end()) {
+          // A two-phase grant may have happened any time after its `e`.
+          if (outstanding.op != 0) history_.widen_call(outstanding.op, it->second);
+          client.enqueued.erase(it);
+        }
+      }
+      if (token) {
+        client.held[key] = *token;
+        token_pool_.push_back(*token);
+      }
+      break;
+    case Command::kEnqueue:
+    case Command::kSemEnqueue:
+      if (status == "acquired" && token) {
+        client.held[key] = *token;
+        token_pool_.push_back(*token);
+      } else if (status == "queued") {
+        client.enqueued[key] = outstanding.sent_at;
+      }
+      break;
+    case Command::kRelease:
+    case Command::kSemRelease:
+      if (status == "ok") {
+        auto it = client.held.find(key);
+        if (it != client.held.end() && request.token && it->second == *request.token) {
+          client.held.erase(it);
+        }
+      }
+      break;
+    case Command::kRenew:
+    case Command::kSemRenew:
+      if (status != "ok") client.held.erase(key);  // the lease ended
+      break;
+    default:
+      break;
+  }
+  if (token_pool_.size() > 256) token_pool_.erase(token_pool_.begin(), token_pool_.begin() + 128);
+  const std::int64_t seconds = reply->seconds;
+  if (outstanding.op != 0) history_.complete(outstanding.op, run_.now, status, token, seconds);
+}
+
+// ---- checks -------------------------------------------------------------------------------------
+
+std::optional<Workload::Waiting> Workload::first_waiting(std::uint64_t life_now) const {
+  for (const Client& client : clients_) {
+    if (client.connection != 0 && !client.pending.empty()) {
+      return Waiting{client.id, client.pending.size(), describe_connection(client, life_now),
+                     network_.connection(client.connection).session};
+    }
+  }
+  return std::nullopt;
+}
+
+std::string Workload::describe_connection(const Client& client, std::uint64_t life_now) const {
+  std::string text = "first pending: ";
+  const Outstanding& first = client.pending.front();
+  text += first.malformed
+              ? std::string("malformed")
+              : std::string(core::command_name(first.request.command)) + " " + first.request.key +
+                    " timeout " + std::to_string(first.request.timeout_s);
+  text += ", sent at " + std::to_string(first.sent_at);
+  const Network::Connection& connection = network_.connection(client.connection);
+  text += "; connection " + std::to_string(client.connection) + " life " +
+          std::to_string(connection.life) + " (now " + std::to_string(life_now) + ")";
+  text += ", segments to server " +
+          std::to_string(network_.in_flight_to_server(client.connection)) + ", to client " +
+          std::to_string(network_.in_flight_to_client(client.connection));
+  return text;
+}
+
+void Workload::check_final() {
+  for (const Client& client : clients_) {
+    if (client.connection != 0) {
+      run_.fail("liveness", "client " + std::to_string(client.id) + " still connected at the end");
+      return;
+    }
+  }
+}
+
+}  // namespace turnstile::sim

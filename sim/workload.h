@@ -1,0 +1,87 @@
+// Workload: the simulated clients. Each client connects, speaks the real wire protocol over its
+// connection (locks, semaphores, two-phase enqueue/wait, releases and renewals with its own,
+// stale, foreign or malformed tokens, pings, stats, malformed and oversized requests, pipelined
+// when the seed says so), reads the replies, and now and then closes or resets its connection.
+// Every call and its reply go to the History; every choice comes from the seed's workload stream.
+//
+// It owns the clients (their connections, requests in flight, tokens held, keys enqueued) and the
+// pool of tokens seen. It talks to the Network (connect, send, the segments that reach a client),
+// the History and the RunContext. It knows nothing of the server process: a connect is accepted
+// or not by whoever listens on the Network.
+//
+// Thread affinity: single-threaded, owned by one run.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/types.h"
+#include "sim/checker.h"
+#include "sim/context.h"
+#include "sim/history.h"
+#include "sim/network.h"
+#include "sim/prng.h"
+
+namespace turnstile::sim {
+
+class Workload {
+ public:
+  Workload(RunContext& run, Network& network, History& history);
+  ~Workload();
+  Workload(const Workload&) = delete;
+  Workload& operator=(const Workload&) = delete;
+
+  // Creates the clients and schedules each one's first act.
+  void start();
+  // The events of the clients.
+  void on_act(std::size_t client);
+  void on_net_to_client(std::uint64_t connection);
+
+  // The liveness phase: clients issue nothing new. Draining: each acts once more, right away
+  // (and from then on closes its connection).
+  void stop();
+  void drain();
+
+  std::size_t clients() const;
+  // The reset fault: `client`'s connection resets, if it has one it still writes to.
+  void reset_connection(std::size_t client);
+
+  // Liveness: the first client that still waits for replies on an open connection.
+  struct Waiting {
+    std::uint64_t client = 0;
+    std::size_t replies = 0;
+    // "first pending: ...; connection 3 life 2 (now 2), segments to server 0, to client 0"
+    std::string connection;
+    std::uint64_t session = 0;  // the server end of that connection
+  };
+  // `life_now`: the server's current life, for the description.
+  std::optional<Waiting> first_waiting(std::uint64_t life_now) const;
+  // At the end of a run: every client closed its connection.
+  void check_final();
+
+ private:
+  struct Outstanding;
+  struct Client;
+
+  void client_act(Client& client);
+  void client_send(Client& client, Outstanding outstanding, std::string bytes);
+  void client_disconnect(Client& client, bool reset);
+  void client_connection_lost(Client& client);
+  void client_line(Client& client, std::string_view line);
+  ResourceKey pick_key(bool semaphore);
+  std::int64_t semaphore_limit(const std::string& key) const;
+  std::string describe_connection(const Client& client, std::uint64_t life_now) const;
+
+  RunContext& run_;
+  Network& network_;
+  History& history_;
+  Prng prng_;  // the seed's workload stream
+  std::vector<Client> clients_;
+  std::vector<core::Token> token_pool_;  // tokens seen anywhere, for foreign/stale releases
+};
+
+}  // namespace turnstile::sim
