@@ -197,6 +197,13 @@ void HttpSessions::give_back(Session& session, const Request& request, const Rep
   }
 }
 
+void HttpSessions::give_back(std::string_view handle, const Request& request, const Reply& reply) {
+  auto it = by_handle_.find(std::string(handle));
+  if (it == by_handle_.end()) return;
+  give_back(*it->second, request, reply);
+  pump(*it->second);
+}
+
 void HttpSessions::on_reply(Instant now, SessionId id, const Reply& reply) {
   auto it = by_id_.find(id.value);
   if (it == by_id_.end() || !it->second->in_flight) return;

@@ -120,6 +120,10 @@ class HttpSessions {
   bool remove(std::string_view handle);
   // The client of `ticket` went away; unknown or finished tickets are ignored.
   void abandon(HttpTicket ticket);
+  // An engine reply that reached no client after all (its answer was on its way to another thread
+  // when the client left): a grant is given back, a queued enqueue withdrawn, as for an abandoned
+  // request. Ignored when the session `handle` is forgotten.
+  void give_back(std::string_view handle, const Request& request, const Reply& reply);
 
   // Engine outcomes for the request in flight of `session` (unknown sessions are ignored).
   void on_parked(SessionId session);

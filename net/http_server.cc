@@ -94,9 +94,8 @@ std::string prometheus_escape(std::string_view value) {
 }  // namespace
 
 struct HttpServer::Pending {
-  enum class Kind { kSession, kForwarded, kStats, kMetrics, kAuthDelay };
+  enum class Kind { kSession, kStats, kMetrics, kAuthDelay };
   Kind kind = Kind::kSession;
-  std::size_t home = 0;  // kForwarded: the shard the request went to
   evhttp_request* request = nullptr;
   evhttp_connection* connection = nullptr;
   std::string_view method;  // static strings, as for reply()
@@ -179,7 +178,7 @@ HttpServer::HttpServer(Shard& host, SharedState& shared, HttpShared& http_shared
       shared_(shared),
       http_shared_(http_shared),
       config_(shared.config),
-      sessions_(
+      desk_(
           [&] {
             core::HttpSessionsConfig config;
             config.idle_timeout =
@@ -188,11 +187,10 @@ HttpServer::HttpServer(Shard& host, SharedState& shared, HttpShared& http_shared
             config.sessions_per_ip_max = shared.config.http_max_sessions_per_ip;
             return config;
           }(),
-          &http_shared.quota()),
+          &http_shared.quota(), host.router()),
       cors_(shared.config.http_cors_allowed_origins),
       started_at_(monotonic_now()),
-      last_rate_sweep_(started_at_),
-      next_ticket_(host.index() + 1) {
+      last_rate_sweep_(started_at_) {
   host_.set_service(this);
 }
 
@@ -265,21 +263,12 @@ bool HttpServer::listen(int fd) {
     return false;
   }
   sweep_ = event_new(host_.base(), -1, EV_PERSIST, &HttpServer::on_sweep, this);
-  const timeval interval = to_timeval(sessions_.sweep_interval());
+  const timeval interval = to_timeval(desk_.sweep_interval());
   event_add(sweep_, &interval);
   probe_ = event_new(host_.base(), -1, EV_PERSIST, &HttpServer::on_probe, this);
   const timeval probe = to_timeval(kProbeInterval);
   event_add(probe_, &probe);
   return true;
-}
-
-std::size_t HttpServer::home_of(std::string_view handle, std::size_t shards) {
-  // The first eight hex digits, as a number: random bits, so sessions spread evenly.
-  std::uint32_t value = 0;
-  for (char c : handle.substr(0, 8)) {
-    value = value * 16 + static_cast<std::uint32_t>(c <= '9' ? c - '0' : c - 'a' + 10);
-  }
-  return value % shards;
 }
 
 void HttpServer::stop() {
@@ -301,13 +290,16 @@ void HttpServer::stop() {
   http_ = nullptr;
 }
 
-void HttpServer::begin_drain() { draining_ = true; }
+void HttpServer::begin_drain() {
+  draining_ = true;
+  desk_.begin_drain();
+}
 
 void HttpServer::on_sweep(evutil_socket_t, short, void* self) {
   auto* server = static_cast<HttpServer*>(self);
   guarded("HTTP session sweep", [server] {
     const core::Instant now = server->host_.turn_now();
-    const std::size_t reaped = server->sessions_.reap(now);
+    const std::size_t reaped = server->desk_.reap(now);
     if (reaped > 0) logf(LogLevel::kDebug, "HTTP: reaped %zu idle sessions", reaped);
     if (now - server->last_rate_sweep_ >= kRateSweepInterval) {
       server->http_shared_.rate_sweep(now);
@@ -366,8 +358,7 @@ void HttpServer::reply_error(evhttp_request* request, int code, const std::strin
 }
 
 std::uint64_t HttpServer::add_pending(evhttp_request* request, Pending pending) {
-  const std::uint64_t ticket = next_ticket_;
-  next_ticket_ += shared_.shards.size();
+  const std::uint64_t ticket = desk_.new_ticket();
   if (request == unanswered_) unanswered_ = nullptr;  // answered later, from pending_
   pending.request = request;
   pending.connection = evhttp_request_get_connection(request);
@@ -430,14 +421,11 @@ void HttpServer::connection_closed(evhttp_connection* connection) {
   host_.settle();
 }
 
-// Whoever would answer a pending request is told it no longer needs to: a long poll is withdrawn
-// from its queue (a grant that races in is given back by core::HttpSessions), the home shard of a
-// forwarded request is told, a stats request stops collecting parts.
+// Whoever would answer a pending request is told it no longer needs to: a session operation is
+// abandoned (core::HttpSessionRouter withdraws a long poll wherever it waits; a grant that races
+// in is given back), a stats request stops collecting parts.
 void HttpServer::withdraw(std::uint64_t ticket, Pending& pending) {
-  if (pending.kind == Pending::Kind::kSession) sessions_.abandon(ticket);
-  if (pending.kind == Pending::Kind::kForwarded) {
-    shared_.shards[pending.home]->post(message::HttpAbandon{ticket});
-  }
+  if (pending.kind == Pending::Kind::kSession) desk_.abandon(host_.turn_now(), ticket);
   if (pending.kind == Pending::Kind::kStats || pending.kind == Pending::Kind::kMetrics) {
     stats_tickets_.erase(pending.stats_session.value);
   }
@@ -625,40 +613,14 @@ void HttpServer::dispatch_route(evhttp_request* request, const core::HttpEndpoin
       return;
     }
     case core::HttpEndpoint::kSessionCreate: {
-      if (draining_) {
-        reply_error(request, 503, "draining", "", route, method, started);
-        return;
-      }
-      // A random handle whose home is this shard (home_of): one try in shard-count, on average.
-      std::string handle;
-      do {
-        handle.clear();
-        for (int i = 0; i < 2; ++i) {
-          char hex[17];
-          std::snprintf(hex, sizeof hex, "%016llx",
-                        static_cast<unsigned long long>(random_.next_u64()));
-          handle += hex;
-        }
-      } while (home_of(handle, shared_.shards.size()) != host_.index());
-      const core::SessionId id = host_.router().new_session_id();
       char* address = nullptr;
       ev_uint16_t port = 0;
       evhttp_connection* connection = evhttp_request_get_connection(request);
       if (connection != nullptr) evhttp_connection_get_peer(connection, &address, &port);
-      switch (sessions_.create(now, id, handle, address != nullptr ? address : "unknown")) {
-        case core::HttpCreate::kMaxSessions:
-          reply_error(request, 503, "max_sessions", "", route, method, started);
-          return;
-        case core::HttpCreate::kMaxSessionsPerIp:
-          reply_error(request, 503, "max_sessions_per_ip", "", route, method, started);
-          return;
-        case core::HttpCreate::kOk:
-          break;
-      }
-      shared_.http_sessions_live.fetch_add(1, std::memory_order_relaxed);
-      reply(request, 200,
-            core::http_session_created_body(handle, config_.http_session_idle_timeout_s), route,
-            method, started);
+      const core::HttpOutcome outcome =
+          desk_.create(now, random_, address != nullptr ? address : "unknown");
+      flush();  // counts the new session before the client can see it
+      reply(request, outcome.code, outcome.body, route, method, started);
       return;
     }
     case core::HttpEndpoint::kSessionDelete:
@@ -669,27 +631,14 @@ void HttpServer::dispatch_route(evhttp_request* request, const core::HttpEndpoin
                     route, method, started);
         return;
       }
-      const std::size_t home = home_of(handle, shared_.shards.size());
-      if (home != host_.index()) {
-        forward(home,
-                message::HttpForward{host_.index(), 0,
-                                     spec.endpoint == core::HttpEndpoint::kSessionDelete
-                                         ? message::HttpForwardKind::kDelete
-                                         : message::HttpForwardKind::kPing,
-                                     handle, core::Request{}, started},
-                request, route, method);
-        return;
-      }
-      const bool found = spec.endpoint == core::HttpEndpoint::kSessionDelete
-                             ? sessions_.remove(handle)
-                             : sessions_.touch(now, handle).has_value();
-      if (!found) {
-        reply_error(request, 410, "session_gone", "", route, method, started);
-        return;
-      }
-      // A delete's effects (the long poll's 410, the close notices) are carried out by flush()
-      // right after, before any other request can run, so the 204 is never premature.
-      reply(request, 204, "", route, method, started);
+      const bool remove = spec.endpoint == core::HttpEndpoint::kSessionDelete;
+      run_session_request(request, route, method, started, [&](core::HttpTicket ticket) {
+        if (remove) {
+          desk_.remove(now, ticket, handle);
+        } else {
+          desk_.ping(now, ticket, handle);
+        }
+      });
       return;
     }
     default:
@@ -716,146 +665,48 @@ void HttpServer::handle_session_request(evhttp_request* request, const core::Htt
     reply_error(request, 400, "bad_request", bad->detail, route, method, started);
     return;
   }
-  auto& [handle, engine_request] = std::get<core::HttpSessionRequest>(decoded);
-  if (draining_) {
-    reply_error(request, 503, "draining", "", route, method, started);
-    return;
-  }
-  const std::size_t home = home_of(handle, shared_.shards.size());
-  if (home != host_.index()) {
-    forward(home,
-            message::HttpForward{host_.index(), 0, message::HttpForwardKind::kSubmit, handle,
-                                 std::move(engine_request), started},
-            request, route, method);
-    return;
-  }
+  const auto& [handle, engine_request] = std::get<core::HttpSessionRequest>(decoded);
+  run_session_request(request, route, method, started, [&](core::HttpTicket ticket) {
+    desk_.submit(started, ticket, handle, engine_request);
+  });
+}
+
+template <typename Run>
+void HttpServer::run_session_request(evhttp_request* request, std::string_view route,
+                                     std::string_view method, core::Instant started, Run run) {
   Pending pending;
   pending.kind = Pending::Kind::kSession;
   pending.method = method;
   pending.route = route;
   pending.started = started;
-  const std::uint64_t ticket = add_pending(request, std::move(pending));
-  if (!sessions_.submit(started, handle, ticket, engine_request)) {
-    drop_pending(ticket);
-    reply_error(request, 410, "session_gone", "", route, method, started);
-  }
-}
-
-// ---- sessions homed on another shard -----------------------------------------------------------
-
-void HttpServer::forward(std::size_t home, message::HttpForward forward, evhttp_request* request,
-                         std::string_view route, std::string_view method) {
-  Pending pending;
-  pending.kind = Pending::Kind::kForwarded;
-  pending.home = home;
-  pending.method = method;
-  pending.route = route;
-  pending.started = forward.started;
-  forward.ticket = add_pending(request, std::move(pending));
-  http_shared_.forwarded.fetch_add(1, std::memory_order_relaxed);
-  shared_.shards[home]->post(std::move(forward));
-}
-
-// On the session's home shard: the request runs here as if its client were connected here.
-void HttpServer::on_forward(message::HttpForward& forward) {
-  const core::Instant now = host_.turn_now();
-  switch (forward.kind) {
-    case message::HttpForwardKind::kSubmit:
-      if (draining_) {
-        answer_forwarded(forward.origin, forward.ticket, 503,
-                         core::http_error_body("draining", ""));
-        return;
-      }
-      forwarded_[forward.ticket] = forward.origin;
-      if (!sessions_.submit(forward.started, forward.handle, forward.ticket, forward.request)) {
-        forwarded_.erase(forward.ticket);
-        answer_forwarded(forward.origin, forward.ticket, 410,
-                         core::http_error_body("session_gone", ""));
-      }
-      break;
-    case message::HttpForwardKind::kDelete:
-    case message::HttpForwardKind::kPing: {
-      const bool found = forward.kind == message::HttpForwardKind::kDelete
-                             ? sessions_.remove(forward.handle)
-                             : sessions_.touch(now, forward.handle).has_value();
-      // As for a local delete, its effects go out (flush) before its 204.
-      flush();
-      if (found) {
-        answer_forwarded(forward.origin, forward.ticket, 204, "");
-      } else {
-        answer_forwarded(forward.origin, forward.ticket, 410,
-                         core::http_error_body("session_gone", ""));
-      }
-      break;
-    }
-  }
-  flush();
-}
-
-void HttpServer::answer_forwarded(std::size_t origin, std::uint64_t ticket, int code,
-                                  std::string body) {
-  shared_.shards[origin]->post(message::HttpForwardAnswer{ticket, code, std::move(body)});
-}
-
-// On the shard that holds the client: the answer from the session's home shard.
-void HttpServer::on_forward_answer(message::HttpForwardAnswer& answer) {
-  auto it = pending_.find(answer.ticket);
-  if (it == pending_.end()) return;  // its client left
-  Pending& pending = *it->second;
-  reply(pending.request, answer.code, answer.body, pending.route, pending.method, pending.started);
-  drop_pending(answer.ticket);
-}
-
-void HttpServer::on_abandon(std::uint64_t ticket) {
-  if (forwarded_.erase(ticket) == 0) return;  // answered already
-  sessions_.abandon(ticket);
-  flush();
+  run(add_pending(request, std::move(pending)));
+  flush();  // answers at once what needs no engine and no other shard
 }
 
 // ---- engine outcomes ---------------------------------------------------------------------------
 
 bool HttpServer::owns(core::SessionId session) const {
-  return sessions_.owns(session) || stats_tickets_.count(session.value) != 0;
+  return desk_.owns(session) || stats_tickets_.count(session.value) != 0;
 }
 
 void HttpServer::on_session_event(core::Instant now, core::SessionEvent& event) {
-  switch (event.kind) {
-    case core::SessionEvent::Kind::kParked:
-      sessions_.on_parked(event.session);
-      break;
-    case core::SessionEvent::Kind::kReply:
-      sessions_.on_reply(now, event.session, event.reply);
-      break;
-    case core::SessionEvent::Kind::kCancelled:
-      sessions_.on_cancelled(event.session);
-      break;
-    case core::SessionEvent::Kind::kStats: {
-      auto it = stats_tickets_.find(event.session.value);
-      if (it == stats_tickets_.end()) return;  // its client left
-      const std::uint64_t ticket = it->second;
-      stats_tickets_.erase(it);
-      auto found = pending_.find(ticket);
-      TS_ASSERT(found != pending_.end());
-      finish_stats(ticket, *found->second, event.stats);
-      return;
-    }
+  if (event.kind != core::SessionEvent::Kind::kStats) {
+    desk_.on_session_event(now, event);
+    flush();
+    return;
   }
-  flush();
+  auto it = stats_tickets_.find(event.session.value);
+  if (it == stats_tickets_.end()) return;  // its client left
+  const std::uint64_t ticket = it->second;
+  stats_tickets_.erase(it);
+  auto found = pending_.find(ticket);
+  TS_ASSERT(found != pending_.end());
+  finish_stats(ticket, *found->second, event.stats);
 }
 
 void HttpServer::on_message(ServiceMessage& message) {
-  std::visit(
-      [this](auto& m) {
-        using M = std::decay_t<decltype(m)>;
-        if constexpr (std::is_same_v<M, message::HttpForward>) {
-          on_forward(m);
-        } else if constexpr (std::is_same_v<M, message::HttpForwardAnswer>) {
-          on_forward_answer(m);
-        } else {
-          on_abandon(m.ticket);
-        }
-      },
-      message);
+  desk_.receive(host_.turn_now(), std::move(message));
+  flush();
 }
 
 void HttpServer::finish_stats(std::uint64_t ticket, Pending& pending,
@@ -882,50 +733,30 @@ void HttpServer::flush() {
     bool& flag;
     ~Reset() { flag = false; }
   } reset{flushing_};
+  // A response can close its connection, whose close callback abandons other tickets: loop until
+  // nothing is left.
   while (true) {
-    std::vector<core::HttpAnswer> answers = sessions_.take_answers();
-    std::vector<core::HttpRoute> routes = sessions_.take_routes();
-    std::vector<core::SessionId> closed = sessions_.take_closed();
-    std::vector<core::SessionId> cancels = sessions_.take_cancels();
-    if (answers.empty() && routes.empty() && closed.empty() && cancels.empty()) break;
-    for (const core::HttpAnswer& a : answers) answer(a.ticket, a);
-    const core::Instant now = host_.turn_now();
-    for (core::SessionId session : closed) {
-      shared_.http_sessions_live.fetch_sub(1, std::memory_order_relaxed);
-      host_.router().close(now, session);
+    std::vector<core::HttpEnvelope> outbox = desk_.take_outbox();
+    std::vector<core::HttpReply> replies = desk_.take_replies();
+    if (outbox.empty() && replies.empty()) break;
+    for (core::HttpEnvelope& envelope : outbox) {
+      if (std::holds_alternative<core::http_message::Forward>(envelope.message)) {
+        http_shared_.forwarded.fetch_add(1, std::memory_order_relaxed);
+      }
+      shared_.shards[envelope.to]->post(std::move(envelope.message));
     }
-    for (core::SessionId session : cancels) host_.router().cancel(now, session);
-    for (const core::HttpRoute& route : routes) {
-      host_.router().submit(now, route.session, route.request);
+    for (core::HttpReply& answer : replies) {
+      auto it = pending_.find(answer.ticket);
+      if (it == pending_.end()) continue;  // its client left
+      Pending& pending = *it->second;
+      reply(pending.request, answer.outcome.code, answer.outcome.body, pending.route,
+            pending.method, pending.started);
+      drop_pending(answer.ticket);
     }
   }
-}
-
-void HttpServer::answer(std::uint64_t ticket, const core::HttpAnswer& answer) {
-  auto forwarded = forwarded_.find(ticket);
-  if (forwarded != forwarded_.end()) {
-    const std::size_t origin = forwarded->second;
-    forwarded_.erase(forwarded);
-    if (answer.session_gone) {
-      answer_forwarded(origin, ticket, 410,
-                       core::http_error_body("session_gone", "the session was deleted or expired"));
-    } else {
-      auto [code, body] = core::render_http_reply(answer.request, answer.reply);
-      answer_forwarded(origin, ticket, code, std::move(body));
-    }
-    return;
-  }
-  auto it = pending_.find(ticket);
-  if (it == pending_.end()) return;
-  Pending& pending = *it->second;
-  if (answer.session_gone) {
-    reply_error(pending.request, 410, "session_gone", "the session was deleted or expired",
-                pending.route, pending.method, pending.started);
-  } else {
-    const auto [code, body] = core::render_http_reply(answer.request, answer.reply);
-    reply(pending.request, code, body, pending.route, pending.method, pending.started);
-  }
-  drop_pending(ticket);
+  const auto live = static_cast<std::int64_t>(desk_.live());
+  shared_.http_sessions_live.fetch_add(live - live_reported_, std::memory_order_relaxed);
+  live_reported_ = live;
 }
 
 // ---- metrics -----------------------------------------------------------------------------------

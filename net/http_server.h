@@ -1,20 +1,15 @@
 // HttpServer: the HTTP REST API (docs/http-api.md; reference section 3) on libevent's evhttp.
 //
 // Every shard runs one, on its own event_base, and they all accept from the one listening
-// socket, so HTTP connections spread over the shards' threads as TCP connections do. A session
-// is homed on the shard whose HttpServer created it: it takes an id from that shard's SessionId
-// sequence, and its handle (the 32 hex digits clients see) is drawn so that home_of(handle)
-// names that shard. Its requests, cancels and close go to the home shard's core::Router, which
-// takes them to the engine that owns each key and brings the outcomes back (ShardService), as for
-// a TCP connection. A request that arrives on another shard's connection is parsed and validated
-// there, forwarded to the home shard (message::HttpForward) and answered back
-// (message::HttpForwardAnswer); a client that leaves meanwhile is reported (HttpAbandon).
-//
-// Every decision about a session (lifetime, reaper, serialization, what a delete or a departed
-// client does to a long poll) is made by core::HttpSessions, one per shard; the session caps by
-// a core::SessionCaps and the rate limit by a core::RateLimiter that all shards share
-// (HttpShared, behind locks). This class parses and validates requests, maps replies to JSON
-// and status codes, and moves bytes, messages and time.
+// socket, so HTTP connections spread over the shards' threads as TCP connections do. A request
+// is parsed and validated on the shard that holds its connection; a session operation then goes
+// to that shard's core::HttpSessionRouter, which decides everything else: which shard a session
+// is homed on, forwarding a request there and its answer back, the session's life (reaper,
+// serialization, what a delete or a departed client does to a long poll), and the route of its
+// engine requests through the home shard's core::Router (ShardService), as for a TCP connection.
+// The session caps are counted by a core::SessionCaps and the rate limit by a core::RateLimiter
+// that all shards share (HttpShared, behind locks). This class parses and validates requests,
+// writes the responses, and moves bytes, messages and time.
 //
 // Thread affinity: everything runs on the hosting shard's thread (construct and listen() on the
 // main thread before the shard starts); HttpShared is for every shard's thread.
@@ -36,6 +31,7 @@
 #include <vector>
 
 #include "core/http_codec.h"
+#include "core/http_session_router.h"
 #include "core/http_sessions.h"
 #include "core/stats.h"
 #include "net/crypto_random.h"
@@ -114,9 +110,6 @@ class HttpServer final : public ShardService {
   // Serves the listening socket `fd` (its own descriptor: every shard's is a dup of one socket).
   bool listen(int fd);
 
-  // The shard a session handle (32 lowercase hex digits) is homed on, of `shards`.
-  static std::size_t home_of(std::string_view handle, std::size_t shards);
-
   // ShardService: from the hosting shard.
   bool owns(core::SessionId session) const override;
   void on_session_event(core::Instant now, core::SessionEvent& event) override;
@@ -147,16 +140,13 @@ class HttpServer final : public ShardService {
                               core::Instant started);
   std::uint64_t add_pending(evhttp_request* request, Pending pending);
   void drop_pending(std::uint64_t ticket);
-  // Carries core::HttpSessions' effects out: answers, routes, close notices, cancels.
+  // Carries the session router's effects out: responses for this shard's clients, messages for
+  // other shards; and reports the live sessions' count.
   void flush();
-  void answer(std::uint64_t ticket, const core::HttpAnswer& answer);
-  // Sends the answer of a forwarded request to the shard that holds its client.
-  void answer_forwarded(std::size_t origin, std::uint64_t ticket, int code, std::string body);
-  void forward(std::size_t home, message::HttpForward forward, evhttp_request* request,
-               std::string_view route, std::string_view method);
-  void on_forward(message::HttpForward& forward);
-  void on_forward_answer(message::HttpForwardAnswer& answer);
-  void on_abandon(std::uint64_t ticket);
+  // A session operation under a new pending ticket: `run` hands it to desk_.
+  template <typename Run>
+  void run_session_request(evhttp_request* request, std::string_view route, std::string_view method,
+                           core::Instant started, Run run);
   void finish_stats(std::uint64_t ticket, Pending& pending, const core::StatsSnapshot& snapshot);
 
   // `route` and `method` name static strings (a route pattern, "unmatched", "preflight"; a method
@@ -177,7 +167,8 @@ class HttpServer final : public ShardService {
   event* sweep_ = nullptr;
   event* probe_ = nullptr;  // watches the sockets of waiting requests for a departed client
   CryptoRandom random_;     // session ids are capabilities too
-  core::HttpSessions sessions_;
+  core::HttpSessionRouter desk_;
+  std::int64_t live_reported_ = 0;  // desk_.live() as last added to SharedState
   core::HttpCors cors_;
   bool draining_ = false;
   bool stopped_ = false;
@@ -187,10 +178,7 @@ class HttpServer final : public ShardService {
   core::Instant started_at_;
   core::Instant last_rate_sweep_;  // buckets idle 10 min are dropped every 5 min
 
-  // Tickets are unique across shards (≡ shard index + 1 modulo the shard count), so a forwarded
-  // request keeps its ticket on its session's home shard.
-  std::uint64_t next_ticket_;
-  std::unordered_map<std::uint64_t, std::size_t> forwarded_;  // home side: ticket -> origin shard
+  // Tickets come from desk_.new_ticket(): unique across shards.
   std::unordered_map<std::uint64_t, std::unique_ptr<Pending>> pending_;
   std::unordered_map<evhttp_connection*, std::vector<std::uint64_t>> by_connection_;
   std::unordered_map<std::uint64_t, std::uint64_t> stats_tickets_;  // stats session -> ticket

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/engine.h"
+#include "core/http_session_router.h"
 #include "core/router.h"
 #include "net/crypto_random.h"
 #include "net/deadline_timer.h"
@@ -39,33 +40,13 @@ struct NewConnection {
   int fd;
   std::string peer_ip;
 };
-// An HTTP request for a session homed on another shard (net/http_server.h), forwarded to that
-// shard's HttpServer; its answer goes back to the `origin` shard, whose HttpServer holds the
-// client's request under the same ticket.
-enum class HttpForwardKind : std::uint8_t { kSubmit, kDelete, kPing };
-struct HttpForward {
-  std::size_t origin;
-  std::uint64_t ticket;
-  HttpForwardKind kind;
-  std::string handle;
-  core::Request request;  // kSubmit
-  core::Instant started;
-};
-struct HttpForwardAnswer {
-  std::uint64_t ticket;
-  int code;
-  std::string body;  // a JSON line, or empty (204)
-};
-struct HttpAbandon {  // the client of a forwarded request left
-  std::uint64_t ticket;
-};
 struct Drain {};
 struct Stop {};
 }  // namespace message
 
-// Messages for the service a shard hosts besides its TCP connections (the HTTP API).
-using ServiceMessage =
-    std::variant<message::HttpForward, message::HttpForwardAnswer, message::HttpAbandon>;
+// Messages for the service a shard hosts besides its TCP connections: the HTTP API's session
+// operations between shards (core/http_session_router.h).
+using ServiceMessage = core::HttpMessage;
 
 using Message = std::variant<message::NewConnection, core::RouterMessage, ServiceMessage,
                              message::Drain, message::Stop>;
