@@ -42,12 +42,29 @@ struct JournalSynced {    // a journal write's fsync completes
 struct JournalRetry {  // the back-off after a failed journal write ends
   std::uint64_t life;
 };
+struct HttpAct {  // an HTTP client does its next thing
+  std::size_t client;
+};
+struct HttpToServer {  // an HTTP request reaches the server
+  std::uint64_t exchange;
+};
+struct HttpToClient {  // its response (or a reset) reaches the client
+  std::uint64_t exchange;
+};
+struct HttpGone {  // the client of an HTTP request closed its connection before the response
+  std::uint64_t exchange;
+};
+struct HttpGiveUp {  // an HTTP client stops waiting for a response
+  std::size_t client;
+  std::uint64_t exchange;
+};
 }  // namespace event
 
 using EventPayload =
     std::variant<event::ClientAct, event::NetToServer, event::NetToClient, event::Hop,
                  event::ServerTimer, event::Fault, event::Restart, event::Unpause,
-                 event::LivenessStart, event::JournalSynced, event::JournalRetry>;
+                 event::LivenessStart, event::JournalSynced, event::JournalRetry, event::HttpAct,
+                 event::HttpToServer, event::HttpToClient, event::HttpGone, event::HttpGiveUp>;
 
 struct Event {
   std::int64_t at = 0;  // virtual nanoseconds
@@ -62,7 +79,9 @@ struct Event {
            std::holds_alternative<event::Hop>(what) ||
            std::holds_alternative<event::ServerTimer>(what) ||
            std::holds_alternative<event::JournalSynced>(what) ||
-           std::holds_alternative<event::JournalRetry>(what);
+           std::holds_alternative<event::JournalRetry>(what) ||
+           std::holds_alternative<event::HttpToServer>(what) ||
+           std::holds_alternative<event::HttpGone>(what);
   }
 };
 

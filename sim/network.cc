@@ -89,6 +89,61 @@ void Network::crash(std::uint64_t life) {
     link.to_client.segments.clear();
     send(link.to_client, event::NetToClient{id}, SegmentKind::kReset, {});
   }
+  for (auto& [id, exchange] : exchanges_) {
+    if (exchange.life != life || exchange.responded || exchange.closed) continue;
+    http_respond(id, HttpResult{true, {}});
+  }
+}
+
+std::int64_t Network::http_delay(Exchange& exchange) {
+  const std::int64_t delay = prng_.between(1, settings_.net_delay_max_us) * kUs;
+  exchange.last_at = std::max(exchange.last_at, now_ + delay);
+  return exchange.last_at;
+}
+
+std::uint64_t Network::http_send(HttpCall call) {
+  const std::uint64_t id = next_exchange_++;
+  Exchange& exchange = exchanges_[id];
+  exchange.call = std::move(call);
+  queue_.schedule(http_delay(exchange), event::HttpToServer{id});
+  return id;
+}
+
+void Network::http_taken(std::uint64_t exchange, std::uint64_t life) {
+  exchanges_.at(exchange).life = life;
+}
+
+void Network::http_respond(std::uint64_t id, HttpResult result) {
+  Exchange& exchange = exchanges_.at(id);
+  if (exchange.responded) return;
+  exchange.responded = true;
+  if (exchange.closed) return;  // nobody reads it
+  exchange.result = std::move(result);
+  queue_.schedule(http_delay(exchange), event::HttpToClient{id});
+}
+
+void Network::http_close(std::uint64_t id) {
+  Exchange& exchange = exchanges_.at(id);
+  exchange.closed = true;
+  exchange.result.reset();
+  if (exchange.responded) {
+    exchanges_.erase(id);
+    return;
+  }
+  queue_.schedule(http_delay(exchange), event::HttpGone{id});
+}
+
+std::optional<HttpResult> Network::http_take_result(std::uint64_t id) {
+  auto it = exchanges_.find(id);
+  if (it == exchanges_.end() || !it->second.result || it->second.closed) return std::nullopt;
+  std::optional<HttpResult> result = std::move(it->second.result);
+  exchanges_.erase(it);
+  return result;
+}
+
+bool Network::http_open(std::uint64_t id) const {
+  auto it = exchanges_.find(id);
+  return it != exchanges_.end() && !it->second.responded && !it->second.closed;
 }
 
 std::int64_t Network::hop_delay() { return prng_.between(0, settings_.hop_delay_max_us) * kUs; }

@@ -21,6 +21,8 @@
 #include <optional>
 #include <string>
 
+#include "core/http_session_router.h"
+#include "core/protocol.h"
 #include "sim/event.h"
 #include "sim/prng.h"
 #include "sim/settings.h"
@@ -45,6 +47,22 @@ class Listener {
   virtual ~Listener() = default;
   // Accepts connection `connection`; nullopt when nothing accepts now (no process is up).
   virtual std::optional<Accepted> accept(std::uint64_t connection) = 0;
+};
+
+// One HTTP request and its response, as on a connection of its own: the daemon's shards all
+// accept from the one HTTP socket, so each request lands on a shard of the network's choosing
+// (the client names it here, from its own stream).
+enum class HttpOp : std::uint8_t { kCreate, kSubmit, kPing, kRemove };
+struct HttpCall {
+  std::size_t client = 0;
+  std::size_t shard = 0;  // the shard whose thread accepts the request's connection
+  HttpOp op = HttpOp::kCreate;
+  std::string handle;     // all but kCreate
+  core::Request request;  // kSubmit
+};
+struct HttpResult {
+  bool reset = false;  // no response: the process died (or was not up) with the request
+  core::HttpOutcome outcome;
 };
 
 class Network {
@@ -73,8 +91,24 @@ class Network {
   std::size_t in_flight_to_server(std::uint64_t id) const;
   std::size_t in_flight_to_client(std::uint64_t id) const;
 
-  // A process life crashed: what its connections carried is lost, and each client gets a reset.
+  // A process life crashed: what its connections carried is lost, and each client gets a reset
+  // (HTTP requests it had taken too).
   void crash(std::uint64_t life);
+
+  // ---- HTTP exchanges: HttpToServer, then HttpToClient (or HttpGone, the client left)
+  std::uint64_t http_send(HttpCall call);  // its exchange id
+  const HttpCall& http_call(std::uint64_t exchange) const { return exchanges_.at(exchange).call; }
+  void http_taken(std::uint64_t exchange, std::uint64_t life);  // the server took it, in `life`
+  void http_respond(std::uint64_t exchange, HttpResult result);
+  // The client closes the request's connection: the server hears of it (HttpGone), the client
+  // never takes a response.
+  void http_close(std::uint64_t exchange);
+  // The response that reached the client at this event; the exchange is over.
+  std::optional<HttpResult> http_take_result(std::uint64_t exchange);
+  // The server is done with a closed exchange (HttpGone handled).
+  void http_forget(std::uint64_t exchange) { exchanges_.erase(exchange); }
+  // Whether the exchange is still open on the server side (taken, not responded, not closed).
+  bool http_open(std::uint64_t exchange) const;
 
   // The delay of one message between two shards, from the same stream.
   std::int64_t hop_delay();
@@ -89,6 +123,15 @@ class Network {
     Pipe to_server;
     Pipe to_client;
   };
+  struct Exchange {
+    HttpCall call;
+    std::uint64_t life = 0;  // 0 until the server took it
+    bool responded = false;
+    bool closed = false;  // by the client
+    std::optional<HttpResult> result;
+    std::int64_t last_at = 0;  // its segments (request, response, close) keep their order
+  };
+  std::int64_t http_delay(Exchange& exchange);
   void send(Pipe& pipe, EventPayload arrival, SegmentKind kind, std::string bytes);
   std::optional<Segment> take(Pipe& pipe);
 
@@ -97,6 +140,8 @@ class Network {
   EventQueue& queue_;
   const std::int64_t& now_;
   std::map<std::uint64_t, Link> connections_;
+  std::map<std::uint64_t, Exchange> exchanges_;
+  std::uint64_t next_exchange_ = 1;
   std::uint64_t next_id_ = 1;
   Listener* listener_ = nullptr;
 };

@@ -10,6 +10,7 @@
 #include <variant>
 
 #include "core/assert.h"
+#include "core/http_session_router.h"
 #include "core/protocol.h"
 #include "core/session.h"
 #include "core/stats.h"
@@ -77,7 +78,7 @@ class JournalSource final : public core::FenceSource {
 // A router message on its way between two shards (core/router.h).
 struct ServerProcess::Hop {
   std::int64_t at = 0;
-  core::RouterMessage message;
+  std::variant<core::RouterMessage, core::HttpMessage> message;
 };
 
 struct ServerProcess::ServerSession {
@@ -105,6 +106,12 @@ struct ServerProcess::Process {
   bool journal_backoff = false;                 // a failed write is retried after a pause
   std::vector<std::unique_ptr<core::Engine>> engines;
   std::vector<std::unique_ptr<core::Router>> routers;  // one per engine; destroyed first
+  // With HTTP clients: one per router (destroyed before it), HTTP requests being answered (by
+  // ticket, and the shard and ticket of each exchange), and the session sweep's next turn.
+  std::vector<std::unique_ptr<core::HttpSessionRouter>> desks;
+  std::map<core::HttpTicket, std::uint64_t> http_tickets;
+  std::map<std::uint64_t, std::pair<std::size_t, core::HttpTicket>> http_exchanges;
+  std::optional<Instant> next_sweep;
   std::map<std::uint64_t, ServerSession> sessions;
   std::map<std::pair<std::size_t, std::size_t>, std::deque<Hop>> channels;
   std::size_t next_owner = 0;
@@ -226,6 +233,15 @@ void ServerProcess::start() {
     router.stats_entries_max = config.stats_entries_max;
     process_->routers.push_back(
         std::make_unique<core::Router>(router, *process_->engines.back(), this));
+    if (run_.settings.http_clients > 0) {
+      core::HttpSessionsConfig http;
+      http.idle_timeout = core::Duration::milliseconds(run_.settings.http_idle_timeout_ms);
+      process_->desks.push_back(
+          std::make_unique<core::HttpSessionRouter>(http, nullptr, *process_->routers.back()));
+    }
+  }
+  if (!process_->desks.empty()) {
+    process_->next_sweep = server_now() + process_->desks.front()->sweep_interval();
   }
   // With the fence journal, fences beat earlier lives' always; without it, only while the wall
   // clock never went back (docs/reliability.md).
@@ -474,10 +490,102 @@ void ServerProcess::drain_router(std::size_t shard) {
     }
     post(shard, envelope.to, Hop{0, std::move(envelope.message)});
   }
-  for (core::SessionEvent& event : router.take_events()) on_session_event(event);
+  for (core::SessionEvent& event : router.take_events()) on_session_event(shard, event);
+  // The HTTP sessions' effects may put more work into the router: until neither moves.
+  if (!process_->desks.empty() && drain_desk(shard)) drain_router(shard);
 }
 
-void ServerProcess::on_session_event(core::SessionEvent& event) {
+bool ServerProcess::drain_desk(std::size_t shard) {
+  core::HttpSessionRouter& desk = *process_->desks[shard];
+  std::vector<core::HttpEnvelope> outbox = desk.take_outbox();
+  std::vector<core::HttpReply> replies = desk.take_replies();
+  const bool moved = !outbox.empty() || !replies.empty() || !process_->routers[shard]->idle();
+  for (core::HttpEnvelope& envelope : outbox) {
+    post(shard, envelope.to, Hop{0, std::move(envelope.message)});
+  }
+  for (core::HttpReply& reply : replies) {
+    auto it = process_->http_tickets.find(reply.ticket);
+    if (it == process_->http_tickets.end()) {
+      run_.fail("driver-contract",
+                "an HTTP reply for unknown ticket " + std::to_string(reply.ticket));
+      return false;
+    }
+    const std::uint64_t exchange = it->second;
+    process_->http_tickets.erase(it);
+    process_->http_exchanges.erase(exchange);
+    run_.digest.add(static_cast<std::uint64_t>(reply.outcome.code));
+    network_.http_respond(exchange, HttpResult{false, std::move(reply.outcome)});
+  }
+  return moved;
+}
+
+// ---- HTTP requests ------------------------------------------------------------------------------
+
+void ServerProcess::on_http_to_server(std::uint64_t exchange) {
+  const HttpCall call = network_.http_call(exchange);
+  run_.digest.add(exchange);
+  run_.digest.add(static_cast<std::uint64_t>(call.op));
+  if (!process_) {  // nothing listens: the connection is refused
+    network_.http_respond(exchange, HttpResult{true, {}});
+    return;
+  }
+  network_.http_taken(exchange, life_);
+  Process& p = *process_;
+  const std::size_t shard = call.shard % run_.settings.shards;
+  core::HttpSessionRouter& desk = *p.desks[shard];
+  const Instant now = server_now();
+  if (call.op == HttpOp::kCreate) {
+    ++run_.result.coverage["http-create"];
+    core::HttpOutcome outcome = desk.create(now, *salts_, "10.0.0." + std::to_string(call.client));
+    run_.digest.add(static_cast<std::uint64_t>(outcome.code));
+    network_.http_respond(exchange, HttpResult{false, std::move(outcome)});
+    return;
+  }
+  if (core::HttpSessionRouter::home_of(call.handle, run_.settings.shards) != shard) {
+    ++run_.result.coverage["http-forwarded"];
+  }
+  const core::HttpTicket ticket = desk.new_ticket();
+  p.http_tickets[ticket] = exchange;
+  p.http_exchanges[exchange] = {shard, ticket};
+  switch (call.op) {
+    case HttpOp::kSubmit:
+      desk.submit(now, ticket, call.handle, call.request);
+      break;
+    case HttpOp::kPing:
+      desk.ping(now, ticket, call.handle);
+      break;
+    case HttpOp::kRemove:
+      ++run_.result.coverage["http-delete"];
+      desk.remove(now, ticket, call.handle);
+      break;
+    case HttpOp::kCreate:
+      break;
+  }
+  drain_router(shard);
+  pump();
+}
+
+void ServerProcess::on_http_gone(std::uint64_t exchange) {
+  if (process_) {
+    auto it = process_->http_exchanges.find(exchange);
+    if (it != process_->http_exchanges.end()) {
+      const auto [shard, ticket] = it->second;
+      process_->http_exchanges.erase(it);
+      process_->http_tickets.erase(ticket);
+      ++run_.result.coverage["http-abandon"];
+      process_->desks[shard]->abandon(server_now(), ticket);
+      drain_router(shard);
+      pump();
+    }
+  }
+  network_.http_forget(exchange);
+}
+
+void ServerProcess::on_session_event(std::size_t shard, core::SessionEvent& event) {
+  if (!process_->desks.empty() && process_->desks[shard]->owns(event.session)) {
+    process_->desks[shard]->on_session_event(server_now(), event);
+    return;
+  }
   const std::uint64_t id = event.session.value;
   auto it = process_->sessions.find(id);
   if (it == process_->sessions.end()) {
@@ -535,13 +643,21 @@ void ServerProcess::on_hop(std::uint64_t life, std::size_t from, std::size_t to)
   if (channel.empty() || channel.front().at > run_.now) return;
   Hop hop = std::move(channel.front());
   channel.pop_front();
-  run_.digest.add(static_cast<std::uint64_t>(hop.message.index()));
-  std::visit([this](const auto& m) { run_.digest.add(m.session.value); }, hop.message);
-  if (const auto* close = std::get_if<core::message::CloseSession>(&hop.message)) {
+  if (auto* http = std::get_if<core::HttpMessage>(&hop.message)) {
+    run_.digest.add(0x4770 + static_cast<std::uint64_t>(http->index()));
+    process_->desks[to]->receive(server_now(), std::move(*http));
+    drain_router(to);
+    pump();
+    return;
+  }
+  core::RouterMessage& message = std::get<core::RouterMessage>(hop.message);
+  run_.digest.add(static_cast<std::uint64_t>(message.index()));
+  std::visit([this](const auto& m) { run_.digest.add(m.session.value); }, message);
+  if (const auto* close = std::get_if<core::message::CloseSession>(&message)) {
     auto it = process_->sessions.find(close->session.value);
     if (it != process_->sessions.end()) --it->second.close_notices;
   }
-  process_->routers[to]->receive(server_now(), std::move(hop.message));
+  process_->routers[to]->receive(server_now(), std::move(message));
   drain_router(to);
   pump();
 }
@@ -619,6 +735,14 @@ void ServerProcess::on_server_timer() {
     drain_router(shard);
   }
   for (auto& [id, ss] : p.sessions) ss.session->on_timer(server_now());
+  // The HTTP session sweep (HttpSessions::reap), on every shard in turn.
+  if (p.next_sweep && *p.next_sweep <= server_now()) {
+    for (std::size_t shard = 0; shard < p.desks.size(); ++shard) {
+      run_.result.coverage["http-reaped"] += p.desks[shard]->reap(server_now());
+      drain_router(shard);
+    }
+    p.next_sweep = server_now() + p.desks.front()->sweep_interval();
+  }
   pump();
 }
 
@@ -632,6 +756,7 @@ void ServerProcess::arm_timer() {
   };
   for (const auto& engine : p.engines) consider(engine->next_wake());
   for (const auto& [id, ss] : p.sessions) consider(ss.session->next_deadline());
+  consider(p.next_sweep);
   if (next && (!p.timer_at || *next < *p.timer_at)) {
     p.timer_at = next;
     run_.schedule(*next, event::ServerTimer{life_});
@@ -651,6 +776,21 @@ void ServerProcess::check_invariants() {
 }
 void ServerProcess::check_final() {
   if (!process_) return;
+  for (std::size_t shard = 0; shard < process_->desks.size(); ++shard) {
+    const core::HttpSessionRouter& desk = *process_->desks[shard];
+    if (desk.known() != 0 || desk.awaiting_answers() != 0) {
+      run_.fail("leak", "shard " + std::to_string(shard) + " still knows " +
+                            std::to_string(desk.known()) + " HTTP sessions and awaits " +
+                            std::to_string(desk.awaiting_answers()) +
+                            " forwarded answers after every HTTP client deleted its session");
+      return;
+    }
+  }
+  if (!process_->http_exchanges.empty()) {
+    run_.fail("leak",
+              std::to_string(process_->http_exchanges.size()) + " HTTP requests never answered");
+    return;
+  }
   if (!process_->sessions.empty()) {
     run_.fail("leak", std::to_string(process_->sessions.size()) + " sessions never finished");
     return;

@@ -62,6 +62,8 @@ class ServerProcess final : public core::EngineObserver, public Listener {
   void on_restart();
   void on_journal_synced(std::uint64_t life, std::uint64_t seq);
   void on_journal_retry(std::uint64_t life);
+  void on_http_to_server(std::uint64_t exchange);
+  void on_http_gone(std::uint64_t exchange);
 
   // After every event: the journal write it wants, if any, and the engines' invariants.
   void kick_journal();
@@ -101,7 +103,10 @@ class ServerProcess final : public core::EngineObserver, public Listener {
   void post(std::size_t from, std::size_t to, Hop hop);
   // Sends the router's messages on their way and hands its events to the sessions.
   void drain_router(std::size_t shard);
-  void on_session_event(core::SessionEvent& event);
+  void on_session_event(std::size_t shard, core::SessionEvent& event);
+  // Carries the shard's HttpSessionRouter's effects out; true when anything moved (or its
+  // router has work again).
+  bool drain_desk(std::size_t shard);
   // Records the grants one engine call made (its reply and its Deliveries) for the fence check,
   // before they travel anywhere: fences are ordered by the call that minted them.
   void observe_call(std::size_t shard, const std::vector<core::Delivery>& out,

@@ -36,6 +36,11 @@ std::string Settings::describe() const {
   text += faults + "]";
   add("fault_interval_ms=" + std::to_string(fault_interval_ms));
   add("vanish_permille=" + std::to_string(vanish_permille));
+  if (http_clients > 0) {
+    add("http=[clients=" + std::to_string(http_clients) +
+        ",idle_timeout_ms=" + std::to_string(http_idle_timeout_ms) +
+        ",give_up_permille=" + std::to_string(http_give_up_permille) + "]");
+  }
   if (fence_journal) {
     add("journal=[range=" + std::to_string(journal_range) + ",block=" +
         std::to_string(fence_block) + ",fail_permille=" + std::to_string(journal_fail_permille) +
@@ -103,6 +108,14 @@ Settings choose_settings(std::uint64_t seed, const std::string& profile) {
   // call leave deadlines behind at almost every expiry.
   const std::size_t per_call_choices[] = {8, 8, 1, 2};
   s.deadlines_per_call = per_call_choices[prng.below(4)];
+  // HTTP sessions, used from many connections (each request lands on any shard), beside the TCP
+  // clients; drawn after everything else for the same reason.
+  if (profile == "http") {
+    s.shards = static_cast<std::size_t>(prng.between(2, 4));
+    s.http_clients = static_cast<std::size_t>(prng.between(2, 6));
+    s.http_idle_timeout_ms = prng.chance(300) ? prng.between(500, 3'000) : 20'000;
+    s.http_give_up_permille = static_cast<std::uint64_t>(prng.between(0, 200));
+  }
   return s;
 }
 

@@ -24,10 +24,19 @@ inline constexpr std::int64_t kLivenessWindow = 120 * kS;
 inline constexpr std::int64_t kDrainWindow = 200 * kS;
 
 // Subsystem streams of the seed.
-enum Stream : std::uint64_t { kSwarm = 1, kNetwork, kWorkload, kFaults, kClocks, kSalts, kDisk };
+enum Stream : std::uint64_t {
+  kSwarm = 1,
+  kNetwork,
+  kWorkload,
+  kFaults,
+  kClocks,
+  kSalts,
+  kDisk,
+  kHttpWorkload
+};
 
-inline const std::vector<std::string> kProfiles = {"default", "crash-heavy", "clock-chaos",
-                                                   "disconnect-storm", "contention"};
+inline const std::vector<std::string> kProfiles = {"default",          "crash-heavy", "clock-chaos",
+                                                   "disconnect-storm", "contention",  "http"};
 
 // ---- swarm settings: which faults and shapes a seed gets -----------------------------------
 
@@ -62,6 +71,11 @@ struct Settings {
   std::uint64_t fence_block = 4096;                      // EngineConfig::fence_block
   std::uint64_t journal_fail_permille = 0;               // journal writes whose sync fails
   std::int64_t journal_sync_max_us = 2'000;              // write + fsync latency
+  // HTTP API clients (profile http): each keeps one HTTP session and sends every request on a
+  // new connection to any shard; some give up waiting (and close the connection) now and then.
+  std::size_t http_clients = 0;
+  std::int64_t http_idle_timeout_ms = 20'000;  // --http-session-idle-timeout
+  std::uint64_t http_give_up_permille = 0;     // requests whose client stops waiting early
 
   // One line naming every choice, printed with each seed.
   std::string describe() const;

@@ -1,9 +1,9 @@
 // The world of one run: it owns the parts (sim/context.h, network.h, disk.h, checker.h,
-// history.h, server.h, workload.h, faults.h), wires them, and runs the loop that hands each event
-// to its part, defers the server process's events while it is paused, and moves the run through
-// its phases: faulty, liveness (healed; every request must be answered), draining (every
-// connection must close), then the final checks. The parts talk through the event queue and the
-// Network; none calls back into the world.
+// history.h, server.h, workload.h, http_workload.h, faults.h), wires them, and runs the loop that
+// hands each event to its part, defers the server process's events while it is paused, and moves
+// the run through its phases: faulty, liveness (healed; every request must be answered), draining
+// (every connection must close), then the final checks. The parts talk through the event queue and
+// the Network; none calls back into the world.
 #include "sim/simulator.h"
 
 #include <algorithm>
@@ -22,6 +22,7 @@
 #include "sim/event.h"
 #include "sim/faults.h"
 #include "sim/history.h"
+#include "sim/http_workload.h"
 #include "sim/network.h"
 #include "sim/prng.h"
 #include "sim/server.h"
@@ -44,6 +45,7 @@ class World final {
                  }),
         server_(run_, network_, disk_, checker_, history_, faults_prng_),
         workload_(run_, network_, history_),
+        http_(run_, network_),
         faults_(run_, server_, workload_, faults_prng_) {}
 
   Result run();
@@ -63,6 +65,7 @@ class World final {
   History history_;
   ServerProcess server_;  // registers as the network's listener
   Workload workload_;
+  HttpWorkload http_;
   FaultInjector faults_;
   std::uint64_t events_ = 0;
   std::int64_t liveness_deadline_ = 0;
@@ -90,6 +93,16 @@ void World::dispatch(const Event& event) {
           server_.on_journal_synced(e.life, e.seq);
         } else if constexpr (std::is_same_v<E, event::JournalRetry>) {
           server_.on_journal_retry(e.life);
+        } else if constexpr (std::is_same_v<E, event::HttpAct>) {
+          http_.on_act(e.client);
+        } else if constexpr (std::is_same_v<E, event::HttpToServer>) {
+          server_.on_http_to_server(e.exchange);
+        } else if constexpr (std::is_same_v<E, event::HttpToClient>) {
+          http_.on_result(e.exchange);
+        } else if constexpr (std::is_same_v<E, event::HttpGone>) {
+          server_.on_http_gone(e.exchange);
+        } else if constexpr (std::is_same_v<E, event::HttpGiveUp>) {
+          http_.on_give_up(e.client, e.exchange);
         } else {
           // Unpause and LivenessStart only wake the loop: their time is what counts.
           static_assert(std::is_same_v<E, event::Unpause> ||
@@ -105,7 +118,14 @@ std::uint64_t first_field(const EventPayload& what) {
   return std::visit(
       [](const auto& e) -> std::uint64_t {
         using E = std::decay_t<decltype(e)>;
-        if constexpr (std::is_same_v<E, event::ClientAct>) return e.client;
+        if constexpr (std::is_same_v<E, event::ClientAct> || std::is_same_v<E, event::HttpAct>) {
+          return e.client;
+        }
+        if constexpr (std::is_same_v<E, event::HttpToServer> ||
+                      std::is_same_v<E, event::HttpToClient> ||
+                      std::is_same_v<E, event::HttpGone> || std::is_same_v<E, event::HttpGiveUp>) {
+          return e.exchange;
+        }
         if constexpr (std::is_same_v<E, event::NetToServer> ||
                       std::is_same_v<E, event::NetToClient>) {
           return e.connection;
@@ -124,6 +144,7 @@ Result World::run() {
   run_.result.settings = run_.settings.describe();
   server_.start();
   workload_.start();
+  http_.start();
   faults_.start();
 
   std::int64_t drain_deadline = 0;
@@ -154,6 +175,7 @@ Result World::run() {
       run_.draining = true;
       drain_deadline = run_.now + kDrainWindow;
       workload_.drain();
+      http_.drain();
     }
     if (run_.draining && run_.now >= drain_deadline) break;
   }
@@ -179,12 +201,18 @@ void World::heal() {
   server_.resume();
   if (!server_.running()) server_.start();
   workload_.stop();
+  http_.stop();
   liveness_deadline_ = resumed_at + kLivenessWindow;
   run_.schedule(liveness_deadline_, event::LivenessStart{});
   if (server_.running()) server_.pump();
 }
 
 void World::check_liveness() {
+  if (const std::optional<std::string> http = http_.first_waiting()) {
+    run_.fail("liveness",
+              *http + " after " + std::to_string(kLivenessWindow / kS) + " s of healed time");
+    return;
+  }
   const std::optional<Workload::Waiting> waiting = workload_.first_waiting(server_.life());
   if (!waiting) return;
   run_.fail("liveness", "client " + std::to_string(waiting->client) + " still waits for " +
@@ -195,6 +223,7 @@ void World::check_liveness() {
 
 void World::check_final() {
   workload_.check_final();
+  if (!run_.failed) http_.check_final();
   if (!run_.failed) server_.check_final();
 }
 

@@ -1,0 +1,239 @@
+#include "sim/http_workload.h"
+
+#include <iterator>
+#include <string_view>
+#include <utility>
+
+#include "core/protocol.h"
+
+namespace turnstile::sim {
+
+namespace {
+
+// The value of "name":"..." in a JSON line, or empty.
+std::string json_string(const std::string& body, std::string_view name) {
+  const std::string marker = "\"" + std::string(name) + "\":\"";
+  const std::size_t at = body.find(marker);
+  if (at == std::string::npos) return {};
+  const std::size_t start = at + marker.size();
+  const std::size_t end = body.find('"', start);
+  return end == std::string::npos ? std::string() : body.substr(start, end - start);
+}
+
+bool is_semaphore(const std::string& key) { return key.rfind("sem:", 0) == 0; }
+
+}  // namespace
+
+HttpWorkload::HttpWorkload(RunContext& run, Network& network)
+    : run_(run), network_(network), prng_(run.options.seed, kHttpWorkload) {}
+
+void HttpWorkload::start() {
+  clients_.resize(run_.settings.http_clients);
+  for (std::size_t i = 0; i < clients_.size(); ++i) {
+    clients_[i].id = i;
+    run_.schedule(prng_.between(0, 100) * kMs, event::HttpAct{i});
+  }
+}
+
+void HttpWorkload::stop() {
+  for (Client& client : clients_) client.stopped = true;
+}
+
+void HttpWorkload::drain() {
+  for (Client& client : clients_) run_.schedule(run_.now + 1, event::HttpAct{client.id});
+}
+
+void HttpWorkload::send(Client& client, HttpCall call) {
+  call.client = client.id;
+  call.shard = static_cast<std::size_t>(prng_.below(run_.settings.shards));
+  const HttpOp op = call.op;
+  const std::uint64_t exchange = network_.http_send(call);
+  client.outstanding.emplace(exchange, std::move(call));
+  exchanges_[exchange] = client.id;
+  run_.digest.add(exchange);
+  // Some clients stop waiting and close the connection (never while creating or deleting: the
+  // end of the run relies on every client knowing whether it has a session).
+  if (op != HttpOp::kCreate && op != HttpOp::kRemove && !client.stopped &&
+      prng_.chance(run_.settings.http_give_up_permille)) {
+    run_.schedule(run_.now + prng_.between(1, 3'000) * kMs, event::HttpGiveUp{client.id, exchange});
+  }
+}
+
+void HttpWorkload::session_gone(Client& client) {
+  client.handle.clear();
+  client.held.clear();
+}
+
+core::Request HttpWorkload::pick_request(Client& client) {
+  core::Request request;
+  const std::uint64_t dice = prng_.below(1000);
+  if (dice < 350 && !client.held.empty()) {
+    auto it = client.held.begin();
+    std::advance(it, static_cast<long>(prng_.below(client.held.size())));
+    const bool semaphore = is_semaphore(it->first);
+    request.key = semaphore ? it->first.substr(4) : it->first;
+    request.token = it->second;
+    if (dice < 250) {
+      request.command = semaphore ? core::Command::kSemRelease : core::Command::kRelease;
+    } else {
+      request.command = semaphore ? core::Command::kSemRenew : core::Command::kRenew;
+      request.lease_s = prng_.between(1, 8);
+    }
+    return request;
+  }
+  const bool semaphore = prng_.chance(300);
+  request.command = semaphore ? core::Command::kSemLock : core::Command::kLock;
+  request.key = "h" + std::to_string(prng_.below(3));
+  request.timeout_s = prng_.chance(300) ? 0 : prng_.between(1, 3);
+  request.lease_s = prng_.chance(200) ? 0 : prng_.between(1, 8);
+  if (semaphore) request.limit = 2;
+  return request;
+}
+
+void HttpWorkload::on_act(std::size_t index) {
+  Client& client = clients_[index];
+  if (client.stopped) {
+    // Draining: delete the session (a long poll still waiting gets its 410), once.
+    if (!run_.draining || client.handle.empty()) return;
+    for (const auto& [exchange, call] : client.outstanding) {
+      if (call.op == HttpOp::kRemove) return;
+    }
+    send(client, HttpCall{0, 0, HttpOp::kRemove, client.handle, {}});
+    return;
+  }
+  run_.schedule(run_.now + prng_.between(0, 300) * kMs + 1, event::HttpAct{client.id});
+  if (client.handle.empty()) {
+    if (client.outstanding.empty()) send(client, HttpCall{0, 0, HttpOp::kCreate, {}, {}});
+    return;
+  }
+  if (client.outstanding.size() >= 2) return;
+  if (!client.outstanding.empty()) {
+    // A second connection while the first waits: the session serializes them.
+    if (prng_.chance(300)) send(client, HttpCall{0, 0, HttpOp::kPing, client.handle, {}});
+    return;
+  }
+  const std::uint64_t dice = prng_.below(1000);
+  if (dice < 60) {
+    send(client, HttpCall{0, 0, HttpOp::kPing, client.handle, {}});
+  } else if (dice < 90) {
+    send(client, HttpCall{0, 0, HttpOp::kRemove, client.handle, {}});
+  } else {
+    send(client, HttpCall{0, 0, HttpOp::kSubmit, client.handle, pick_request(client)});
+  }
+}
+
+void HttpWorkload::on_give_up(std::size_t index, std::uint64_t exchange) {
+  Client& client = clients_[index];
+  if (client.outstanding.erase(exchange) == 0) return;  // answered already
+  exchanges_.erase(exchange);
+  ++run_.result.coverage["http-give-up"];
+  network_.http_close(exchange);
+}
+
+void HttpWorkload::on_result(std::uint64_t exchange) {
+  auto owner = exchanges_.find(exchange);
+  if (owner == exchanges_.end()) return;
+  std::optional<HttpResult> result = network_.http_take_result(exchange);
+  if (!result) return;
+  Client& client = clients_[owner->second];
+  exchanges_.erase(owner);
+  auto it = client.outstanding.find(exchange);
+  const HttpCall call = std::move(it->second);
+  client.outstanding.erase(it);
+  const int code = result->outcome.code;
+  const std::string& body = result->outcome.body;
+  run_.digest.add(static_cast<std::uint64_t>(result->reset ? 1 : code));
+  auto bad = [&](const std::string& what) {
+    run_.fail("http-protocol", "HTTP client " + std::to_string(client.id) + ": " + what +
+                                   " (code " + std::to_string(code) + ", body " + body + ")");
+  };
+  if (result->reset) {
+    // The process died with the request: and with it every session.
+    ++run_.result.coverage["http-reset"];
+    session_gone(client);
+    return;
+  }
+  if (code == 410) {
+    // Deleted, reaped or lost with a process: only a session this client no longer uses, or the
+    // one it uses (then it is gone for good).
+    if (call.handle == client.handle) session_gone(client);
+    ++run_.result.coverage["http-session-gone"];
+    return;
+  }
+  switch (call.op) {
+    case HttpOp::kCreate:
+      if (code != 200) return bad("create refused");
+      client.handle = json_string(body, "session_id");
+      if (client.handle.size() != 32) return bad("no session id");
+      return;
+    case HttpOp::kPing:
+      if (code != 204) bad("ping answered");
+      return;
+    case HttpOp::kRemove:
+      if (code != 204) return bad("delete answered");
+      if (call.handle == client.handle) session_gone(client);
+      return;
+    case HttpOp::kSubmit:
+      break;
+  }
+  if (call.handle != client.handle) return;  // an answer for a session given up since
+  const core::Request& request = call.request;
+  const std::string key =
+      (core::command_namespace(request.command) == core::Namespace::kSemaphore ? "sem:" : "") +
+      request.key;
+  switch (request.command) {
+    case core::Command::kLock:
+    case core::Command::kSemLock: {
+      if (code != 200) {
+        if (code != 503 && code != 409) bad("lock answered");
+        return;
+      }
+      const std::string text = json_string(body, "token");
+      if (text.empty()) {
+        if (json_string(body, "status") != "timeout") bad("lock answered without a token");
+        return;
+      }
+      const std::optional<core::Token> token = core::Token::parse(text);
+      if (!token) return bad("unreadable token");
+      client.held[key] = *token;
+      ++run_.result.coverage["http-grant"];
+      return;
+    }
+    case core::Command::kRelease:
+    case core::Command::kSemRelease:
+      if (code != 204 && code != 200 && code != 404) return bad("release answered");
+      client.held.erase(key);
+      return;
+    case core::Command::kRenew:
+    case core::Command::kSemRenew:
+      if (code != 200) client.held.erase(key);  // the lease ended
+      if (code != 200 && code != 404 && code != 409) bad("renew answered");
+      return;
+    default:
+      return bad("a request the client never sends");
+  }
+}
+
+std::optional<std::string> HttpWorkload::first_waiting() const {
+  for (const Client& client : clients_) {
+    if (client.outstanding.empty()) continue;
+    const auto& [exchange, call] = *client.outstanding.begin();
+    return "HTTP client " + std::to_string(client.id) + " still waits for " +
+           std::to_string(client.outstanding.size()) + " responses (exchange " +
+           std::to_string(exchange) + ", op " + std::to_string(static_cast<int>(call.op)) +
+           " on shard " + std::to_string(call.shard) + ")";
+  }
+  return std::nullopt;
+}
+
+void HttpWorkload::check_final() {
+  for (const Client& client : clients_) {
+    if (!client.handle.empty() || !client.outstanding.empty()) {
+      run_.fail("liveness", "HTTP client " + std::to_string(client.id) +
+                                " still has its session or a request at the end");
+      return;
+    }
+  }
+}
+
+}  // namespace turnstile::sim

@@ -1,0 +1,71 @@
+// HttpWorkload: the simulated HTTP API clients (profile http). Each keeps one HTTP session and
+// sends every request as a new HTTP connection that any shard's thread may accept, so most of
+// its requests reach a shard that is not the session's home and are forwarded there: the path
+// core::HttpSessionRouter decides. It locks and releases locks and semaphores (long polls with
+// timeouts), renews, pings (also while a long poll waits, from a second connection), deletes its
+// session now and then, and sometimes stops waiting for a response and closes the connection
+// (the server then abandons the request). A 410 or a reset (the process died) means the session
+// is gone: the client creates another. In the drain phase every client deletes its session, so
+// that the end of the run can check that no shard still knows a session or a forwarded request.
+//
+// It owns the HTTP clients; it talks to the Network (HTTP exchanges) and the RunContext. It knows
+// nothing of the server process.
+//
+// Thread affinity: single-threaded, owned by one run.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/types.h"
+#include "sim/context.h"
+#include "sim/network.h"
+#include "sim/prng.h"
+
+namespace turnstile::sim {
+
+class HttpWorkload {
+ public:
+  HttpWorkload(RunContext& run, Network& network);
+
+  // Creates the clients (settings.http_clients, maybe none) and schedules each one's first act.
+  void start();
+  // The events of the HTTP clients.
+  void on_act(std::size_t client);
+  void on_result(std::uint64_t exchange);
+  void on_give_up(std::size_t client, std::uint64_t exchange);
+
+  // The liveness phase: nothing new. Draining: every client deletes its session.
+  void stop();
+  void drain();
+
+  // Liveness: a description of the first client still waiting for a response, if any.
+  std::optional<std::string> first_waiting() const;
+  // At the end of a run: every client deleted its session and has nothing in flight.
+  void check_final();
+
+ private:
+  struct Client {
+    std::size_t id = 0;
+    std::string handle;                             // empty: no session
+    std::map<std::uint64_t, HttpCall> outstanding;  // by exchange
+    std::map<std::string, core::Token> held;        // lock keys ("sem:" prefix for semaphores)
+    bool stopped = false;
+  };
+
+  void send(Client& client, HttpCall call);
+  void session_gone(Client& client);
+  core::Request pick_request(Client& client);
+
+  RunContext& run_;
+  Network& network_;
+  Prng prng_;  // the seed's HTTP workload stream
+  std::vector<Client> clients_;
+  std::map<std::uint64_t, std::size_t> exchanges_;  // exchange -> client
+};
+
+}  // namespace turnstile::sim
