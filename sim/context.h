@@ -15,8 +15,8 @@
 
 #include "sim/digest.h"
 #include "sim/event.h"
+#include "sim/run.h"
 #include "sim/settings.h"
-#include "sim/simulator.h"
 
 namespace turnstile::sim {
 

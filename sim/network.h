@@ -97,7 +97,13 @@ class Network {
 
   // ---- HTTP exchanges: HttpToServer, then HttpToClient (or HttpGone, the client left)
   std::uint64_t http_send(HttpCall call);  // its exchange id
-  const HttpCall& http_call(std::uint64_t exchange) const { return exchanges_.at(exchange).call; }
+  // The request of an exchange still open; null once its client closed it and the server heard
+  // (a pause can hold the request back past the close: the healed process then runs the close
+  // first, and the request finds nothing).
+  const HttpCall* http_call(std::uint64_t exchange) const {
+    auto it = exchanges_.find(exchange);
+    return it == exchanges_.end() ? nullptr : &it->second.call;
+  }
   void http_taken(std::uint64_t exchange, std::uint64_t life);  // the server took it, in `life`
   void http_respond(std::uint64_t exchange, HttpResult result);
   // The client closes the request's connection: the server hears of it (HttpGone), the client

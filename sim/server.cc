@@ -522,7 +522,9 @@ bool ServerProcess::drain_desk(std::size_t shard) {
 // ---- HTTP requests ------------------------------------------------------------------------------
 
 void ServerProcess::on_http_to_server(std::uint64_t exchange) {
-  const HttpCall call = network_.http_call(exchange);
+  const HttpCall* found = network_.http_call(exchange);
+  if (found == nullptr) return;
+  const HttpCall call = *found;
   run_.digest.add(exchange);
   run_.digest.add(static_cast<std::uint64_t>(call.op));
   if (!process_) {  // nothing listens: the connection is refused
