@@ -939,6 +939,11 @@ const EngineCounters& Engine::counters() const { return impl_->counters; }
 std::size_t Engine::resources_count() const { return impl_->resources_count(); }
 Fence Engine::last_fence() const { return impl_->last_fence; }
 
+bool Engine::has_parked(SessionId session) const {
+  auto it = impl_->sessions.find(session.value);
+  return it != impl_->sessions.end() && it->second.parked != nullptr;
+}
+
 std::vector<Engine::ResourceView> Engine::inspect() const { return impl_->inspect(); }
 
 }  // namespace turnstile::core

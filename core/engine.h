@@ -138,6 +138,8 @@ class Engine {
   std::size_t resources_count() const;
   // The last fence issued (fence_floor before the first grant).
   Fence last_fence() const;
+  // Whether `session` has a request parked (handle()'s contract forbids another request then).
+  bool has_parked(SessionId session) const;
 
   // Test and simulator introspection: every holder and waiter, for invariant checks.
   struct HolderView {

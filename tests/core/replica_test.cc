@@ -1,0 +1,295 @@
+// core/log_entry.h and core/replica.h: a log entry survives its encoding and nothing malformed
+// decodes; replicas that apply the same entries produce the same results, mint the same tokens
+// and hold the same state (equal digests at every index); time in the log never goes backwards;
+// a replayed index changes nothing; a waiter that times out leaves the queue.
+#include "core/replica.h"
+
+#include <gtest/gtest.h>
+#include <rapidcheck.h>
+#include <rapidcheck/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "core/log_entry.h"
+
+namespace turnstile::core {
+namespace {
+
+constexpr Instant kStart = Instant::from_ns(1'000'000'000'000);
+
+Request lock(const std::string& key, std::int64_t timeout_s, std::int64_t lease_s = 10) {
+  Request request;
+  request.command = Command::kLock;
+  request.key = key;
+  request.timeout_s = timeout_s;
+  request.lease_s = lease_s;
+  return request;
+}
+
+LogEntry entry(Instant time, std::uint64_t salt, std::vector<LogCommand> commands) {
+  LogEntry out;
+  out.time = time;
+  out.salt = salt;
+  out.commands = std::move(commands);
+  return out;
+}
+
+// A random but well-formed entry: commands of few sessions on few keys, so that they collide.
+rc::Gen<LogCommand> command_gen() {
+  return rc::gen::mapcat(rc::gen::inRange(0, 10), [](int kind) -> rc::Gen<LogCommand> {
+    const auto session = rc::gen::map(rc::gen::inRange<std::uint64_t>(1, 6),
+                                      [](std::uint64_t v) { return SessionId{v}; });
+    if (kind == 8) {
+      return rc::gen::map(session, [](SessionId s) -> LogCommand {
+        return command::Close{s, s.value % 2 == 0};
+      });
+    }
+    if (kind == 9) return rc::gen::just<LogCommand>(command::Tick{});
+    if (kind == 7) {
+      return rc::gen::map(session, [](SessionId s) -> LogCommand { return command::Cancel{s}; });
+    }
+    return rc::gen::apply(
+        [](SessionId s, int command, int key, int timeout, int lease, int limit,
+           std::uint64_t fence, std::uint64_t salt, bool with_token) -> LogCommand {
+          static const Command kCommands[] = {
+              Command::kLock, Command::kRelease, Command::kRenew,      Command::kEnqueue,
+              Command::kWait, Command::kSemLock, Command::kSemRelease, Command::kSemEnqueue};
+          Request request;
+          request.command = kCommands[command];
+          request.key = "k" + std::to_string(key);
+          request.timeout_s = timeout;
+          request.lease_s = lease;
+          request.limit = limit;
+          if (with_token) request.token = Token{Fence{fence}, salt};
+          return command::Submit{s, request};
+        },
+        session, rc::gen::inRange(0, 8), rc::gen::inRange(0, 3), rc::gen::inRange(0, 3),
+        rc::gen::inRange(0, 4), rc::gen::inRange(1, 3), rc::gen::inRange<std::uint64_t>(0, 40),
+        rc::gen::inRange<std::uint64_t>(0, 3), rc::gen::arbitrary<bool>());
+  });
+}
+
+// Logs of up to 20 entries of up to 20 commands: long enough for queues, leases and timeouts to
+// meet, short enough for ctest's 10,000 cases.
+rc::Gen<std::vector<LogEntry>> log_gen() {
+  return rc::gen::resize(
+      20,
+      rc::gen::map(
+          rc::gen::container<std::vector<std::tuple<int, std::uint64_t, std::vector<LogCommand>>>>(
+              rc::gen::tuple(rc::gen::inRange(0, 3'000), rc::gen::arbitrary<std::uint64_t>(),
+                             rc::gen::container<std::vector<LogCommand>>(command_gen()))),
+          [](const auto& steps) {
+            std::vector<LogEntry> log;
+            Instant time = kStart;
+            for (const auto& [gap_ms, salt, commands] : steps) {
+              time = time + Duration::milliseconds(gap_ms);
+              log.push_back(entry(time, salt, commands));
+            }
+            return log;
+          }));
+}
+
+TEST(LogEntry, RoundTripsEveryCommand) {
+  Request release;
+  release.command = Command::kSemRelease;
+  release.key = "jobs";
+  release.token = Token{Fence{42}, 0xabcdef};
+  const LogEntry original =
+      entry(kStart, 7,
+            {command::Submit{SessionId{3}, lock("a", 5)}, command::Submit{SessionId{4}, release},
+             command::Close{SessionId{3}, false}, command::Cancel{SessionId{9}}, command::Tick{}});
+  const std::optional<LogEntry> decoded = decode_entry(encode_entry(original));
+  ASSERT_TRUE(decoded);
+  EXPECT_EQ(*decoded, original);
+}
+
+TEST(LogEntry, EveryTruncationAndAnyTrailingByteIsRefused) {
+  const std::string bytes = encode_entry(
+      entry(kStart, 1, {command::Submit{SessionId{1}, lock("key", 1)}, command::Tick{}}));
+  for (std::size_t n = 0; n < bytes.size(); ++n) {
+    EXPECT_FALSE(decode_entry(bytes.substr(0, n))) << n;
+  }
+  EXPECT_FALSE(decode_entry(bytes + '\0'));
+}
+
+TEST(LogEntry, WhatTheEngineMustNeverSeeIsRefused) {
+  const auto refuses = [](Request request, std::uint64_t session = 1) {
+    return !decode_entry(
+        encode_entry(entry(kStart, 1, {command::Submit{SessionId{session}, std::move(request)}})));
+  };
+  EXPECT_FALSE(refuses(lock("ok", 0)));
+  Request ping;
+  ping.command = Command::kPing;
+  EXPECT_TRUE(refuses(ping));                  // not an engine command
+  EXPECT_TRUE(refuses(lock("has space", 0)));  // not a valid key
+  EXPECT_TRUE(refuses(lock(std::string(300, 'k'), 0)));
+  EXPECT_TRUE(refuses(lock("k", -1)));     // negative timeout
+  EXPECT_TRUE(refuses(lock("k", 0, -5)));  // negative lease
+  Request sem = lock("k", 0);
+  sem.command = Command::kSemLock;
+  sem.limit = 0;
+  EXPECT_TRUE(refuses(sem));
+  EXPECT_TRUE(refuses(lock("k", 0), 0));  // session 0 is nobody
+  std::string bad_version = encode_entry(entry(kStart, 1, {}));
+  bad_version[0] = static_cast<char>(kLogEntryVersion + 1);
+  EXPECT_FALSE(decode_entry(bad_version));
+}
+
+RC_GTEST_PROP(LogEntry, RandomEntriesRoundTrip, ()) {
+  const std::vector<LogEntry> log = *log_gen();
+  for (const LogEntry& e : log) RC_ASSERT(decode_entry(encode_entry(e)) == e);
+}
+
+RC_GTEST_PROP(LogEntry, ArbitraryBytesNeverCrashTheDecoder, (const std::string& bytes)) {
+  const std::optional<LogEntry> decoded = decode_entry(bytes);
+  if (decoded) RC_ASSERT(encode_entry(*decoded) == bytes);  // one encoding per entry
+}
+
+TEST(LogClock, TimePausesWhileThereIsNoLeaderAndNeverGoesBack) {
+  // The old leader's last entry is at 5 s of log time.
+  const Instant last = kStart + Duration::seconds(5);
+  // The new leader takes over 3 s later by its own clock, which is an hour behind the old one's.
+  const Instant clock = kStart - Duration::seconds(3600);
+  LogClock log;
+  log.take_over(clock, last);
+  EXPECT_EQ(log.next(clock), last);  // the gap costs nothing
+  EXPECT_EQ(log.next(clock + Duration::milliseconds(250)), last + Duration::milliseconds(250));
+  // Its clock steps back: log time holds still, then moves on from where it was.
+  EXPECT_EQ(log.next(clock), last + Duration::milliseconds(250));
+  EXPECT_EQ(log.next(clock + Duration::seconds(1)), last + Duration::seconds(1));
+}
+
+TEST(LogClock, AnEmptyLogStartsAtTheLeadersClock) {
+  LogClock log;
+  log.take_over(kStart, Instant::min());
+  EXPECT_EQ(log.next(kStart + Duration::seconds(2)), kStart + Duration::seconds(2));
+}
+
+RC_GTEST_PROP(LogClock, LogTimeIsMonotonicAcrossAnyLeaderChanges,
+              (const std::vector<std::pair<bool, std::int32_t>>& steps)) {
+  LogClock log;
+  Instant last_written = Instant::min();
+  Instant clock = kStart;
+  for (const auto& [new_leader, move_ms] : steps) {
+    clock = clock + Duration::milliseconds(move_ms);  // any clock, forward or back
+    if (new_leader) {
+      LogClock fresh;
+      fresh.take_over(clock, last_written);
+      log = fresh;
+    }
+    const Instant t = log.next(clock);
+    RC_ASSERT(t >= last_written);
+    last_written = t;
+  }
+}
+
+RC_GTEST_PROP(Replica, ReplicasApplyingOneLogAgreeAtEveryIndex, ()) {
+  const std::vector<LogEntry> log = *log_gen();
+  Replica a(EngineConfig{});
+  Replica b(EngineConfig{});
+  std::uint64_t index = 0;
+  for (const LogEntry& e : log) {
+    ++index;
+    // One replica applies what came over the wire, as a follower does.
+    const AppliedEntry left = a.apply(index, e);
+    const AppliedEntry right = b.apply(index, *decode_entry(encode_entry(e)));
+    RC_ASSERT(left.results.size() == e.commands.size());
+    RC_ASSERT(left.deliveries == right.deliveries);
+    for (std::size_t i = 0; i < left.results.size(); ++i) {
+      RC_ASSERT(left.results[i].reply == right.results[i].reply);
+      RC_ASSERT(left.results[i].dropped_parked == right.results[i].dropped_parked);
+    }
+    RC_ASSERT(a.digest() == b.digest());
+    // A replay of an applied index (a restart) is a no-op.
+    RC_ASSERT(b.apply(index, e).results.empty());
+    RC_ASSERT(a.digest() == b.digest());
+  }
+}
+
+TEST(Replica, TokensComeFromTheEntryAndDifferWithItsSalt) {
+  Replica a(EngineConfig{});
+  Replica b(EngineConfig{});
+  Replica c(EngineConfig{});
+  const LogEntry first = entry(kStart, 11, {command::Submit{SessionId{1}, lock("k", 0)}});
+  LogEntry other_salt = first;
+  other_salt.salt = 12;
+  const Reply ra = a.apply(1, first).results.at(0).reply;
+  const Reply rb = b.apply(1, first).results.at(0).reply;
+  const Reply rc = c.apply(1, other_salt).results.at(0).reply;
+  ASSERT_TRUE(ra.token && rb.token && rc.token);
+  EXPECT_EQ(*ra.token, *rb.token);
+  EXPECT_EQ(ra.token->fence, rc.token->fence);  // the fence is state
+  EXPECT_NE(ra.token->salt, rc.token->salt);    // the salt is the entry's
+  EXPECT_NE(a.digest(), c.digest());
+}
+
+TEST(Replica, AReplayedIndexChangesNothing) {
+  Replica replica(EngineConfig{});
+  const LogEntry grant = entry(kStart, 1, {command::Submit{SessionId{1}, lock("k", 0)}});
+  ASSERT_EQ(replica.apply(1, grant).results.size(), 1U);
+  const std::uint64_t digest = replica.digest();
+  EXPECT_TRUE(replica.apply(1, grant).results.empty());
+  EXPECT_EQ(replica.digest(), digest);
+  EXPECT_EQ(replica.applied_index(), 1U);
+}
+
+TEST(Replica, AWaiterThatTimesOutLeavesTheQueue) {
+  Replica replica(EngineConfig{});
+  const std::optional<Token> held =
+      replica.apply(1, entry(kStart, 1, {command::Submit{SessionId{1}, lock("k", 0, 30)}}))
+          .results.at(0)
+          .reply.token;
+  ASSERT_TRUE(held);
+  const AppliedEntry parked =
+      replica.apply(2, entry(kStart, 2, {command::Submit{SessionId{2}, lock("k", 1)}}));
+  EXPECT_EQ(parked.results.at(0).reply.status, Status::kParked);
+  ASSERT_TRUE(replica.next_wake());
+  const Instant due = *replica.next_wake();
+  EXPECT_EQ(due, kStart + Duration::seconds(1));
+  // The leader proposes a Tick at the engine's next deadline.
+  const AppliedEntry tick = replica.apply(3, entry(due, 3, {command::Tick{}}));
+  ASSERT_EQ(tick.deliveries.size(), 1U);
+  EXPECT_EQ(tick.deliveries[0].session, SessionId{2});
+  EXPECT_EQ(tick.deliveries[0].reply.status, Status::kTimeout);
+  for (const Engine::ResourceView& view : replica.engine().inspect()) {
+    EXPECT_TRUE(view.waiters.empty());
+  }
+  // The holder's release now leaves the key to nobody.
+  Request release;
+  release.command = Command::kRelease;
+  release.key = "k";
+  release.token = held;
+  const AppliedEntry released =
+      replica.apply(4, entry(due, 4, {command::Submit{SessionId{1}, release}}));
+  EXPECT_EQ(released.results.at(0).reply.status, Status::kOk);
+  EXPECT_TRUE(released.deliveries.empty());
+}
+
+TEST(Replica, ASecondRequestWhileOneIsParkedIsAnErrorThatChangesNothing) {
+  Replica replica(EngineConfig{});
+  replica.apply(1, entry(kStart, 1, {command::Submit{SessionId{1}, lock("k", 0)}}));
+  replica.apply(2, entry(kStart, 2, {command::Submit{SessionId{2}, lock("k", 5)}}));
+  const std::uint64_t before = replica.digest();
+  const AppliedEntry second =
+      replica.apply(3, entry(kStart, 3, {command::Submit{SessionId{2}, lock("other", 0)}}));
+  EXPECT_EQ(second.results.at(0).reply.status, Status::kError);
+  Replica twin(EngineConfig{});
+  twin.apply(1, entry(kStart, 1, {command::Submit{SessionId{1}, lock("k", 0)}}));
+  twin.apply(2, entry(kStart, 2, {command::Submit{SessionId{2}, lock("k", 5)}}));
+  twin.apply(3, entry(kStart, 3, {}));
+  EXPECT_EQ(replica.digest(), twin.digest());
+  EXPECT_NE(replica.digest(), before);  // only the index moved
+}
+
+TEST(Replica, AnEntryBehindTheLastHoldsTimeStill) {
+  Replica replica(EngineConfig{});
+  replica.apply(1, entry(kStart + Duration::seconds(10), 1, {}));
+  replica.apply(2, entry(kStart, 2, {command::Submit{SessionId{1}, lock("k", 0, 5)}}));
+  EXPECT_EQ(replica.time(), kStart + Duration::seconds(10));
+  ASSERT_TRUE(replica.next_wake());
+  EXPECT_EQ(*replica.next_wake(), kStart + Duration::seconds(15));
+}
+
+}  // namespace
+}  // namespace turnstile::core
