@@ -13,6 +13,7 @@ set_name=${1:-test}
 run_packages=(
   build-essential cmake ninja-build pkg-config
   libxxhash-dev libcxxopts-dev libevent-dev libssl-dev nlohmann-json3-dev
+  libraft-dev libuv1-dev  # the cluster's consensus (docs/cluster.md)
   curl netcat-openbsd  # the README's first requests
 )
 test_packages=(

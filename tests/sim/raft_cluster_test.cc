@@ -1,0 +1,169 @@
+// sim/raft_cluster.h: the replicated core on canonical raft's fixture. Replicas agree at every
+// index; a holder keeps its lock and its token through a leader's crash and renews it with the
+// next leader; a lease renewed in time is not expired by the election gap; a waiter that times out
+// leaves the queue on every replica; a node that was down catches up to the same state; a
+// minority partition cannot commit.
+#include "sim/raft_cluster.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace turnstile::sim {
+namespace {
+
+using core::Command;
+using core::LogCommand;
+using core::Request;
+using core::SessionId;
+using core::Status;
+
+Request lock(const std::string& key, std::int64_t timeout_s, std::int64_t lease_s) {
+  Request request;
+  request.command = Command::kLock;
+  request.key = key;
+  request.timeout_s = timeout_s;
+  request.lease_s = lease_s;
+  return request;
+}
+
+Request renew(const std::string& key, core::Token token, std::int64_t lease_s) {
+  Request request;
+  request.command = Command::kRenew;
+  request.key = key;
+  request.token = token;
+  request.lease_s = lease_s;
+  return request;
+}
+
+// Proposes and waits until every live node applied it; the leader's result.
+const core::CommandResult& run(RaftCluster& cluster, LogCommand command, std::uint64_t salt) {
+  const std::optional<unsigned> leader = cluster.elect();
+  EXPECT_TRUE(leader);
+  const std::uint64_t index = cluster.propose({std::move(command)}, salt);
+  EXPECT_NE(index, 0U);
+  EXPECT_TRUE(cluster.step_until_applied(index));
+  const core::AppliedEntry* applied = cluster.result(*leader, index);
+  EXPECT_NE(applied, nullptr);
+  static const core::CommandResult kNone{};
+  return applied != nullptr && !applied->results.empty() ? applied->results[0] : kNone;
+}
+
+void expect_replicas_agree(const RaftCluster& cluster) {
+  std::optional<std::uint64_t> digest;
+  for (unsigned i = 0; i < cluster.nodes(); ++i) {
+    if (!cluster.alive(i)) continue;
+    if (!digest) digest = cluster.replica(i).digest();
+    EXPECT_EQ(cluster.replica(i).digest(), *digest) << "node " << i;
+  }
+  EXPECT_EQ(cluster.rejected(), 0U);
+}
+
+TEST(RaftCluster, ThreeReplicasAgreeAtEveryIndex) {
+  RaftCluster cluster(3, 1);
+  for (std::uint64_t i = 1; i <= 30; ++i) {
+    const std::string key = "k" + std::to_string(i % 4);
+    run(cluster, core::command::Submit{SessionId{i % 5 + 1}, lock(key, 0, 5)}, i);
+    expect_replicas_agree(cluster);
+  }
+}
+
+TEST(RaftCluster, AHolderKeepsItsLockAndTokenThroughALeaderCrash) {
+  RaftCluster cluster(3, 2);
+  const core::CommandResult granted =
+      run(cluster, core::command::Submit{SessionId{1}, lock("job", 0, 10)}, 7);
+  ASSERT_EQ(granted.reply.status, Status::kOk);
+  ASSERT_TRUE(granted.reply.token);
+  const core::Token token = *granted.reply.token;
+  // Another session waits for the lock.
+  run(cluster, core::command::Submit{SessionId{2}, lock("job", 60, 10)}, 8);
+
+  const unsigned old_leader = *cluster.leader();
+  cluster.kill(old_leader);
+  // The election takes its time; log time stands still meanwhile.
+  const core::Instant log_time_before = cluster.replica((old_leader + 1) % 3).time();
+  const core::Instant killed_at = cluster.now();
+  const std::optional<unsigned> next = cluster.elect();
+  ASSERT_TRUE(next);
+  ASSERT_NE(*next, old_leader);
+  const core::Duration gap = cluster.now() - killed_at;
+  ASSERT_GT(gap, core::Duration::seconds(1));
+  // The holder renews with the new leader, with the token it got from the old one.
+  const core::CommandResult renewed =
+      run(cluster, core::command::Submit{SessionId{1}, renew("job", token, 10)}, 9);
+  EXPECT_EQ(renewed.reply.status, Status::kOk);
+  const core::Replica& replica = cluster.replica(*next);
+  EXPECT_LT(replica.time() - log_time_before, core::Duration::milliseconds(500))
+      << "the election gap of " << gap.seconds_double() << " s was charged to the lease";
+  bool holds = false;
+  for (const core::Engine::ResourceView& view : replica.engine().inspect()) {
+    if (view.key != "job") continue;
+    ASSERT_EQ(view.holders.size(), 1U);
+    EXPECT_EQ(view.holders[0].token, token);
+    EXPECT_EQ(view.waiters.size(), 1U);
+    holds = true;
+  }
+  EXPECT_TRUE(holds);
+  expect_replicas_agree(cluster);
+
+  // The old leader comes back and catches up to the same state.
+  cluster.revive(old_leader);
+  const std::uint64_t index = cluster.propose({core::command::Tick{}}, 10);
+  ASSERT_NE(index, 0U);
+  ASSERT_TRUE(cluster.step_until_applied(index));
+  expect_replicas_agree(cluster);
+}
+
+TEST(RaftCluster, AWaiterThatTimesOutLeavesTheQueueOnEveryReplica) {
+  RaftCluster cluster(3, 3);
+  run(cluster, core::command::Submit{SessionId{1}, lock("q", 0, 30)}, 1);
+  const core::CommandResult parked =
+      run(cluster, core::command::Submit{SessionId{2}, lock("q", 1, 30)}, 2);
+  ASSERT_EQ(parked.reply.status, Status::kParked);
+  // The leader proposes a tick at the engine's next deadline.
+  const unsigned leader = *cluster.elect();
+  const core::Instant due = *cluster.replica(leader).next_wake();
+  while (cluster.now() < due) cluster.step_for(100);
+  const std::uint64_t index = cluster.propose({core::command::Tick{}}, 3);
+  ASSERT_TRUE(cluster.step_until_applied(index));
+  const core::AppliedEntry* tick = cluster.result(leader, index);
+  ASSERT_NE(tick, nullptr);
+  ASSERT_EQ(tick->deliveries.size(), 1U);
+  EXPECT_EQ(tick->deliveries[0].reply.status, Status::kTimeout);
+  for (unsigned i = 0; i < cluster.nodes(); ++i) {
+    for (const core::Engine::ResourceView& view : cluster.replica(i).engine().inspect()) {
+      EXPECT_TRUE(view.waiters.empty()) << "node " << i;
+    }
+  }
+  expect_replicas_agree(cluster);
+}
+
+TEST(RaftCluster, AMinorityCannotCommitAndTheMajorityGoesOn) {
+  RaftCluster cluster(5, 4);
+  const unsigned leader = *cluster.elect();
+  // Cut the leader and one other node off from the other three.
+  const unsigned buddy = (leader + 1) % 5;
+  for (unsigned i = 0; i < 5; ++i) {
+    if (i == leader || i == buddy) continue;
+    cluster.disconnect(leader, i);
+    cluster.disconnect(buddy, i);
+  }
+  const std::uint64_t stuck =
+      cluster.propose({core::command::Submit{SessionId{1}, lock("m", 0, 5)}}, 1);
+  cluster.step_for(3000);
+  for (unsigned i = 0; i < 5; ++i) {
+    EXPECT_LT(cluster.applied(i), stuck == 0 ? 1U : stuck) << "node " << i << " applied";
+  }
+  // The majority side elects its own leader and commits.
+  for (unsigned i = 0; i < 5; ++i) {
+    for (unsigned j = 0; j < 5; ++j) {
+      if (i != j) cluster.reconnect(i, j);
+    }
+  }
+  run(cluster, core::command::Submit{SessionId{2}, lock("m", 0, 5)}, 2);
+  expect_replicas_agree(cluster);
+}
+
+}  // namespace
+}  // namespace turnstile::sim
