@@ -36,7 +36,8 @@ enum Stream : std::uint64_t {
 };
 
 inline const std::vector<std::string> kProfiles = {"default",          "crash-heavy", "clock-chaos",
-                                                   "disconnect-storm", "contention",  "http"};
+                                                   "disconnect-storm", "contention",  "http",
+                                                   "cluster-3",        "cluster-5"};
 
 // ---- swarm settings: which faults and shapes a seed gets -----------------------------------
 

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "sim/checker.h"
+#include "sim/cluster_run.h"
 #include "sim/context.h"
 #include "sim/disk.h"
 #include "sim/event.h"
@@ -236,6 +237,7 @@ bool is_profile(const std::string& name) {
 }
 
 Result run_simulation(const Options& options) {
+  if (is_cluster_profile(options.profile)) return run_cluster_simulation(options);
   World world(options, choose_settings(options.seed, options.profile));
   return world.run();
 }
