@@ -200,7 +200,6 @@ class ClusterRun {
       return;
     }
     digest_.add(index);
-    proposed_.push_back(index);
     ++result_.coverage["proposed"];
   }
 
@@ -337,7 +336,6 @@ class ClusterRun {
   Result result_;
   std::optional<unsigned> leader_seen_;
   std::set<std::pair<unsigned, unsigned>> cut_;
-  std::vector<std::uint64_t> proposed_;
   std::map<std::uint64_t, std::uint64_t> digests_;  // applied index -> digest
   std::map<unsigned, std::uint64_t> grants_checked_;
   struct FenceSeen {

@@ -12,6 +12,8 @@
 // Thread affinity: single-threaded; one run owns everything it creates.
 #pragma once
 
+#include <string>
+
 #include "sim/run.h"
 
 namespace turnstile::sim {
