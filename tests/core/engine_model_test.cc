@@ -28,6 +28,7 @@
 #include "core/types.h"
 #include "testing/engine_differential.h"
 #include "testing/reference_model.h"
+#include "testing/requests.h"
 
 namespace turnstile::test {
 namespace {
@@ -187,34 +188,11 @@ namespace {
 Instant at_ms(std::int64_t ms) { return Instant::from_ns(1'000'000'000'000 + ms * 1'000'000); }
 SessionId session(std::uint64_t id) { return SessionId{id}; }
 
-Request lock(const std::string& key, std::int64_t timeout_s, std::int64_t lease_s = 0) {
-  Request request;
-  request.command = Command::kLock;
-  request.key = key;
-  request.timeout_s = timeout_s;
-  request.lease_s = lease_s;
-  return request;
-}
-Request sem_lock(const std::string& key, std::int64_t timeout_s, std::int64_t limit,
-                 std::int64_t lease_s = 0) {
-  Request request = lock(key, timeout_s, lease_s);
-  request.command = Command::kSemLock;
-  request.limit = limit;
-  return request;
-}
-Request release(const std::string& key, std::optional<Token> token,
-                Command command = Command::kRelease) {
-  Request request;
-  request.command = command;
-  request.key = key;
-  request.token = token;
-  return request;
-}
-Request renew(const std::string& key, std::optional<Token> token, std::int64_t lease_s = 0) {
-  Request request = release(key, token, Command::kRenew);
-  request.lease_s = lease_s;
-  return request;
-}
+using test::lock_request;
+using test::release_request;
+using test::renew_request;
+using test::sem_lock_request;
+
 Request enqueue(const std::string& key, std::int64_t lease_s = 0) {
   Request request;
   request.command = Command::kEnqueue;
@@ -264,20 +242,21 @@ std::vector<SessionId> queue_of(const ReferenceModel& model, Namespace ns, const
 TEST(ReferenceModel, FastPathQueueAndFifoPromotion) {
   ReferenceModel model(small_config(), 7);
   std::vector<Delivery> out;
-  Reply first = model.handle(at_ms(0), session(1), lock("a", 0, 10), out);
+  Reply first = model.handle(at_ms(0), session(1), lock_request("a", 0, 10), out);
   ASSERT_EQ(first.status, Status::kOk);
   ASSERT_TRUE(first.token.has_value());
   EXPECT_EQ(first.token->fence, Fence{1001});
   EXPECT_EQ(first.seconds, 10);
-  EXPECT_EQ(model.handle(at_ms(0), session(2), lock("a", 5), out).status, Status::kParked);
-  EXPECT_EQ(model.handle(at_ms(0), session(3), lock("a", 5, 4), out).status, Status::kParked);
+  EXPECT_EQ(model.handle(at_ms(0), session(2), lock_request("a", 5), out).status, Status::kParked);
+  EXPECT_EQ(model.handle(at_ms(0), session(3), lock_request("a", 5, 4), out).status,
+            Status::kParked);
   // A newcomer never overtakes the queue, and timeout 0 does not queue.
-  EXPECT_EQ(model.handle(at_ms(0), session(4), lock("a", 0), out).status, Status::kTimeout);
+  EXPECT_EQ(model.handle(at_ms(0), session(4), lock_request("a", 0), out).status, Status::kTimeout);
   EXPECT_EQ(queue_of(model, Namespace::kLock, "a"),
             (std::vector<SessionId>{session(2), session(3)}));
   EXPECT_TRUE(out.empty());
 
-  EXPECT_EQ(model.handle(at_ms(1000), session(4), release("a", first.token), out).status,
+  EXPECT_EQ(model.handle(at_ms(1000), session(4), release_request("a", first.token), out).status,
             Status::kOk);
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].session, session(2));
@@ -289,9 +268,10 @@ TEST(ReferenceModel, FastPathQueueAndFifoPromotion) {
   Token second = *out[0].reply.token;
   out.clear();
   // A released token is gone: releasing it again is an error and changes nothing.
-  EXPECT_EQ(model.handle(at_ms(1000), session(1), release("a", first.token), out).status,
+  EXPECT_EQ(model.handle(at_ms(1000), session(1), release_request("a", first.token), out).status,
             Status::kError);
-  EXPECT_EQ(model.handle(at_ms(2000), session(1), release("a", second), out).status, Status::kOk);
+  EXPECT_EQ(model.handle(at_ms(2000), session(1), release_request("a", second), out).status,
+            Status::kOk);
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].session, session(3));
   EXPECT_EQ(out[0].reply.seconds, 4);
@@ -301,10 +281,10 @@ TEST(ReferenceModel, FastPathQueueAndFifoPromotion) {
 TEST(ReferenceModel, LeaseExpiryBeatsWaitTimeoutAtTheSameInstant) {
   ReferenceModel model(small_config(), 7);
   std::vector<Delivery> out;
-  ASSERT_EQ(model.handle(at_ms(0), session(1), lock("a", 0, 2), out).status, Status::kOk);
-  ASSERT_EQ(model.handle(at_ms(0), session(2), lock("a", 2), out).status, Status::kParked);
-  ASSERT_EQ(model.handle(at_ms(0), session(3), lock("b", 0, 2), out).status, Status::kOk);
-  ASSERT_EQ(model.handle(at_ms(0), session(4), lock("b", 1), out).status, Status::kParked);
+  ASSERT_EQ(model.handle(at_ms(0), session(1), lock_request("a", 0, 2), out).status, Status::kOk);
+  ASSERT_EQ(model.handle(at_ms(0), session(2), lock_request("a", 2), out).status, Status::kParked);
+  ASSERT_EQ(model.handle(at_ms(0), session(3), lock_request("b", 0, 2), out).status, Status::kOk);
+  ASSERT_EQ(model.handle(at_ms(0), session(4), lock_request("b", 1), out).status, Status::kParked);
   EXPECT_EQ(model.next_wake(), at_ms(1000));
   model.tick(at_ms(2000), out);
   // s2's timeout and s1's lease end together: the grant wins. s4's timeout came first.
@@ -320,8 +300,9 @@ TEST(ReferenceModel, LeaseExpiryBeatsWaitTimeoutAtTheSameInstant) {
 TEST(ReferenceModel, LeaseOfAWaiterPromotedLateRunsFromNow) {
   ReferenceModel model(small_config(), 7);
   std::vector<Delivery> out;
-  ASSERT_EQ(model.handle(at_ms(0), session(1), lock("a", 0, 1), out).status, Status::kOk);
-  ASSERT_EQ(model.handle(at_ms(0), session(2), lock("a", 3, 1), out).status, Status::kParked);
+  ASSERT_EQ(model.handle(at_ms(0), session(1), lock_request("a", 0, 1), out).status, Status::kOk);
+  ASSERT_EQ(model.handle(at_ms(0), session(2), lock_request("a", 3, 1), out).status,
+            Status::kParked);
   // The engine learns of time only at 2.5 s: s1's lease ended at 1 s, and s2's grant is made
   // (and delivered) at 2.5 s with a whole lease, not one that ended at 2 s.
   model.tick(at_ms(2500), out);
@@ -336,16 +317,17 @@ TEST(ReferenceModel, GarbageCollectionNeedsStrictlyMoreThanMaxIdle) {
   config.gc_max_idle = Duration::seconds(2);
   ReferenceModel model(config, 7);
   std::vector<Delivery> out;
-  Reply granted = model.handle(at_ms(0), session(1), sem_lock("a", 0, 2, 10), out);
+  Reply granted = model.handle(at_ms(0), session(1), sem_lock_request("a", 0, 2, 10), out);
   ASSERT_EQ(granted.status, Status::kOk);
-  ASSERT_EQ(
-      model.handle(at_ms(500), session(1), release("a", granted.token, Command::kSemRelease), out)
-          .status,
-      Status::kOk);
+  ASSERT_EQ(model
+                .handle(at_ms(500), session(1),
+                        release_request("a", granted.token, Command::kSemRelease), out)
+                .status,
+            Status::kOk);
   // A bogus release neither succeeds nor touches the resource.
   ASSERT_EQ(model
                 .handle(at_ms(1500), session(1),
-                        release("a", Token{Fence{1}, 1}, Command::kSemRelease), out)
+                        release_request("a", Token{Fence{1}, 1}, Command::kSemRelease), out)
                 .status,
             Status::kError);
   EXPECT_EQ(model.next_wake(), at_ms(2500) + Duration::nanoseconds(1));
@@ -355,7 +337,8 @@ TEST(ReferenceModel, GarbageCollectionNeedsStrictlyMoreThanMaxIdle) {
   EXPECT_EQ(model.resources_count(), 0u);
   EXPECT_EQ(model.counters().resources_collected, 1u);
   // The limit went with it.
-  EXPECT_EQ(model.handle(at_ms(3000), session(1), sem_lock("a", 0, 3), out).status, Status::kOk);
+  EXPECT_EQ(model.handle(at_ms(3000), session(1), sem_lock_request("a", 0, 3), out).status,
+            Status::kOk);
 }
 
 TEST(ReferenceModel, LimitsMaxLocksAndMaxWaiters) {
@@ -364,15 +347,19 @@ TEST(ReferenceModel, LimitsMaxLocksAndMaxWaiters) {
   config.waiters_max = 1;
   ReferenceModel model(config, 7);
   std::vector<Delivery> out;
-  EXPECT_EQ(model.handle(at_ms(0), session(1), sem_lock("a", 0, 2), out).status, Status::kOk);
-  EXPECT_EQ(model.handle(at_ms(0), session(1), sem_lock("a", 0, 3), out).status,
+  EXPECT_EQ(model.handle(at_ms(0), session(1), sem_lock_request("a", 0, 2), out).status,
+            Status::kOk);
+  EXPECT_EQ(model.handle(at_ms(0), session(1), sem_lock_request("a", 0, 3), out).status,
             Status::kErrorLimitMismatch);
   // The same key in the lock namespace is another resource.
-  EXPECT_EQ(model.handle(at_ms(0), session(1), lock("a", 0), out).status, Status::kOk);
-  EXPECT_EQ(model.handle(at_ms(0), session(1), lock("b", 0), out).status, Status::kErrorMaxLocks);
-  EXPECT_EQ(model.handle(at_ms(0), session(2), sem_lock("a", 0, 2), out).status, Status::kOk);
-  EXPECT_EQ(model.handle(at_ms(0), session(3), sem_lock("a", 1, 2), out).status, Status::kParked);
-  EXPECT_EQ(model.handle(at_ms(0), session(4), sem_lock("a", 1, 2), out).status,
+  EXPECT_EQ(model.handle(at_ms(0), session(1), lock_request("a", 0), out).status, Status::kOk);
+  EXPECT_EQ(model.handle(at_ms(0), session(1), lock_request("b", 0), out).status,
+            Status::kErrorMaxLocks);
+  EXPECT_EQ(model.handle(at_ms(0), session(2), sem_lock_request("a", 0, 2), out).status,
+            Status::kOk);
+  EXPECT_EQ(model.handle(at_ms(0), session(3), sem_lock_request("a", 1, 2), out).status,
+            Status::kParked);
+  EXPECT_EQ(model.handle(at_ms(0), session(4), sem_lock_request("a", 1, 2), out).status,
             Status::kErrorMaxWaiters);
   EXPECT_EQ(model.handle(at_ms(0), session(4), sem_enqueue("a", 2), out).status,
             Status::kErrorMaxWaiters);
@@ -404,7 +391,7 @@ TEST(ReferenceModel, TwoPhaseAcquireWaitAndExpiredRecord) {
 
   // Queued, granted silently on release, lease runs out before w: error_lease_expired, once.
   EXPECT_EQ(model.handle(at_ms(3000), session(3), enqueue("a", 2), out).status, Status::kQueued);
-  EXPECT_EQ(model.handle(at_ms(4000), session(1), release("a", acquired.token), out).status,
+  EXPECT_EQ(model.handle(at_ms(4000), session(1), release_request("a", acquired.token), out).status,
             Status::kOk);
   EXPECT_TRUE(out.empty());  // nothing is parked: the grant waits for w
   EXPECT_EQ(holders_of(model, Namespace::kLock, "a"),
@@ -416,10 +403,10 @@ TEST(ReferenceModel, TwoPhaseAcquireWaitAndExpiredRecord) {
   EXPECT_EQ(model.handle(at_ms(6000), session(3), enqueue("a"), out).status, Status::kAcquired);
 
   // Queued and parked on w: the grant is delivered to w.
-  Reply held = model.handle(at_ms(7000), session(4), lock("b", 0), out);
+  Reply held = model.handle(at_ms(7000), session(4), lock_request("b", 0), out);
   EXPECT_EQ(model.handle(at_ms(7000), session(5), enqueue("b", 3), out).status, Status::kQueued);
   EXPECT_EQ(model.handle(at_ms(7000), session(5), wait("b", 9), out).status, Status::kParked);
-  EXPECT_EQ(model.handle(at_ms(8000), session(4), release("b", held.token), out).status,
+  EXPECT_EQ(model.handle(at_ms(8000), session(4), release_request("b", held.token), out).status,
             Status::kOk);
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].session, session(5));
@@ -434,10 +421,11 @@ TEST(ReferenceModel, ReleaseByAnyoneDropsAGrantedRecord) {
   std::vector<Delivery> out;
   Reply acquired = model.handle(at_ms(0), session(1), sem_enqueue("a", 2), out);
   ASSERT_EQ(acquired.status, Status::kAcquired);
-  EXPECT_EQ(
-      model.handle(at_ms(0), session(2), release("a", acquired.token, Command::kSemRelease), out)
-          .status,
-      Status::kOk);
+  EXPECT_EQ(model
+                .handle(at_ms(0), session(2),
+                        release_request("a", acquired.token, Command::kSemRelease), out)
+                .status,
+            Status::kOk);
   EXPECT_EQ(model.handle(at_ms(0), session(1), wait("a", 0, Command::kSemWait), out).status,
             Status::kErrorNotEnqueued);
 }
@@ -470,8 +458,9 @@ TEST(ReferenceModel, WaitTouchesOnlyWithARecord) {
   config.gc_max_idle = Duration::seconds(1);
   ReferenceModel model(config, 7);
   std::vector<Delivery> out;
-  Reply held = model.handle(at_ms(0), session(1), lock("a", 0, 10), out);
-  ASSERT_EQ(model.handle(at_ms(0), session(1), release("a", held.token), out).status, Status::kOk);
+  Reply held = model.handle(at_ms(0), session(1), lock_request("a", 0, 10), out);
+  ASSERT_EQ(model.handle(at_ms(0), session(1), release_request("a", held.token), out).status,
+            Status::kOk);
   EXPECT_EQ(model.handle(at_ms(900), session(2), wait("a", 0), out).status,
             Status::kErrorNotEnqueued);
   model.tick(at_ms(1000) + Duration::nanoseconds(1), out);
@@ -492,15 +481,15 @@ TEST(ReferenceModel, FenceExhaustion) {
   config.fence_floor = Fence{kMaxFence - 1};
   ReferenceModel model(config, 7);
   std::vector<Delivery> out;
-  Reply last = model.handle(at_ms(0), session(1), lock("a", 0), out);
+  Reply last = model.handle(at_ms(0), session(1), lock_request("a", 0), out);
   ASSERT_EQ(last.status, Status::kOk);
   EXPECT_EQ(last.token->fence, Fence{kMaxFence});
-  EXPECT_EQ(model.handle(at_ms(0), session(2), lock("a", 5), out).status, Status::kParked);
+  EXPECT_EQ(model.handle(at_ms(0), session(2), lock_request("a", 5), out).status, Status::kParked);
   EXPECT_EQ(model.handle(at_ms(0), session(3), enqueue("a"), out).status, Status::kQueued);
   // A new key could never be granted, so it is not created.
-  EXPECT_EQ(model.handle(at_ms(0), session(4), lock("b", 5), out).status, Status::kError);
+  EXPECT_EQ(model.handle(at_ms(0), session(4), lock_request("b", 5), out).status, Status::kError);
   EXPECT_EQ(model.resources_count(), 1u);
-  EXPECT_EQ(model.handle(at_ms(1000), session(1), release("a", last.token), out).status,
+  EXPECT_EQ(model.handle(at_ms(1000), session(1), release_request("a", last.token), out).status,
             Status::kOk);
   // Both waiters leave the queue; the parked one is told.
   ASSERT_EQ(out.size(), 1u);
@@ -516,10 +505,10 @@ TEST(ReferenceModel, FenceExhaustion) {
 TEST(ReferenceModel, ClockRegressionNeitherMovesNorExtendsLeases) {
   ReferenceModel model(small_config(), 7);
   std::vector<Delivery> out;
-  Reply granted = model.handle(at_ms(10'000), session(1), lock("a", 0, 2), out);
+  Reply granted = model.handle(at_ms(10'000), session(1), lock_request("a", 0, 2), out);
   ASSERT_EQ(granted.status, Status::kOk);
   // 10 s in the past counts as 10 s: the renew's lease runs from the largest instant seen.
-  Reply renewed = model.handle(at_ms(0), session(1), renew("a", granted.token, 5), out);
+  Reply renewed = model.handle(at_ms(0), session(1), renew_request("a", granted.token, 5), out);
   EXPECT_EQ(renewed, Reply::renewed(5));
   EXPECT_EQ(model.counters().clock_regressions, 1u);
   EXPECT_EQ(model.now(), at_ms(10'000));
@@ -528,7 +517,7 @@ TEST(ReferenceModel, ClockRegressionNeitherMovesNorExtendsLeases) {
   model.tick(at_ms(15'000), out);
   EXPECT_TRUE(holders_of(model, Namespace::kLock, "a").empty());
   // An ended lease is never revived.
-  EXPECT_EQ(model.handle(at_ms(15'000), session(1), renew("a", granted.token), out).status,
+  EXPECT_EQ(model.handle(at_ms(15'000), session(1), renew_request("a", granted.token), out).status,
             Status::kError);
 }
 
@@ -537,26 +526,27 @@ TEST(ReferenceModel, RenewUsesTheRequestOrServerDefaultLease) {
   config.default_lease_s = 7;
   ReferenceModel model(config, 7);
   std::vector<Delivery> out;
-  Reply granted = model.handle(at_ms(0), session(1), lock("a", 0, 3), out);
-  EXPECT_EQ(model.handle(at_ms(1000), session(2), renew("a", granted.token), out),
+  Reply granted = model.handle(at_ms(0), session(1), lock_request("a", 0, 3), out);
+  EXPECT_EQ(model.handle(at_ms(1000), session(2), renew_request("a", granted.token), out),
             Reply::renewed(7));
   EXPECT_EQ(
-      model.handle(at_ms(1000), session(2), renew("a", Token{granted.token->fence, 1}), out).status,
+      model.handle(at_ms(1000), session(2), renew_request("a", Token{granted.token->fence, 1}), out)
+          .status,
       Status::kError);
-  EXPECT_EQ(model.handle(at_ms(1000), session(2), renew("a", std::nullopt), out).status,
+  EXPECT_EQ(model.handle(at_ms(1000), session(2), renew_request("a", std::nullopt), out).status,
             Status::kError);
 }
 
 TEST(ReferenceModel, ClosedSessionLeavesQueuesAndReleasesOnlyWithAutoRelease) {
   ReferenceModel model(small_config(), 7);
   std::vector<Delivery> out;
-  Reply held_a = model.handle(at_ms(0), session(1), lock("a", 0, 10), out);
-  Reply held_b = model.handle(at_ms(0), session(1), lock("b", 0, 10), out);
+  Reply held_a = model.handle(at_ms(0), session(1), lock_request("a", 0, 10), out);
+  Reply held_b = model.handle(at_ms(0), session(1), lock_request("b", 0, 10), out);
   ASSERT_EQ(held_a.status, Status::kOk);
   ASSERT_EQ(held_b.status, Status::kOk);
-  EXPECT_EQ(model.handle(at_ms(0), session(2), lock("a", 5), out).status, Status::kParked);
+  EXPECT_EQ(model.handle(at_ms(0), session(2), lock_request("a", 5), out).status, Status::kParked);
   EXPECT_EQ(model.handle(at_ms(0), session(3), enqueue("a"), out).status, Status::kQueued);
-  EXPECT_EQ(model.handle(at_ms(0), session(4), lock("b", 9), out).status, Status::kParked);
+  EXPECT_EQ(model.handle(at_ms(0), session(4), lock_request("b", 9), out).status, Status::kParked);
   model.close_session(at_ms(1000), session(2), true, out);
   EXPECT_TRUE(out.empty());  // a dropped parked request gets no reply
   EXPECT_EQ(queue_of(model, Namespace::kLock, "a"), (std::vector<SessionId>{session(3)}));
@@ -583,15 +573,17 @@ TEST(ReferenceModel, ClosedSessionLeavesQueuesAndReleasesOnlyWithAutoRelease) {
 TEST(ReferenceModel, StatsClassifiesByLimitAndSortsByKey) {
   ReferenceModel model(small_config(), 7);
   std::vector<Delivery> out;
-  ASSERT_EQ(model.handle(at_ms(0), session(1), lock("m", 0, 10), out).status, Status::kOk);
-  ASSERT_EQ(model.handle(at_ms(0), session(2), lock("m", 30), out).status, Status::kParked);
-  Reply sem = model.handle(at_ms(0), session(3), sem_lock("k", 0, 2), out);
+  ASSERT_EQ(model.handle(at_ms(0), session(1), lock_request("m", 0, 10), out).status, Status::kOk);
+  ASSERT_EQ(model.handle(at_ms(0), session(2), lock_request("m", 30), out).status, Status::kParked);
+  Reply sem = model.handle(at_ms(0), session(3), sem_lock_request("k", 0, 2), out);
   ASSERT_EQ(sem.status, Status::kOk);
-  ASSERT_EQ(
-      model.handle(at_ms(1000), session(3), release("k", sem.token, Command::kSemRelease), out)
-          .status,
-      Status::kOk);
-  ASSERT_EQ(model.handle(at_ms(1000), session(3), sem_lock("z", 0, 1), out).status, Status::kOk);
+  ASSERT_EQ(model
+                .handle(at_ms(1000), session(3),
+                        release_request("k", sem.token, Command::kSemRelease), out)
+                .status,
+            Status::kOk);
+  ASSERT_EQ(model.handle(at_ms(1000), session(3), sem_lock_request("z", 0, 1), out).status,
+            Status::kOk);
   core::StatsSnapshot stats = model.stats(at_ms(4000), out);
   core::StatsSnapshot expected;
   expected.locks = {core::LockStats{"m", session(1), 6.0, 1},

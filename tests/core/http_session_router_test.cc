@@ -18,9 +18,12 @@
 
 #include "core/random.h"
 #include "core/routing.h"
+#include "testing/requests.h"
 
 namespace turnstile::core {
 namespace {
+
+using test::lock_request;
 
 class Cluster {
  public:
@@ -111,15 +114,6 @@ class Cluster {
     }
   }
 
-  static Request lock(const std::string& key, std::int64_t timeout_s) {
-    Request request;
-    request.command = Command::kLock;
-    request.key = key;
-    request.timeout_s = timeout_s;
-    request.lease_s = 30;
-    return request;
-  }
-
   Instant now_ = Instant::from_ns(1'000'000'000'000);
 
  private:
@@ -184,7 +178,7 @@ TEST(HttpSessionRouter, ARequestOnAnotherShardRunsAtHomeAndIsAnsweredWhereItArri
   const std::string handle = cluster.create(0);
   const std::string key = cluster.key_on(2);  // the engine is a third shard
   const HttpTicket ticket = cluster.desk(1).new_ticket();
-  cluster.desk(1).submit(cluster.now_, ticket, handle, Cluster::lock(key, 0));
+  cluster.desk(1).submit(cluster.now_, ticket, handle, lock_request(key, 0));
   EXPECT_EQ(cluster.desk(1).awaiting_answers(), 1U);
   cluster.settle();
   const Cluster::Answered answer = cluster.reply(ticket);
@@ -200,7 +194,7 @@ TEST(HttpSessionRouter, ALocalRequestSendsNoHttpMessage) {
   Cluster cluster(2);
   const std::string handle = cluster.create(1);
   const HttpTicket ticket = cluster.desk(1).new_ticket();
-  cluster.desk(1).submit(cluster.now_, ticket, handle, Cluster::lock(cluster.key_on(0), 0));
+  cluster.desk(1).submit(cluster.now_, ticket, handle, lock_request(cluster.key_on(0), 0));
   cluster.settle();
   EXPECT_EQ(cluster.reply(ticket).outcome.code, 200);
   EXPECT_EQ(cluster.http_messages(), 0U);
@@ -212,8 +206,8 @@ TEST(HttpSessionRouter, AnUnknownSessionIs410LocallyAndWhenForwarded) {
   const HttpTicket local = cluster.desk(0).new_ticket();
   const HttpTicket remote = cluster.desk(1).new_ticket();
   const HttpTicket ping = cluster.desk(1).new_ticket();
-  cluster.desk(0).submit(cluster.now_, local, unknown, Cluster::lock("k", 0));
-  cluster.desk(1).submit(cluster.now_, remote, unknown, Cluster::lock("k", 0));
+  cluster.desk(0).submit(cluster.now_, local, unknown, lock_request("k", 0));
+  cluster.desk(1).submit(cluster.now_, remote, unknown, lock_request("k", 0));
   cluster.desk(1).ping(cluster.now_, ping, unknown);
   cluster.settle();
   for (HttpTicket ticket : {local, remote, ping}) {
@@ -228,12 +222,12 @@ TEST(HttpSessionRouter, ARemoteDeleteAnswersTheLongPoll410BeforeIts204) {
   const std::string waiter = cluster.create(0);
   const std::string key = cluster.key_on(1);
   const HttpTicket first = cluster.desk(0).new_ticket();
-  cluster.desk(0).submit(cluster.now_, first, holder, Cluster::lock(key, 0));
+  cluster.desk(0).submit(cluster.now_, first, holder, lock_request(key, 0));
   cluster.settle();
   ASSERT_EQ(cluster.reply(first).outcome.code, 200);
   // The waiter's long poll arrives on shard 1, its delete on shard 1 too.
   const HttpTicket poll = cluster.desk(1).new_ticket();
-  cluster.desk(1).submit(cluster.now_, poll, waiter, Cluster::lock(key, 30));
+  cluster.desk(1).submit(cluster.now_, poll, waiter, lock_request(key, 30));
   cluster.settle();
   EXPECT_EQ(cluster.reply(poll).outcome.code, 0);  // parked
   const HttpTicket remove = cluster.desk(1).new_ticket();
@@ -254,10 +248,10 @@ TEST(HttpSessionRouter, AClientLeavingAForwardedLongPollWithdrawsItAtHome) {
   const std::string waiter = cluster.create(0);
   const std::string key = cluster.key_on(0);
   const HttpTicket first = cluster.desk(0).new_ticket();
-  cluster.desk(0).submit(cluster.now_, first, holder, Cluster::lock(key, 0));
+  cluster.desk(0).submit(cluster.now_, first, holder, lock_request(key, 0));
   cluster.settle();
   const HttpTicket poll = cluster.desk(1).new_ticket();
-  cluster.desk(1).submit(cluster.now_, poll, waiter, Cluster::lock(key, 30));
+  cluster.desk(1).submit(cluster.now_, poll, waiter, lock_request(key, 30));
   cluster.settle();
   cluster.desk(1).abandon(cluster.now_, poll);
   EXPECT_EQ(cluster.desk(1).awaiting_answers(), 1U);  // until the home confirms
@@ -276,7 +270,7 @@ TEST(HttpSessionRouter, AnAnswerRacingItsAbandonIsDropped) {
   Cluster cluster(2);
   const std::string handle = cluster.create(0);
   const HttpTicket ticket = cluster.desk(1).new_ticket();
-  cluster.desk(1).submit(cluster.now_, ticket, handle, Cluster::lock(cluster.key_on(0), 0));
+  cluster.desk(1).submit(cluster.now_, ticket, handle, lock_request(cluster.key_on(0), 0));
   cluster.desk(1).abandon(cluster.now_, ticket);  // before the forward even arrived
   cluster.settle();
   EXPECT_EQ(cluster.reply(ticket).outcome.code, 0);
@@ -292,10 +286,10 @@ TEST(HttpSessionRouter, DrainingRefusesCreatesAndSubmitsButNotPingsOrDeletes) {
   SplitMix64 random(7);
   EXPECT_EQ(cluster.desk(0).create(cluster.now_, random, "ip").code, 503);
   const HttpTicket local = cluster.desk(0).new_ticket();
-  cluster.desk(0).submit(cluster.now_, local, handle, Cluster::lock("k", 0));
+  cluster.desk(0).submit(cluster.now_, local, handle, lock_request("k", 0));
   // Shard 1 is not draining, but the session's home is: the home refuses.
   const HttpTicket remote = cluster.desk(1).new_ticket();
-  cluster.desk(1).submit(cluster.now_, remote, handle, Cluster::lock("k", 0));
+  cluster.desk(1).submit(cluster.now_, remote, handle, lock_request("k", 0));
   const HttpTicket ping = cluster.desk(1).new_ticket();
   cluster.desk(1).ping(cluster.now_, ping, handle);
   cluster.settle();
@@ -317,7 +311,7 @@ TEST(HttpSessionRouter, ReapedSessionsCloseInTheEnginesTheyTouched) {
   const std::string handle = cluster.create(0);
   const std::string key = cluster.key_on(1);
   const HttpTicket ticket = cluster.desk(1).new_ticket();
-  cluster.desk(1).submit(cluster.now_, ticket, handle, Cluster::lock(key, 0));
+  cluster.desk(1).submit(cluster.now_, ticket, handle, lock_request(key, 0));
   cluster.settle();
   ASSERT_EQ(holders(cluster.engine(1), key), 1U);
   cluster.now_ = cluster.now_ + Duration::seconds(3);

@@ -10,6 +10,7 @@
 
 #include "core/engine.h"
 #include "core/random.h"
+#include "testing/requests.h"
 
 namespace turnstile::core {
 namespace {
@@ -21,13 +22,7 @@ constexpr Instant millis(std::int64_t ms) {
   return Instant::from_ns(0) + Duration::milliseconds(ms);
 }
 
-Request lock_request(std::string key, std::int64_t timeout_s) {
-  Request request;
-  request.command = Command::kLock;
-  request.key = std::move(key);
-  request.timeout_s = timeout_s;
-  return request;
-}
+using test::lock_request;
 
 Request enqueue_request(std::string key) {
   Request request;

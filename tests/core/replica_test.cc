@@ -12,20 +12,14 @@
 #include <vector>
 
 #include "core/log_entry.h"
+#include "testing/requests.h"
 
 namespace turnstile::core {
 namespace {
 
 constexpr Instant kStart = Instant::from_ns(1'000'000'000'000);
 
-Request lock(const std::string& key, std::int64_t timeout_s, std::int64_t lease_s = 10) {
-  Request request;
-  request.command = Command::kLock;
-  request.key = key;
-  request.timeout_s = timeout_s;
-  request.lease_s = lease_s;
-  return request;
-}
+using test::lock_request;
 
 LogEntry entry(Instant time, std::uint64_t salt, std::vector<LogCommand> commands) {
   LogEntry out;
@@ -95,10 +89,10 @@ TEST(LogEntry, RoundTripsEveryCommand) {
   release.command = Command::kSemRelease;
   release.key = "jobs";
   release.token = Token{Fence{42}, 0xabcdef};
-  const LogEntry original =
-      entry(kStart, 7,
-            {command::Submit{SessionId{3}, lock("a", 5)}, command::Submit{SessionId{4}, release},
-             command::Close{SessionId{3}, false}, command::Cancel{SessionId{9}}, command::Tick{}});
+  const LogEntry original = entry(
+      kStart, 7,
+      {command::Submit{SessionId{3}, lock_request("a", 5)}, command::Submit{SessionId{4}, release},
+       command::Close{SessionId{3}, false}, command::Cancel{SessionId{9}}, command::Tick{}});
   const std::optional<LogEntry> decoded = decode_entry(encode_entry(original));
   ASSERT_TRUE(decoded);
   EXPECT_EQ(*decoded, original);
@@ -106,7 +100,7 @@ TEST(LogEntry, RoundTripsEveryCommand) {
 
 TEST(LogEntry, EveryTruncationAndAnyTrailingByteIsRefused) {
   const std::string bytes = encode_entry(
-      entry(kStart, 1, {command::Submit{SessionId{1}, lock("key", 1)}, command::Tick{}}));
+      entry(kStart, 1, {command::Submit{SessionId{1}, lock_request("key", 1)}, command::Tick{}}));
   for (std::size_t n = 0; n < bytes.size(); ++n) {
     EXPECT_FALSE(decode_entry(bytes.substr(0, n))) << n;
   }
@@ -118,19 +112,19 @@ TEST(LogEntry, WhatTheEngineMustNeverSeeIsRefused) {
     return !decode_entry(
         encode_entry(entry(kStart, 1, {command::Submit{SessionId{session}, std::move(request)}})));
   };
-  EXPECT_FALSE(refuses(lock("ok", 0)));
+  EXPECT_FALSE(refuses(lock_request("ok", 0)));
   Request ping;
   ping.command = Command::kPing;
-  EXPECT_TRUE(refuses(ping));                  // not an engine command
-  EXPECT_TRUE(refuses(lock("has space", 0)));  // not a valid key
-  EXPECT_TRUE(refuses(lock(std::string(300, 'k'), 0)));
-  EXPECT_TRUE(refuses(lock("k", -1)));     // negative timeout
-  EXPECT_TRUE(refuses(lock("k", 0, -5)));  // negative lease
-  Request sem = lock("k", 0);
+  EXPECT_TRUE(refuses(ping));                          // not an engine command
+  EXPECT_TRUE(refuses(lock_request("has space", 0)));  // not a valid key
+  EXPECT_TRUE(refuses(lock_request(std::string(300, 'k'), 0)));
+  EXPECT_TRUE(refuses(lock_request("k", -1)));     // negative timeout
+  EXPECT_TRUE(refuses(lock_request("k", 0, -5)));  // negative lease
+  Request sem = lock_request("k", 0);
   sem.command = Command::kSemLock;
   sem.limit = 0;
   EXPECT_TRUE(refuses(sem));
-  EXPECT_TRUE(refuses(lock("k", 0), 0));  // session 0 is nobody
+  EXPECT_TRUE(refuses(lock_request("k", 0), 0));  // session 0 is nobody
   std::string bad_version = encode_entry(entry(kStart, 1, {}));
   bad_version[0] = static_cast<char>(kLogEntryVersion + 1);
   EXPECT_FALSE(decode_entry(bad_version));
@@ -211,7 +205,7 @@ TEST(Replica, TokensComeFromTheEntryAndDifferWithItsSalt) {
   Replica a(EngineConfig{});
   Replica b(EngineConfig{});
   Replica c(EngineConfig{});
-  const LogEntry first = entry(kStart, 11, {command::Submit{SessionId{1}, lock("k", 0)}});
+  const LogEntry first = entry(kStart, 11, {command::Submit{SessionId{1}, lock_request("k", 0)}});
   LogEntry other_salt = first;
   other_salt.salt = 12;
   const Reply ra = a.apply(1, first).results.at(0).reply;
@@ -226,7 +220,7 @@ TEST(Replica, TokensComeFromTheEntryAndDifferWithItsSalt) {
 
 TEST(Replica, AReplayedIndexChangesNothing) {
   Replica replica(EngineConfig{});
-  const LogEntry grant = entry(kStart, 1, {command::Submit{SessionId{1}, lock("k", 0)}});
+  const LogEntry grant = entry(kStart, 1, {command::Submit{SessionId{1}, lock_request("k", 0)}});
   ASSERT_EQ(replica.apply(1, grant).results.size(), 1U);
   const std::uint64_t digest = replica.digest();
   EXPECT_TRUE(replica.apply(1, grant).results.empty());
@@ -237,12 +231,12 @@ TEST(Replica, AReplayedIndexChangesNothing) {
 TEST(Replica, AWaiterThatTimesOutLeavesTheQueue) {
   Replica replica(EngineConfig{});
   const std::optional<Token> held =
-      replica.apply(1, entry(kStart, 1, {command::Submit{SessionId{1}, lock("k", 0, 30)}}))
+      replica.apply(1, entry(kStart, 1, {command::Submit{SessionId{1}, lock_request("k", 0, 30)}}))
           .results.at(0)
           .reply.token;
   ASSERT_TRUE(held);
   const AppliedEntry parked =
-      replica.apply(2, entry(kStart, 2, {command::Submit{SessionId{2}, lock("k", 1)}}));
+      replica.apply(2, entry(kStart, 2, {command::Submit{SessionId{2}, lock_request("k", 1)}}));
   EXPECT_EQ(parked.results.at(0).reply.status, Status::kParked);
   ASSERT_TRUE(replica.next_wake());
   const Instant due = *replica.next_wake();
@@ -268,15 +262,15 @@ TEST(Replica, AWaiterThatTimesOutLeavesTheQueue) {
 
 TEST(Replica, ASecondRequestWhileOneIsParkedIsAnErrorThatChangesNothing) {
   Replica replica(EngineConfig{});
-  replica.apply(1, entry(kStart, 1, {command::Submit{SessionId{1}, lock("k", 0)}}));
-  replica.apply(2, entry(kStart, 2, {command::Submit{SessionId{2}, lock("k", 5)}}));
+  replica.apply(1, entry(kStart, 1, {command::Submit{SessionId{1}, lock_request("k", 0)}}));
+  replica.apply(2, entry(kStart, 2, {command::Submit{SessionId{2}, lock_request("k", 5)}}));
   const std::uint64_t before = replica.digest();
   const AppliedEntry second =
-      replica.apply(3, entry(kStart, 3, {command::Submit{SessionId{2}, lock("other", 0)}}));
+      replica.apply(3, entry(kStart, 3, {command::Submit{SessionId{2}, lock_request("other", 0)}}));
   EXPECT_EQ(second.results.at(0).reply.status, Status::kError);
   Replica twin(EngineConfig{});
-  twin.apply(1, entry(kStart, 1, {command::Submit{SessionId{1}, lock("k", 0)}}));
-  twin.apply(2, entry(kStart, 2, {command::Submit{SessionId{2}, lock("k", 5)}}));
+  twin.apply(1, entry(kStart, 1, {command::Submit{SessionId{1}, lock_request("k", 0)}}));
+  twin.apply(2, entry(kStart, 2, {command::Submit{SessionId{2}, lock_request("k", 5)}}));
   twin.apply(3, entry(kStart, 3, {}));
   EXPECT_EQ(replica.digest(), twin.digest());
   EXPECT_NE(replica.digest(), before);  // only the index moved
@@ -285,7 +279,7 @@ TEST(Replica, ASecondRequestWhileOneIsParkedIsAnErrorThatChangesNothing) {
 TEST(Replica, AnEntryBehindTheLastHoldsTimeStill) {
   Replica replica(EngineConfig{});
   replica.apply(1, entry(kStart + Duration::seconds(10), 1, {}));
-  replica.apply(2, entry(kStart, 2, {command::Submit{SessionId{1}, lock("k", 0, 5)}}));
+  replica.apply(2, entry(kStart, 2, {command::Submit{SessionId{1}, lock_request("k", 0, 5)}}));
   EXPECT_EQ(replica.time(), kStart + Duration::seconds(10));
   ASSERT_TRUE(replica.next_wake());
   EXPECT_EQ(*replica.next_wake(), kStart + Duration::seconds(15));

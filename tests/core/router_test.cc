@@ -14,9 +14,12 @@
 
 #include "core/random.h"
 #include "core/routing.h"
+#include "testing/requests.h"
 
 namespace turnstile::core {
 namespace {
+
+using test::lock_request;
 
 class Shards : public EngineObserver {
  public:
@@ -68,14 +71,6 @@ class Shards : public EngineObserver {
     }
   }
 
-  static Request lock(const std::string& key, std::int64_t timeout_s = 0) {
-    Request request;
-    request.command = Command::kLock;
-    request.key = key;
-    request.timeout_s = timeout_s;
-    return request;
-  }
-
   void on_engine_call(std::size_t shard, const Request*, const Reply*,
                       const std::vector<Delivery>&) override {
     ++calls_[shard];
@@ -115,7 +110,7 @@ TEST(Router, SessionIdsNameTheirOwner) {
 TEST(Router, ARequestForAnotherShardsKeyIsAnsweredOnTheOwner) {
   Shards shards(2);
   const SessionId session = shards.at(0).new_session_id();
-  shards.at(0).submit(shards.now_, session, Shards::lock(shards.key_on(1)));
+  shards.at(0).submit(shards.now_, session, lock_request(shards.key_on(1), 0));
   shards.settle();
   ASSERT_EQ(shards.events_.size(), 1U);
   EXPECT_EQ(shards.events_[0].kind, SessionEvent::Kind::kReply);
@@ -133,7 +128,7 @@ TEST(Router, ARequestForAnotherShardsKeyIsAnsweredOnTheOwner) {
 TEST(Router, ALocalKeyNeedsNoMessage) {
   Shards shards(2);
   const SessionId session = shards.at(1).new_session_id();
-  shards.at(1).submit(shards.now_, session, Shards::lock(shards.key_on(1)));
+  shards.at(1).submit(shards.now_, session, lock_request(shards.key_on(1), 0));
   EXPECT_FALSE(shards.at(1).idle());  // the event is there before any message moves
   shards.settle();
   EXPECT_TRUE(shards.sent_.empty());
@@ -146,10 +141,10 @@ TEST(Router, AParkedRequestIsNoticedThenAnsweredOnItsOwner) {
   const std::string key = shards.key_on(1);
   const SessionId holder = shards.at(1).new_session_id();
   const SessionId waiter = shards.at(0).new_session_id();
-  shards.at(1).submit(shards.now_, holder, Shards::lock(key));
+  shards.at(1).submit(shards.now_, holder, lock_request(key, 0));
   shards.settle();
   const Token token = *shards.events_.at(0).reply.token;
-  shards.at(0).submit(shards.now_, waiter, Shards::lock(key, 30));
+  shards.at(0).submit(shards.now_, waiter, lock_request(key, 30));
   shards.settle();
   ASSERT_EQ(shards.events_.size(), 2U);
   EXPECT_EQ(shards.events_[1].kind, SessionEvent::Kind::kParked);
@@ -173,7 +168,7 @@ TEST(Router, StatsGathersEveryShardsPartIntoOneEvent) {
   Shards shards(3);
   for (std::size_t shard = 0; shard < 3; ++shard) {
     const SessionId holder = shards.at(shard).new_session_id();
-    shards.at(shard).submit(shards.now_, holder, Shards::lock(shards.key_on(shard)));
+    shards.at(shard).submit(shards.now_, holder, lock_request(shards.key_on(shard), 0));
   }
   shards.settle();
   shards.events_.clear();
@@ -192,9 +187,9 @@ TEST(Router, CloseNoticesReachExactlyTheShardsTouched) {
   Shards shards(4);
   const SessionId session = shards.at(0).new_session_id();
   // Touches shards 1 and 3 (and not 0 or 2).
-  shards.at(0).submit(shards.now_, session, Shards::lock(shards.key_on(1)));
+  shards.at(0).submit(shards.now_, session, lock_request(shards.key_on(1), 0));
   shards.settle();
-  shards.at(0).submit(shards.now_, session, Shards::lock(shards.key_on(3)));
+  shards.at(0).submit(shards.now_, session, lock_request(shards.key_on(3), 0));
   shards.settle();
   shards.sent_.clear();
   shards.at(0).close(shards.now_, session);
@@ -208,7 +203,7 @@ TEST(Router, CloseNoticesReachExactlyTheShardsTouched) {
   EXPECT_EQ(shards.engine(1).resources_count() + shards.engine(3).resources_count(), 2U);
   const SessionId other = shards.at(2).new_session_id();
   shards.events_.clear();
-  shards.at(2).submit(shards.now_, other, Shards::lock(shards.key_on(1)));
+  shards.at(2).submit(shards.now_, other, lock_request(shards.key_on(1), 0));
   shards.settle();
   ASSERT_EQ(shards.events_.size(), 1U);
   EXPECT_TRUE(shards.events_[0].reply.is_grant());
@@ -224,7 +219,7 @@ TEST(Router, ReleasesAndRenewsLeaveNoRoutingStateAndCloseNoticesGoOnlyWhereState
   const std::string there = shards.key_on(1);
   const SessionId holder = shards.at(0).new_session_id();
   const SessionId other = shards.at(0).new_session_id();
-  shards.at(0).submit(shards.now_, holder, Shards::lock(there));
+  shards.at(0).submit(shards.now_, holder, lock_request(there, 0));
   shards.settle();
   const Token token = *shards.events_.at(0).reply.token;
   // Another session renews and releases the holder's lock by token: it leaves nothing on shard 1.
@@ -261,8 +256,8 @@ TEST(Router, ClosingAParkedSessionCancelsItsRequestOnItsOwner) {
   const std::string key = shards.key_on(1);
   const SessionId holder = shards.at(1).new_session_id();
   const SessionId waiter = shards.at(0).new_session_id();
-  shards.at(1).submit(shards.now_, holder, Shards::lock(key));
-  shards.at(0).submit(shards.now_, waiter, Shards::lock(key, 30));
+  shards.at(1).submit(shards.now_, holder, lock_request(key, 0));
+  shards.at(0).submit(shards.now_, waiter, lock_request(key, 30));
   shards.settle();
   shards.events_.clear();
   shards.at(0).close(shards.now_, waiter);
@@ -277,8 +272,8 @@ TEST(Router, CancelWithdrawsAParkedRequestAndOnlyThat) {
   const std::string key = shards.key_on(0);
   const SessionId holder = shards.at(0).new_session_id();
   const SessionId waiter = shards.at(1).new_session_id();
-  shards.at(0).submit(shards.now_, holder, Shards::lock(key));
-  shards.at(1).submit(shards.now_, waiter, Shards::lock(key, 30));
+  shards.at(0).submit(shards.now_, holder, lock_request(key, 0));
+  shards.at(1).submit(shards.now_, waiter, lock_request(key, 30));
   shards.settle();
   shards.events_.clear();
   shards.at(1).cancel(shards.now_, waiter);
@@ -303,10 +298,10 @@ TEST(Router, TickExpiresLeasesAndHandsTheLockOnAcrossShards) {
   const std::string key = shards.key_on(0);
   const SessionId holder = shards.at(0).new_session_id();
   const SessionId waiter = shards.at(1).new_session_id();
-  Request lock = Shards::lock(key);
+  Request lock = lock_request(key, 0);
   lock.lease_s = 5;
   shards.at(0).submit(shards.now_, holder, lock);
-  shards.at(1).submit(shards.now_, waiter, Shards::lock(key, 60));
+  shards.at(1).submit(shards.now_, waiter, lock_request(key, 60));
   shards.settle();
   shards.events_.clear();
   ASSERT_TRUE(shards.at(0).next_wake().has_value());

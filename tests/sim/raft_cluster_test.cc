@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "testing/requests.h"
+
 namespace turnstile::sim {
 namespace {
 
@@ -19,23 +21,8 @@ using core::Request;
 using core::SessionId;
 using core::Status;
 
-Request lock(const std::string& key, std::int64_t timeout_s, std::int64_t lease_s) {
-  Request request;
-  request.command = Command::kLock;
-  request.key = key;
-  request.timeout_s = timeout_s;
-  request.lease_s = lease_s;
-  return request;
-}
-
-Request renew(const std::string& key, core::Token token, std::int64_t lease_s) {
-  Request request;
-  request.command = Command::kRenew;
-  request.key = key;
-  request.token = token;
-  request.lease_s = lease_s;
-  return request;
-}
+using test::lock_request;
+using test::renew_request;
 
 // Proposes and waits until every live node applied it; the leader's result.
 const core::CommandResult& run(RaftCluster& cluster, LogCommand command, std::uint64_t salt) {
@@ -64,7 +51,7 @@ TEST(RaftCluster, ThreeReplicasAgreeAtEveryIndex) {
   RaftCluster cluster(3, 1);
   for (std::uint64_t i = 1; i <= 30; ++i) {
     const std::string key = "k" + std::to_string(i % 4);
-    run(cluster, core::command::Submit{SessionId{i % 5 + 1}, lock(key, 0, 5)}, i);
+    run(cluster, core::command::Submit{SessionId{i % 5 + 1}, lock_request(key, 0, 5)}, i);
     expect_replicas_agree(cluster);
   }
 }
@@ -72,12 +59,12 @@ TEST(RaftCluster, ThreeReplicasAgreeAtEveryIndex) {
 TEST(RaftCluster, AHolderKeepsItsLockAndTokenThroughALeaderCrash) {
   RaftCluster cluster(3, 2);
   const core::CommandResult granted =
-      run(cluster, core::command::Submit{SessionId{1}, lock("job", 0, 10)}, 7);
+      run(cluster, core::command::Submit{SessionId{1}, lock_request("job", 0, 10)}, 7);
   ASSERT_EQ(granted.reply.status, Status::kOk);
   ASSERT_TRUE(granted.reply.token);
   const core::Token token = *granted.reply.token;
   // Another session waits for the lock.
-  run(cluster, core::command::Submit{SessionId{2}, lock("job", 60, 10)}, 8);
+  run(cluster, core::command::Submit{SessionId{2}, lock_request("job", 60, 10)}, 8);
 
   const unsigned old_leader = *cluster.leader();
   cluster.kill(old_leader);
@@ -91,7 +78,7 @@ TEST(RaftCluster, AHolderKeepsItsLockAndTokenThroughALeaderCrash) {
   ASSERT_GT(gap, core::Duration::seconds(1));
   // The holder renews with the new leader, with the token it got from the old one.
   const core::CommandResult renewed =
-      run(cluster, core::command::Submit{SessionId{1}, renew("job", token, 10)}, 9);
+      run(cluster, core::command::Submit{SessionId{1}, renew_request("job", token, 10)}, 9);
   EXPECT_EQ(renewed.reply.status, Status::kOk);
   const core::Replica& replica = cluster.replica(*next);
   EXPECT_LT(replica.time() - log_time_before, core::Duration::milliseconds(500))
@@ -117,9 +104,9 @@ TEST(RaftCluster, AHolderKeepsItsLockAndTokenThroughALeaderCrash) {
 
 TEST(RaftCluster, AWaiterThatTimesOutLeavesTheQueueOnEveryReplica) {
   RaftCluster cluster(3, 3);
-  run(cluster, core::command::Submit{SessionId{1}, lock("q", 0, 30)}, 1);
+  run(cluster, core::command::Submit{SessionId{1}, lock_request("q", 0, 30)}, 1);
   const core::CommandResult parked =
-      run(cluster, core::command::Submit{SessionId{2}, lock("q", 1, 30)}, 2);
+      run(cluster, core::command::Submit{SessionId{2}, lock_request("q", 1, 30)}, 2);
   ASSERT_EQ(parked.reply.status, Status::kParked);
   // The leader proposes a tick at the engine's next deadline.
   const unsigned leader = *cluster.elect();
@@ -150,7 +137,7 @@ TEST(RaftCluster, AMinorityCannotCommitAndTheMajorityGoesOn) {
     cluster.disconnect(buddy, i);
   }
   const std::uint64_t stuck =
-      cluster.propose({core::command::Submit{SessionId{1}, lock("m", 0, 5)}}, 1);
+      cluster.propose({core::command::Submit{SessionId{1}, lock_request("m", 0, 5)}}, 1);
   cluster.step_for(3000);
   for (unsigned i = 0; i < 5; ++i) {
     EXPECT_LT(cluster.applied(i), stuck == 0 ? 1U : stuck) << "node " << i << " applied";
@@ -161,7 +148,7 @@ TEST(RaftCluster, AMinorityCannotCommitAndTheMajorityGoesOn) {
       if (i != j) cluster.reconnect(i, j);
     }
   }
-  run(cluster, core::command::Submit{SessionId{2}, lock("m", 0, 5)}, 2);
+  run(cluster, core::command::Submit{SessionId{2}, lock_request("m", 0, 5)}, 2);
   expect_replicas_agree(cluster);
 }
 
