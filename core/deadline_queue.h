@@ -146,6 +146,30 @@ class DeadlineQueue {
     return Slot{entry.at, entry.order};
   }
 
+  // Snapshots (Engine::save and restore). The kind of a slot's entry, and the counter behind
+  // the scheduling sequence: with both, a restored queue takes its entries in the same order.
+  static Kind kind_of(const Slot& slot) { return static_cast<Kind>(slot.order >> kKindShift); }
+  // The part of a slot's order below its kind: its scheduling sequence, or its rank.
+  static std::uint64_t rank_of(const Slot& slot) {
+    return slot.order & ((std::uint64_t{1} << kKindShift) - 1);
+  }
+  std::uint64_t sequence() const { return sequence_; }
+  void set_sequence(std::uint64_t sequence) {
+    TS_ASSERT(sequence < (std::uint64_t{1} << kKindShift));
+    sequence_ = sequence;
+  }
+  // Schedules an unscheduled `timer` at exactly `slot` (a slot() taken from the saved queue).
+  void reinstate(Timer& timer, Slot slot, void* owner) {
+    TS_ASSERT(!timer.scheduled() && (slot.order >> kKindShift) < kKinds);
+    const Kind kind = kind_of(slot);
+    Heap& heap = heap_of(kind);
+    TS_ASSERT(heap.size() < Timer::kUnscheduled);
+    heap.push_back(Entry{slot.at, slot.order, owner, &timer});
+    timer.kind_ = kind;
+    timer.position_ = static_cast<std::uint32_t>(heap.size() - 1);
+    sift_up(heap, timer.position_);
+  }
+
   std::size_t size() const {
     std::size_t total = 0;
     for (const Heap& heap : heaps_) total += heap.size();

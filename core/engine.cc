@@ -11,8 +11,10 @@
 #include <xxhash.h>
 
 #include "core/assert.h"
+#include "core/bytes.h"
 #include "core/deadline_queue.h"
 #include "core/intrusive_list.h"
+#include "core/wire.h"
 
 namespace turnstile::core {
 namespace {
@@ -852,6 +854,411 @@ struct Engine::Impl {
     return sorted;
   }
 
+  // ---- snapshots ----------------------------------------------------------------------------
+  //
+  // The whole state, so that an engine restored from it answers every later input exactly as
+  // this one would: every resource in creation order with its holders and waiters in list order,
+  // every timer at its exact slot of the deadline queue (so deadlines of one instant still go in
+  // the same order), the two-phase records, the fence counter, the serial and sequence counters
+  // and `now`. The configuration is not in it: the restoring engine brings its own.
+  //
+  //   snapshot = version u8 | now i64 | last_fence u64 | block_next u64 | block_left u64
+  //            | counters 6 × u64 | next_serial u64 | sequence u64
+  //            | resources: count u64, resource* | records: count u64, record*
+  //   resource = ns u8 | key bytes | limit i64 | serial u64 | last_activity i64 | gc slot
+  //            | holders: count u64, (fence u64 | salt u64 | session u64 | flags u8 | lease i64
+  //                                   | deadline i64 | slot)*
+  //            | waiters: count u64, (session u64 | lease i64 | flags u8 | slot)*
+  //   slot     = 0 u8 (unscheduled) | 1 u8, at i64, order u64
+  //   record   = session u64 | resource serial u64 | state u8
+
+  static constexpr std::uint8_t kSnapshotVersion = 1;
+  static constexpr std::uint8_t kHolderOwned = 1, kHolderTwoPhasePending = 2;
+  static constexpr std::uint8_t kWaiterTwoPhase = 1, kWaiterParked = 2;
+
+  void save_slot(ByteWriter& w, const DeadlineQueue::Timer& timer) const {
+    const std::optional<DeadlineQueue::Slot> slot = deadlines.slot(timer);
+    w.u8(slot ? 1 : 0);
+    if (slot) {
+      w.i64(slot->at.ns());
+      w.u64(slot->order);
+    }
+  }
+
+  std::string save() const {
+    ByteWriter w;
+    w.u8(kSnapshotVersion);
+    w.i64(now.ns());
+    w.u64(last_fence.value);
+    w.u64(block_next);
+    w.u64(block_left);
+    for (std::uint64_t counter :
+         {counters.clock_regressions, counters.grants, counters.lease_expiries,
+          counters.wait_timeouts, counters.resources_collected, counters.fence_exhausted}) {
+      w.u64(counter);
+    }
+    w.u64(next_serial);
+    w.u64(deadlines.sequence());
+    std::vector<const Resource*> ordered;
+    ordered.reserve(resources_count());
+    for (const ResourceMap& map : resources) {
+      map.for_each([&](const std::string&, const Resource& resource) {
+        ordered.push_back(&resource);
+      });
+    }
+    std::sort(ordered.begin(), ordered.end(),
+              [](const Resource* a, const Resource* b) { return a->serial < b->serial; });
+    w.u64(ordered.size());
+    for (const Resource* resource : ordered) {
+      w.u8(static_cast<std::uint8_t>(ns_index(resource->ns)));
+      w.bytes(resource->key);
+      w.i64(resource->limit);
+      w.u64(resource->serial);
+      w.i64(resource->last_activity.ns());
+      save_slot(w, resource->gc_timer);
+      w.u64(resource->holders.size());
+      for (const Holder* h = resource->holders.front(); h != nullptr;
+           h = decltype(resource->holders)::next(h)) {
+        w.u64(h->token.fence.value);
+        w.u64(h->token.salt);
+        w.u64(h->session.value);
+        w.u8(static_cast<std::uint8_t>((h->owner != nullptr ? kHolderOwned : 0) |
+                                       (h->two_phase_pending ? kHolderTwoPhasePending : 0)));
+        w.i64(h->lease_s);
+        w.i64(h->deadline.ns());
+        save_slot(w, h->timer);
+      }
+      w.u64(resource->waiters.size());
+      for (const Waiter* waiter = resource->waiters.front(); waiter != nullptr;
+           waiter = decltype(resource->waiters)::next(waiter)) {
+        w.u64(waiter->session.value);
+        w.i64(waiter->lease_s);
+        w.u8(static_cast<std::uint8_t>((waiter->two_phase ? kWaiterTwoPhase : 0) |
+                                       (waiter->parked ? kWaiterParked : 0)));
+        save_slot(w, waiter->timer);
+      }
+    }
+    struct RecordImage {
+      std::uint64_t session;
+      std::uint64_t serial;
+      TwoPhaseRecord::State state;
+    };
+    std::vector<RecordImage> records;
+    for (const auto& [session, state] : sessions) {
+      for (const auto& [resource, record] : state.records) {
+        records.push_back(RecordImage{session, resource->serial, record.state});
+      }
+    }
+    std::sort(records.begin(), records.end(), [](const RecordImage& a, const RecordImage& b) {
+      return std::pair(a.session, a.serial) < std::pair(b.session, b.serial);
+    });
+    w.u64(records.size());
+    for (const RecordImage& record : records) {
+      w.u64(record.session);
+      w.u64(record.serial);
+      w.u8(static_cast<std::uint8_t>(record.state));
+    }
+    return w.take();
+  }
+
+  // A slot read back from a snapshot; refused unless its kind is `kind` and (for a ranked GC
+  // timer) its rank is `rank`, or (for the others) its sequence was issued before `sequence`.
+  static bool read_slot(ByteReader& r, std::optional<DeadlineQueue::Slot>& slot,
+                        DeadlineQueue::Kind kind, std::uint64_t sequence,
+                        std::optional<std::uint64_t> rank = std::nullopt) {
+    std::uint8_t scheduled = 0;
+    if (!r.u8(scheduled) || scheduled > 1) return false;
+    slot.reset();
+    if (scheduled == 0) return true;
+    std::int64_t at = 0;
+    std::uint64_t order = 0;
+    if (!r.i64(at) || !r.u64(order)) return false;
+    slot = DeadlineQueue::Slot{Instant::from_ns(at), order};
+    if ((order >> 56) != static_cast<std::uint64_t>(kind)) return false;
+    const std::uint64_t below = DeadlineQueue::rank_of(*slot);
+    return rank ? below == *rank : (below >= 1 && below <= sequence);
+  }
+
+  // Restores a snapshot of save() into this engine, which has had no input yet. Every rule the
+  // engine's own operations keep is checked before anything is built, so that bytes from a
+  // corrupt file or a hostile peer are refused (false) and never reach an assertion; on false
+  // the engine is unchanged.
+  bool restore(std::string_view bytes) {
+    TS_ASSERT(fences == nullptr && now == Instant::min() && resources_count() == 0 &&
+              sessions.empty() && deadlines.size() == 0);
+    using Kind = DeadlineQueue::Kind;
+    using Slot = std::optional<DeadlineQueue::Slot>;
+    struct HolderImage {
+      Token token;
+      SessionId session;
+      std::uint8_t flags = 0;
+      std::int64_t lease_s = 0;
+      Instant deadline;
+      Slot slot;
+    };
+    struct WaiterImage {
+      SessionId session;
+      std::int64_t lease_s = 0;
+      std::uint8_t flags = 0;
+      Slot slot;
+    };
+    struct ResourceImage {
+      Namespace ns = Namespace::kLock;
+      std::string key;
+      std::int64_t limit = 1;
+      std::uint64_t serial = 0;
+      Instant last_activity;
+      Slot gc;
+      std::vector<HolderImage> holders;
+      std::vector<WaiterImage> waiters;
+    };
+    struct RecordImage {
+      std::uint64_t session = 0;
+      std::uint64_t serial = 0;
+      TwoPhaseRecord::State state = TwoPhaseRecord::State::kWaiting;
+    };
+
+    ByteReader r(bytes);
+    std::uint8_t version = 0;
+    std::int64_t image_now = 0;
+    Fence image_last_fence;
+    std::uint64_t image_block_next = 0;
+    std::uint64_t image_block_left = 0;
+    EngineCounters image_counters;
+    std::uint64_t image_next_serial = 0;
+    std::uint64_t sequence = 0;
+    if (!r.u8(version) || version != kSnapshotVersion || !r.i64(image_now) ||
+        !r.u64(image_last_fence.value) || !r.u64(image_block_next) ||
+        !r.u64(image_block_left)) {
+      return false;
+    }
+    for (std::uint64_t* counter :
+         {&image_counters.clock_regressions, &image_counters.grants,
+          &image_counters.lease_expiries, &image_counters.wait_timeouts,
+          &image_counters.resources_collected, &image_counters.fence_exhausted}) {
+      if (!r.u64(*counter)) return false;
+    }
+    if (!r.u64(image_next_serial) || !r.u64(sequence) || sequence >= (std::uint64_t{1} << 56)) {
+      return false;
+    }
+    // The next fence of the block is above the last one minted, and the block fits the space.
+    if (image_block_left > 0 &&
+        (image_block_next <= image_last_fence.value ||
+         image_block_left - 1 > UINT64_MAX - image_block_next)) {
+      return false;
+    }
+
+    std::uint64_t resource_count = 0;
+    if (!r.count(resource_count, 40)) return false;
+    if (static_cast<std::int64_t>(resource_count) > config.resources_max && budget == nullptr) {
+      return false;
+    }
+    std::vector<ResourceImage> images(static_cast<std::size_t>(resource_count));
+    std::unordered_map<std::uint64_t, std::size_t> by_serial;
+    std::unordered_map<std::string, std::size_t> by_key[2];
+    std::unordered_map<std::uint64_t, bool> sequences_seen;
+    std::unordered_map<std::uint64_t, std::uint64_t> parked_of_session;  // session -> count
+    auto unique_sequence = [&](const Slot& slot) {
+      return !slot || sequences_seen.emplace(DeadlineQueue::rank_of(*slot), true).second;
+    };
+    auto valid_lease = [](std::int64_t lease_s) { return lease_s >= 1 && lease_s <= kMaxSeconds; };
+    std::uint64_t previous_serial = 0;
+    for (ResourceImage& image : images) {
+      std::uint8_t ns = 0;
+      std::int64_t last_activity = 0;
+      if (!r.u8(ns) || ns > 1 || !r.bytes(image.key) || key_problem(image.key) ||
+          !r.i64(image.limit) || !r.u64(image.serial) || !r.i64(last_activity)) {
+        return false;
+      }
+      image.ns = ns == 0 ? Namespace::kLock : Namespace::kSemaphore;
+      image.last_activity = Instant::from_ns(last_activity);
+      const bool limit_ok = image.ns == Namespace::kLock
+                                ? image.limit == 1
+                                : image.limit >= 1 && image.limit <= kMaxSemaphoreLimit;
+      // Serials are written in creation order, each at most the counter.
+      if (!limit_ok || image.serial <= previous_serial || image.serial > image_next_serial ||
+          !by_key[ns].emplace(image.key, 0).second) {
+        return false;
+      }
+      previous_serial = image.serial;
+      if (!read_slot(r, image.gc, Kind::kIdleGc, sequence, image.serial)) return false;
+      std::uint64_t holder_count = 0;
+      if (!r.count(holder_count, 42) || static_cast<std::int64_t>(holder_count) > image.limit) {
+        return false;
+      }
+      image.holders.resize(static_cast<std::size_t>(holder_count));
+      std::unordered_map<std::uint64_t, bool> fences_seen;
+      for (HolderImage& holder : image.holders) {
+        std::int64_t deadline = 0;
+        if (!r.u64(holder.token.fence.value) || !r.u64(holder.token.salt) ||
+            !r.u64(holder.session.value) || !r.u8(holder.flags) || !r.i64(holder.lease_s) ||
+            !r.i64(deadline) ||
+            !read_slot(r, holder.slot, Kind::kLeaseExpiry, sequence)) {
+          return false;
+        }
+        holder.deadline = Instant::from_ns(deadline);
+        // Every holder has its lease timer; only an owned holder can await its `w`.
+        if (holder.token.fence.value == 0 || holder.token.fence > image_last_fence ||
+            !fences_seen.emplace(holder.token.fence.value, true).second ||
+            holder.session.value == 0 || holder.flags > 3 ||
+            ((holder.flags & kHolderTwoPhasePending) != 0 && (holder.flags & kHolderOwned) == 0) ||
+            !valid_lease(holder.lease_s) || !holder.slot || !unique_sequence(holder.slot)) {
+          return false;
+        }
+      }
+      std::uint64_t waiter_count = 0;
+      // Waiters queue only behind a full resource: a promotion that cannot mint a fence answers
+      // and drops them instead.
+      if (!r.count(waiter_count, 18) ||
+          (waiter_count > 0 && static_cast<std::int64_t>(holder_count) < image.limit)) {
+        return false;
+      }
+      image.waiters.resize(static_cast<std::size_t>(waiter_count));
+      for (WaiterImage& waiter : image.waiters) {
+        if (!r.u64(waiter.session.value) || !r.i64(waiter.lease_s) || !r.u8(waiter.flags) ||
+            !read_slot(r, waiter.slot, Kind::kWaitTimeout, sequence)) {
+          return false;
+        }
+        const bool parked = (waiter.flags & kWaiterParked) != 0;
+        // A waiter has a timeout exactly while a request is parked on it, and a session parks
+        // one request at a time.
+        // A waiter is there for a parked request or for an `e` (or both).
+        if (waiter.session.value == 0 || waiter.flags == 0 || waiter.flags > 3 ||
+            !valid_lease(waiter.lease_s) ||
+            parked != waiter.slot.has_value() || !unique_sequence(waiter.slot) ||
+            (parked && ++parked_of_session[waiter.session.value] > 1)) {
+          return false;
+        }
+      }
+      by_serial.emplace(image.serial, static_cast<std::size_t>(&image - images.data()));
+    }
+
+    // Two-phase records, in (session, serial) order: exactly one per two-phase waiter
+    // (kWaiting) and per holder awaiting its `w` (kGranted) of the same session and resource;
+    // kExpired ones name neither.
+    std::uint64_t record_count = 0;
+    if (!r.count(record_count, 17)) return false;
+    std::vector<RecordImage> records(static_cast<std::size_t>(record_count));
+    std::pair<std::uint64_t, std::uint64_t> previous_record{0, 0};
+    for (RecordImage& record : records) {
+      std::uint8_t state = 0;
+      if (!r.u64(record.session) || !r.u64(record.serial) || !r.u8(state) || state > 2 ||
+          record.session == 0 || !by_serial.contains(record.serial) ||
+          std::pair(record.session, record.serial) <= previous_record) {
+        return false;
+      }
+      previous_record = {record.session, record.serial};
+      record.state = static_cast<TwoPhaseRecord::State>(state);
+    }
+    if (r.left() != 0) return false;
+    auto has_record = [&](std::uint64_t session, std::uint64_t serial,
+                          TwoPhaseRecord::State state) {
+      auto it = std::lower_bound(records.begin(), records.end(), std::pair(session, serial),
+                                 [](const RecordImage& record, const auto& wanted) {
+                                   return std::pair(record.session, record.serial) < wanted;
+                                 });
+      return it != records.end() && it->session == session && it->serial == serial &&
+             it->state == state;
+    };
+    std::unordered_map<std::uint64_t, std::unordered_map<std::uint64_t, int>> named;
+    for (const ResourceImage& image : images) {
+      for (const HolderImage& holder : image.holders) {
+        if ((holder.flags & kHolderTwoPhasePending) == 0) continue;
+        if (!has_record(holder.session.value, image.serial, TwoPhaseRecord::State::kGranted) ||
+            ++named[holder.session.value][image.serial] > 1) {
+          return false;
+        }
+      }
+      for (const WaiterImage& waiter : image.waiters) {
+        if ((waiter.flags & kWaiterTwoPhase) == 0) continue;
+        if (!has_record(waiter.session.value, image.serial, TwoPhaseRecord::State::kWaiting) ||
+            ++named[waiter.session.value][image.serial] > 1) {
+          return false;
+        }
+      }
+    }
+    for (const RecordImage& record : records) {
+      const bool needs_node = record.state != TwoPhaseRecord::State::kExpired;
+      auto session_it = named.find(record.session);
+      const bool has_node =
+          session_it != named.end() && session_it->second.contains(record.serial);
+      if (needs_node != has_node) return false;
+    }
+    if (budget != nullptr) {
+      for (std::uint64_t taken = 0; taken < resource_count; ++taken) {
+        if (!budget->try_take()) {
+          for (; taken > 0; --taken) budget->give_back();
+          return false;
+        }
+      }
+    }
+
+    // Valid: build it.
+    now = Instant::from_ns(image_now);
+    last_fence = image_last_fence;
+    block_next = image_block_next;
+    block_left = image_block_left;
+    counters = image_counters;
+    next_serial = image_next_serial;
+    deadlines.set_sequence(sequence);
+    std::unordered_map<std::uint64_t, Resource*> resource_of;
+    std::unordered_map<std::uint64_t, std::unordered_map<std::uint64_t, Holder*>> pending;
+    std::unordered_map<std::uint64_t, std::unordered_map<std::uint64_t, Waiter*>> two_phase;
+    for (const ResourceImage& image : images) {
+      auto& [stored_key, resource] = resources[ns_index(image.ns)].add(image.key);
+      resource.ns = image.ns;
+      resource.key = stored_key;
+      resource.limit = image.limit;
+      resource.serial = image.serial;
+      resource.last_activity = image.last_activity;
+      if (image.limit > kIndexedHoldersAbove) {
+        resource.holders_by_fence = std::make_unique<std::unordered_map<std::uint64_t, Holder*>>();
+      }
+      if (image.gc) deadlines.reinstate(resource.gc_timer, *image.gc, &resource);
+      resource_of.emplace(image.serial, &resource);
+      for (const HolderImage& held : image.holders) {
+        Holder* holder = holder_pool.make();
+        holder->token = held.token;
+        holder->session = held.session;
+        holder->owner =
+            (held.flags & kHolderOwned) != 0 ? &session_state(held.session) : nullptr;
+        holder->resource = &resource;
+        holder->lease_s = held.lease_s;
+        holder->deadline = held.deadline;
+        holder->two_phase_pending = (held.flags & kHolderTwoPhasePending) != 0;
+        resource.holders.push_back(holder);
+        if (holder->owner != nullptr) holder->owner->holders.push_back(holder);
+        if (resource.holders_by_fence) {
+          resource.holders_by_fence->emplace(holder->token.fence.value, holder);
+        }
+        deadlines.reinstate(holder->timer, *held.slot, holder);
+        if (holder->two_phase_pending) pending[held.session.value][image.serial] = holder;
+      }
+      for (const WaiterImage& queued : image.waiters) {
+        SessionState& owner = session_state(queued.session);
+        Waiter* waiter = add_waiter(resource, queued.session, owner, queued.lease_s,
+                                    (queued.flags & kWaiterTwoPhase) != 0);
+        if ((queued.flags & kWaiterParked) != 0) {
+          waiter->parked = true;
+          owner.parked = waiter;
+          deadlines.reinstate(waiter->timer, *queued.slot, waiter);
+        }
+        if (waiter->two_phase) two_phase[queued.session.value][image.serial] = waiter;
+      }
+    }
+    for (const RecordImage& record : records) {
+      Resource* resource = resource_of.at(record.serial);
+      TwoPhaseRecord restored{record.state, nullptr, nullptr};
+      if (record.state == TwoPhaseRecord::State::kWaiting) {
+        restored.waiter = two_phase.at(record.session).at(record.serial);
+      } else if (record.state == TwoPhaseRecord::State::kGranted) {
+        restored.holder = pending.at(record.session).at(record.serial);
+      }
+      add_record(session_state(SessionId{record.session}), *resource, restored);
+    }
+    return true;
+  }
+
   std::vector<ResourceView> inspect() const {
     std::vector<ResourceView> views;
     for (const ResourceMap& map : resources) {
@@ -943,6 +1350,9 @@ bool Engine::has_parked(SessionId session) const {
   auto it = impl_->sessions.find(session.value);
   return it != impl_->sessions.end() && it->second.parked != nullptr;
 }
+
+std::string Engine::save() const { return impl_->save(); }
+bool Engine::restore(std::string_view bytes) { return impl_->restore(bytes); }
 
 std::vector<Engine::ResourceView> Engine::inspect() const { return impl_->inspect(); }
 

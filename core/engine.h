@@ -31,6 +31,8 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/fence.h"
@@ -140,6 +142,15 @@ class Engine {
   Fence last_fence() const;
   // Whether `session` has a request parked (handle()'s contract forbids another request then).
   bool has_parked(SessionId session) const;
+
+  // Snapshots of a replicated engine (core/replica.h): the whole state as bytes, such that an
+  // engine restored from them answers every later input exactly as this one would (the same
+  // replies, deliveries, tokens and deadline order). The configuration is not included.
+  std::string save() const;
+  // Restores bytes of save() into this engine, which must be new (no input yet) and have no
+  // FenceSource. Bytes that are not a consistent snapshot (corrupt, truncated, hostile) are
+  // refused with false and leave the engine as it was.
+  bool restore(std::string_view bytes);
 
   // Test and simulator introspection: every holder and waiter, for invariant checks.
   struct HolderView {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/bytes.h"
 #include "core/wire.h"
 
 namespace turnstile::core {
@@ -10,63 +11,7 @@ namespace {
 
 enum class Tag : std::uint8_t { kSubmit = 1, kClose = 2, kCancel = 3, kTick = 4 };
 
-class Writer {
- public:
-  void u8(std::uint8_t value) { out_.push_back(static_cast<char>(value)); }
-  void u64(std::uint64_t value) {
-    for (int i = 0; i < 8; ++i) u8(static_cast<std::uint8_t>(value >> (8 * i)));
-  }
-  void i64(std::int64_t value) { u64(static_cast<std::uint64_t>(value)); }
-  void bytes(std::string_view value) {
-    u64(value.size());
-    out_.append(value);
-  }
-  std::string take() { return std::move(out_); }
-
- private:
-  std::string out_;
-};
-
-class Reader {
- public:
-  explicit Reader(std::string_view in) : in_(in) {}
-  bool u8(std::uint8_t& value) {
-    if (in_.empty()) return false;
-    value = static_cast<std::uint8_t>(in_.front());
-    in_.remove_prefix(1);
-    return true;
-  }
-  bool u64(std::uint64_t& value) {
-    if (in_.size() < 8) return false;
-    value = 0;
-    for (int i = 0; i < 8; ++i) {
-      value |=
-          static_cast<std::uint64_t>(static_cast<std::uint8_t>(in_[static_cast<std::size_t>(i)]))
-          << (8 * i);
-    }
-    in_.remove_prefix(8);
-    return true;
-  }
-  bool i64(std::int64_t& value) {
-    std::uint64_t raw = 0;
-    if (!u64(raw)) return false;
-    value = static_cast<std::int64_t>(raw);
-    return true;
-  }
-  bool bytes(std::string& value) {
-    std::uint64_t size = 0;
-    if (!u64(size) || size > in_.size()) return false;
-    value.assign(in_.substr(0, static_cast<std::size_t>(size)));
-    in_.remove_prefix(static_cast<std::size_t>(size));
-    return true;
-  }
-  std::size_t left() const { return in_.size(); }
-
- private:
-  std::string_view in_;
-};
-
-void write_request(Writer& w, const Request& request) {
+void write_request(ByteWriter& w, const Request& request) {
   w.u8(static_cast<std::uint8_t>(request.command));
   w.bytes(request.key);
   w.i64(request.timeout_s);
@@ -79,7 +24,7 @@ void write_request(Writer& w, const Request& request) {
   }
 }
 
-bool read_request(Reader& r, Request& request) {
+bool read_request(ByteReader& r, Request& request) {
   std::uint8_t command = 0;
   std::uint8_t has_token = 0;
   if (!r.u8(command) || command > static_cast<std::uint8_t>(Command::kAuth)) return false;
@@ -102,7 +47,7 @@ bool read_request(Reader& r, Request& request) {
 }  // namespace
 
 std::string encode_entry(const LogEntry& entry) {
-  Writer w;
+  ByteWriter w;
   w.u8(kLogEntryVersion);
   w.i64(entry.time.ns());
   w.u64(entry.salt);
@@ -132,15 +77,16 @@ std::string encode_entry(const LogEntry& entry) {
 }
 
 std::optional<LogEntry> decode_entry(std::string_view bytes) {
-  Reader r(bytes);
+  ByteReader r(bytes);
   std::uint8_t version = 0;
   if (!r.u8(version) || version != kLogEntryVersion) return std::nullopt;
   LogEntry entry;
   std::int64_t time = 0;
   std::uint64_t count = 0;
-  if (!r.i64(time) || !r.u64(entry.salt) || !r.u64(count)) return std::nullopt;
+  if (!r.i64(time) || !r.u64(entry.salt) || !r.count(count, 1)) {
+    return std::nullopt;  // every command takes at least one byte
+  }
   entry.time = Instant::from_ns(time);
-  if (count > r.left()) return std::nullopt;  // every command takes at least one byte
   entry.commands.reserve(static_cast<std::size_t>(count));
   for (std::uint64_t i = 0; i < count; ++i) {
     std::uint8_t tag = 0;

@@ -4,12 +4,15 @@
 #include <string>
 #include <tuple>
 
+#include "core/bytes.h"
+
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
 namespace turnstile::core {
 
-Replica::Replica(const EngineConfig& config) : engine_(std::make_unique<Engine>(config, salts_)) {}
+Replica::Replica(const EngineConfig& config)
+    : config_(config), engine_(std::make_unique<Engine>(config, salts_)) {}
 
 Replica::~Replica() = default;
 
@@ -49,6 +52,37 @@ AppliedEntry Replica::apply(std::uint64_t index, const LogEntry& entry) {
     applied.results.push_back(std::move(result));
   }
   return applied;
+}
+
+namespace {
+constexpr std::uint8_t kReplicaSnapshotVersion = 1;
+}  // namespace
+
+std::string Replica::save() const {
+  ByteWriter w;
+  w.u8(kReplicaSnapshotVersion);
+  w.u64(applied_index_);
+  w.i64(time_.ns());
+  w.bytes(engine_->save());
+  return w.take();
+}
+
+bool Replica::restore(std::string_view bytes) {
+  ByteReader r(bytes);
+  std::uint8_t version = 0;
+  std::uint64_t applied_index = 0;
+  std::int64_t time = 0;
+  std::string engine_bytes;
+  if (!r.u8(version) || version != kReplicaSnapshotVersion || !r.u64(applied_index) ||
+      !r.i64(time) || !r.bytes(engine_bytes) || r.left() != 0) {
+    return false;
+  }
+  auto engine = std::make_unique<Engine>(config_, salts_);
+  if (!engine->restore(engine_bytes)) return false;
+  engine_ = std::move(engine);
+  applied_index_ = applied_index;
+  time_ = Instant::from_ns(time);
+  return true;
 }
 
 std::uint64_t Replica::digest() const {

@@ -18,6 +18,8 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/engine.h"
@@ -57,6 +59,13 @@ class Replica {
   std::optional<Instant> next_wake() const { return engine_->next_wake(); }
   const Engine& engine() const { return *engine_; }
 
+  // Snapshots (raft's, docs/cluster.md): the applied index, the time and the engine's state
+  // (Engine::save). A replica restored from one applies every later entry exactly as this one.
+  std::string save() const;
+  // Replaces this replica's state with a snapshot of save(); false, changing nothing, for bytes
+  // that are not one (corrupt, truncated, of another version).
+  bool restore(std::string_view bytes);
+
   // A hash of the replica's observable state: the applied index and time, the last fence, and
   // every resource with its holders (tokens, sessions, deadlines) and its waiters in order,
   // taken in key order.
@@ -73,6 +82,7 @@ class Replica {
     SplitMix64 state_{0};
   };
 
+  EngineConfig config_;
   EntrySalts salts_;
   std::unique_ptr<Engine> engine_;
   std::uint64_t applied_index_ = 0;

@@ -8,10 +8,16 @@
 // deliveries and digests must agree at every index, and a replay must change nothing. Whatever
 // the commands, the engine's contracts must hold (a Submit while one is parked, a Cancel or Close
 // of an unknown session, a Tick at any time, time going backwards).
+//
+// Snapshots: after every third entry a third replica is replaced by one restored from the first
+// one's snapshot, and must go on exactly like it. A piece that is not an entry is offered to
+// Replica::restore as a snapshot from a peer: it must be refused, or be a consistent state that
+// saves back to the same bytes and applies the rest of the log without breaking a contract.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -34,6 +40,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string_view input(reinterpret_cast<const char*>(data), size);
   Replica replica(EngineConfig{});
   Replica replayed(EngineConfig{});
+  auto resumed = std::make_unique<Replica>(EngineConfig{});
+  std::unique_ptr<Replica> offered;  // restored from a piece that is not an entry
   std::uint64_t index = 0;
   std::size_t start = 0;
   while (start <= input.size()) {
@@ -42,7 +50,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const std::string_view piece = input.substr(start, end - start);
     start = end + 2;
     const std::optional<LogEntry> entry = decode_entry(piece);
-    if (!entry) continue;
+    if (!entry) {
+      auto candidate = std::make_unique<Replica>(EngineConfig{});
+      if (candidate->restore(piece)) {
+        check(candidate->save() == piece, "a restored snapshot saves to other bytes");
+        offered = std::move(candidate);
+      }
+      continue;
+    }
     check(encode_entry(*entry) == piece, "a decoded entry re-encodes to other bytes");
     ++index;
     const AppliedEntry a = replica.apply(index, *entry);
@@ -56,6 +71,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
     check(replayed.apply(index, *entry).results.empty(), "a replay applied something");
     check(replica.digest() == replayed.digest(), "replica digests differ");
+    const AppliedEntry c = resumed->apply(index, *entry);
+    check(c.deliveries == a.deliveries, "a restored replica delivered differently");
+    for (std::size_t i = 0; i < a.results.size(); ++i) {
+      check(a.results[i].reply == c.results[i].reply, "a restored replica replied differently");
+    }
+    if (index % 3 == 0) {
+      resumed = std::make_unique<Replica>(EngineConfig{});
+      check(resumed->restore(replica.save()), "a replica's own snapshot was refused");
+    }
+    check(resumed->save() == replica.save(), "a restored replica holds another state");
+    if (offered) offered->apply(offered->applied_index() + 1, *entry);
   }
   return 0;
 }
