@@ -25,7 +25,6 @@ using core::Command;
 using core::Request;
 using core::SessionId;
 
-constexpr std::uint64_t kStepsMax = 2'000;
 constexpr std::uint64_t kSessions = 8;  // sessions 1..8
 
 class ClusterRun {
@@ -39,10 +38,7 @@ class ClusterRun {
 
   Result run() {
     result_.settings = "nodes=" + std::to_string(nodes_);
-    // raft's fixture copies the leader's whole log at every step and there are no snapshots yet,
-    // so a run's cost grows with the square of its length: at most kStepsMax steps per seed.
-    const std::uint64_t steps = std::min(options_.events, kStepsMax);
-    for (std::uint64_t step = 0; step < steps && result_.ok; ++step) {
+    for (std::uint64_t step = 0; step < options_.events && result_.ok; ++step) {
       const std::uint64_t dice = faults_.below(1000);
       if (dice < 20) {
         kill_one();
@@ -60,6 +56,8 @@ class ClusterRun {
       check();
     }
     if (result_.ok) heal_and_converge();
+    result_.coverage["snapshot-taken"] = cluster_.snapshots_taken();
+    result_.coverage["snapshot-restored"] = cluster_.snapshots_restored();
     result_.digest = digest_.value();
     return result_;
   }
@@ -206,11 +204,17 @@ class ClusterRun {
   // Checks every live replica after a step.
   void check() {
     if (cluster_.rejected() != 0) {
-      fail("replica-rejected", std::to_string(cluster_.rejected()) + " entries did not decode");
+      fail("replica-rejected", std::to_string(cluster_.rejected()) +
+                                   " entries or snapshots did not decode or restore");
       return;
     }
     for (unsigned node = 0; node < nodes_ && result_.ok; ++node) {
       if (!cluster_.alive(node)) continue;
+      if (cluster_.shut_down(node)) {
+        fail("raft-conflict", "node " + std::to_string(node) +
+                                  " stopped: an entry it had committed was overwritten");
+        return;
+      }
       const core::Replica& replica = cluster_.replica(node);
       const std::uint64_t applied = replica.applied_index();
       // Replicas at one applied index hold one state.

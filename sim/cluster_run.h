@@ -6,7 +6,8 @@
 // included), cut and heal links, and let fixture time run. After every step every live replica is
 // checked: replicas at the same applied index have the same digest, no resource has more holders
 // than its limit, every grant's fence is above every earlier grant's on its key across every
-// failover, no entry was refused. At the end every fault heals and every replica must reach the
+// failover, no entry or snapshot was refused. Raft snapshots the replicas every 64 entries and
+// nodes that fall behind restore one. At the end every fault heals and every replica must reach the
 // same digest.
 //
 // Thread affinity: single-threaded; one run owns everything it creates.
@@ -21,7 +22,7 @@ namespace turnstile::sim {
 // Whether `profile` is a cluster profile (run by run_cluster_simulation).
 bool is_cluster_profile(const std::string& profile);
 
-// Runs one seed of a cluster profile: options.events steps (at most 2,000), then the heal.
+// Runs one seed of a cluster profile: options.events steps, then the heal.
 Result run_cluster_simulation(const Options& options);
 
 }  // namespace turnstile::sim

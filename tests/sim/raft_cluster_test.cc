@@ -154,3 +154,31 @@ TEST(RaftCluster, AMinorityCannotCommitAndTheMajorityGoesOn) {
 
 }  // namespace
 }  // namespace turnstile::sim
+
+namespace turnstile::sim {
+namespace {
+
+TEST(RaftCluster, ANodeFarBehindCatchesUpFromASnapshot) {
+  RaftCluster cluster(3, 3);
+  ASSERT_TRUE(cluster.elect());
+  const unsigned behind = (*cluster.leader() + 1) % 3;
+  cluster.kill(behind);
+  // More entries than a snapshot's threshold and trailing together: the leader's log no longer
+  // holds what the dead node lacks.
+  for (std::uint64_t i = 1; i <= 200; ++i) {
+    run(cluster, core::command::Submit{SessionId{i % 7 + 1}, lock_request("k" + std::to_string(i % 5), 0, 30)},
+        i);
+  }
+  ASSERT_GT(cluster.snapshots_taken(), 0U);
+  EXPECT_EQ(cluster.snapshots_restored(), 0U);
+  cluster.revive(behind);
+  const std::uint64_t index = cluster.propose({core::command::Tick{}}, 999);
+  ASSERT_NE(index, 0U);
+  ASSERT_TRUE(cluster.step_until_applied(index));
+  EXPECT_GT(cluster.snapshots_restored(), 0U);
+  EXPECT_EQ(cluster.applied(behind), cluster.applied(*cluster.leader()));
+  expect_replicas_agree(cluster);
+}
+
+}  // namespace
+}  // namespace turnstile::sim

@@ -1,0 +1,51 @@
+// The commit rule of Raft that libraft 0.15 (Debian 12's libraft-dev) leaves out, put back from
+// outside the library.
+//
+// Raft commits an entry of an earlier term only together with an entry of the leader's own term:
+// a leader never commits an old entry because a majority holds it (Raft thesis §3.6.2, Figure 8;
+// canonical/raft issue #220, fixed after 0.15). libraft 0.15 commits by counting alone. Then a
+// node holding a conflicting entry of a later term can still be elected and overwrite what was
+// committed; the nodes that applied it refuse the overwrite and shut down ("conflicting terms ...
+// -> shutdown"), and a 3-node cluster is gone. turnstile-sim's cluster profiles found this
+// (seed 227 of cluster-3 at 10,000 steps) before the rule was installed.
+//
+// The library decides commits from the followers' AppendEntries results, which reach it through
+// its raft_io's receive callback. install_commit_rule() wraps that callback: while a node leads,
+// a result that acknowledges an entry of an earlier term above the commit index is reported to
+// raft as acknowledging only the commit index. The follower's progress is learned again from
+// its next result, which acknowledges the leader's own entries (every turnstile leader proposes
+// a barrier as soon as it leads), and those commit everything before them, as Raft requires.
+// Nothing else changes: the log, the votes and every other message go through untouched.
+//
+// One path for every driver: the simulator installs it on the fixture's nodes and the daemon on
+// its libuv node.
+//
+// Thread affinity: install before raft_start, on the thread that runs the raft instance; the
+// wrapper runs on that thread.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+extern "C" {
+#include <raft.h>
+}
+
+namespace turnstile::net {
+
+// The pure rule: the index a leader of `current_term` may count as acknowledged by a follower
+// that reported `acknowledged`, given the term of that entry in the leader's log (nullopt when
+// the leader no longer holds it, which happens only below the commit index).
+std::uint64_t countable_ack(std::uint64_t current_term, std::uint64_t commit_index,
+                            std::uint64_t acknowledged, std::optional<std::uint64_t> entry_term);
+
+// The term of entry `index` in raft's in-memory log, if it holds it.
+std::optional<std::uint64_t> term_in_log(const raft* r, std::uint64_t index);
+
+// Makes `r` (initialized, not started) apply the rule. `r->io` must stay the same afterwards.
+void install_commit_rule(raft* r);
+
+// How many acknowledgements the rule has held back, on every node of this process.
+std::uint64_t commit_rule_holds();
+
+}  // namespace turnstile::net
