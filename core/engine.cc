@@ -902,9 +902,8 @@ struct Engine::Impl {
     std::vector<const Resource*> ordered;
     ordered.reserve(resources_count());
     for (const ResourceMap& map : resources) {
-      map.for_each([&](const std::string&, const Resource& resource) {
-        ordered.push_back(&resource);
-      });
+      map.for_each(
+          [&](const std::string&, const Resource& resource) { ordered.push_back(&resource); });
     }
     std::sort(ordered.begin(), ordered.end(),
               [](const Resource* a, const Resource* b) { return a->serial < b->serial; });
@@ -1028,23 +1027,21 @@ struct Engine::Impl {
     std::uint64_t image_next_serial = 0;
     std::uint64_t sequence = 0;
     if (!r.u8(version) || version != kSnapshotVersion || !r.i64(image_now) ||
-        !r.u64(image_last_fence.value) || !r.u64(image_block_next) ||
-        !r.u64(image_block_left)) {
+        !r.u64(image_last_fence.value) || !r.u64(image_block_next) || !r.u64(image_block_left)) {
       return false;
     }
     for (std::uint64_t* counter :
-         {&image_counters.clock_regressions, &image_counters.grants,
-          &image_counters.lease_expiries, &image_counters.wait_timeouts,
-          &image_counters.resources_collected, &image_counters.fence_exhausted}) {
+         {&image_counters.clock_regressions, &image_counters.grants, &image_counters.lease_expiries,
+          &image_counters.wait_timeouts, &image_counters.resources_collected,
+          &image_counters.fence_exhausted}) {
       if (!r.u64(*counter)) return false;
     }
     if (!r.u64(image_next_serial) || !r.u64(sequence) || sequence >= (std::uint64_t{1} << 56)) {
       return false;
     }
     // The next fence of the block is above the last one minted, and the block fits the space.
-    if (image_block_left > 0 &&
-        (image_block_next <= image_last_fence.value ||
-         image_block_left - 1 > UINT64_MAX - image_block_next)) {
+    if (image_block_left > 0 && (image_block_next <= image_last_fence.value ||
+                                 image_block_left - 1 > UINT64_MAX - image_block_next)) {
       return false;
     }
 
@@ -1092,8 +1089,7 @@ struct Engine::Impl {
         std::int64_t deadline = 0;
         if (!r.u64(holder.token.fence.value) || !r.u64(holder.token.salt) ||
             !r.u64(holder.session.value) || !r.u8(holder.flags) || !r.i64(holder.lease_s) ||
-            !r.i64(deadline) ||
-            !read_slot(r, holder.slot, Kind::kLeaseExpiry, sequence)) {
+            !r.i64(deadline) || !read_slot(r, holder.slot, Kind::kLeaseExpiry, sequence)) {
           return false;
         }
         holder.deadline = Instant::from_ns(deadline);
@@ -1124,8 +1120,8 @@ struct Engine::Impl {
         // one request at a time.
         // A waiter is there for a parked request or for an `e` (or both).
         if (waiter.session.value == 0 || waiter.flags == 0 || waiter.flags > 3 ||
-            !valid_lease(waiter.lease_s) ||
-            parked != waiter.slot.has_value() || !unique_sequence(waiter.slot) ||
+            !valid_lease(waiter.lease_s) || parked != waiter.slot.has_value() ||
+            !unique_sequence(waiter.slot) ||
             (parked && ++parked_of_session[waiter.session.value] > 1)) {
           return false;
         }
@@ -1180,8 +1176,7 @@ struct Engine::Impl {
     for (const RecordImage& record : records) {
       const bool needs_node = record.state != TwoPhaseRecord::State::kExpired;
       auto session_it = named.find(record.session);
-      const bool has_node =
-          session_it != named.end() && session_it->second.contains(record.serial);
+      const bool has_node = session_it != named.end() && session_it->second.contains(record.serial);
       if (needs_node != has_node) return false;
     }
     if (budget != nullptr) {
@@ -1220,8 +1215,7 @@ struct Engine::Impl {
         Holder* holder = holder_pool.make();
         holder->token = held.token;
         holder->session = held.session;
-        holder->owner =
-            (held.flags & kHolderOwned) != 0 ? &session_state(held.session) : nullptr;
+        holder->owner = (held.flags & kHolderOwned) != 0 ? &session_state(held.session) : nullptr;
         holder->resource = &resource;
         holder->lease_s = held.lease_s;
         holder->deadline = held.deadline;

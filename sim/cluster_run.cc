@@ -204,8 +204,8 @@ class ClusterRun {
   // Checks every live replica after a step.
   void check() {
     if (cluster_.rejected() != 0) {
-      fail("replica-rejected", std::to_string(cluster_.rejected()) +
-                                   " entries or snapshots did not decode or restore");
+      fail("replica-rejected",
+           std::to_string(cluster_.rejected()) + " entries or snapshots did not decode or restore");
       return;
     }
     for (unsigned node = 0; node < nodes_ && result_.ok; ++node) {

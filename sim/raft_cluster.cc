@@ -1,7 +1,7 @@
 #include "sim/raft_cluster.h"
 
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <string>
 #include <type_traits>
@@ -205,9 +205,19 @@ void RaftCluster::follow_leadership() {
 void debug_dump(raft_fixture* f, unsigned n) {
   for (unsigned i = 0; i < n; ++i) {
     raft* r = raft_fixture_get(f, i);
-    raft_id id = 0; const char* a = nullptr; raft_leader(r, &id, &a);
-    fprintf(stderr, "node %u alive %d state %d term %llu leader %llu last %llu applied %llu commit %llu snap %llu time %llu timer %llu\n", i, raft_fixture_alive(f, i), raft_state(r), (unsigned long long)r->current_term, (unsigned long long)id, (unsigned long long)raft_last_index(r), (unsigned long long)raft_last_applied(r), (unsigned long long)r->commit_index, (unsigned long long)r->log.snapshot.last_index, (unsigned long long)raft_fixture_time(f), (unsigned long long)r->election_timer_start);
-    for (unsigned j = 0; j < n; ++j) if (j != i) fprintf(stderr, "   sat %u->%u %d\n", i, j, raft_fixture_saturated(f, i, j));
+    raft_id id = 0;
+    const char* a = nullptr;
+    raft_leader(r, &id, &a);
+    fprintf(stderr,
+            "node %u alive %d state %d term %llu leader %llu last %llu applied %llu commit %llu "
+            "snap %llu time %llu timer %llu\n",
+            i, raft_fixture_alive(f, i), raft_state(r), (unsigned long long)r->current_term,
+            (unsigned long long)id, (unsigned long long)raft_last_index(r),
+            (unsigned long long)raft_last_applied(r), (unsigned long long)r->commit_index,
+            (unsigned long long)r->log.snapshot.last_index,
+            (unsigned long long)raft_fixture_time(f), (unsigned long long)r->election_timer_start);
+    for (unsigned j = 0; j < n; ++j)
+      if (j != i) fprintf(stderr, "   sat %u->%u %d\n", i, j, raft_fixture_saturated(f, i, j));
   }
 }
 std::optional<unsigned> RaftCluster::elect(unsigned max_ms) {

@@ -1,10 +1,10 @@
 // RaftCluster: the replicated core (core/replica.h) on canonical raft's deterministic test fixture
 // (raft/fixture.h): N nodes, each a raft instance with an in-memory log and network and a
-// core::Replica as its state machine (snapshotted with Replica::save), all stepped in one thread in fixture time. It is the first
-// part of the cluster simulation of docs/cluster.md: the consensus, the elections and the log are
-// the library's; what this adds is the state machine, the leader's proposals (each with its
-// LogClock time and a token salt) and the faults a caller asks for (kill and revive, disconnect and
-// reconnect).
+// core::Replica as its state machine (snapshotted with Replica::save), all stepped in one thread in
+// fixture time. It is the first part of the cluster simulation of docs/cluster.md: the consensus,
+// the elections and the log are the library's; what this adds is the state machine, the leader's
+// proposals (each with its LogClock time and a token salt) and the faults a caller asks for (kill
+// and revive, disconnect and reconnect).
 //
 // A node that becomes leader first commits a barrier, so that it has applied every entry of
 // earlier terms, and only then takes over the log's clock from the last applied entry: time in

@@ -405,13 +405,13 @@ TEST(Replica, ASnapshotKeepsTheOrderOfDeadlinesDueTogether) {
   for (const char* key : {"c", "a", "b"}) {
     ++index;
     whole.apply(index, entry(kStart, index,
-                               {command::Submit{SessionId{index}, lock_request(key, 0, 5)},
-                                command::Submit{SessionId{index + 10}, lock_request(key, 60)}}));
+                             {command::Submit{SessionId{index}, lock_request(key, 0, 5)},
+                              command::Submit{SessionId{index + 10}, lock_request(key, 60)}}));
   }
   Replica resumed(snapshot_config());
   ASSERT_TRUE(resumed.restore(whole.save()));
-  const LogEntry late =
-      entry(kStart + Duration::seconds(6), 99, {command::Submit{SessionId{50}, lock_request("z", 0)}});
+  const LogEntry late = entry(kStart + Duration::seconds(6), 99,
+                              {command::Submit{SessionId{50}, lock_request("z", 0)}});
   const AppliedEntry left = whole.apply(++index, late);
   const AppliedEntry right = resumed.apply(index, late);
   EXPECT_EQ(left.deliveries, right.deliveries);

@@ -166,7 +166,9 @@ TEST(RaftCluster, ANodeFarBehindCatchesUpFromASnapshot) {
   // More entries than a snapshot's threshold and trailing together: the leader's log no longer
   // holds what the dead node lacks.
   for (std::uint64_t i = 1; i <= 200; ++i) {
-    run(cluster, core::command::Submit{SessionId{i % 7 + 1}, lock_request("k" + std::to_string(i % 5), 0, 30)},
+    run(cluster,
+        core::command::Submit{SessionId{i % 7 + 1},
+                              lock_request("k" + std::to_string(i % 5), 0, 30)},
         i);
   }
   ASSERT_GT(cluster.snapshots_taken(), 0U);
