@@ -1,0 +1,1863 @@
+#include "net/raft_node.h"
+
+#include <netinet/in.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <future>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+
+// canonical raft's headers have no extern "C" of their own (uv.h has).
+extern "C" {
+#include <raft.h>
+#include <raft/uv.h>
+}
+
+#include "net/raft_commit_rule.h"
+
+namespace turnstile::net {
+
+namespace {
+
+// The request types share their names with the functions that take them.
+using RaftApply = struct raft_apply;
+using RaftBarrier = struct raft_barrier;
+using RaftChange = struct raft_change;
+using RaftTransfer = struct raft_transfer;
+
+using LogFn = std::function<void(const std::string&)>;
+
+std::string uv_error(int code) { return uv_strerror(code); }
+
+// --- addresses ------------------------------------------------------------------------------
+
+struct HostPort {
+  std::string host;
+  std::string port;
+};
+
+// "host:port" or "[v6]:port"; the port is 1..65535.
+std::optional<HostPort> split_host_port(std::string_view address) {
+  HostPort out;
+  if (address.empty()) return std::nullopt;
+  if (address.front() == '[') {
+    const std::size_t close = address.find(']');
+    if (close == std::string_view::npos || close + 1 >= address.size() ||
+        address[close + 1] != ':') {
+      return std::nullopt;
+    }
+    out.host = std::string(address.substr(1, close - 1));
+    out.port = std::string(address.substr(close + 2));
+  } else {
+    const std::size_t colon = address.rfind(':');
+    if (colon == std::string_view::npos) return std::nullopt;
+    out.host = std::string(address.substr(0, colon));
+    out.port = std::string(address.substr(colon + 1));
+    if (out.host.find(':') != std::string::npos) return std::nullopt;  // a bare IPv6 address
+  }
+  if (out.host.empty() || out.port.empty() || out.port.size() > 5) return std::nullopt;
+  unsigned port = 0;
+  for (char c : out.port) {
+    if (c < '0' || c > '9') return std::nullopt;
+    port = port * 10 + static_cast<unsigned>(c - '0');
+  }
+  if (port == 0 || port > 65535) return std::nullopt;
+  return out;
+}
+
+// A numeric IPv4 or IPv6 address: no resolver needed.
+bool parse_numeric(const HostPort& hp, sockaddr_storage* out) {
+  const int port = std::stoi(hp.port);
+  std::memset(out, 0, sizeof *out);
+  if (uv_ip4_addr(hp.host.c_str(), port, reinterpret_cast<sockaddr_in*>(out)) == 0) return true;
+  if (uv_ip6_addr(hp.host.c_str(), port, reinterpret_cast<sockaddr_in6*>(out)) == 0) return true;
+  return false;
+}
+
+std::string peer_name(uv_tcp_t* tcp) {
+  sockaddr_storage addr{};
+  int len = sizeof addr;
+  if (uv_tcp_getpeername(tcp, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "?";
+  char host[64] = {0};
+  if (addr.ss_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(&addr);
+    uv_ip4_name(in, host, sizeof host);
+    return std::string(host) + ":" + std::to_string(ntohs(in->sin_port));
+  }
+  if (addr.ss_family == AF_INET6) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&addr);
+    uv_ip6_name(in6, host, sizeof host);
+    return "[" + std::string(host) + "]:" + std::to_string(ntohs(in6->sin6_port));
+  }
+  return "?";
+}
+
+// --- the handshake --------------------------------------------------------------------------
+//
+// On every new connection, before raft sees a byte of it (A: the acceptor, C: the connector):
+//
+//   A -> C  hello   magic(8) | A's id (8) | nonce_a (32)
+//   C -> A  connect magic(8) | C's id (8) | the id C means to reach (8) | C's raft address,
+//                   NUL-padded (256) | nonce_c (32) | HMAC(secret, "connect" | hello | all before)
+//   A -> C  accept  HMAC(secret, "accept" | hello | connect)
+//
+// Each side checks the other's MAC in constant time over a transcript that holds its own fresh
+// nonce, so neither message can be replayed or reflected. Integers are little-endian. Each side
+// reads exactly one message's length at a time, and neither sends anything more before it has
+// the other's last message, so no raft byte is ever read here. Then the stream goes to raft:
+// the acceptor's with C's id and address (raft's accept callback), the connector's to raft's
+// connect callback.
+
+constexpr std::array<unsigned char, 8> kMagic = {'T', 'S', 'R', 'A', 'F', 'T', '0', '1'};
+constexpr std::size_t kNonceSize = 32;
+constexpr std::size_t kMacSize = 32;
+constexpr std::size_t kAddressField = 256;  // an address of up to 255 bytes and a NUL
+constexpr std::size_t kHelloSize = 8 + 8 + kNonceSize;
+constexpr std::size_t kConnectBodySize = 8 + 8 + 8 + kAddressField + kNonceSize;
+constexpr std::size_t kConnectSize = kConnectBodySize + kMacSize;
+constexpr std::size_t kAcceptSize = kMacSize;
+// Connections in their handshake at once; beyond it a new one is closed at once (a flood of
+// strangers costs a bounded amount).
+constexpr std::size_t kMaxIncomingHandshakes = 64;
+// The same handshake failure from the same peer is logged at most this often.
+constexpr std::uint64_t kLogRepeatMs = 10'000;
+
+void put_u64(unsigned char* out, std::uint64_t value) {
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<unsigned char>(value >> (8 * i));
+}
+
+std::uint64_t get_u64(const unsigned char* in) {
+  std::uint64_t value = 0;
+  for (int i = 7; i >= 0; --i) value = (value << 8) | in[i];
+  return value;
+}
+
+using Mac = std::array<unsigned char, kMacSize>;
+
+// HMAC-SHA256(secret, label | NUL | a | b); false if OpenSSL fails.
+bool compute_mac(const std::string& secret, std::string_view label, const unsigned char* a,
+                 std::size_t a_len, const unsigned char* b, std::size_t b_len, Mac& out) {
+  std::vector<unsigned char> data;
+  data.reserve(label.size() + 1 + a_len + b_len);
+  data.insert(data.end(), label.begin(), label.end());
+  data.push_back(0);
+  data.insert(data.end(), a, a + a_len);
+  data.insert(data.end(), b, b + b_len);
+  static const unsigned char kNoKey = 0;  // OpenSSL wants a pointer even for an empty key
+  const void* key = secret.empty() ? static_cast<const void*>(&kNoKey) : secret.data();
+  unsigned int len = 0;
+  return HMAC(EVP_sha256(), key, static_cast<int>(secret.size()), data.data(), data.size(),
+              out.data(), &len) != nullptr &&
+         len == out.size();
+}
+
+// --- the transport --------------------------------------------------------------------------
+
+class Transport;
+
+// One connection in its handshake, either way. It owns its TCP handle (raft_malloc'd: raft frees
+// it with raft_free once it is raft's) until the hand-off, and its timer until that is closed.
+struct Handshake {
+  enum class Step { kResolving, kConnecting, kHello, kConnect, kAccept, kVerified };
+
+  Transport* transport = nullptr;
+  bool outgoing = false;
+  Step step = Step::kHello;
+  uv_tcp_t* tcp = nullptr;
+  uv_timer_t timer{};
+  uv_getaddrinfo_t resolve{};
+  uv_connect_t connect{};
+  std::array<uv_write_t, 2> writes{};
+  int open_handles = 0;  // tcp and timer, until their close callbacks
+  int writes_in_flight = 0;
+  bool resolving = false;
+  bool failed = false;
+  bool handed_off = false;
+  int status = RAFT_NOCONNECTION;  // for raft's connect callback on failure
+
+  // Outgoing: raft's request, the node it wants and where. Incoming: who connected, and the id
+  // and raft address it proved.
+  raft_uv_connect* req = nullptr;
+  raft_uv_connect_cb cb = nullptr;
+  std::uint64_t peer_id = 0;
+  std::string peer_address;
+  std::string peer_name;  // host:port of the socket's other end, for the log
+
+  std::array<unsigned char, kHelloSize> hello{};
+  std::array<unsigned char, kConnectSize> connect_msg{};
+  std::array<unsigned char, kAcceptSize> accept_msg{};
+  unsigned char* in = nullptr;  // the message being read
+  std::size_t in_want = 0;
+  std::size_t in_got = 0;
+};
+
+// raft's transport interface (raft/uv.h) over TCP, with the handshake above on every stream.
+// Runs on the loop's thread only.
+class Transport {
+ public:
+  Transport(uv_loop_t* loop, std::string secret, std::string bind_address, unsigned timeout_ms,
+            LogFn log)
+      : loop_(loop),
+        secret_(std::move(secret)),
+        bind_address_(std::move(bind_address)),
+        timeout_ms_(timeout_ms),
+        log_(std::move(log)) {
+    iface_.impl = this;  // raft_uv_init takes iface_.data for itself
+    iface_.init = &Transport::init_cb;
+    iface_.listen = &Transport::listen_cb;
+    iface_.connect = &Transport::connect_cb;
+    iface_.close = &Transport::close_cb;
+    uv_tcp_init(loop_, &listener_);
+    listener_.data = this;
+    listener_open_ = true;
+  }
+  Transport(const Transport&) = delete;
+  Transport& operator=(const Transport&) = delete;
+
+  raft_uv_transport* raft() { return &iface_; }
+  const std::string& listen_error() const { return listen_error_; }
+
+  // When raft never took the transport (raft_init failed): close the listener handle so that
+  // the loop can end.
+  void close_unused() {
+    if (listener_open_ && !closing_) {
+      closing_ = true;
+      uv_close(reinterpret_cast<uv_handle_t*>(&listener_), &Transport::on_listener_closed);
+    }
+  }
+
+ private:
+  static Transport* self(raft_uv_transport* t) { return static_cast<Transport*>(t->impl); }
+
+  // raft_uv_transport->init: who we are.
+  static int init_cb(raft_uv_transport* t, raft_id id, const char* address) {
+    self(t)->id_ = id;
+    self(t)->address_ = address;
+    return 0;
+  }
+
+  // raft_uv_transport->listen.
+  static int listen_cb(raft_uv_transport* t, raft_uv_accept_cb cb) {
+    Transport* me = self(t);
+    me->accept_cb_ = cb;
+    const std::string& where = me->bind_address_.empty() ? me->address_ : me->bind_address_;
+    auto fail = [&](const std::string& why) {
+      me->listen_error_ = "cannot listen for raft traffic on " + where + ": " + why;
+      std::snprintf(t->errmsg, sizeof t->errmsg, "%s", me->listen_error_.c_str());
+      return RAFT_IOERR;
+    };
+    const std::optional<HostPort> hp = split_host_port(where);
+    if (!hp) return fail("not a host:port address");
+    sockaddr_storage addr{};
+    if (!parse_numeric(*hp, &addr)) {
+      // A name: resolve it here, synchronously (once, at start-up).
+      uv_getaddrinfo_t req{};
+      addrinfo hints{};
+      hints.ai_family = AF_UNSPEC;
+      hints.ai_socktype = SOCK_STREAM;
+      const int rc =
+          uv_getaddrinfo(me->loop_, &req, nullptr, hp->host.c_str(), hp->port.c_str(), &hints);
+      if (rc != 0 || req.addrinfo == nullptr) return fail(uv_error(rc));
+      std::memcpy(&addr, req.addrinfo->ai_addr, req.addrinfo->ai_addrlen);
+      uv_freeaddrinfo(req.addrinfo);
+    }
+    int rc = uv_tcp_bind(&me->listener_, reinterpret_cast<const sockaddr*>(&addr), 0);
+    if (rc == 0) {
+      rc =
+          uv_listen(reinterpret_cast<uv_stream_t*>(&me->listener_), 128, &Transport::on_connection);
+    }
+    if (rc != 0) return fail(uv_error(rc));
+    return 0;
+  }
+
+  // raft_uv_transport->connect: `cb` fires later, with a stream that passed the handshake or
+  // with an error.
+  static int connect_cb(raft_uv_transport* t, raft_uv_connect* req, raft_id id, const char* address,
+                        raft_uv_connect_cb cb) {
+    Transport* me = self(t);
+    if (me->closing_) return RAFT_CANCELED;
+    const std::optional<HostPort> hp = split_host_port(address);
+    if (!hp) {
+      me->log_limited(std::string("bad-address:") + address,
+                      "cannot connect to node " + std::to_string(id) + ": its raft address '" +
+                          address + "' is not host:port");
+      return RAFT_NOCONNECTION;  // raft retries later; the configuration needs fixing
+    }
+    Handshake* h = me->new_handshake(true);
+    if (h == nullptr) return RAFT_NOMEM;
+    req->cb = cb;  // raft leaves it to the transport, as raft_uv_tcp does
+    h->req = req;
+    h->cb = cb;
+    h->peer_id = id;
+    h->peer_address = address;
+    h->peer_name = address;
+    sockaddr_storage addr{};
+    if (parse_numeric(*hp, &addr)) {
+      me->start_connect(h, reinterpret_cast<const sockaddr*>(&addr));
+      return 0;
+    }
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    h->step = Handshake::Step::kResolving;
+    h->resolve.data = h;
+    const int rc = uv_getaddrinfo(me->loop_, &h->resolve, &Transport::on_resolved, hp->host.c_str(),
+                                  hp->port.c_str(), &hints);
+    if (rc != 0) {
+      me->fail(h, RAFT_NOCONNECTION,
+               "cannot resolve " + std::string(address) + ": " + uv_error(rc));
+    } else {
+      h->resolving = true;
+    }
+    return 0;
+  }
+
+  // raft_uv_transport->close: stop listening, abandon every handshake (raft's connect requests
+  // get RAFT_CANCELED), then `cb`, always from a later callback.
+  static void close_cb(raft_uv_transport* t, raft_uv_transport_close_cb cb) {
+    Transport* me = self(t);
+    me->closing_ = true;
+    me->close_cb_ = cb;
+    if (me->listener_open_) {
+      uv_close(reinterpret_cast<uv_handle_t*>(&me->listener_), &Transport::on_listener_closed);
+    }
+    std::vector<Handshake*> all;
+    for (auto& [ptr, owned] : me->handshakes_) all.push_back(ptr);
+    for (Handshake* h : all) me->fail(h, RAFT_CANCELED, "");
+    me->maybe_closed();
+  }
+
+  static void on_listener_closed(uv_handle_t* handle) {
+    Transport* me = static_cast<Transport*>(handle->data);
+    me->listener_open_ = false;
+    me->maybe_closed();
+  }
+
+  void maybe_closed() {
+    if (!closing_ || listener_open_ || !handshakes_.empty() || close_cb_ == nullptr) return;
+    raft_uv_transport_close_cb cb = close_cb_;
+    close_cb_ = nullptr;
+    cb(&iface_);
+  }
+
+  // nullptr when out of memory.
+  Handshake* new_handshake(bool outgoing) {
+    auto* tcp = static_cast<uv_tcp_t*>(raft_malloc(sizeof(uv_tcp_t)));
+    if (tcp == nullptr) return nullptr;
+    auto owned = std::make_unique<Handshake>();
+    Handshake* h = owned.get();
+    h->transport = this;
+    h->outgoing = outgoing;
+    h->tcp = tcp;
+    uv_tcp_init(loop_, h->tcp);
+    h->tcp->data = h;
+    uv_timer_init(loop_, &h->timer);
+    h->timer.data = h;
+    h->open_handles = 2;
+    uv_timer_start(&h->timer, &Transport::on_timeout, timeout_ms_, 0);
+    handshakes_.emplace(h, std::move(owned));
+    if (!outgoing) ++incoming_;
+    return h;
+  }
+
+  // --- incoming ---
+
+  static void on_connection(uv_stream_t* server, int status) {
+    Transport* me = static_cast<Transport*>(server->data);
+    if (status < 0) {
+      me->log_limited("accept", "accepting a raft connection failed: " + uv_error(status));
+      return;
+    }
+    if (me->closing_) return;
+    if (me->incoming_ >= kMaxIncomingHandshakes) {
+      // Take it off the backlog and close it: too many strangers at once.
+      auto* tcp = static_cast<uv_tcp_t*>(raft_malloc(sizeof(uv_tcp_t)));
+      if (tcp == nullptr) return;
+      uv_tcp_init(me->loop_, tcp);
+      if (uv_accept(server, reinterpret_cast<uv_stream_t*>(tcp)) == 0) {
+        me->log_limited("too-many", "refused a raft connection from " + peer_name(tcp) + ": " +
+                                        std::to_string(kMaxIncomingHandshakes) +
+                                        " handshakes already in progress");
+      }
+      uv_close(reinterpret_cast<uv_handle_t*>(tcp), [](uv_handle_t* handle) { raft_free(handle); });
+      return;
+    }
+    Handshake* h = me->new_handshake(false);
+    if (h == nullptr) {
+      me->log_limited("oom", "out of memory: cannot accept a raft connection");
+      return;
+    }
+    const int rc = uv_accept(server, reinterpret_cast<uv_stream_t*>(h->tcp));
+    if (rc != 0) {
+      me->fail(h, RAFT_NOCONNECTION, "");
+      return;
+    }
+    h->peer_name = peer_name(h->tcp);
+    me->tune(h->tcp);
+    std::memcpy(h->hello.data(), kMagic.data(), kMagic.size());
+    put_u64(h->hello.data() + 8, me->id_);
+    if (RAND_bytes(h->hello.data() + 16, static_cast<int>(kNonceSize)) != 1) {
+      me->fail(h, RAFT_NOCONNECTION, "OpenSSL RAND_bytes failed: cannot run the raft handshake");
+      return;
+    }
+    h->step = Handshake::Step::kConnect;
+    if (me->write(h, 0, h->hello.data(), h->hello.size())) {
+      me->read(h, h->connect_msg.data(), h->connect_msg.size());
+    }
+  }
+
+  // The connector's message is in: check it, answer, and hand the stream to raft.
+  void on_connect_message(Handshake* h) {
+    const unsigned char* m = h->connect_msg.data();
+    const std::string who = "raft connection from " + h->peer_name;
+    if (std::memcmp(m, kMagic.data(), kMagic.size()) != 0) {
+      fail(h, RAFT_NOCONNECTION, "refused a " + who + ": not a turnstile raft handshake");
+      return;
+    }
+    Mac expected{};
+    if (!compute_mac(secret_, "connect", h->hello.data(), h->hello.size(), m, kConnectBodySize,
+                     expected)) {
+      fail(h, RAFT_NOCONNECTION, "refused a " + who + ": HMAC failed");
+      return;
+    }
+    const std::uint64_t claimed_id = get_u64(m + 8);
+    if (CRYPTO_memcmp(expected.data(), m + kConnectBodySize, kMacSize) != 0) {
+      fail(h, RAFT_NOCONNECTION,
+           "refused a " + who + " claiming to be node " + std::to_string(claimed_id) +
+               ": authentication failed (a different cluster secret?)");
+      return;
+    }
+    const std::uint64_t target = get_u64(m + 16);
+    const unsigned char* field = m + 24;
+    const auto* nul = static_cast<const unsigned char*>(std::memchr(field, 0, kAddressField));
+    const std::size_t address_len = nul == nullptr ? kAddressField : std::size_t(nul - field);
+    if (claimed_id == 0 || address_len == 0 || address_len == kAddressField) {
+      fail(h, RAFT_NOCONNECTION, "refused a " + who + ": malformed handshake");
+      return;
+    }
+    if (target != id_) {
+      fail(h, RAFT_NOCONNECTION,
+           "refused a " + who + " (node " + std::to_string(claimed_id) + "): it wants node " +
+               std::to_string(target) + ", but this is node " + std::to_string(id_) +
+               " (check the raft addresses in the cluster's configuration)");
+      return;
+    }
+    h->peer_id = claimed_id;
+    h->peer_address.assign(reinterpret_cast<const char*>(field), address_len);
+    if (!compute_mac(secret_, "accept", h->hello.data(), h->hello.size(), m, kConnectSize,
+                     expected)) {
+      fail(h, RAFT_NOCONNECTION, "refused a " + who + ": HMAC failed");
+      return;
+    }
+    h->accept_msg = expected;
+    h->step = Handshake::Step::kVerified;
+    if (write(h, 1, h->accept_msg.data(), h->accept_msg.size())) maybe_hand_off(h);
+  }
+
+  // --- outgoing ---
+
+  static void on_resolved(uv_getaddrinfo_t* req, int status, addrinfo* res) {
+    auto* h = static_cast<Handshake*>(req->data);
+    Transport* me = h->transport;
+    h->resolving = false;
+    if (h->failed) {
+      if (res != nullptr) uv_freeaddrinfo(res);
+      me->maybe_destroy(h);
+      return;
+    }
+    if (status != 0 || res == nullptr) {
+      if (res != nullptr) uv_freeaddrinfo(res);
+      me->fail(h, RAFT_NOCONNECTION, "cannot resolve " + h->peer_address + ": " + uv_error(status));
+      return;
+    }
+    sockaddr_storage addr{};
+    std::memcpy(&addr, res->ai_addr, res->ai_addrlen);
+    uv_freeaddrinfo(res);
+    me->start_connect(h, reinterpret_cast<const sockaddr*>(&addr));
+  }
+
+  void start_connect(Handshake* h, const sockaddr* addr) {
+    h->step = Handshake::Step::kConnecting;
+    h->connect.data = h;
+    const int rc = uv_tcp_connect(&h->connect, h->tcp, addr, &Transport::on_connected);
+    if (rc != 0) fail(h, RAFT_NOCONNECTION, "");
+  }
+
+  static void on_connected(uv_connect_t* req, int status) {
+    auto* h = static_cast<Handshake*>(req->data);
+    Transport* me = h->transport;
+    if (h->failed) return;  // canceled: the close callbacks finish the job
+    if (status != 0) {
+      // A peer that is down refuses connections: ordinary, raft retries. Not worth a log line.
+      me->fail(h, RAFT_NOCONNECTION, "");
+      return;
+    }
+    me->tune(h->tcp);
+    h->step = Handshake::Step::kHello;
+    me->read(h, h->hello.data(), h->hello.size());
+  }
+
+  void on_hello(Handshake* h) {
+    const std::string who = "node " + std::to_string(h->peer_id) + " at " + h->peer_address;
+    if (std::memcmp(h->hello.data(), kMagic.data(), kMagic.size()) != 0) {
+      fail(h, RAFT_NOCONNECTION, who + " does not speak the turnstile raft handshake");
+      return;
+    }
+    const std::uint64_t their_id = get_u64(h->hello.data() + 8);
+    if (their_id != h->peer_id) {
+      fail(h, RAFT_NOCONNECTION,
+           "the raft address of " + who + " answers as node " + std::to_string(their_id) +
+               " (check the raft addresses in the cluster's configuration)");
+      return;
+    }
+    unsigned char* m = h->connect_msg.data();
+    std::memcpy(m, kMagic.data(), kMagic.size());
+    put_u64(m + 8, id_);
+    put_u64(m + 16, h->peer_id);
+    std::memset(m + 24, 0, kAddressField);
+    std::memcpy(m + 24, address_.data(), std::min(address_.size(), kAddressField - 1));
+    if (RAND_bytes(m + 24 + kAddressField, static_cast<int>(kNonceSize)) != 1) {
+      fail(h, RAFT_NOCONNECTION, "OpenSSL RAND_bytes failed: cannot run the raft handshake");
+      return;
+    }
+    Mac mac{};
+    if (!compute_mac(secret_, "connect", h->hello.data(), h->hello.size(), m, kConnectBodySize,
+                     mac)) {
+      fail(h, RAFT_NOCONNECTION, "HMAC failed in the raft handshake with " + who);
+      return;
+    }
+    std::memcpy(m + kConnectBodySize, mac.data(), kMacSize);
+    h->step = Handshake::Step::kAccept;
+    if (write(h, 0, m, kConnectSize)) read(h, h->accept_msg.data(), h->accept_msg.size());
+  }
+
+  void on_accept_message(Handshake* h) {
+    Mac expected{};
+    const std::string who = "node " + std::to_string(h->peer_id) + " at " + h->peer_address;
+    if (!compute_mac(secret_, "accept", h->hello.data(), h->hello.size(), h->connect_msg.data(),
+                     h->connect_msg.size(), expected)) {
+      fail(h, RAFT_NOCONNECTION, "HMAC failed in the raft handshake with " + who);
+      return;
+    }
+    if (CRYPTO_memcmp(expected.data(), h->accept_msg.data(), kMacSize) != 0) {
+      fail(h, RAFT_NOCONNECTION,
+           who + " failed authentication: it does not know the cluster secret");
+      return;
+    }
+    h->step = Handshake::Step::kVerified;
+    maybe_hand_off(h);
+  }
+
+  // --- both ---
+
+  // Raft traffic is many small messages: no Nagle delay. Keepalive lets a dead peer's stream go
+  // (raft never writes on the streams it accepted, so it would not notice otherwise).
+  static void tune(uv_tcp_t* tcp) {
+    uv_tcp_nodelay(tcp, 1);
+    uv_tcp_keepalive(tcp, 1, 30);
+  }
+
+  // Reads exactly `n` bytes into `into`, then calls the step's handler.
+  void read(Handshake* h, unsigned char* into, std::size_t n) {
+    h->in = into;
+    h->in_want = n;
+    h->in_got = 0;
+    const int rc = uv_read_start(reinterpret_cast<uv_stream_t*>(h->tcp), &Transport::on_alloc,
+                                 &Transport::on_read);
+    if (rc != 0) fail(h, RAFT_NOCONNECTION, "");
+  }
+
+  static void on_alloc(uv_handle_t* handle, std::size_t, uv_buf_t* buf) {
+    auto* h = static_cast<Handshake*>(handle->data);
+    // Never more than what is left of the message: raft's bytes stay in the socket.
+    *buf = uv_buf_init(reinterpret_cast<char*>(h->in + h->in_got),
+                       static_cast<unsigned int>(h->in_want - h->in_got));
+  }
+
+  static void on_read(uv_stream_t* stream, ssize_t nread, const uv_buf_t*) {
+    auto* h = static_cast<Handshake*>(stream->data);
+    Transport* me = h->transport;
+    if (h->failed) return;
+    if (nread == 0) return;
+    if (nread < 0) {
+      std::string why;
+      if (h->outgoing && h->step == Handshake::Step::kAccept) {
+        why = "node " + std::to_string(h->peer_id) + " at " + h->peer_address +
+              " closed the connection during the handshake (a different cluster secret?)";
+      } else if (!h->outgoing) {
+        why = "a raft connection from " + h->peer_name + " ended during the handshake (" +
+              uv_error(static_cast<int>(nread)) + ")";
+      }
+      me->fail(h, RAFT_NOCONNECTION, why);
+      return;
+    }
+    h->in_got += static_cast<std::size_t>(nread);
+    if (h->in_got < h->in_want) return;
+    uv_read_stop(stream);
+    switch (h->step) {
+      case Handshake::Step::kConnect:
+        me->on_connect_message(h);
+        break;
+      case Handshake::Step::kHello:
+        me->on_hello(h);
+        break;
+      case Handshake::Step::kAccept:
+        me->on_accept_message(h);
+        break;
+      default:
+        me->fail(h, RAFT_NOCONNECTION, "");
+        break;
+    }
+  }
+
+  // Writes from a buffer the handshake owns; false if it failed at once (h is failing).
+  bool write(Handshake* h, std::size_t slot, unsigned char* data, std::size_t len) {
+    uv_buf_t buf = uv_buf_init(reinterpret_cast<char*>(data), static_cast<unsigned int>(len));
+    h->writes[slot].data = h;
+    const int rc = uv_write(&h->writes[slot], reinterpret_cast<uv_stream_t*>(h->tcp), &buf, 1,
+                            &Transport::on_written);
+    if (rc != 0) {
+      fail(h, RAFT_NOCONNECTION, "");
+      return false;
+    }
+    ++h->writes_in_flight;
+    return true;
+  }
+
+  static void on_written(uv_write_t* req, int status) {
+    auto* h = static_cast<Handshake*>(req->data);
+    --h->writes_in_flight;
+    if (h->failed) return;
+    if (status != 0) {
+      h->transport->fail(h, RAFT_NOCONNECTION, "");
+      return;
+    }
+    h->transport->maybe_hand_off(h);
+  }
+
+  // Verified and every write of ours out: the stream is raft's.
+  void maybe_hand_off(Handshake* h) {
+    if (h->failed || h->step != Handshake::Step::kVerified || h->writes_in_flight > 0) return;
+    if (closing_) {
+      fail(h, RAFT_CANCELED, "");
+      return;
+    }
+    uv_tcp_t* tcp = h->tcp;
+    h->handed_off = true;
+    h->tcp = nullptr;
+    --h->open_handles;
+    uv_close(reinterpret_cast<uv_handle_t*>(&h->timer), &Transport::on_timer_closed);
+    if (h->outgoing) {
+      h->cb(h->req, reinterpret_cast<uv_stream_t*>(tcp), 0);
+    } else {
+      accept_cb_(&iface_, h->peer_id, h->peer_address.c_str(), reinterpret_cast<uv_stream_t*>(tcp));
+    }
+  }
+
+  static void on_timeout(uv_timer_t* timer) {
+    auto* h = static_cast<Handshake*>(timer->data);
+    Transport* me = h->transport;
+    std::string who = h->outgoing ? "node " + std::to_string(h->peer_id) + " at " + h->peer_address
+                                  : "a raft connection from " + h->peer_name;
+    // A peer that is simply down is raft's ordinary retry, not news.
+    const bool news = !h->outgoing || h->step != Handshake::Step::kConnecting;
+    me->fail(h, RAFT_NOCONNECTION,
+             news ? "the raft handshake with " + who + " did not complete within " +
+                        std::to_string(me->timeout_ms_) + " ms"
+                  : "");
+  }
+
+  // Closes everything of the handshake; raft's connect callback (outgoing) runs once the handles
+  // are closed.
+  void fail(Handshake* h, int status, const std::string& why) {
+    if (h->failed || h->handed_off) return;
+    h->failed = true;
+    h->status = status;
+    if (!why.empty()) {
+      log_limited((h->outgoing ? "out:" + h->peer_address : "in:" + h->peer_name) + ":" + why, why);
+    }
+    if (h->resolving) uv_cancel(reinterpret_cast<uv_req_t*>(&h->resolve));
+    uv_close(reinterpret_cast<uv_handle_t*>(h->tcp), &Transport::on_tcp_closed);
+    uv_close(reinterpret_cast<uv_handle_t*>(&h->timer), &Transport::on_timer_closed);
+  }
+
+  static void on_tcp_closed(uv_handle_t* handle) {
+    auto* h = static_cast<Handshake*>(handle->data);
+    raft_free(handle);
+    h->tcp = nullptr;
+    --h->open_handles;
+    h->transport->maybe_destroy(h);
+  }
+
+  static void on_timer_closed(uv_handle_t* handle) {
+    auto* h = static_cast<Handshake*>(handle->data);
+    --h->open_handles;
+    h->transport->maybe_destroy(h);
+  }
+
+  void maybe_destroy(Handshake* h) {
+    if (h->open_handles > 0 || h->resolving || h->writes_in_flight > 0) return;
+    if (h->outgoing && !h->handed_off) h->cb(h->req, nullptr, h->status);
+    if (!h->outgoing) --incoming_;
+    handshakes_.erase(h);
+    maybe_closed();
+  }
+
+  // Handshake failures repeat (raft reconnects every connect_retry_ms): one line per peer and
+  // reason per kLogRepeatMs.
+  void log_limited(const std::string& key, const std::string& line) {
+    const std::uint64_t now = uv_now(loop_);
+    auto [it, fresh] = logged_.try_emplace(key, now);
+    if (!fresh) {
+      if (now - it->second < kLogRepeatMs) return;
+      it->second = now;
+    }
+    if (logged_.size() > 1024) logged_.clear();
+    log_(line);
+  }
+
+  uv_loop_t* loop_;
+  const std::string secret_;
+  const std::string bind_address_;
+  const unsigned timeout_ms_;
+  LogFn log_;
+  raft_uv_transport iface_{};
+  raft_id id_ = 0;
+  std::string address_;
+  uv_tcp_t listener_{};
+  bool listener_open_ = false;
+  raft_uv_accept_cb accept_cb_ = nullptr;
+  bool closing_ = false;
+  raft_uv_transport_close_cb close_cb_ = nullptr;
+  std::unordered_map<Handshake*, std::unique_ptr<Handshake>> handshakes_;
+  std::size_t incoming_ = 0;
+  std::string listen_error_;
+  std::unordered_map<std::string, std::uint64_t> logged_;
+};
+
+// --- the node's work items --------------------------------------------------------------------
+
+// Several proposals in one raft_apply: bounded, so that one disk write stays reasonable.
+constexpr std::size_t kMaxBatchEntries = 1024;
+constexpr std::size_t kMaxBatchBytes = 4 << 20;
+
+struct Op {
+  enum class Kind { kPropose, kBarrier, kTransfer, kAddVoter, kRemoveVoter };
+  Kind kind = Kind::kPropose;
+  std::string command;                  // kPropose
+  std::uint64_t id = 0;                 // kAddVoter, kRemoveVoter
+  std::string address;                  // kAddVoter
+  RaftNode::IndexDone index_done;       // kPropose, kBarrier
+  std::function<void(bool)> bool_done;  // kTransfer
+  RaftNode::ErrorDone error_done;       // kAddVoter, kRemoveVoter
+};
+
+void fail_op(Op& op, const std::string& error) {
+  switch (op.kind) {
+    case Op::Kind::kPropose:
+    case Op::Kind::kBarrier:
+      if (op.index_done) op.index_done(0, error);
+      break;
+    case Op::Kind::kTransfer:
+      if (op.bool_done) op.bool_done(false);
+      break;
+    case Op::Kind::kAddVoter:
+    case Op::Kind::kRemoveVoter:
+      if (op.error_done) op.error_done(error);
+      break;
+  }
+}
+
+// raft 0.15 sends an AppendEntries' entries back to back, unpadded, but its receiver skips to
+// the next multiple of 8 bytes after each entry: an entry whose length is not a multiple of 8
+// reaches the followers shifted into garbage. So every command travels framed: the command, then
+// 1 to 8 bytes of padding to a multiple of 8, the last of which says how many there are.
+std::size_t framed_size(std::size_t command_size) { return (command_size / 8 + 1) * 8; }
+
+void frame(const std::string& command, unsigned char* out) {
+  const std::size_t size = framed_size(command.size());
+  std::memcpy(out, command.data(), command.size());
+  std::memset(out + command.size(), 0, size - command.size());
+  out[size - 1] = static_cast<unsigned char>(size - command.size());
+}
+
+std::optional<std::string_view> unframe(const raft_buffer& buf) {
+  if (buf.len < 8 || buf.len % 8 != 0) return std::nullopt;
+  const auto* bytes = static_cast<const unsigned char*>(buf.base);
+  const std::size_t padding = bytes[buf.len - 1];
+  if (padding < 1 || padding > 8) return std::nullopt;
+  return std::string_view(static_cast<const char*>(buf.base), buf.len - padding);
+}
+
+// What a data directory holds, read before raft touches it: raft's own loader deletes a metadata
+// file it cannot read (it takes it for a torn write), and raft_bootstrap only asks whether the
+// metadata holds a term.
+struct DirectoryState {
+  bool empty = true;      // no file at all (dot files aside): a new node's directory
+  bool log = false;       // segments or snapshots
+  bool metadata = false;  // metadata1 or metadata2 has the size of a metadata file
+};
+
+bool all_digits(std::string_view text) {
+  return !text.empty() &&
+         std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+std::optional<DirectoryState> inspect_directory(const std::string& dir, std::string* error) {
+  namespace fs = std::filesystem;
+  constexpr std::uintmax_t kMetadataSize = 32;  // format, version, term, vote: 4 x 8 bytes
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    *error = "raft directory " + dir + " does not exist (a new node needs an empty one)";
+    return std::nullopt;
+  }
+  DirectoryState state;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.empty() || name.front() == '.') continue;
+    state.empty = false;
+    const std::size_t dash = name.find('-');
+    if (name.rfind("open-", 0) == 0 || name.rfind("snapshot-", 0) == 0 ||
+        (dash != std::string::npos && all_digits(name.substr(0, dash)) &&
+         all_digits(name.substr(dash + 1)))) {
+      state.log = true;
+    }
+    if ((name == "metadata1" || name == "metadata2") && it->file_size(ec) == kMetadataSize && !ec) {
+      state.metadata = true;
+    }
+  }
+  if (ec) {
+    *error = "raft directory " + dir + " cannot be read: " + ec.message();
+    return std::nullopt;
+  }
+  return state;
+}
+
+const char* role_name(int state) {
+  switch (state) {
+    case RAFT_FOLLOWER:
+      return "follower";
+    case RAFT_CANDIDATE:
+      return "candidate";
+    case RAFT_LEADER:
+      return "leader";
+    default:
+      return "unavailable";
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+
+class RaftNode::Impl {
+ public:
+  Impl(RaftNodeConfig config, RaftStateMachine& fsm) : config_(std::move(config)), fsm_(fsm) {
+    if (config_.log) {
+      log_ = [log = config_.log](const std::string& line) { log(line); };
+    } else {
+      log_ = [id = config_.id](const std::string& line) {
+        const std::string out = "raft node " + std::to_string(id) + ": " + line + "\n";
+        const ssize_t written = ::write(2, out.data(), out.size());
+        (void)written;
+      };
+    }
+    status_.id = config_.id;
+  }
+  ~Impl() { stop(); }
+
+  std::optional<std::string> start();
+  void stop();
+  void enqueue(Op op);
+  RaftStatus status() const {
+    std::lock_guard lock(mutex_);
+    return status_;
+  }
+
+ private:
+  // A request raft holds (its callback frees it), or one of ours between two raft calls.
+  struct Request {
+    Impl* impl = nullptr;
+    virtual ~Request() = default;
+    // raft is closed and never called back: give the caller its answer.
+    virtual void abandon(const std::string& error) = 0;
+  };
+  struct ApplyRequest final : Request {
+    RaftApply raft{};
+    std::uint64_t batch = 0;
+    std::uint64_t first = 0;
+    unsigned n = 0;
+    void abandon(const std::string& error) override { impl->fail_batch(batch, first, n, error); }
+  };
+  struct BarrierRequest final : Request {
+    RaftBarrier raft{};
+    RaftNode::IndexDone done;  // empty: the barrier that makes a new leader ready
+    std::uint64_t term = 0;
+    void abandon(const std::string& error) override {
+      if (done) done(0, error);
+    }
+  };
+  struct ChangeRequest final : Request {
+    enum class Stage { kAdd, kAssign, kRemove };
+    RaftChange raft{};
+    Stage stage = Stage::kAdd;
+    std::uint64_t id = 0;
+    std::string address;
+    RaftNode::ErrorDone done;
+    void abandon(const std::string& error) override {
+      impl->membership_busy_ = false;
+      if (done) done(error);
+    }
+  };
+  struct TransferRequest final : Request {
+    RaftTransfer raft{};
+    std::uint64_t target = 0;
+    std::function<void(bool)> done;
+    void abandon(const std::string&) override {
+      if (done) done(false);
+    }
+  };
+  // A proposal whose entry is in the log, waiting to be applied.
+  struct Pending {
+    std::uint64_t term = 0;
+    std::uint64_t batch = 0;
+    RaftNode::IndexDone done;
+  };
+
+  template <typename R>
+  R* hold(std::unique_ptr<R> request) {
+    R* raw = request.get();
+    raw->impl = this;
+    requests_.emplace(raw, std::move(request));
+    return raw;
+  }
+  std::unique_ptr<Request> release(Request* request) {
+    auto it = requests_.find(request);
+    if (it == requests_.end()) return nullptr;
+    std::unique_ptr<Request> owned = std::move(it->second);
+    requests_.erase(it);
+    return owned;
+  }
+
+  std::optional<std::string> check_config() const;
+  void run();
+  std::optional<std::string> open();
+  std::optional<std::string> fail_open(const std::string& error, bool raft_initialized);
+  std::string start_error(int rv) const;
+  void finish();
+
+  // The raft thread's turns.
+  static void on_async(uv_async_t* handle);
+  static void on_check(uv_check_t* handle);
+  void process(std::vector<Op>& ops);
+  void submit_batch(std::vector<Op>& ops, std::size_t begin, std::size_t end);
+  void submit_barrier(Op& op);
+  void submit_transfer(Op& op);
+  void submit_add_voter(Op& op);
+  void submit_remove_voter(Op& op);
+  void start_assign(ChangeRequest* request);
+  void finish_change(ChangeRequest* request, const std::string& error);
+  void begin_shutdown();
+  void refresh_status();
+  void track_leadership();
+
+  bool leads() const { return raft_state(raft()) == RAFT_LEADER && raft_.transfer == nullptr; }
+  struct raft* raft() const {
+    return const_cast<struct raft*>(&raft_);
+  }
+  std::string not_leader_error() const;
+  std::string describe(int status) const;
+  void fail_batch(std::uint64_t batch, std::uint64_t first, unsigned n, const std::string& error);
+  void fail_pending(const std::string& error);
+
+  // raft's callbacks.
+  static int fsm_apply(raft_fsm* fsm, const raft_buffer* buf, void** result);
+  static int fsm_snapshot(raft_fsm* fsm, raft_buffer* bufs[], unsigned* n_bufs);
+  static int fsm_restore(raft_fsm* fsm, raft_buffer* buf);
+  static void on_applied(RaftApply* req, int status, void* result);
+  static void on_barrier(RaftBarrier* req, int status);
+  static void on_changed(RaftChange* req, int status);
+  static void on_transferred(RaftTransfer* req);
+  static void on_raft_closed(struct raft* r);
+
+  const RaftNodeConfig config_;
+  RaftStateMachine& fsm_;
+  LogFn log_;
+
+  // Owner thread.
+  bool started_ = false;
+  std::thread thread_;
+  std::promise<std::optional<std::string>> opened_;
+
+  // Shared, under mutex_.
+  mutable std::mutex mutex_;
+  std::vector<Op> queue_;
+  bool accepting_ = false;  // the async handle is open: queue_ is served
+  bool stop_requested_ = false;
+  RaftStatus status_;
+
+  std::atomic<std::thread::id> raft_thread_{};  // set by the raft thread, read by stop()
+
+  // The raft thread's.
+  uv_loop_t loop_{};
+  uv_async_t async_{};
+  uv_check_t check_{};
+  std::unique_ptr<Transport> transport_;
+  raft_io io_{};
+  raft_fsm raft_fsm_{};
+  struct raft raft_ {};
+  bool closing_ = false;
+  bool raft_closed_ = false;
+  bool restore_refused_ = false;
+  std::unordered_map<Request*, std::unique_ptr<Request>> requests_;
+  std::map<std::uint64_t, Pending> pending_;  // by raft index
+  std::uint64_t next_batch_ = 0;
+  std::uint64_t proposals_ = 0;
+  std::uint64_t apply_calls_ = 0;
+  bool membership_busy_ = false;
+  std::vector<std::function<void()>> deferred_;  // run at the end of this loop turn
+  std::uint64_t leader_term_ = 0;                // the term this node leads in, 0: not leading
+  bool ready_ = false;  // leadership_changed(true) was said for leader_term_
+  bool ready_barrier_sent_ = false;
+  raft_index status_config_index_ = ~raft_index{0};
+  raft_index status_config_uncommitted_ = ~raft_index{0};
+  std::vector<std::uint64_t> voters_;
+};
+
+// --- owner thread ---------------------------------------------------------------------------
+
+// The one message for a directory that does not load: what raft says, and what to do. Never
+// "fix" it here: the entries a repair would drop may be committed.
+static std::string damaged_directory(const std::string& dir, std::string detail, int rv) {
+  if (detail.empty()) detail = raft_strerror(rv);
+  return "raft directory " + dir + " is damaged or unreadable (" + detail +
+         "): check its permissions and the disk; if it is damaged, restore it from a backup, or "
+         "remove this node from the cluster and re-add it with an empty directory";
+}
+
+std::optional<std::string> RaftNode::Impl::check_config() const {
+  if (config_.id == 0) return "raft node id must be at least 1";
+  if (!split_host_port(config_.raft_address)) {
+    return "raft address '" + config_.raft_address + "' is not host:port";
+  }
+  if (config_.raft_address.size() >= kAddressField) return "raft address is too long";
+  if (!config_.bind_address.empty() && !split_host_port(config_.bind_address)) {
+    return "raft bind address '" + config_.bind_address + "' is not host:port";
+  }
+  if (config_.dir.empty()) return "raft data directory not given";
+  if (config_.heartbeat_timeout_ms == 0 ||
+      config_.heartbeat_timeout_ms >= config_.election_timeout_ms) {
+    return "the raft heartbeat timeout must be positive and shorter than the election timeout";
+  }
+  if (config_.snapshot_threshold == 0) return "the raft snapshot threshold must be positive";
+  if (config_.handshake_timeout_ms == 0) return "the raft handshake timeout must be positive";
+  if (config_.bootstrap) {
+    std::set<std::uint64_t> ids;
+    bool self = false;
+    for (const RaftPeer& peer : config_.peers) {
+      if (peer.id == 0 || !ids.insert(peer.id).second) {
+        return "raft peers: ids must be unique and at least 1";
+      }
+      if (!split_host_port(peer.raft_address)) {
+        return "raft peer " + std::to_string(peer.id) + ": address '" + peer.raft_address +
+               "' is not host:port";
+      }
+      if (peer.id == config_.id) {
+        if (peer.raft_address != config_.raft_address) {
+          return "raft peers: this node's address differs from its raft address";
+        }
+        self = true;
+      }
+    }
+    if (!self) return "raft peers: the initial voters must include this node";
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> RaftNode::Impl::start() {
+  if (started_) return "this raft node was already started (a node runs once)";
+  if (std::optional<std::string> error = check_config()) return error;
+  started_ = true;
+  std::future<std::optional<std::string>> opened = opened_.get_future();
+  thread_ = std::thread([this] { run(); });
+  std::optional<std::string> result = opened.get();
+  if (result) thread_.join();
+  return result;
+}
+
+void RaftNode::Impl::stop() {
+  {
+    std::lock_guard lock(mutex_);
+    stop_requested_ = true;
+    if (accepting_) uv_async_send(&async_);
+  }
+  if (std::this_thread::get_id() == raft_thread_.load()) return;  // the owner's stop() joins
+  if (thread_.joinable()) thread_.join();
+}
+
+void RaftNode::Impl::enqueue(Op op) {
+  {
+    std::lock_guard lock(mutex_);
+    if (accepting_) {
+      queue_.push_back(std::move(op));
+      uv_async_send(&async_);
+      return;
+    }
+  }
+  fail_op(op, "raft node is not running");
+}
+
+// --- the raft thread: start-up and shutdown -----------------------------------------------------
+
+void RaftNode::Impl::run() {
+  raft_thread_.store(std::this_thread::get_id());
+  std::optional<std::string> error = open();
+  opened_.set_value(error);
+  if (error) return;
+  uv_run(&loop_, UV_RUN_DEFAULT);
+  finish();
+}
+
+std::string RaftNode::Impl::start_error(int rv) const {
+  const std::string& dir = config_.dir;
+  std::string detail = raft_errmsg(raft());
+  if (detail.empty()) detail = raft_strerror(rv);
+  if (!transport_->listen_error().empty()) return transport_->listen_error();
+  if (restore_refused_) {
+    return "raft directory " + dir +
+           ": the state machine refused its newest snapshot (a snapshot from another version?): "
+           "restore the directory from a backup, or remove this node from the cluster and re-add "
+           "it with an empty directory";
+  }
+  // raft reports a damaged file as RAFT_CORRUPT, or as RAFT_IOERR when it is cut short ("short
+  // read"): the code does not tell damage from an unreadable disk, raft's message does.
+  return damaged_directory(dir, detail, rv);
+}
+
+std::optional<std::string> RaftNode::Impl::open() {
+  std::string error;
+  const std::optional<DirectoryState> directory = inspect_directory(config_.dir, &error);
+  if (!directory) return error;
+  if (directory->log && !directory->metadata) {
+    // raft would delete both as torn writes and start from term 0 with no vote: the node could
+    // vote twice in a term.
+    return damaged_directory(config_.dir,
+                             "metadata1 and metadata2 are both missing or damaged, but the log "
+                             "is not",
+                             RAFT_CORRUPT);
+  }
+  // Only a directory with nothing in it gets the initial configuration.
+  const bool bootstrap = config_.bootstrap && directory->empty;
+
+  int rc = uv_loop_init(&loop_);
+  if (rc != 0) return "cannot create the raft event loop: " + uv_error(rc);
+  transport_ = std::make_unique<Transport>(&loop_, config_.secret, config_.bind_address,
+                                           config_.handshake_timeout_ms, log_);
+  rc = raft_uv_init(&io_, &loop_, config_.dir.c_str(), transport_->raft());
+  if (rc != 0) {
+    return fail_open(
+        "raft directory " + config_.dir + ": " + io_.errmsg + " (" + raft_strerror(rc) + ")",
+        false);
+  }
+  // Never "recover" a damaged log by dropping its tail: those entries may be committed.
+  raft_uv_set_auto_recovery(&io_, false);
+  raft_uv_set_connect_retry_delay(&io_, config_.connect_retry_ms);
+
+  raft_fsm_.version = 1;
+  raft_fsm_.data = this;
+  raft_fsm_.apply = &Impl::fsm_apply;
+  raft_fsm_.snapshot = &Impl::fsm_snapshot;
+  raft_fsm_.restore = &Impl::fsm_restore;
+  rc = raft_init(&raft_, &io_, &raft_fsm_, config_.id, config_.raft_address.c_str());
+  if (rc != 0) {
+    std::string detail = raft_errmsg(&raft_);
+    if (detail.empty()) detail = io_.errmsg;
+    raft_uv_close(&io_);
+    if (rc == RAFT_NOTFOUND || rc == RAFT_INVALID || rc == RAFT_NAMETOOLONG) {  // no such dir
+      return fail_open("raft directory " + config_.dir + ": " + detail, false);
+    }
+    return fail_open(damaged_directory(config_.dir, detail, rc), false);
+  }
+  raft_.data = this;
+  // libraft 0.15 commits an entry of an earlier term by counting replicas alone (Raft's Figure 8);
+  // the rule puts Raft's own back. It needs every new leader to commit an entry of its term at
+  // once, which the barrier of track_leadership() is.
+  install_commit_rule(&raft_);
+  raft_set_election_timeout(&raft_, config_.election_timeout_ms);
+  raft_set_heartbeat_timeout(&raft_, config_.heartbeat_timeout_ms);
+  raft_set_snapshot_threshold(&raft_, config_.snapshot_threshold);
+  raft_set_snapshot_trailing(&raft_, config_.snapshot_trailing);
+  raft_set_pre_vote(&raft_, config_.pre_vote);
+
+  if (bootstrap) {
+    raft_configuration configuration;
+    raft_configuration_init(&configuration);
+    for (const RaftPeer& peer : config_.peers) {
+      rc = raft_configuration_add(&configuration, peer.id, peer.raft_address.c_str(), RAFT_VOTER);
+      if (rc != 0) break;
+    }
+    if (rc == 0) rc = raft_bootstrap(&raft_, &configuration);
+    raft_configuration_close(&configuration);
+    if (rc != 0) {
+      return fail_open("cannot bootstrap raft directory " + config_.dir + ": " +
+                           raft_errmsg(&raft_) + " (" + raft_strerror(rc) + ")",
+                       true);
+    }
+  }
+  rc = raft_start(&raft_);
+  if (rc != 0) return fail_open(start_error(rc), true);
+
+  uv_async_init(&loop_, &async_, &Impl::on_async);
+  async_.data = this;
+  uv_check_init(&loop_, &check_);
+  check_.data = this;
+  uv_check_start(&check_, &Impl::on_check);
+  refresh_status();
+  std::lock_guard lock(mutex_);
+  accepting_ = true;
+  if (stop_requested_) uv_async_send(&async_);
+  return std::nullopt;
+}
+
+// Undo a failed open(): close what was opened and run the loop until it is all closed.
+std::optional<std::string> RaftNode::Impl::fail_open(const std::string& error,
+                                                     bool raft_initialized) {
+  if (raft_initialized) {
+    raft_close(&raft_, &Impl::on_raft_closed);
+    uv_run(&loop_, UV_RUN_DEFAULT);
+    raft_uv_close(&io_);
+  } else {
+    transport_->close_unused();
+    uv_run(&loop_, UV_RUN_DEFAULT);
+  }
+  transport_.reset();
+  uv_loop_close(&loop_);
+  return error;
+}
+
+void RaftNode::Impl::begin_shutdown() {
+  if (closing_) return;
+  closing_ = true;
+  std::vector<Op> rest;
+  {
+    std::lock_guard lock(mutex_);
+    accepting_ = false;
+    rest.swap(queue_);
+  }
+  for (Op& op : rest) fail_op(op, "raft node is stopping");
+  uv_close(reinterpret_cast<uv_handle_t*>(&async_), nullptr);
+  uv_check_stop(&check_);
+  uv_close(reinterpret_cast<uv_handle_t*>(&check_), nullptr);
+  if (ready_) {
+    ready_ = false;
+    fsm_.leadership_changed(false);
+  }
+  raft_close(&raft_, &Impl::on_raft_closed);
+}
+
+void RaftNode::Impl::on_raft_closed(struct raft* r) {
+  auto* self = static_cast<Impl*>(r->data);
+  self->raft_closed_ = true;
+}
+
+// After the loop ended: everything raft never answered gets its error, then the loop goes.
+void RaftNode::Impl::finish() {
+  if (!raft_closed_) log_("the raft loop ended before raft closed");
+  fail_pending("raft node stopped; the outcome is unknown");
+  while (!requests_.empty()) {
+    std::unique_ptr<Request> request = std::move(requests_.begin()->second);
+    requests_.erase(requests_.begin());
+    request->abandon("raft node stopped");
+  }
+  deferred_.clear();
+  raft_uv_close(&io_);
+  transport_.reset();
+  if (uv_loop_close(&loop_) != 0) log_("raft loop closed with handles still open");
+  std::lock_guard lock(mutex_);
+  status_.role = "unavailable";
+  status_.leader_id = 0;
+  status_.leader_raft_address.clear();
+}
+
+// --- the raft thread: turns -------------------------------------------------------------------
+
+void RaftNode::Impl::on_async(uv_async_t* handle) {
+  auto* self = static_cast<Impl*>(handle->data);
+  std::vector<Op> ops;
+  bool stop = false;
+  {
+    std::lock_guard lock(self->mutex_);
+    ops.swap(self->queue_);
+    stop = self->stop_requested_;
+  }
+  self->process(ops);
+  if (stop) self->begin_shutdown();
+}
+
+void RaftNode::Impl::on_check(uv_check_t* handle) {
+  auto* self = static_cast<Impl*>(handle->data);
+  if (self->closing_) return;
+  std::vector<std::function<void()>> work;
+  work.swap(self->deferred_);
+  for (std::function<void()>& w : work) w();
+  self->track_leadership();
+  self->refresh_status();
+}
+
+void RaftNode::Impl::process(std::vector<Op>& ops) {
+  std::size_t i = 0;
+  while (i < ops.size()) {
+    if (ops[i].kind == Op::Kind::kPropose) {
+      // The run of proposals from here, bounded: one raft_apply, one disk write.
+      std::size_t end = i;
+      std::size_t bytes = 0;
+      while (end < ops.size() && ops[end].kind == Op::Kind::kPropose &&
+             end - i < kMaxBatchEntries && bytes < kMaxBatchBytes) {
+        bytes += ops[end].command.size();
+        ++end;
+      }
+      submit_batch(ops, i, end);
+      i = end;
+      continue;
+    }
+    switch (ops[i].kind) {
+      case Op::Kind::kBarrier:
+        submit_barrier(ops[i]);
+        break;
+      case Op::Kind::kTransfer:
+        submit_transfer(ops[i]);
+        break;
+      case Op::Kind::kAddVoter:
+        submit_add_voter(ops[i]);
+        break;
+      case Op::Kind::kRemoveVoter:
+        submit_remove_voter(ops[i]);
+        break;
+      case Op::Kind::kPropose:
+        break;
+    }
+    ++i;
+  }
+}
+
+std::string RaftNode::Impl::not_leader_error() const {
+  if (raft_state(raft()) == RAFT_LEADER) return "not leader: leadership is being transferred";
+  raft_id id = 0;
+  const char* address = nullptr;
+  raft_leader(raft(), &id, &address);
+  if (id == 0) return "not leader; no leader is known";
+  return "not leader; the leader is node " + std::to_string(id) + " at " +
+         (address != nullptr ? address : "?");
+}
+
+std::string RaftNode::Impl::describe(int status) const {
+  switch (status) {
+    case RAFT_NOTLEADER:
+      return not_leader_error();
+    case RAFT_LEADERSHIPLOST:
+      return "leadership lost; the outcome is unknown";
+    case RAFT_SHUTDOWN:
+      return "raft node is stopping; the outcome is unknown";
+    default: {
+      std::string detail = raft_errmsg(raft());
+      std::string text = raft_strerror(status);
+      if (!detail.empty() && detail != text) text += " (" + detail + ")";
+      return text;
+    }
+  }
+}
+
+void RaftNode::Impl::submit_batch(std::vector<Op>& ops, std::size_t begin, std::size_t end) {
+  std::vector<Op*> batch;
+  for (std::size_t i = begin; i < end; ++i) {
+    if (ops[i].command.empty()) {
+      fail_op(ops[i], "empty command");
+    } else {
+      batch.push_back(&ops[i]);
+    }
+  }
+  if (batch.empty()) return;
+  if (!leads()) {
+    const std::string error = not_leader_error();
+    for (Op* op : batch) fail_op(*op, error);
+    return;
+  }
+  // raft takes the entries' memory (raft_malloc'd) when raft_apply succeeds.
+  std::vector<raft_buffer> bufs(batch.size());
+  for (std::size_t k = 0; k < batch.size(); ++k) {
+    const std::string& command = batch[k]->command;
+    bufs[k].len = framed_size(command.size());
+    bufs[k].base = raft_malloc(bufs[k].len);
+    if (bufs[k].base == nullptr) {
+      for (std::size_t j = 0; j < k; ++j) raft_free(bufs[j].base);
+      for (Op* op : batch) fail_op(*op, "out of memory");
+      return;
+    }
+    frame(command, static_cast<unsigned char*>(bufs[k].base));
+  }
+  ApplyRequest* request = hold(std::make_unique<ApplyRequest>());
+  request->raft.data = request;
+  request->batch = ++next_batch_;
+  request->n = static_cast<unsigned>(batch.size());
+  const int rc = raft_apply(&raft_, &request->raft, bufs.data(), request->n, &Impl::on_applied);
+  if (rc != 0) {
+    release(request);
+    if (rc == RAFT_NOTLEADER) {
+      for (raft_buffer& buf : bufs) raft_free(buf.base);  // refused before raft took them
+    } else {
+      // raft 0.15 may have freed them already (it discards what it appended): leak rather than
+      // free twice. This is an out-of-memory or disk failure path.
+      log_("raft_apply failed: " + describe(rc));
+    }
+    const std::string error = describe(rc);
+    for (Op* op : batch) fail_op(*op, error);
+    return;
+  }
+  // raft completes the request when the FIRST entry is applied; each entry is answered from
+  // fsm_apply instead, by index.
+  request->first = request->raft.index;
+  for (std::size_t k = 0; k < batch.size(); ++k) {
+    pending_.insert_or_assign(request->first + k, Pending{raft_.current_term, request->batch,
+                                                          std::move(batch[k]->index_done)});
+  }
+  proposals_ += batch.size();
+  ++apply_calls_;
+}
+
+void RaftNode::Impl::on_applied(RaftApply* req, int status, void*) {
+  auto* request = static_cast<ApplyRequest*>(req->data);
+  Impl* self = request->impl;
+  std::unique_ptr<Request> owned = self->release(request);
+  // Success needs nothing here (fsm_apply answered the first entry and answers the others as
+  // they are applied). A failure answers those of the batch still waiting.
+  if (status != 0) {
+    self->fail_batch(request->batch, request->first, request->n, self->describe(status));
+  }
+}
+
+void RaftNode::Impl::fail_batch(std::uint64_t batch, std::uint64_t first, unsigned n,
+                                const std::string& error) {
+  for (std::uint64_t index = first; index < first + n; ++index) {
+    auto it = pending_.find(index);
+    if (it == pending_.end() || it->second.batch != batch) continue;
+    RaftNode::IndexDone done = std::move(it->second.done);
+    pending_.erase(it);
+    if (done) done(0, error);
+  }
+}
+
+void RaftNode::Impl::fail_pending(const std::string& error) {
+  std::map<std::uint64_t, Pending> all;
+  all.swap(pending_);
+  for (auto& [index, pending] : all) {
+    if (pending.done) pending.done(0, error);
+  }
+}
+
+void RaftNode::Impl::submit_barrier(Op& op) {
+  if (!leads()) {
+    fail_op(op, not_leader_error());
+    return;
+  }
+  BarrierRequest* request = hold(std::make_unique<BarrierRequest>());
+  request->raft.data = request;
+  request->done = std::move(op.index_done);
+  request->term = raft_.current_term;
+  const int rc = raft_barrier(&raft_, &request->raft, &Impl::on_barrier);
+  if (rc != 0) release(request)->abandon(describe(rc));
+}
+
+void RaftNode::Impl::on_barrier(RaftBarrier* req, int status) {
+  auto* request = static_cast<BarrierRequest*>(req->data);
+  Impl* self = request->impl;
+  std::unique_ptr<Request> owned = self->release(request);
+  if (request->done) {
+    if (status == 0) {
+      request->done(req->index, "");
+    } else {
+      request->done(0, self->describe(status));
+    }
+    return;
+  }
+  // The barrier of a new leader: once it is applied, every entry of earlier terms is too.
+  if (status == 0 && self->leads() && self->raft_.current_term == request->term &&
+      self->leader_term_ == request->term && !self->ready_) {
+    self->ready_ = true;
+    self->log_("leads in term " + std::to_string(request->term));
+    self->fsm_.leadership_changed(true);
+  } else if (self->leader_term_ == request->term) {
+    self->ready_barrier_sent_ = false;  // still leading this term: try again next turn
+  }
+}
+
+void RaftNode::Impl::submit_transfer(Op& op) {
+  if (!leads()) {
+    if (op.bool_done) op.bool_done(false);
+    return;
+  }
+  // The voter whose log matches ours furthest (raft's own choice, id 0, takes the first
+  // up-to-date voter it finds, or else the last voter).
+  raft_id target = 0;
+  raft_index best = 0;
+  for (unsigned i = 0; i < raft_.configuration.n; ++i) {
+    const raft_server& server = raft_.configuration.servers[i];
+    if (server.id == raft_.id || server.role != RAFT_VOTER) continue;
+    const raft_index match = raft_.leader_state.progress[i].match_index;
+    if (target == 0 || match > best) {
+      target = server.id;
+      best = match;
+    }
+  }
+  TransferRequest* request = hold(std::make_unique<TransferRequest>());
+  request->raft.data = request;
+  request->target = target;
+  request->done = std::move(op.bool_done);
+  const int rc = raft_transfer(&raft_, &request->raft, target, &Impl::on_transferred);
+  if (rc != 0) {
+    log_("leadership transfer refused: " + describe(rc));
+    release(request)->abandon("");
+  }
+}
+
+void RaftNode::Impl::on_transferred(RaftTransfer* req) {
+  auto* request = static_cast<TransferRequest*>(req->data);
+  Impl* self = request->impl;
+  std::unique_ptr<Request> owned = self->release(request);
+  raft_id leader = 0;
+  const char* address = nullptr;
+  raft_leader(self->raft(), &leader, &address);
+  const raft_id target = req->id != 0 ? req->id : request->target;
+  const bool ok = leader != 0 && leader != self->raft_.id && leader == target;
+  if (request->done) request->done(ok);
+}
+
+void RaftNode::Impl::submit_add_voter(Op& op) {
+  if (membership_busy_) {
+    fail_op(op, "another membership change is in progress");
+    return;
+  }
+  if (!leads()) {
+    fail_op(op, not_leader_error());
+    return;
+  }
+  if (op.id == 0 || !split_host_port(op.address)) {
+    fail_op(op, "a new voter needs an id of at least 1 and a host:port raft address");
+    return;
+  }
+  const raft_server* existing = nullptr;
+  for (unsigned i = 0; i < raft_.configuration.n; ++i) {
+    if (raft_.configuration.servers[i].id == op.id) existing = &raft_.configuration.servers[i];
+  }
+  if (existing != nullptr && op.address != existing->address) {
+    fail_op(op, "node " + std::to_string(op.id) + " is already in the configuration, at " +
+                    existing->address);
+    return;
+  }
+  if (existing != nullptr && existing->role == RAFT_VOTER) {
+    fail_op(op, "node " + std::to_string(op.id) + " is already a voter");
+    return;
+  }
+  ChangeRequest* request = hold(std::make_unique<ChangeRequest>());
+  request->raft.data = request;
+  request->id = op.id;
+  request->address = op.address;
+  request->done = std::move(op.error_done);
+  membership_busy_ = true;
+  if (existing != nullptr) {  // a spare from an earlier attempt: promote it
+    start_assign(request);
+    return;
+  }
+  request->stage = ChangeRequest::Stage::kAdd;
+  const int rc = raft_add(&raft_, &request->raft, op.id, op.address.c_str(), &Impl::on_changed);
+  if (rc != 0)
+    finish_change(request, "cannot add node " + std::to_string(op.id) + ": " + describe(rc));
+}
+
+void RaftNode::Impl::start_assign(ChangeRequest* request) {
+  const std::string spare = "node " + std::to_string(request->id) + " is a spare";
+  if (closing_) {
+    finish_change(request, spare + "; raft node is stopping");
+    return;
+  }
+  if (!leads()) {
+    finish_change(request, spare + " but could not be promoted: " + not_leader_error() +
+                               "; retry add_voter on the leader");
+    return;
+  }
+  request->stage = ChangeRequest::Stage::kAssign;
+  const int rc = raft_assign(&raft_, &request->raft, request->id, RAFT_VOTER, &Impl::on_changed);
+  if (rc != 0) {
+    finish_change(request, spare + " but could not be promoted: " + describe(rc) +
+                               "; retry add_voter, or remove_voter");
+  }
+}
+
+void RaftNode::Impl::on_changed(RaftChange* req, int status) {
+  auto* request = static_cast<ChangeRequest*>(req->data);
+  Impl* self = request->impl;
+  const std::string node = "node " + std::to_string(request->id);
+  switch (request->stage) {
+    case ChangeRequest::Stage::kAdd:
+      if (status != 0) {
+        self->finish_change(request, "cannot add " + node + ": " + self->describe(status));
+      } else {
+        // Promote it from the end of this loop turn, outside raft's callback.
+        self->deferred_.push_back([self, request] { self->start_assign(request); });
+      }
+      return;
+    case ChangeRequest::Stage::kAssign:
+      self->finish_change(request, status == 0 ? ""
+                                               : node + " is a spare but its promotion failed (" +
+                                                     self->describe(status) +
+                                                     "); retry add_voter, or remove_voter");
+      return;
+    case ChangeRequest::Stage::kRemove:
+      self->finish_change(
+          request, status == 0 ? "" : "cannot remove " + node + ": " + self->describe(status));
+      return;
+  }
+}
+
+void RaftNode::Impl::finish_change(ChangeRequest* request, const std::string& error) {
+  std::unique_ptr<Request> owned = release(request);
+  membership_busy_ = false;
+  if (error.empty()) {
+    log_(std::string(request->stage == ChangeRequest::Stage::kRemove ? "removed" : "added") +
+         " voter " + std::to_string(request->id));
+  }
+  if (request->done) request->done(error);
+}
+
+void RaftNode::Impl::submit_remove_voter(Op& op) {
+  if (membership_busy_) {
+    fail_op(op, "another membership change is in progress");
+    return;
+  }
+  if (!leads()) {
+    fail_op(op, not_leader_error());
+    return;
+  }
+  if (op.id == raft_.id) {
+    fail_op(op, "refusing to remove the leader itself: transfer leadership first");
+    return;
+  }
+  bool found = false;
+  for (unsigned i = 0; i < raft_.configuration.n; ++i) {
+    if (raft_.configuration.servers[i].id == op.id) found = true;
+  }
+  if (!found) {
+    fail_op(op, "node " + std::to_string(op.id) + " is not in the configuration");
+    return;
+  }
+  ChangeRequest* request = hold(std::make_unique<ChangeRequest>());
+  request->raft.data = request;
+  request->stage = ChangeRequest::Stage::kRemove;
+  request->id = op.id;
+  request->done = std::move(op.error_done);
+  membership_busy_ = true;
+  const int rc = raft_remove(&raft_, &request->raft, op.id, &Impl::on_changed);
+  if (rc != 0) {
+    finish_change(request, "cannot remove node " + std::to_string(op.id) + ": " + describe(rc));
+  }
+}
+
+// raft has no state-change callback in 0.15: every loop turn compares. A new leader proposes a
+// barrier at once: applied, it makes the leader ready (leadership_changed(true)); committed, it
+// is the entry of the leader's own term without which the commit rule (net/raft_commit_rule.h)
+// commits nothing of the earlier terms.
+void RaftNode::Impl::track_leadership() {
+  const bool leader = raft_state(&raft_) == RAFT_LEADER;
+  const std::uint64_t term = raft_.current_term;
+  if (leader) {
+    if (leader_term_ != term) {
+      leader_term_ = term;
+      ready_barrier_sent_ = false;
+      if (ready_) {
+        ready_ = false;
+        fsm_.leadership_changed(false);
+      }
+    }
+    if (!ready_ && !ready_barrier_sent_ && raft_.transfer == nullptr) {
+      BarrierRequest* request = hold(std::make_unique<BarrierRequest>());
+      request->raft.data = request;
+      request->term = term;
+      if (raft_barrier(&raft_, &request->raft, &Impl::on_barrier) == 0) {
+        ready_barrier_sent_ = true;
+      } else {
+        release(request);
+      }
+    }
+    return;
+  }
+  if (leader_term_ == 0) return;
+  // Stepped down. raft failed its own requests already; the entries of batches raft considered
+  // done (their first entry applied) but not yet applied here are answered now.
+  leader_term_ = 0;
+  ready_barrier_sent_ = false;
+  fail_pending("leadership lost; the outcome is unknown");
+  if (ready_) {
+    ready_ = false;
+    log_("no longer leads (term " + std::to_string(term) + ")");
+    fsm_.leadership_changed(false);
+  }
+}
+
+void RaftNode::Impl::refresh_status() {
+  raft_id leader = 0;
+  const char* leader_address = nullptr;
+  raft_leader(&raft_, &leader, &leader_address);
+  if (raft_.configuration_index != status_config_index_ ||
+      raft_.configuration_uncommitted_index != status_config_uncommitted_) {
+    status_config_index_ = raft_.configuration_index;
+    status_config_uncommitted_ = raft_.configuration_uncommitted_index;
+    voters_.clear();
+    for (unsigned i = 0; i < raft_.configuration.n; ++i) {
+      if (raft_.configuration.servers[i].role == RAFT_VOTER) {
+        voters_.push_back(raft_.configuration.servers[i].id);
+      }
+    }
+    std::sort(voters_.begin(), voters_.end());
+  }
+  std::lock_guard lock(mutex_);
+  status_.leader_id = leader;
+  status_.term = raft_.current_term;
+  status_.commit_index = raft_.commit_index;
+  status_.last_index = raft_last_index(&raft_);
+  status_.snapshot_index = raft_.log.snapshot.last_index;
+  status_.applied_index = raft_last_applied(&raft_);
+  status_.role = role_name(raft_state(&raft_));
+  if (leader == 0 || leader_address == nullptr) {
+    status_.leader_raft_address.clear();
+  } else if (status_.leader_raft_address != leader_address) {
+    status_.leader_raft_address = leader_address;
+  }
+  if (status_.voters != voters_) status_.voters = voters_;
+  status_.proposals = proposals_;
+  status_.raft_apply_calls = apply_calls_;
+}
+
+// --- the state machine's side -------------------------------------------------------------------
+
+int RaftNode::Impl::fsm_apply(raft_fsm* fsm, const raft_buffer* buf, void** result) {
+  auto* self = static_cast<Impl*>(fsm->data);
+  *result = nullptr;
+  // raft counts the entry as applied only after this returns.
+  const std::uint64_t index = raft_last_applied(&self->raft_) + 1;
+  if (const std::optional<std::string_view> command = unframe(*buf)) {
+    self->fsm_.apply(index, *command);
+  } else {
+    // Not written by a RaftNode. Every replica holds the same bytes and skips them alike.
+    self->log_("entry " + std::to_string(index) + " is not a framed command: skipped");
+  }
+  auto it = self->pending_.find(index);
+  if (it != self->pending_.end()) {
+    Pending pending = std::move(it->second);
+    self->pending_.erase(it);
+    // Ours only if this node still leads in the term it appended the entry in: a leader never
+    // rewrites its own log, but a new leader may have replaced that index with its own entry.
+    if (raft_state(&self->raft_) == RAFT_LEADER && self->raft_.current_term == pending.term) {
+      if (pending.done) pending.done(index, "");
+    } else if (pending.done) {
+      pending.done(0, "leadership lost; the outcome is unknown");
+    }
+  }
+  return 0;
+}
+
+int RaftNode::Impl::fsm_snapshot(raft_fsm* fsm, raft_buffer* bufs[], unsigned* n_bufs) {
+  auto* self = static_cast<Impl*>(fsm->data);
+  const std::string state = self->fsm_.snapshot();
+  // raft frees both the array and the data (raft_free) once the snapshot is written.
+  auto* array = static_cast<raft_buffer*>(raft_malloc(sizeof(raft_buffer)));
+  if (array == nullptr) return RAFT_NOMEM;
+  array[0].len = state.size();
+  array[0].base = raft_malloc(std::max<std::size_t>(state.size(), 1));
+  if (array[0].base == nullptr) {
+    raft_free(array);
+    return RAFT_NOMEM;
+  }
+  std::memcpy(array[0].base, state.data(), state.size());
+  *bufs = array;
+  *n_bufs = 1;
+  return 0;
+}
+
+int RaftNode::Impl::fsm_restore(raft_fsm* fsm, raft_buffer* buf) {
+  auto* self = static_cast<Impl*>(fsm->data);
+  if (!self->fsm_.restore(std::string_view(static_cast<const char*>(buf->base), buf->len))) {
+    self->restore_refused_ = true;
+    self->log_("the state machine refused a snapshot of " + std::to_string(buf->len) + " bytes");
+    return RAFT_MALFORMED;  // raft keeps the buffer
+  }
+  raft_free(buf->base);  // on success the buffer is ours to free
+  return 0;
+}
+
+// --- RaftNode ---------------------------------------------------------------------------------
+
+RaftNode::RaftNode(RaftNodeConfig config, RaftStateMachine& fsm)
+    : impl_(std::make_unique<Impl>(std::move(config), fsm)) {}
+
+RaftNode::~RaftNode() = default;
+
+std::optional<std::string> RaftNode::start() { return impl_->start(); }
+
+void RaftNode::stop() { impl_->stop(); }
+
+RaftStatus RaftNode::status() const { return impl_->status(); }
+
+void RaftNode::propose(std::string command, IndexDone done) {
+  Op op;
+  op.kind = Op::Kind::kPropose;
+  op.command = std::move(command);
+  op.index_done = std::move(done);
+  impl_->enqueue(std::move(op));
+}
+
+void RaftNode::barrier(IndexDone done) {
+  Op op;
+  op.kind = Op::Kind::kBarrier;
+  op.index_done = std::move(done);
+  impl_->enqueue(std::move(op));
+}
+
+void RaftNode::transfer_leadership(std::function<void(bool ok)> done) {
+  Op op;
+  op.kind = Op::Kind::kTransfer;
+  op.bool_done = std::move(done);
+  impl_->enqueue(std::move(op));
+}
+
+void RaftNode::add_voter(std::uint64_t id, std::string raft_address, ErrorDone done) {
+  Op op;
+  op.kind = Op::Kind::kAddVoter;
+  op.id = id;
+  op.address = std::move(raft_address);
+  op.error_done = std::move(done);
+  impl_->enqueue(std::move(op));
+}
+
+void RaftNode::remove_voter(std::uint64_t id, ErrorDone done) {
+  Op op;
+  op.kind = Op::Kind::kRemoveVoter;
+  op.id = id;
+  op.error_done = std::move(done);
+  impl_->enqueue(std::move(op));
+}
+
+}  // namespace turnstile::net
