@@ -17,6 +17,7 @@
 #include <limits>
 #include <string_view>
 #include <system_error>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <variant>
@@ -47,11 +48,19 @@ constexpr std::int64_t kMaxWallClockOffsetSeconds = 3'155'760'000;
 constexpr std::int64_t kMaxTestFenceRange = std::int64_t{1} << 22;
 constexpr std::string_view kEnvPrefixes[] = {"TURNSTILE_", "DFLOCKD_"};
 
-enum class Kind { kText, kInteger, kBool, kAuthToken, kAuthTokenFile };
+// raft takes the snapshot threshold and trailing count as `unsigned`.
+constexpr std::int64_t kMaxRaftCount = std::numeric_limits<std::uint32_t>::max();
+
+// kText: any text. kAddress: host:port or [v6]:port, stored canonical (empty = unset).
+// kPeers: --cluster-peers. kSecret, kSecretFile: a secret and the file holding it, resolved
+// together (resolve_secret), never by apply.
+enum class Kind { kText, kInteger, kBool, kAddress, kPeers, kSecret, kSecretFile };
 
 using Target =
     std::variant<std::monostate, std::string Config::*, int Config::*, std::int64_t Config::*,
-                 bool Config::*, std::int64_t Config::TestHooks::*>;
+                 bool Config::*, std::int64_t Config::TestHooks::*, std::string Config::Cluster::*,
+                 std::int64_t Config::Cluster::*, std::uint64_t Config::Cluster::*,
+                 bool Config::Cluster::*>;
 
 struct Setting {
   std::string_view flag;  // without the leading "--"
@@ -62,7 +71,8 @@ struct Setting {
   std::int64_t max;
   Target target;
   std::string_view help;
-  bool hidden = false;  // left out of --help (the test hooks, Config::TestHooks)
+  bool hidden = false;   // left out of --help (the test hooks, Config::TestHooks)
+  bool cluster = false;  // a cluster flag (Config::Cluster): needs --raft-dir
 };
 
 // Order is --help order; names, env names and bounds are reference section 4 plus the
@@ -112,9 +122,9 @@ const Setting kSettings[] = {
      "TLS certificate (PEM); needs --tls-key"},
     {"tls-key", "TLS_KEY", Kind::kText, "path", 0, 0, &Config::tls_key,
      "TLS private key (PEM); needs --tls-cert"},
-    {"auth-token", "AUTH_TOKEN", Kind::kAuthToken, "token", 0, 0, std::monostate{},
+    {"auth-token", "AUTH_TOKEN", Kind::kSecret, "token", 0, 0, std::monostate{},
      "shared secret clients must send with `auth` (visible in ps; prefer the file)"},
-    {"auth-token-file", "AUTH_TOKEN_FILE", Kind::kAuthTokenFile, "path", 0, 0, std::monostate{},
+    {"auth-token-file", "AUTH_TOKEN_FILE", Kind::kSecretFile, "path", 0, 0, std::monostate{},
      "file holding the shared secret on one line"},
     {"fence-state-file", "FENCE_STATE_FILE", Kind::kText, "path", 0, 0, &Config::fence_state_file,
      "fence journal: fences keep increasing across restarts and clock steps; empty = off"},
@@ -140,6 +150,58 @@ const Setting kSettings[] = {
     {"http-cors-allowed-origins", "HTTP_CORS_ALLOWED_ORIGINS", Kind::kText, "origins", 0, 0,
      &Config::http_cors_allowed_origins, "comma list of origins allowed by CORS; * = any"},
     {"debug", "DEBUG", Kind::kBool, "", 0, 0, &Config::debug, "log at debug level"},
+    // Cluster mode (Config::Cluster, docs/cluster.md "Flags"): --raft-dir turns it on, and every
+    // other cluster flag needs it.
+    {"raft-dir", "RAFT_DIR", Kind::kText, "dir", 0, 0, &Config::Cluster::raft_dir,
+     "turns cluster mode on: raft's data directory (log, snapshots); empty = single node"},
+    {"node-id", "NODE_ID", Kind::kInteger, "id", 1, kInt64Max, &Config::Cluster::node_id,
+     "cluster mode: this node's raft id; required", /*hidden=*/false, /*cluster=*/true},
+    {"raft-addr", "RAFT_ADDR", Kind::kAddress, "host:port", 0, 0, &Config::Cluster::raft_addr,
+     "cluster mode: where this node listens for raft traffic, as its peers reach it; required",
+     /*hidden=*/false, /*cluster=*/true},
+    {"cluster-peers", "CLUSTER_PEERS", Kind::kPeers, "id=raftHost:port@clientHost:port,...", 0, 0,
+     std::monostate{}, "cluster mode: every voter of the initial cluster, this node included",
+     /*hidden=*/false, /*cluster=*/true},
+    {"advertise-addr", "ADVERTISE_ADDR", Kind::kAddress, "host:port", 0, 0,
+     &Config::Cluster::advertise_addr,
+     "cluster mode: the client address other nodes send clients to (error_not_leader)",
+     /*hidden=*/false, /*cluster=*/true},
+    {"cluster-bootstrap", "CLUSTER_BOOTSTRAP", Kind::kBool, "", 0, 0, &Config::Cluster::bootstrap,
+     "cluster mode: write --cluster-peers as the initial configuration into an empty --raft-dir",
+     /*hidden=*/false, /*cluster=*/true},
+    {"orphan-ttl", "ORPHAN_TTL_S", Kind::kInteger, "seconds", 0, kMaxSeconds,
+     &Config::Cluster::orphan_ttl_s,
+     "cluster mode: how long a holder or waiter whose session is gone is kept; 0 = off; the same "
+     "on every node",
+     /*hidden=*/false, /*cluster=*/true},
+    {"cluster-secret", "CLUSTER_SECRET", Kind::kSecret, "secret", 0, 0, std::monostate{},
+     "cluster mode: shared secret the nodes authenticate each other with; required (visible in "
+     "ps; prefer the file)",
+     /*hidden=*/false, /*cluster=*/true},
+    {"cluster-secret-file", "CLUSTER_SECRET_FILE", Kind::kSecretFile, "path", 0, 0,
+     std::monostate{}, "cluster mode: file holding the cluster secret on one line",
+     /*hidden=*/false, /*cluster=*/true},
+    {"admin-token", "ADMIN_TOKEN", Kind::kSecret, "token", 0, 0, std::monostate{},
+     "cluster mode: token of the admin routes (membership changes); unset = admin routes off "
+     "(visible in ps; prefer the file)",
+     /*hidden=*/false, /*cluster=*/true},
+    {"admin-token-file", "ADMIN_TOKEN_FILE", Kind::kSecretFile, "path", 0, 0, std::monostate{},
+     "cluster mode: file holding the admin token on one line", /*hidden=*/false,
+     /*cluster=*/true},
+    {"raft-election-timeout-ms", "RAFT_ELECTION_TIMEOUT_MS", Kind::kInteger, "milliseconds", 100,
+     60'000, &Config::Cluster::election_timeout_ms, "cluster mode: raft's election timeout",
+     /*hidden=*/false, /*cluster=*/true},
+    {"raft-heartbeat-timeout-ms", "RAFT_HEARTBEAT_TIMEOUT_MS", Kind::kInteger, "milliseconds", 10,
+     10'000, &Config::Cluster::heartbeat_timeout_ms,
+     "cluster mode: raft's heartbeat timeout; less than the election timeout", /*hidden=*/false,
+     /*cluster=*/true},
+    {"raft-snapshot-threshold", "RAFT_SNAPSHOT_THRESHOLD", Kind::kInteger, "entries", 16,
+     kMaxRaftCount, &Config::Cluster::snapshot_threshold,
+     "cluster mode: entries applied between two snapshots", /*hidden=*/false, /*cluster=*/true},
+    {"raft-snapshot-trailing", "RAFT_SNAPSHOT_TRAILING", Kind::kInteger, "entries", 0,
+     kMaxRaftCount, &Config::Cluster::snapshot_trailing,
+     "cluster mode: entries kept in the log behind a snapshot", /*hidden=*/false,
+     /*cluster=*/true},
     // The test hooks (Config::TestHooks): hidden from --help, and not read from the environment,
     // so a stray variable can never shift a production server's clock or fences.
     {"test-wall-clock-offset-s", "", Kind::kInteger, "seconds", -kMaxWallClockOffsetSeconds,
@@ -254,11 +316,13 @@ IntegerParse parse_int64(std::string_view text, std::int64_t& value) {
 }
 
 std::string bounds_text(const Setting& setting) {
-  const bool seconds = setting.value_name == "seconds";
-  std::string text = setting.max == kInt64Max ? "must be >= " + std::to_string(setting.min)
-                                              : "must be between " + std::to_string(setting.min) +
-                                                    " and " + std::to_string(setting.max);
-  if (seconds) text += " seconds";
+  const bool unit = setting.value_name == "seconds" || setting.value_name == "milliseconds";
+  // An id names its whole range, so that 0 and 2^63 get the same message.
+  const bool open_ended = setting.max == kInt64Max && setting.value_name != "id";
+  std::string text = open_ended ? "must be >= " + std::to_string(setting.min)
+                                : "must be between " + std::to_string(setting.min) + " and " +
+                                      std::to_string(setting.max);
+  if (unit) text.append(" ").append(setting.value_name);
   return text;
 }
 
@@ -274,11 +338,222 @@ std::optional<bool> parse_bool(std::string_view text, bool from_env) {
   return std::nullopt;
 }
 
+// A host:port address: `host` is an IPv4 literal or a host name (lower case), or an IPv6
+// literal (compressed by inet_ntop, without its brackets); `text` is the canonical form,
+// `host:port` or `[v6]:port`.
+struct HostPort {
+  std::string host;
+  int port = 0;
+  bool v6 = false;
+  std::string text;
+};
+
+bool is_wildcard(const HostPort& address) {
+  return address.host == "0.0.0.0" || (address.v6 && address.host == "::");
+}
+
+std::string join_host_port(std::string_view host, bool v6, int port) {
+  std::string text;
+  if (v6) text += '[';
+  text += host;
+  if (v6) text += ']';
+  text.append(":").append(std::to_string(port));
+  return text;
+}
+
+// The canonical form of a host: an IPv6 literal (bracketed or not) compressed, an IPv4 literal
+// as is, anything else (a host name) in lower case; `v6` says which. nullopt: an IPv6-looking
+// text (brackets or a colon) that is not an IPv6 literal.
+std::optional<std::string> canonical_host(std::string_view host, bool& v6) {
+  const bool bracketed = host.size() >= 2 && host.front() == '[' && host.back() == ']';
+  if (bracketed) host = host.substr(1, host.size() - 2);
+  v6 = bracketed || host.find(':') != std::string_view::npos;
+  if (!v6) return lowercase(host);
+  in6_addr address{};
+  if (inet_pton(AF_INET6, std::string(host).c_str(), &address) != 1) return std::nullopt;
+  char text[INET6_ADDRSTRLEN] = {};
+  if (inet_ntop(AF_INET6, &address, text, sizeof text) == nullptr) return std::nullopt;
+  return std::string(text);
+}
+
+// `host:port` or `[v6]:port`, port 1..65535: the address, or why the text is not one.
+std::variant<HostPort, std::string> parse_host_port(std::string_view text) {
+  using Result = std::variant<HostPort, std::string>;
+  static constexpr std::string_view kShape = "not host:port or [v6]:port";
+  HostPort address;
+  std::string_view host;
+  std::string_view port;
+  if (!text.empty() && text.front() == '[') {
+    const std::size_t close = text.find(']');
+    if (close == std::string_view::npos || close + 1 >= text.size() || text[close + 1] != ':') {
+      return Result(std::in_place_index<1>, kShape);
+    }
+    host = text.substr(0, close + 1);
+    port = text.substr(close + 2);
+    if (host.size() == 2) return Result(std::in_place_index<1>, "empty host");
+    const auto canonical = canonical_host(host, address.v6);
+    if (!canonical) {
+      return Result(std::in_place_index<1>, "not an IPv6 address in the brackets");
+    }
+    address.host = *canonical;
+  } else {
+    const std::size_t colon = text.rfind(':');
+    if (colon == std::string_view::npos) return Result(std::in_place_index<1>, kShape);
+    host = text.substr(0, colon);
+    port = text.substr(colon + 1);
+    if (host.empty()) return Result(std::in_place_index<1>, "empty host");
+    if (host.find(':') != std::string_view::npos) {
+      return Result(std::in_place_index<1>, "an IPv6 address goes in brackets: [v6]:port");
+    }
+    const bool name_chars = std::all_of(host.begin(), host.end(), [](char c) {
+      return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+             c == '-' || c == '.' || c == '_';
+    });
+    if (!name_chars || host.size() > 253) {
+      return Result(std::in_place_index<1>,
+                    "the host must be an IP address or a host name (letters, digits, - . _)");
+    }
+    const bool numeric = std::all_of(host.begin(), host.end(),
+                                     [](char c) { return (c >= '0' && c <= '9') || c == '.'; });
+    in_addr v4{};
+    if (numeric && inet_pton(AF_INET, std::string(host).c_str(), &v4) != 1) {
+      return Result(std::in_place_index<1>, "not an IPv4 address");
+    }
+    address.host = lowercase(host);
+  }
+  std::int64_t number = 0;
+  if (port.empty() ||
+      !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
+      parse_int64(port, number) != IntegerParse::kOk || number < 1 || number > 65535) {
+    return Result(std::in_place_index<1>, "the port must be between 1 and 65535");
+  }
+  address.port = static_cast<int>(number);
+  address.text = join_host_port(address.host, address.v6, address.port);
+  return Result(std::in_place_index<0>, std::move(address));
+}
+
+// A cluster address: host:port that others can connect to, so never a wildcard host.
+std::variant<HostPort, std::string> parse_reachable_address(std::string_view text) {
+  auto parsed = parse_host_port(text);
+  if (const auto* address = std::get_if<HostPort>(&parsed); address && is_wildcard(*address)) {
+    return std::variant<HostPort, std::string>(
+        std::in_place_index<1>,
+        address->host + " is a wildcard, not an address another machine can connect to");
+  }
+  return parsed;
+}
+
+// --cluster-peers: `id=raftHost:port@clientHost:port` entries separated by commas, blanks
+// around entries ignored; an empty list when the text is blank. Ids are 1..2^63-1 and unique,
+// and every address (raft or client) appears once in the whole list.
+std::variant<std::vector<Config::ClusterPeer>, std::string> parse_peers(std::string_view text) {
+  using Result = std::variant<std::vector<Config::ClusterPeer>, std::string>;
+  std::vector<Config::ClusterPeer> peers;
+  if (trim(text).empty()) return peers;
+  struct Use {
+    std::string address;
+    std::uint64_t id;
+    std::string_view role;
+  };
+  std::vector<Use> uses;
+  std::size_t number = 0;
+  while (true) {
+    ++number;
+    const std::size_t comma = text.find(',');
+    const std::string_view entry = trim(text.substr(0, comma));
+    const std::string where = "entry " + std::to_string(number) +
+                              (entry.empty() ? std::string(" is empty") : " " + quote(entry));
+    if (entry.empty()) return Result(std::in_place_index<1>, where);
+    const std::size_t equals = entry.find('=');
+    const std::size_t at = entry.find('@');
+    if (equals == std::string_view::npos || at == std::string_view::npos || at < equals ||
+        entry.find('@', at + 1) != std::string_view::npos) {
+      return Result(std::in_place_index<1>, where + ": expected id=raftHost:port@clientHost:port");
+    }
+    const std::string_view id_text = entry.substr(0, equals);
+    std::int64_t id = 0;
+    const bool digits = !id_text.empty() && std::all_of(id_text.begin(), id_text.end(), [](char c) {
+      return c >= '0' && c <= '9';
+    });
+    if (!digits) return Result(std::in_place_index<1>, where + ": the id is not a number");
+    if (parse_int64(id_text, id) != IntegerParse::kOk || id < 1) {
+      return Result(std::in_place_index<1>,
+                    where + ": the id must be between 1 and " + std::to_string(kInt64Max));
+    }
+    Config::ClusterPeer peer;
+    peer.id = static_cast<std::uint64_t>(id);
+    for (const Config::ClusterPeer& other : peers) {
+      if (other.id == peer.id) {
+        return Result(std::in_place_index<1>,
+                      where + ": node id " + std::to_string(peer.id) + " is listed twice");
+      }
+    }
+    for (const auto& [role, part, out] :
+         {std::tuple{std::string_view("raft address"), entry.substr(equals + 1, at - equals - 1),
+                     &peer.raft_address},
+          std::tuple{std::string_view("client address"), entry.substr(at + 1),
+                     &peer.client_address}}) {
+      auto address = parse_reachable_address(part);
+      if (const auto* problem = std::get_if<std::string>(&address)) {
+        return Result(std::in_place_index<1>,
+                      where + ": " + std::string(role) + " " + quote(part) + ": " + *problem);
+      }
+      *out = std::get<HostPort>(address).text;
+      for (const Use& use : uses) {
+        if (use.address != *out) continue;
+        return Result(std::in_place_index<1>, where + ": " + std::string(role) + " " + *out +
+                                                  " is already node " + std::to_string(use.id) +
+                                                  "'s " + std::string(use.role));
+      }
+      uses.push_back(Use{*out, peer.id, role});
+    }
+    peers.push_back(std::move(peer));
+    if (comma == std::string_view::npos) break;
+    text.remove_prefix(comma + 1);
+  }
+  return peers;
+}
+
+// The setting's string field, in Config or in Config::Cluster.
+std::string& text_field(const Setting& setting, Config& config) {
+  if (const auto* member = std::get_if<std::string Config::Cluster::*>(&setting.target)) {
+    return config.cluster.*(*member);
+  }
+  return config.*std::get<std::string Config::*>(setting.target);
+}
+
+bool& bool_field(const Setting& setting, Config& config) {
+  if (const auto* member = std::get_if<bool Config::Cluster::*>(&setting.target)) {
+    return config.cluster.*(*member);
+  }
+  return config.*std::get<bool Config::*>(setting.target);
+}
+
+// Stores an integer already checked against the setting's bounds, whichever field it names.
+void store_integer(const Setting& setting, std::int64_t value, Config& config) {
+  std::visit(
+      [&](auto member) {
+        using Member = decltype(member);
+        if constexpr (std::is_same_v<Member, int Config::*>) {
+          config.*member = static_cast<int>(value);
+        } else if constexpr (std::is_same_v<Member, std::int64_t Config::*>) {
+          config.*member = value;
+        } else if constexpr (std::is_same_v<Member, std::int64_t Config::TestHooks::*>) {
+          config.test.*member = value;
+        } else if constexpr (std::is_same_v<Member, std::int64_t Config::Cluster::*>) {
+          config.cluster.*member = value;
+        } else if constexpr (std::is_same_v<Member, std::uint64_t Config::Cluster::*>) {
+          config.cluster.*member = static_cast<std::uint64_t>(value);
+        }
+      },
+      setting.target);
+}
+
 // Applies one non-secret setting from `source` to `config`; an error when the value is invalid.
 std::optional<ConfigExit> apply(const Setting& setting, const Source& source, Config& config) {
   switch (setting.kind) {
     case Kind::kText: {
-      std::string& field = config.*std::get<std::string Config::*>(setting.target);
+      std::string& field = text_field(setting, config);
       field = source.value;
       if ((setting.flag == "host" || setting.flag == "http-host") && field.empty()) {
         return invalid_value(setting, source,
@@ -300,13 +575,7 @@ std::optional<ConfigExit> apply(const Setting& setting, const Source& source, Co
       if (value < setting.min || value > setting.max) {
         return invalid_value(setting, source, bounds_text(setting));
       }
-      if (std::holds_alternative<int Config::*>(setting.target)) {
-        config.*std::get<int Config::*>(setting.target) = static_cast<int>(value);
-      } else if (std::holds_alternative<std::int64_t Config::TestHooks::*>(setting.target)) {
-        config.test.*std::get<std::int64_t Config::TestHooks::*>(setting.target) = value;
-      } else {
-        config.*std::get<std::int64_t Config::*>(setting.target) = value;
-      }
+      store_integer(setting, value, config);
       return std::nullopt;
     }
     case Kind::kBool: {
@@ -318,11 +587,31 @@ std::optional<ConfigExit> apply(const Setting& setting, const Source& source, Co
                                       : "not a boolean (use --" + std::string(setting.flag) +
                                             "=true or --" + std::string(setting.flag) + "=false)");
       }
-      config.*std::get<bool Config::*>(setting.target) = *value;
+      bool_field(setting, config) = *value;
       return std::nullopt;
     }
-    case Kind::kAuthToken:
-    case Kind::kAuthTokenFile:
+    case Kind::kAddress: {
+      std::string& field = text_field(setting, config);
+      field.clear();  // empty = unset
+      if (source.value.empty()) return std::nullopt;
+      auto address = parse_reachable_address(source.value);
+      if (const auto* problem = std::get_if<std::string>(&address)) {
+        return invalid_value(setting, source, *problem);
+      }
+      field = std::get<HostPort>(address).text;
+      return std::nullopt;
+    }
+    case Kind::kPeers: {
+      auto peers = parse_peers(source.value);
+      if (const auto* problem = std::get_if<std::string>(&peers)) {
+        // The entry at fault is quoted in the reason; the whole list would be cut anyway.
+        return invalid_value(setting, source, *problem, /*show_value=*/false);
+      }
+      config.cluster.peers = std::move(std::get<0>(peers));
+      return std::nullopt;
+    }
+    case Kind::kSecret:
+    case Kind::kSecretFile:
       break;
   }
   return std::nullopt;
@@ -407,27 +696,143 @@ std::variant<std::string, ConfigExit> token_from_file(const Setting& setting,
   return std::string(token);
 }
 
-// Auth-token precedence (reference section 4, edge 31): --auth-token given explicitly, then
-// --auth-token-file, then the token variables, then the file variables; TURNSTILE_ before
-// DFLOCKD_ within each. Only the winning source is read.
-std::optional<ConfigExit> resolve_auth_token(const cxxopts::ParseResult& parsed,
-                                             const EnvLookup& env, Config& config) {
-  const Setting& token = *find_setting("auth-token");
-  const Setting& file = *find_setting("auth-token-file");
+// Which source gave a setting its value: the setting, and the variable (empty: the flag).
+struct Given {
+  const Setting* setting;
+  std::string env_name;
+};
+
+// Secret precedence (reference section 4, edge 31), the same for the auth token, the cluster
+// secret and the admin token: --<name> given explicitly, then --<name>-file, then the value
+// variables, then the file variables; TURNSTILE_ before DFLOCKD_ within each. Only the winning
+// source is read; it is recorded in `given`.
+std::optional<ConfigExit> resolve_secret(const cxxopts::ParseResult& parsed, const EnvLookup& env,
+                                         std::string_view name, std::optional<std::string>& out,
+                                         std::vector<Given>& given) {
+  const std::string value_flag(name);
+  const std::string file_flag = value_flag + "-file";
+  const Setting& value = *find_setting(value_flag);
+  const Setting& file = *find_setting(file_flag);
   std::variant<std::string, ConfigExit> resolved;
-  if (parsed.count("auth-token") != 0) {
-    resolved = token_from_value(token, Source{parsed["auth-token"].as<std::string>(), ""});
-  } else if (parsed.count("auth-token-file") != 0) {
-    resolved = token_from_file(file, Source{parsed["auth-token-file"].as<std::string>(), ""});
-  } else if (auto source = from_environment(token, env, /*empty_is_value=*/true)) {
-    resolved = token_from_value(token, *source);
+  if (parsed.count(value_flag) != 0) {
+    given.push_back(Given{&value, ""});
+    resolved = token_from_value(value, Source{parsed[value_flag].as<std::string>(), ""});
+  } else if (parsed.count(file_flag) != 0) {
+    given.push_back(Given{&file, ""});
+    resolved = token_from_file(file, Source{parsed[file_flag].as<std::string>(), ""});
+  } else if (auto source = from_environment(value, env, /*empty_is_value=*/true)) {
+    given.push_back(Given{&value, source->env_name});
+    resolved = token_from_value(value, *source);
   } else if (auto file_source = from_environment(file, env, /*empty_is_value=*/true)) {
+    given.push_back(Given{&file, file_source->env_name});
     resolved = token_from_file(file, *file_source);
   } else {
     return std::nullopt;
   }
   if (auto* error = std::get_if<ConfigExit>(&resolved)) return std::move(*error);
-  config.auth_token = std::move(std::get<std::string>(resolved));
+  out = std::move(std::get<std::string>(resolved));
+  return std::nullopt;
+}
+
+// The cross-flag rules of cluster mode, after every value has been parsed on its own.
+std::optional<ConfigExit> check_cluster(const std::vector<Given>& given, Config& config) {
+  Config::Cluster& cluster = config.cluster;
+  if (!cluster.enabled()) {
+    // The first cluster flag given, in --help order, names the problem.
+    for (const Setting& setting : kSettings) {
+      if (!setting.cluster) continue;
+      for (const Given& g : given) {
+        if (g.setting != &setting) continue;
+        std::string message = "--" + std::string(setting.flag);
+        if (!g.env_name.empty()) message += " (from " + g.env_name + ")";
+        return usage_error(message + " needs --raft-dir (cluster mode)");
+      }
+    }
+    return std::nullopt;
+  }
+  if (!config.fence_state_file.empty()) {
+    return usage_error(
+        "--fence-state-file cannot be used in cluster mode: the fence counter is replicated in "
+        "the raft log and its snapshots");
+  }
+  if (cluster.node_id == 0) return usage_error("cluster mode (--raft-dir) needs --node-id");
+  if (cluster.raft_addr.empty()) return usage_error("cluster mode (--raft-dir) needs --raft-addr");
+  if (!cluster.secret) {
+    return usage_error(
+        "cluster mode needs --cluster-secret or --cluster-secret-file: nodes authenticate each "
+        "other with it");
+  }
+  if (cluster.heartbeat_timeout_ms >= cluster.election_timeout_ms) {
+    return usage_error("--raft-heartbeat-timeout-ms (" +
+                       std::to_string(cluster.heartbeat_timeout_ms) +
+                       ") must be less than --raft-election-timeout-ms (" +
+                       std::to_string(cluster.election_timeout_ms) + ")");
+  }
+  if (cluster.bootstrap && cluster.peers.empty()) {
+    return usage_error(
+        "--cluster-bootstrap needs --cluster-peers: the voters of the initial configuration");
+  }
+  const Config::ClusterPeer* self = nullptr;
+  for (const Config::ClusterPeer& peer : cluster.peers) {
+    if (peer.id == cluster.node_id) self = &peer;
+  }
+  if (!cluster.peers.empty()) {
+    if (self == nullptr) {
+      return usage_error("--cluster-peers does not list --node-id " +
+                         std::to_string(cluster.node_id) + " (the list must include this node)");
+    }
+    if (self->raft_address != cluster.raft_addr) {
+      return usage_error("--raft-addr " + cluster.raft_addr + " differs from node " +
+                         std::to_string(cluster.node_id) + "'s raft address in --cluster-peers (" +
+                         self->raft_address + ")");
+    }
+  }
+
+  // Raft needs a port of its own: not the TCP listener's, nor the HTTP API's. A wildcard
+  // listener takes the port on every address.
+  const HostPort raft = std::get<HostPort>(parse_host_port(cluster.raft_addr));
+  const auto overlaps = [&](const std::string& host, int port) {
+    if (port != raft.port) return false;
+    bool v6 = false;
+    const auto canonical = canonical_host(host, v6);
+    if (!canonical) return false;
+    HostPort listener{*canonical, port, v6, ""};
+    return is_wildcard(listener) || (listener.host == raft.host && listener.v6 == raft.v6);
+  };
+  if (overlaps(config.host, config.port)) {
+    return usage_error("--raft-addr " + cluster.raft_addr +
+                       " is the address of the TCP listener (--host " + config.host + ", --port " +
+                       std::to_string(config.port) + "): raft needs a port of its own");
+  }
+  if (config.http_port != 0 && overlaps(config.http_host, config.http_port)) {
+    return usage_error("--raft-addr " + cluster.raft_addr +
+                       " is the address of the HTTP API (--http-host " + config.http_host +
+                       ", --http-port " + std::to_string(config.http_port) +
+                       "): raft needs a port of its own");
+  }
+
+  // The advertised client address: the flag, else this node's in --cluster-peers, else the TCP
+  // listener's when that is an address clients can connect to.
+  if (cluster.advertise_addr.empty() && self != nullptr) {
+    cluster.advertise_addr = self->client_address;
+  }
+  if (cluster.advertise_addr.empty()) {
+    const std::string needs =
+        "cluster mode needs --advertise-addr (the client address other nodes send clients to): ";
+    const std::string not_listed = ", and this node is not in --cluster-peers";
+    if (config.port == 0) {
+      return usage_error(needs + "--port 0 is picked at start-up" + not_listed);
+    }
+    bool v6 = false;
+    const auto host = canonical_host(config.host, v6);
+    auto listener = parse_reachable_address(host ? join_host_port(*host, v6, config.port)
+                                                 : config.host + ":" + std::to_string(config.port));
+    if (const auto* problem = std::get_if<std::string>(&listener)) {
+      return usage_error(needs + "--host " + quote(config.host) + " is not usable (" + *problem +
+                         ")" + not_listed);
+    }
+    cluster.advertise_addr = std::get<HostPort>(listener).text;
+  }
   return std::nullopt;
 }
 
@@ -472,6 +877,11 @@ std::vector<std::string> normalize_dashes(const std::vector<std::string>& args) 
 std::string default_text(const Setting& setting, const Config& defaults) {
   if (setting.flag == "threads")
     return "number of cores (" + std::to_string(defaults.threads) + ")";
+  if (setting.flag == "node-id") return "unset (required in cluster mode)";
+  if (setting.flag == "raft-addr") return "unset (required in cluster mode)";
+  if (setting.flag == "advertise-addr") {
+    return "this node's client address in --cluster-peers, else --host:--port";
+  }
   return std::visit(
       [&](auto member) -> std::string {
         using Member = decltype(member);
@@ -484,6 +894,14 @@ std::string default_text(const Setting& setting, const Config& defaults) {
           return defaults.*member ? "true" : "false";
         } else if constexpr (std::is_same_v<Member, std::int64_t Config::TestHooks::*>) {
           return std::to_string(defaults.test.*member);
+        } else if constexpr (std::is_same_v<Member, std::string Config::Cluster::*>) {
+          const std::string& value = defaults.cluster.*member;
+          return value.empty() ? "unset" : value;
+        } else if constexpr (std::is_same_v<Member, bool Config::Cluster::*>) {
+          return defaults.cluster.*member ? "true" : "false";
+        } else if constexpr (std::is_same_v<Member, std::int64_t Config::Cluster::*> ||
+                             std::is_same_v<Member, std::uint64_t Config::Cluster::*>) {
+          return std::to_string(defaults.cluster.*member);
         } else {
           return std::to_string(defaults.*member);
         }
@@ -514,7 +932,9 @@ std::string usage_text(const Config& defaults) {
     text.append("\n      ").append(setting.help);
     if (setting.kind == Kind::kInteger) {
       text.append(" (").append(std::to_string(setting.min)).append("..");
-      if (setting.max != kInt64Max) text.append(std::to_string(setting.max));
+      if (setting.max != kInt64Max || setting.value_name == "id") {
+        text.append(std::to_string(setting.max));
+      }
       text.append(")");
     }
     if (setting.env.empty()) {
@@ -536,7 +956,11 @@ std::string usage_text(const Config& defaults) {
       "\n"
       "Auth token sources, first match wins: --auth-token, --auth-token-file,\n"
       "TURNSTILE_AUTH_TOKEN, DFLOCKD_AUTH_TOKEN, TURNSTILE_AUTH_TOKEN_FILE,\n"
-      "DFLOCKD_AUTH_TOKEN_FILE. The token is trimmed and must be one non-empty line.";
+      "DFLOCKD_AUTH_TOKEN_FILE. The token is trimmed and must be one non-empty line.\n"
+      "--cluster-secret and --admin-token are resolved the same way, with their own names.\n"
+      "\n"
+      "Cluster mode (docs/cluster.md): --raft-dir turns it on; every flag marked \"cluster mode\"\n"
+      "needs it. Cluster mode needs --node-id, --raft-addr and a cluster secret.";
   return text;
 }
 
@@ -595,8 +1019,9 @@ ConfigResult parse_checked(const std::vector<std::string>& args, const EnvLookup
     }
   }
 
+  std::vector<Given> given;
   for (const Setting& setting : kSettings) {
-    if (setting.kind == Kind::kAuthToken || setting.kind == Kind::kAuthTokenFile) continue;
+    if (setting.kind == Kind::kSecret || setting.kind == Kind::kSecretFile) continue;
     std::optional<Source> source;
     if (parsed.count(std::string(setting.flag)) != 0) {
       source = Source{parsed[std::string(setting.flag)].as<std::string>(), ""};
@@ -605,8 +1030,17 @@ ConfigResult parse_checked(const std::vector<std::string>& args, const EnvLookup
     }
     if (!source) continue;
     if (auto error = apply(setting, *source, config)) return std::move(*error);
+    given.push_back(Given{&setting, source->env_name});
   }
-  if (auto error = resolve_auth_token(parsed, env, config)) return std::move(*error);
+  if (auto error = resolve_secret(parsed, env, "auth-token", config.auth_token, given)) {
+    return std::move(*error);
+  }
+  if (auto error = resolve_secret(parsed, env, "cluster-secret", config.cluster.secret, given)) {
+    return std::move(*error);
+  }
+  if (auto error = resolve_secret(parsed, env, "admin-token", config.cluster.admin_token, given)) {
+    return std::move(*error);
+  }
 
   // Edge 11: a certificate without its key (or the reverse) is a start-up error.
   if (config.tls_cert.empty() != config.tls_key.empty()) {
@@ -620,6 +1054,7 @@ ConfigResult parse_checked(const std::vector<std::string>& args, const EnvLookup
   if (config.http_host.empty()) config.http_host = config.host;
   if (config.http_rate_limit_burst == 0)
     config.http_rate_limit_burst = config.http_rate_limit_per_ip;
+  if (auto error = check_cluster(given, config)) return std::move(*error);
   return config;
 }
 

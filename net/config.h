@@ -50,6 +50,65 @@ struct Config {
   std::string http_cors_allowed_origins;          // comma list; "*" = any; empty = no CORS
   bool debug = false;
 
+  // One voter of the initial cluster, from --cluster-peers (`id=raftHost:port@clientHost:port`).
+  // Addresses are kept in canonical form: `host:port` or `[v6]:port`, the port in decimal without
+  // leading zeros, host names and IPv6 literals in lower case, IPv6 literals compressed.
+  struct ClusterPeer {
+    std::uint64_t id = 0;        // 1..2^63-1, unique in the list
+    std::string raft_address;    // where the other nodes reach this voter's raft traffic
+    std::string client_address;  // where clients reach it (the TCP protocol listener)
+    bool operator==(const ClusterPeer&) const = default;
+  };
+
+  // Cluster mode (docs/cluster.md, "Flags"). Every field but raft_dir is a cluster flag: giving
+  // one without --raft-dir is an error, so in single-node mode all of them keep their defaults.
+  // Parsed and validated here; turnstiled does not act on them yet (the daemon wiring comes
+  // later).
+  struct Cluster {
+    // --raft-dir: where raft keeps its log, snapshots and metadata. Empty = single node (the
+    // default); non-empty turns cluster mode on.
+    std::string raft_dir;
+    // --node-id: this node's raft id, 1..2^63-1. Required in cluster mode (0 only when off).
+    std::uint64_t node_id = 0;
+    // --raft-addr: where this node listens for raft traffic, as its peers reach it (canonical
+    // host:port, never a wildcard host). Required in cluster mode. Differs from the TCP and HTTP
+    // listeners' addresses.
+    std::string raft_addr;
+    // --cluster-peers: every voter of the initial cluster, this node included, in the order
+    // given. Empty = not given. When given, it lists node_id, with raft_addr as its raft address;
+    // ids, and all the addresses in it (raft and client), are distinct.
+    std::vector<ClusterPeer> peers;
+    // --advertise-addr: the client address other nodes tell clients to go to
+    // (`error_not_leader <addr>`). Never empty in cluster mode after parsing: by default this
+    // node's client address in peers, else --host:--port (an error when --host is a wildcard
+    // such as 0.0.0.0 or ::, or --port is 0: then the flag is required).
+    std::string advertise_addr;
+    // --cluster-bootstrap: write the initial configuration (peers) into an empty raft_dir.
+    // Requires peers.
+    bool bootstrap = false;
+    // --orphan-ttl: seconds an orphaned holder or waiter is kept for its session to come back;
+    // 0..9223372036, 0 = off. Must be the same on every node.
+    std::int64_t orphan_ttl_s = 0;
+    // --cluster-secret / --cluster-secret-file: the secret the nodes authenticate each other
+    // with; resolved like auth_token (trimmed, non-empty, one line). Required in cluster mode.
+    std::optional<std::string> secret;
+    // --admin-token / --admin-token-file: the token of the admin routes (membership changes);
+    // resolved like auth_token. Unset = the admin routes are off.
+    std::optional<std::string> admin_token;
+    // --raft-election-timeout-ms: 100..60000.
+    std::int64_t election_timeout_ms = 1000;
+    // --raft-heartbeat-timeout-ms: 10..10000, and less than election_timeout_ms.
+    std::int64_t heartbeat_timeout_ms = 100;
+    // --raft-snapshot-threshold: entries applied between two snapshots; 16..4294967295 (raft
+    // takes an unsigned).
+    std::int64_t snapshot_threshold = 8192;
+    // --raft-snapshot-trailing: entries kept in the log behind a snapshot; 0..4294967295.
+    std::int64_t snapshot_trailing = 1024;
+
+    bool enabled() const { return !raft_dir.empty(); }
+  };
+  Cluster cluster;
+
   // Hooks that exist for the test suite only (tests/integration, tests/net), set by the
   // --test-* flags. They are flag only (no environment variable, so a stray variable can never
   // change a production server) and hidden from --help.

@@ -115,6 +115,7 @@ TEST(ConfigDefaults, MatchTheReferenceWithTurnstileDifferences) {
   EXPECT_EQ(config.tls_key, "");
   EXPECT_FALSE(config.auth_token.has_value());
   EXPECT_FALSE(config.debug);
+  EXPECT_FALSE(config.cluster.enabled());
 }
 
 TEST(ConfigDefaults, ThreadsDefaultToCoresClampedToOneAnd1024) {
@@ -336,8 +337,10 @@ TEST(ConfigSyntax, UnknownFlagIsAnError) {
   // dflockd has no --no-... form of its boolean flags (reference section 4).
   EXPECT_EQ(error(parse({"--no-auto-release-on-disconnect"})),
             "turnstiled: unknown flag --no-auto-release-on-disconnect");
-  // Flags turnstile does not implement yet are unknown, not silently ignored.
-  EXPECT_EQ(error(parse({"--raft-dir=/tmp/x"})), "turnstiled: unknown flag --raft-dir");
+  // Flags turnstile does not implement are unknown, not silently ignored (dflockd's raft token
+  // is --cluster-secret here; its raft TLS flags do not exist).
+  EXPECT_EQ(error(parse({"--raft-auth-token=x"})), "turnstiled: unknown flag --raft-auth-token");
+  EXPECT_EQ(error(parse({"--raft-tls-cert=c"})), "turnstiled: unknown flag --raft-tls-cert");
 }
 
 TEST(ConfigSyntax, PositionalArgumentsAreErrors) {
@@ -644,6 +647,21 @@ TEST(ConfigHelp, ListsEveryFlagWithEnvironmentNamesAndDefaults) {
                                  "auth-token",
                                  "auth-token-file",
                                  "debug",
+                                 "raft-dir",
+                                 "node-id",
+                                 "raft-addr",
+                                 "cluster-peers",
+                                 "advertise-addr",
+                                 "cluster-bootstrap",
+                                 "orphan-ttl",
+                                 "cluster-secret",
+                                 "cluster-secret-file",
+                                 "admin-token",
+                                 "admin-token-file",
+                                 "raft-election-timeout-ms",
+                                 "raft-heartbeat-timeout-ms",
+                                 "raft-snapshot-threshold",
+                                 "raft-snapshot-trailing",
                                  "help",
                                  "version"}) {
     EXPECT_TRUE(contains(exit->message, "  --" + flag)) << flag;
@@ -658,7 +676,17 @@ TEST(ConfigHelp, ListsEveryFlagWithEnvironmentNamesAndDefaults) {
         "TURNSTILE_MAX_LOCKS, DFLOCKD_MAX_LOCKS; default 1048576",
         "TURNSTILE_AUTO_RELEASE_ON_DISCONNECT, DFLOCKD_AUTO_RELEASE_ON_DISCONNECT; default true",
         "TURNSTILE_AUTH_TOKEN_FILE, DFLOCKD_AUTH_TOKEN_FILE; default unset",
-        "TURNSTILE_DEBUG, DFLOCKD_DEBUG; default false"}) {
+        "TURNSTILE_DEBUG, DFLOCKD_DEBUG; default false",
+        "TURNSTILE_RAFT_DIR, DFLOCKD_RAFT_DIR; default unset",
+        "TURNSTILE_NODE_ID, DFLOCKD_NODE_ID; default unset (required in cluster mode)",
+        "TURNSTILE_CLUSTER_PEERS, DFLOCKD_CLUSTER_PEERS; default unset",
+        "TURNSTILE_ORPHAN_TTL_S, DFLOCKD_ORPHAN_TTL_S; default 0",
+        "TURNSTILE_CLUSTER_SECRET_FILE, DFLOCKD_CLUSTER_SECRET_FILE; default unset",
+        "TURNSTILE_ADMIN_TOKEN, DFLOCKD_ADMIN_TOKEN; default unset",
+        "TURNSTILE_RAFT_ELECTION_TIMEOUT_MS, DFLOCKD_RAFT_ELECTION_TIMEOUT_MS; default 1000",
+        "TURNSTILE_RAFT_HEARTBEAT_TIMEOUT_MS, DFLOCKD_RAFT_HEARTBEAT_TIMEOUT_MS; default 100",
+        "TURNSTILE_RAFT_SNAPSHOT_THRESHOLD, DFLOCKD_RAFT_SNAPSHOT_THRESHOLD; default 8192",
+        "TURNSTILE_RAFT_SNAPSHOT_TRAILING, DFLOCKD_RAFT_SNAPSHOT_TRAILING; default 1024"}) {
     EXPECT_TRUE(contains(exit->message, env)) << env;
   }
 }
@@ -935,6 +963,747 @@ TEST(ConfigHttp, NonLoopbackHttpHostWarnsAboutUnboundedHttpCaps) {
   EXPECT_TRUE(contains(warnings[0], "--http-max-sessions is 0"));
   config.http_port = 0;  // HTTP off: nothing to warn about
   EXPECT_TRUE(config_warnings(config).empty());
+}
+
+// ---- cluster mode (Config::Cluster, docs/cluster.md "Flags") --------------------------------
+
+// The smallest valid cluster configuration, as flags; `drop` leaves one of them out (so a test
+// can give it another way), `extra` comes after them (so it wins over them).
+std::vector<std::string> cluster_args(const std::vector<std::string>& extra = {},
+                                      const std::string& drop = "") {
+  std::vector<std::string> args;
+  for (const std::string flag : {"--raft-dir=/var/lib/turnstile/raft", "--node-id=2",
+                                 "--raft-addr=10.0.0.2:7000", "--cluster-secret=cluster-s3cret"}) {
+    if (drop.empty() || !flag.starts_with("--" + drop + "=")) args.push_back(flag);
+  }
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+const std::string kThreePeers =
+    "1=10.0.0.1:7000@10.0.0.1:6388,2=10.0.0.2:7000@10.0.0.2:6388,3=10.0.0.3:7000@10.0.0.3:6388";
+
+TEST(ConfigCluster, OffByDefaultWithTheDocumentedDefaults) {
+  const Config config = ok(parse({}));
+  const Config::Cluster& cluster = config.cluster;
+  EXPECT_FALSE(cluster.enabled());
+  EXPECT_EQ(cluster.raft_dir, "");
+  EXPECT_EQ(cluster.node_id, 0U);
+  EXPECT_EQ(cluster.raft_addr, "");
+  EXPECT_TRUE(cluster.peers.empty());
+  EXPECT_EQ(cluster.advertise_addr, "");
+  EXPECT_FALSE(cluster.bootstrap);
+  EXPECT_EQ(cluster.orphan_ttl_s, 0);
+  EXPECT_FALSE(cluster.secret.has_value());
+  EXPECT_FALSE(cluster.admin_token.has_value());
+  EXPECT_EQ(cluster.election_timeout_ms, 1000);
+  EXPECT_EQ(cluster.heartbeat_timeout_ms, 100);
+  EXPECT_EQ(cluster.snapshot_threshold, 8192);
+  EXPECT_EQ(cluster.snapshot_trailing, 1024);
+}
+
+TEST(ConfigCluster, MinimalConfigTurnsClusterModeOnWithDefaults) {
+  const Config config = ok(parse(cluster_args()));
+  const Config::Cluster& cluster = config.cluster;
+  EXPECT_TRUE(cluster.enabled());
+  EXPECT_EQ(cluster.raft_dir, "/var/lib/turnstile/raft");
+  EXPECT_EQ(cluster.node_id, 2U);
+  EXPECT_EQ(cluster.raft_addr, "10.0.0.2:7000");
+  EXPECT_TRUE(cluster.peers.empty());
+  EXPECT_EQ(cluster.advertise_addr, "127.0.0.1:6388");  // --host:--port
+  EXPECT_FALSE(cluster.bootstrap);
+  EXPECT_EQ(cluster.orphan_ttl_s, 0);
+  EXPECT_EQ(cluster.secret, "cluster-s3cret");
+  EXPECT_FALSE(cluster.admin_token.has_value());
+  EXPECT_EQ(cluster.election_timeout_ms, 1000);
+  EXPECT_EQ(cluster.heartbeat_timeout_ms, 100);
+  EXPECT_EQ(cluster.snapshot_threshold, 8192);
+  EXPECT_EQ(cluster.snapshot_trailing, 1024);
+}
+
+TEST(ConfigCluster, FullValidConfig) {
+  TempDir dir;
+  const std::string secret_file = dir.write("secret", "  from-the-file\n");
+  const std::string admin_file = dir.write("admin", "admin-from-file\r\n");
+  const Config config =
+      ok(parse({"--host=0.0.0.0", "--port=6388", "--http-port=6389", "--raft-dir=/data/raft",
+                "--node-id=3", "--raft-addr=[fd00::3]:7000", "--cluster-peers",
+                "1=10.0.0.1:7000@10.0.0.1:6388, 2=node2.example:7000@node2.example:"
+                "6388, 3=[fd00::3]:7000@[fd00::3]:6388",
+                "--cluster-bootstrap", "--orphan-ttl=300", "--cluster-secret-file=" + secret_file,
+                "--admin-token-file", admin_file, "--raft-election-timeout-ms=2000",
+                "--raft-heartbeat-timeout-ms=200", "--raft-snapshot-threshold=16",
+                "--raft-snapshot-trailing=0"}));
+  const Config::Cluster& cluster = config.cluster;
+  EXPECT_TRUE(cluster.enabled());
+  EXPECT_EQ(cluster.raft_dir, "/data/raft");
+  EXPECT_EQ(cluster.node_id, 3U);
+  EXPECT_EQ(cluster.raft_addr, "[fd00::3]:7000");
+  const std::vector<Config::ClusterPeer> peers = {
+      {1, "10.0.0.1:7000", "10.0.0.1:6388"},
+      {2, "node2.example:7000", "node2.example:6388"},
+      {3, "[fd00::3]:7000", "[fd00::3]:6388"},
+  };
+  EXPECT_EQ(cluster.peers, peers);
+  // The listener is a wildcard, but this node's client address is in --cluster-peers.
+  EXPECT_EQ(cluster.advertise_addr, "[fd00::3]:6388");
+  EXPECT_TRUE(cluster.bootstrap);
+  EXPECT_EQ(cluster.orphan_ttl_s, 300);
+  EXPECT_EQ(cluster.secret, "from-the-file");
+  EXPECT_EQ(cluster.admin_token, "admin-from-file");
+  EXPECT_EQ(cluster.election_timeout_ms, 2000);
+  EXPECT_EQ(cluster.heartbeat_timeout_ms, 200);
+  EXPECT_EQ(cluster.snapshot_threshold, 16);
+  EXPECT_EQ(cluster.snapshot_trailing, 0);
+  EXPECT_FALSE(config.auth_token.has_value());  // the cluster secret is not the client token
+}
+
+TEST(ConfigCluster, EveryFlagFromTheEnvironment) {
+  TempDir dir;
+  const std::string admin_file = dir.write("admin", "admin-env-file\n");
+  const Config config = ok(parse({}, {{"TURNSTILE_RAFT_DIR", "/data/raft"},
+                                      {"DFLOCKD_NODE_ID", "1"},
+                                      {"TURNSTILE_RAFT_ADDR", "10.0.0.1:7000"},
+                                      {"DFLOCKD_CLUSTER_PEERS", kThreePeers},
+                                      {"TURNSTILE_ADVERTISE_ADDR", "lb.example:6388"},
+                                      {"DFLOCKD_CLUSTER_BOOTSTRAP", "yes"},
+                                      {"TURNSTILE_ORPHAN_TTL_S", "60"},
+                                      {"DFLOCKD_CLUSTER_SECRET", " env-secret "},
+                                      {"DFLOCKD_ADMIN_TOKEN_FILE", admin_file},
+                                      {"TURNSTILE_RAFT_ELECTION_TIMEOUT_MS", "5000"},
+                                      {"DFLOCKD_RAFT_HEARTBEAT_TIMEOUT_MS", "500"},
+                                      {"TURNSTILE_RAFT_SNAPSHOT_THRESHOLD", "100"},
+                                      {"DFLOCKD_RAFT_SNAPSHOT_TRAILING", "10"}}));
+  const Config::Cluster& cluster = config.cluster;
+  EXPECT_EQ(cluster.raft_dir, "/data/raft");
+  EXPECT_EQ(cluster.node_id, 1U);
+  EXPECT_EQ(cluster.raft_addr, "10.0.0.1:7000");
+  ASSERT_EQ(cluster.peers.size(), 3U);
+  EXPECT_EQ(cluster.peers[2], (Config::ClusterPeer{3, "10.0.0.3:7000", "10.0.0.3:6388"}));
+  EXPECT_EQ(cluster.advertise_addr, "lb.example:6388");  // the flag wins over the peer list
+  EXPECT_TRUE(cluster.bootstrap);
+  EXPECT_EQ(cluster.orphan_ttl_s, 60);
+  EXPECT_EQ(cluster.secret, "env-secret");
+  EXPECT_EQ(cluster.admin_token, "admin-env-file");
+  EXPECT_EQ(cluster.election_timeout_ms, 5000);
+  EXPECT_EQ(cluster.heartbeat_timeout_ms, 500);
+  EXPECT_EQ(cluster.snapshot_threshold, 100);
+  EXPECT_EQ(cluster.snapshot_trailing, 10);
+}
+
+TEST(ConfigCluster, PrecedenceFlagThenTurnstileThenDflockd) {
+  const Env ids = {{"TURNSTILE_NODE_ID", "5"}, {"DFLOCKD_NODE_ID", "6"}};
+  EXPECT_EQ(ok(parse(cluster_args({"--node-id=4"}, "node-id"), ids)).cluster.node_id, 4U);
+  EXPECT_EQ(ok(parse(cluster_args({}, "node-id"), ids)).cluster.node_id, 5U);
+  EXPECT_EQ(ok(parse(cluster_args({}, "node-id"), {{"DFLOCKD_NODE_ID", "6"}})).cluster.node_id, 6U);
+  const Env addrs = {{"TURNSTILE_RAFT_ADDR", "10.0.0.5:7000"},
+                     {"DFLOCKD_RAFT_ADDR", "10.0.0.6:7000"}};
+  EXPECT_EQ(ok(parse(cluster_args(), addrs)).cluster.raft_addr, "10.0.0.2:7000");
+  EXPECT_EQ(ok(parse(cluster_args({}, "raft-addr"), addrs)).cluster.raft_addr, "10.0.0.5:7000");
+  // An empty variable counts as unset; a bad TURNSTILE_ value is an error even with a good
+  // DFLOCKD_ one, and names the variable.
+  EXPECT_EQ(ok(parse(cluster_args({}, "raft-addr"),
+                     {{"TURNSTILE_RAFT_ADDR", ""}, {"DFLOCKD_RAFT_ADDR", "10.0.0.6:7000"}}))
+                .cluster.raft_addr,
+            "10.0.0.6:7000");
+  EXPECT_TRUE(contains(
+      error(parse(cluster_args({}, "raft-addr"),
+                  {{"TURNSTILE_RAFT_ADDR", "nope"}, {"DFLOCKD_RAFT_ADDR", "10.0.0.6:7000"}})),
+      "for --raft-addr (from TURNSTILE_RAFT_ADDR)"));
+}
+
+TEST(ConfigCluster, RaftDirTurnsClusterModeOnAndEmptyTurnsItOff) {
+  EXPECT_TRUE(ok(parse(cluster_args())).cluster.enabled());
+  EXPECT_TRUE(
+      ok(parse(cluster_args({}, "raft-dir"), {{"DFLOCKD_RAFT_DIR", "/d"}})).cluster.enabled());
+  // An empty variable is unset; an empty flag overrides a variable (single node).
+  EXPECT_FALSE(ok(parse({}, {{"TURNSTILE_RAFT_DIR", ""}})).cluster.enabled());
+  EXPECT_FALSE(ok(parse({"--raft-dir="}, {{"TURNSTILE_RAFT_DIR", "/d"}})).cluster.enabled());
+}
+
+// ---- every cluster flag needs --raft-dir ---------------------------------------------------
+
+struct ClusterFlagValue {
+  std::string flag;
+  std::string env;  // after TURNSTILE_ / DFLOCKD_
+  std::string value;
+};
+
+const ClusterFlagValue kClusterFlagValues[] = {
+    {"node-id", "NODE_ID", "1"},
+    {"raft-addr", "RAFT_ADDR", "10.0.0.1:7000"},
+    {"cluster-peers", "CLUSTER_PEERS", "1=10.0.0.1:7000@10.0.0.1:6388"},
+    {"advertise-addr", "ADVERTISE_ADDR", "10.0.0.1:6388"},
+    {"cluster-bootstrap", "CLUSTER_BOOTSTRAP", "true"},
+    {"orphan-ttl", "ORPHAN_TTL_S", "30"},
+    {"cluster-secret", "CLUSTER_SECRET", "s3cret"},
+    {"cluster-secret-file", "CLUSTER_SECRET_FILE", "/etc/hostname"},
+    {"admin-token", "ADMIN_TOKEN", "adm1n"},
+    {"admin-token-file", "ADMIN_TOKEN_FILE", "/etc/hostname"},
+    {"raft-election-timeout-ms", "RAFT_ELECTION_TIMEOUT_MS", "1000"},
+    {"raft-heartbeat-timeout-ms", "RAFT_HEARTBEAT_TIMEOUT_MS", "100"},
+    {"raft-snapshot-threshold", "RAFT_SNAPSHOT_THRESHOLD", "8192"},
+    {"raft-snapshot-trailing", "RAFT_SNAPSHOT_TRAILING", "1024"},
+};
+
+class ClusterFlagTest : public testing::TestWithParam<ClusterFlagValue> {};
+
+TEST_P(ClusterFlagTest, NeedsRaftDir) {
+  const ClusterFlagValue& f = GetParam();
+  if (f.flag.ends_with("-file")) {
+    // The file is read before the rule is checked; any readable one-line file will do.
+    TempDir dir;
+    const std::string file = dir.write("secret", "one-line\n");
+    EXPECT_EQ(error(parse({"--" + f.flag + "=" + file})),
+              "turnstiled: --" + f.flag + " needs --raft-dir (cluster mode)");
+    return;
+  }
+  EXPECT_EQ(error(parse({"--" + f.flag + "=" + f.value})),
+            "turnstiled: --" + f.flag + " needs --raft-dir (cluster mode)");
+  // Also when it comes from the environment, which the message names.
+  EXPECT_EQ(
+      error(parse({}, {{"DFLOCKD_" + f.env, f.value}})),
+      "turnstiled: --" + f.flag + " (from DFLOCKD_" + f.env + ") needs --raft-dir (cluster mode)");
+  // --raft-dir= (empty) is single node: the flag still needs a real one.
+  EXPECT_TRUE(contains(error(parse({"--raft-dir=", "--" + f.flag + "=" + f.value})),
+                       "--" + f.flag + " needs --raft-dir"));
+}
+
+TEST_P(ClusterFlagTest, IsAcceptedInClusterMode) {
+  const ClusterFlagValue& f = GetParam();
+  if (f.flag.ends_with("-file")) {
+    TempDir dir;
+    ok(parse(cluster_args({"--" + f.flag + "=" + dir.write("secret", "one-line\n")})));
+    return;
+  }
+  // node-id 1 and raft-addr 10.0.0.1:7000 match the one-entry peer list (which
+  // --cluster-bootstrap needs).
+  std::vector<std::string> extra;
+  for (const std::string arg : {"--node-id=1", "--raft-addr=10.0.0.1:7000",
+                                "--cluster-peers=1=10.0.0.1:7000@10.0.0.1:6388"}) {
+    if (!arg.starts_with("--" + f.flag + "=")) extra.push_back(arg);
+  }
+  std::vector<std::string> with_flag = extra;
+  with_flag.push_back("--" + f.flag + "=" + f.value);
+  ok(parse(cluster_args(with_flag)));
+  ok(parse(cluster_args(extra, f.flag), {{"TURNSTILE_" + f.env, f.value}}));
+}
+
+INSTANTIATE_TEST_SUITE_P(AllClusterFlags, ClusterFlagTest, testing::ValuesIn(kClusterFlagValues),
+                         [](const testing::TestParamInfo<ClusterFlagValue>& param_info) {
+                           std::string name;
+                           for (char c : param_info.param.flag) name += c == '-' ? '_' : c;
+                           return name;
+                         });
+
+TEST(ConfigCluster, TheFirstClusterFlagInHelpOrderIsNamed) {
+  EXPECT_EQ(error(parse({"--raft-snapshot-trailing=1", "--node-id=1"})),
+            "turnstiled: --node-id needs --raft-dir (cluster mode)");
+}
+
+// ---- cluster integers: bounds from the flag and both environment names ----------------------
+
+struct ClusterIntegerFlag {
+  std::string flag;
+  std::string env;
+  std::int64_t min;
+  std::int64_t max;
+  std::int64_t (*read)(const Config&);
+  std::vector<std::string> extra = {};  // what makes min and max valid with the rest
+};
+
+const ClusterIntegerFlag kClusterIntegerFlags[] = {
+    {"node-id", "NODE_ID", 1, kI64Max,
+     [](const Config& c) { return static_cast<std::int64_t>(c.cluster.node_id); }},
+    {"orphan-ttl", "ORPHAN_TTL_S", 0, kMaxSeconds,
+     [](const Config& c) { return c.cluster.orphan_ttl_s; }},
+    {"raft-election-timeout-ms",
+     "RAFT_ELECTION_TIMEOUT_MS",
+     100,
+     60'000,
+     [](const Config& c) { return c.cluster.election_timeout_ms; },
+     {"--raft-heartbeat-timeout-ms=10"}},
+    {"raft-heartbeat-timeout-ms",
+     "RAFT_HEARTBEAT_TIMEOUT_MS",
+     10,
+     10'000,
+     [](const Config& c) { return c.cluster.heartbeat_timeout_ms; },
+     {"--raft-election-timeout-ms=60000"}},
+    {"raft-snapshot-threshold", "RAFT_SNAPSHOT_THRESHOLD", 16, 4'294'967'295,
+     [](const Config& c) { return c.cluster.snapshot_threshold; }},
+    {"raft-snapshot-trailing", "RAFT_SNAPSHOT_TRAILING", 0, 4'294'967'295,
+     [](const Config& c) { return c.cluster.snapshot_trailing; }},
+};
+
+class ClusterIntegerFlagTest : public testing::TestWithParam<ClusterIntegerFlag> {
+ protected:
+  static ConfigResult with(const std::string& value, const Env& env = {}) {
+    const ClusterIntegerFlag& f = GetParam();
+    std::vector<std::string> extra = f.extra;
+    if (!value.empty()) extra.push_back("--" + f.flag + "=" + value);
+    return parse(cluster_args(extra, f.flag), env);
+  }
+};
+
+TEST_P(ClusterIntegerFlagTest, AcceptsItsMinimumAndMaximum) {
+  const ClusterIntegerFlag& f = GetParam();
+  EXPECT_EQ(f.read(ok(with(std::to_string(f.min)))), f.min);
+  EXPECT_EQ(f.read(ok(with(std::to_string(f.max)))), f.max);
+}
+
+TEST_P(ClusterIntegerFlagTest, RejectsOutsideItsBounds) {
+  const ClusterIntegerFlag& f = GetParam();
+  const std::string below = error(with(std::to_string(f.min - 1)));
+  EXPECT_TRUE(contains(below, "for --" + f.flag + ": must be between " + std::to_string(f.min) +
+                                  " and " + std::to_string(f.max)))
+      << below;
+  const std::string above =
+      error(with(f.max == kI64Max ? "9223372036854775808" : std::to_string(f.max + 1)));
+  EXPECT_TRUE(contains(above, "for --" + f.flag + ": must be between")) << above;
+  for (const std::string bad : {"", "abc", "1.5", "7 ", "0x10", "1e3"}) {
+    const std::string message = error(parse(cluster_args({"--" + f.flag + "=" + bad})));
+    EXPECT_TRUE(contains(message, "for --" + f.flag + ": not an integer")) << message;
+  }
+}
+
+TEST_P(ClusterIntegerFlagTest, ReadsTurnstileAndDflockdEnvironmentNames) {
+  const ClusterIntegerFlag& f = GetParam();
+  const std::string value = std::to_string(f.min + 1);
+  EXPECT_EQ(f.read(ok(with("", {{"TURNSTILE_" + f.env, value}, {"DFLOCKD_" + f.env, "x"}}))),
+            f.min + 1);
+  EXPECT_EQ(f.read(ok(with("", {{"DFLOCKD_" + f.env, value}}))), f.min + 1);
+  const std::string message = error(with("", {{"DFLOCKD_" + f.env, std::to_string(f.min - 1)}}));
+  EXPECT_TRUE(contains(message, "for --" + f.flag + " (from DFLOCKD_" + f.env + "): must be"))
+      << message;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllClusterIntegerFlags, ClusterIntegerFlagTest,
+                         testing::ValuesIn(kClusterIntegerFlags),
+                         [](const testing::TestParamInfo<ClusterIntegerFlag>& param_info) {
+                           std::string name;
+                           for (char c : param_info.param.flag) name += c == '-' ? '_' : c;
+                           return name;
+                         });
+
+TEST(ConfigCluster, MillisecondBoundsSayMilliseconds) {
+  EXPECT_EQ(error(parse(cluster_args({"--raft-election-timeout-ms=99"}))),
+            "turnstiled: invalid value \"99\" for --raft-election-timeout-ms: must be between 100 "
+            "and 60000 milliseconds");
+  EXPECT_TRUE(contains(error(parse(cluster_args({"--orphan-ttl=-1"}))),
+                       "must be between 0 and 9223372036 seconds"));
+}
+
+TEST(ConfigCluster, HeartbeatMustBeLessThanTheElectionTimeout) {
+  EXPECT_EQ(error(parse(cluster_args({"--raft-heartbeat-timeout-ms=1000"}))),
+            "turnstiled: --raft-heartbeat-timeout-ms (1000) must be less than "
+            "--raft-election-timeout-ms (1000)");
+  EXPECT_TRUE(contains(error(parse(cluster_args({"--raft-election-timeout-ms=100"}))),
+                       "--raft-heartbeat-timeout-ms (100) must be less than "
+                       "--raft-election-timeout-ms (100)"));
+  EXPECT_TRUE(contains(error(parse(cluster_args(
+                           {"--raft-election-timeout-ms=500", "--raft-heartbeat-timeout-ms=600"}))),
+                       "must be less than"));
+  const Config config = ok(parse(cluster_args({"--raft-heartbeat-timeout-ms=999"})));
+  EXPECT_EQ(config.cluster.heartbeat_timeout_ms, 999);
+}
+
+// ---- what cluster mode requires -------------------------------------------------------------
+
+TEST(ConfigCluster, NeedsNodeId) {
+  EXPECT_EQ(error(parse(cluster_args({}, "node-id"))),
+            "turnstiled: cluster mode (--raft-dir) needs --node-id");
+}
+
+TEST(ConfigCluster, NeedsRaftAddr) {
+  EXPECT_EQ(error(parse(cluster_args({}, "raft-addr"))),
+            "turnstiled: cluster mode (--raft-dir) needs --raft-addr");
+  // An empty value is no address.
+  EXPECT_EQ(error(parse(cluster_args({"--raft-addr="}))),
+            "turnstiled: cluster mode (--raft-dir) needs --raft-addr");
+}
+
+TEST(ConfigCluster, NeedsAClusterSecret) {
+  const std::string expected =
+      "turnstiled: cluster mode needs --cluster-secret or --cluster-secret-file: nodes "
+      "authenticate each other with it";
+  EXPECT_EQ(error(parse(cluster_args({}, "cluster-secret"))), expected);
+  // The client auth token and the admin token are other secrets.
+  EXPECT_EQ(error(parse(cluster_args({"--auth-token=a", "--admin-token=b"}, "cluster-secret"))),
+            expected);
+}
+
+TEST(ConfigCluster, FenceStateFileIsRefused) {
+  const std::string expected =
+      "turnstiled: --fence-state-file cannot be used in cluster mode: the fence counter is "
+      "replicated in the raft log and its snapshots";
+  EXPECT_EQ(error(parse(cluster_args({"--fence-state-file=/var/lib/t/fences"}))), expected);
+  EXPECT_EQ(error(parse(cluster_args(), {{"DFLOCKD_FENCE_STATE_FILE", "/f"}})), expected);
+  // Empty is off, and a single node keeps it.
+  ok(parse(cluster_args({"--fence-state-file="})));
+  EXPECT_EQ(ok(parse({"--fence-state-file=/f"})).fence_state_file, "/f");
+}
+
+TEST(ConfigCluster, BootstrapNeedsPeers) {
+  EXPECT_EQ(error(parse(cluster_args({"--cluster-bootstrap"}))),
+            "turnstiled: --cluster-bootstrap needs --cluster-peers: the voters of the initial "
+            "configuration");
+  EXPECT_TRUE(contains(
+      error(parse(cluster_args({"--cluster-peers="}), {{"TURNSTILE_CLUSTER_BOOTSTRAP", "1"}})),
+      "--cluster-bootstrap needs --cluster-peers"));
+  EXPECT_TRUE(ok(parse(cluster_args({"--cluster-bootstrap", "--cluster-peers=" + kThreePeers})))
+                  .cluster.bootstrap);
+  EXPECT_FALSE(ok(parse(cluster_args({"--cluster-bootstrap=false"}))).cluster.bootstrap);
+}
+
+TEST(ConfigCluster, PeersMustListThisNodeWithItsRaftAddress) {
+  EXPECT_EQ(error(parse(cluster_args({"--node-id=4", "--cluster-peers=" + kThreePeers}))),
+            "turnstiled: --cluster-peers does not list --node-id 4 (the list must include this "
+            "node)");
+  EXPECT_EQ(
+      error(parse(cluster_args({"--raft-addr=10.0.0.2:7001", "--cluster-peers=" + kThreePeers}))),
+      "turnstiled: --raft-addr 10.0.0.2:7001 differs from node 2's raft address in "
+      "--cluster-peers (10.0.0.2:7000)");
+  // Another node's raft address is not this node's.
+  EXPECT_TRUE(contains(
+      error(parse(cluster_args({"--raft-addr=10.0.0.1:7000", "--cluster-peers=" + kThreePeers}))),
+      "differs from node 2's raft address"));
+  // Addresses compare in canonical form.
+  const Config config = ok(parse(cluster_args(
+      {"--raft-addr=[FD00:0:0::2]:07000",
+       "--cluster-peers=1=[fd00::1]:7000@[fd00::1]:6388,2=[fd00::2]:7000@[fd00::2]:6388"})));
+  EXPECT_EQ(config.cluster.raft_addr, "[fd00::2]:7000");
+  EXPECT_EQ(config.cluster.peers[1].raft_address, "[fd00::2]:7000");
+}
+
+TEST(ConfigCluster, RaftAddrMustNotBeTheTcpListenersAddress) {
+  EXPECT_EQ(error(parse(cluster_args({"--raft-addr=127.0.0.1:6388"}))),
+            "turnstiled: --raft-addr 127.0.0.1:6388 is the address of the TCP listener (--host "
+            "127.0.0.1, --port 6388): raft needs a port of its own");
+  EXPECT_TRUE(
+      contains(error(parse(cluster_args({"--host=::1", "--port=7000", "--raft-addr=[0::1]:7000"}))),
+               "is the address of the TCP listener"));
+  EXPECT_TRUE(contains(error(parse(cluster_args({"--host=Node2.Example", "--port=7000",
+                                                 "--raft-addr=node2.example:7000"}))),
+                       "is the address of the TCP listener"));
+  // A wildcard listener takes the port on every address.
+  for (const std::string wildcard : {"0.0.0.0", "::"}) {
+    EXPECT_TRUE(contains(error(parse(cluster_args({"--host=" + wildcard, "--port=7000",
+                                                   "--advertise-addr=10.0.0.2:7000"}))),
+                         "is the address of the TCP listener"))
+        << wildcard;
+  }
+  // Another port, or another address on the same port, is fine.
+  ok(parse(cluster_args({"--raft-addr=127.0.0.1:7000"})));
+  ok(parse(cluster_args({"--host=10.0.0.2", "--port=7000", "--raft-addr=10.0.0.3:7000"})));
+}
+
+TEST(ConfigCluster, RaftAddrMustNotBeTheHttpApisAddress) {
+  EXPECT_EQ(error(parse(cluster_args({"--raft-addr=127.0.0.1:7000", "--http-port=7000"}))),
+            "turnstiled: --raft-addr 127.0.0.1:7000 is the address of the HTTP API (--http-host "
+            "127.0.0.1, --http-port 7000): raft needs a port of its own");
+  EXPECT_TRUE(contains(error(parse(cluster_args({"--http-port=7000", "--http-host=10.0.0.2"}))),
+                       "is the address of the HTTP API"));
+  EXPECT_TRUE(contains(error(parse(cluster_args({"--http-port=7000", "--http-host=::"}))),
+                       "is the address of the HTTP API"));
+  ok(parse(cluster_args({"--http-port=7001"})));
+  ok(parse(cluster_args({"--http-port=7000", "--http-host=10.0.0.9"})));
+}
+
+// ---- the advertised client address ----------------------------------------------------------
+
+TEST(ConfigCluster, AdvertiseAddrDefaultsToThisNodesClientAddressInThePeers) {
+  EXPECT_EQ(ok(parse(cluster_args({"--cluster-peers=" + kThreePeers}))).cluster.advertise_addr,
+            "10.0.0.2:6388");
+}
+
+TEST(ConfigCluster, AdvertiseAddrDefaultsToTheTcpListenerWithoutPeers) {
+  EXPECT_EQ(ok(parse(cluster_args())).cluster.advertise_addr, "127.0.0.1:6388");
+  EXPECT_EQ(ok(parse(cluster_args({"--host=10.1.2.3", "--port=7777"}))).cluster.advertise_addr,
+            "10.1.2.3:7777");
+  EXPECT_EQ(ok(parse(cluster_args({"--host=::1"}))).cluster.advertise_addr, "[::1]:6388");
+  EXPECT_EQ(ok(parse(cluster_args({"--host=Node2.Example"}))).cluster.advertise_addr,
+            "node2.example:6388");
+}
+
+TEST(ConfigCluster, AdvertiseAddrGivenWins) {
+  EXPECT_EQ(
+      ok(parse(cluster_args({"--advertise-addr=[FD00::9]:6388", "--cluster-peers=" + kThreePeers})))
+          .cluster.advertise_addr,
+      "[fd00::9]:6388");
+}
+
+TEST(ConfigCluster, AWildcardOrEphemeralListenerNeedsAdvertiseAddr) {
+  for (const std::string wildcard : {"0.0.0.0", "::", "[::]"}) {
+    const std::string message = error(parse(cluster_args({"--host=" + wildcard})));
+    EXPECT_TRUE(contains(message, "cluster mode needs --advertise-addr")) << message;
+    EXPECT_TRUE(contains(message, "wildcard")) << message;
+    EXPECT_TRUE(contains(message, "--host \"" + wildcard + "\"")) << message;
+    EXPECT_EQ(ok(parse(cluster_args({"--host=" + wildcard, "--advertise-addr=10.0.0.2:6388"})))
+                  .cluster.advertise_addr,
+              "10.0.0.2:6388");
+  }
+  const std::string message = error(parse(cluster_args({"--port=0"})));
+  EXPECT_TRUE(contains(message, "cluster mode needs --advertise-addr")) << message;
+  EXPECT_TRUE(contains(message, "--port 0")) << message;
+  // This node's entry in --cluster-peers is enough.
+  ok(parse(cluster_args({"--host=0.0.0.0", "--cluster-peers=" + kThreePeers})));
+}
+
+// ---- host:port addresses --------------------------------------------------------------------
+
+TEST(ConfigClusterAddress, AcceptedFormsAreStoredCanonical) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"10.0.0.2:7000", "10.0.0.2:7000"},
+      {"10.0.0.2:1", "10.0.0.2:1"},
+      {"10.0.0.2:65535", "10.0.0.2:65535"},
+      {"10.0.0.2:007000", "10.0.0.2:7000"},
+      {"Node-2.Example_x:7000", "node-2.example_x:7000"},
+      {"localhost:7000", "localhost:7000"},
+      {"[::1]:7000", "[::1]:7000"},
+      {"[FD00:0000::0002]:7000", "[fd00::2]:7000"},
+      {"[::ffff:10.0.0.2]:7000", "[::ffff:10.0.0.2]:7000"},
+  };
+  for (const auto& [given, stored] : cases) {
+    EXPECT_EQ(ok(parse(cluster_args({"--raft-addr=" + given}))).cluster.raft_addr, stored) << given;
+    EXPECT_EQ(ok(parse(cluster_args({"--advertise-addr=" + given}))).cluster.advertise_addr, stored)
+        << given;
+  }
+}
+
+TEST(ConfigClusterAddress, MalformedAddressesAreRejectedWithTheReason) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"10.0.0.2", "not host:port or [v6]:port"},
+      {"10.0.0.2:", "the port must be between 1 and 65535"},
+      {"10.0.0.2:0", "the port must be between 1 and 65535"},
+      {"10.0.0.2:65536", "the port must be between 1 and 65535"},
+      {"10.0.0.2:+70", "the port must be between 1 and 65535"},
+      {"10.0.0.2:7000x", "the port must be between 1 and 65535"},
+      {":7000", "empty host"},
+      {"[]:7000", "empty host"},
+      {"::1:7000", "an IPv6 address goes in brackets"},
+      {"[::1]", "not host:port or [v6]:port"},
+      {"[::1]7000", "not host:port or [v6]:port"},
+      {"[::1:7000", "not host:port or [v6]:port"},
+      {"[not-v6]:7000", "not an IPv6 address"},
+      {"[10.0.0.2]:7000", "not an IPv6 address"},
+      {"999.0.0.1:7000", "not an IPv4 address"},
+      {"host name:7000", "the host must be an IP address or a host name"},
+      {"a/b:7000", "the host must be an IP address or a host name"},
+      {"0.0.0.0:7000", "0.0.0.0 is a wildcard"},
+      {"[::]:7000", ":: is a wildcard"},
+      {"[0:0::0]:7000", ":: is a wildcard"},
+  };
+  for (const auto& [given, reason] : cases) {
+    for (const std::string flag : {"raft-addr", "advertise-addr"}) {
+      const std::string message = error(parse(cluster_args({"--" + flag + "=" + given})));
+      EXPECT_TRUE(contains(message, "for --" + flag + ": " + reason)) << given << ": " << message;
+    }
+  }
+  EXPECT_TRUE(
+      contains(error(parse(cluster_args({}, "raft-addr"), {{"DFLOCKD_RAFT_ADDR", "x"}})),
+               "invalid value \"x\" for --raft-addr (from DFLOCKD_RAFT_ADDR): not host:port"));
+}
+
+// ---- --cluster-peers ------------------------------------------------------------------------
+
+TEST(ConfigClusterPeers, ParsesEveryEntryInOrder) {
+  const Config config = ok(parse(cluster_args(
+      {"--cluster-peers= 9=r9.example:7000@c9.example:6388 ,2=10.0.0.2:7000@10.0.0.2:6388,"
+       "7=[fd00::7]:7000@[FD00::7]:6388 "})));
+  const std::vector<Config::ClusterPeer> expected = {
+      {9, "r9.example:7000", "c9.example:6388"},
+      {2, "10.0.0.2:7000", "10.0.0.2:6388"},
+      {7, "[fd00::7]:7000", "[fd00::7]:6388"},
+  };
+  EXPECT_EQ(config.cluster.peers, expected);
+}
+
+TEST(ConfigClusterPeers, IdsSpanOneTo2To63Minus1) {
+  const Config config =
+      ok(parse(cluster_args({"--node-id=9223372036854775807",
+                             "--cluster-peers=1=10.0.0.1:7000@10.0.0.1:6388,"
+                             "9223372036854775807=10.0.0.2:7000@10.0.0.2:6388"})));
+  EXPECT_EQ(config.cluster.node_id, 9'223'372'036'854'775'807U);
+  EXPECT_EQ(config.cluster.peers[1].id, 9'223'372'036'854'775'807U);
+}
+
+TEST(ConfigClusterPeers, EmptyListIsNoList) {
+  EXPECT_TRUE(ok(parse(cluster_args({"--cluster-peers="}))).cluster.peers.empty());
+  EXPECT_TRUE(ok(parse(cluster_args({"--cluster-peers=  "}))).cluster.peers.empty());
+}
+
+TEST(ConfigClusterPeers, MalformedEntriesAreRejectedAndNamed) {
+  const std::string a = "1=10.0.0.1:7000@10.0.0.1:6388";
+  const std::pair<std::string, std::string> cases[] = {
+      {a + ",", "entry 2 is empty"},
+      {a + ",,2=10.0.0.2:7000@10.0.0.2:6388", "entry 2 is empty"},
+      {"," + a, "entry 1 is empty"},
+      {"10.0.0.1:7000@10.0.0.1:6388",
+       "entry 1 \"10.0.0.1:7000@10.0.0.1:6388\": expected "
+       "id=raftHost:port@clientHost:port"},
+      {"1=10.0.0.1:7000", "expected id=raftHost:port@clientHost:port"},
+      {"1=10.0.0.1:7000@10.0.0.1:6388@x:1", "expected id=raftHost:port@clientHost:port"},
+      {"1@10.0.0.1:7000=10.0.0.1:6388", "expected id=raftHost:port@clientHost:port"},
+      {"=10.0.0.1:7000@10.0.0.1:6388", "the id is not a number"},
+      {"x=10.0.0.1:7000@10.0.0.1:6388", "the id is not a number"},
+      {"-1=10.0.0.1:7000@10.0.0.1:6388", "the id is not a number"},
+      {"+1=10.0.0.1:7000@10.0.0.1:6388", "the id is not a number"},
+      {"0=10.0.0.1:7000@10.0.0.1:6388", "the id must be between 1 and 9223372036854775807"},
+      {"9223372036854775808=10.0.0.1:7000@10.0.0.1:6388", "the id must be between 1 and"},
+      {"1=10.0.0.1@10.0.0.1:6388", "raft address \"10.0.0.1\": not host:port"},
+      {"1=10.0.0.1:7000@::1:6388", "client address \"::1:6388\": an IPv6 address goes in brackets"},
+      {"1=0.0.0.0:7000@10.0.0.1:6388", "raft address \"0.0.0.0:7000\": 0.0.0.0 is a wildcard"},
+      {"1=10.0.0.1:7000@[::]:6388", "client address \"[::]:6388\": :: is a wildcard"},
+      {"1 =10.0.0.1:7000@10.0.0.1:6388", "the id is not a number"},
+      {"1=10.0.0.1:7000@ 10.0.0.1:6388", "the host must be an IP address or a host name"},
+      {"1=10.0.0.1:7000 @10.0.0.1:6388", "the port must be between 1 and 65535"},
+  };
+  for (const auto& [given, reason] : cases) {
+    const std::string message = error(parse(cluster_args({"--cluster-peers=" + given})));
+    EXPECT_TRUE(contains(message, "invalid value for --cluster-peers: "))
+        << given << ": " << message;
+    EXPECT_TRUE(contains(message, reason)) << given << ": " << message;
+  }
+  EXPECT_TRUE(contains(error(parse(cluster_args(), {{"TURNSTILE_CLUSTER_PEERS", a + ","}})),
+                       "for --cluster-peers (from TURNSTILE_CLUSTER_PEERS): entry 2 is empty"));
+}
+
+TEST(ConfigClusterPeers, DuplicatesAreRejected) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"1=10.0.0.1:7000@10.0.0.1:6388,1=10.0.0.2:7000@10.0.0.2:6388",
+       "entry 2 \"1=10.0.0.2:7000@10.0.0.2:6388\": node id 1 is listed twice"},
+      {"1=10.0.0.1:7000@10.0.0.1:6388,2=10.0.0.1:7000@10.0.0.2:6388",
+       "entry 2 \"2=10.0.0.1:7000@10.0.0.2:6388\": raft address 10.0.0.1:7000 is already node "
+       "1's raft address"},
+      // The same IPv6 address written two ways is one address.
+      {"1=[fd00::1]:7000@[fd00::1]:6388,2=[FD00:0::1]:7000@[fd00::2]:6388",
+       "raft address [fd00::1]:7000 is already node 1's raft address"},
+      {"1=10.0.0.1:7000@10.0.0.9:6388,2=10.0.0.2:7000@10.0.0.9:6388",
+       "client address 10.0.0.9:6388 is already node 1's client address"},
+      {"1=10.0.0.1:7000@10.0.0.1:6388,2=10.0.0.1:6388@10.0.0.2:6388",
+       "raft address 10.0.0.1:6388 is already node 1's client address"},
+      {"1=10.0.0.1:7000@10.0.0.1:7000",
+       "client address 10.0.0.1:7000 is already node 1's raft "
+       "address"},
+  };
+  for (const auto& [given, reason] : cases) {
+    const std::string message = error(parse(cluster_args({"--cluster-peers=" + given})));
+    EXPECT_TRUE(contains(message, reason)) << given << ": " << message;
+  }
+}
+
+TEST(ConfigClusterPeers, LongListsStayOnOneLineAndNameOnlyTheBadEntry) {
+  std::string peers;
+  for (int id = 1; id <= 50; ++id) {
+    peers += (id > 1 ? "," : "") + std::to_string(id) + "=10.0.1." + std::to_string(id) +
+             ":7000@10.0.2." + std::to_string(id) + ":6388";
+  }
+  const Config config =
+      ok(parse(cluster_args({"--raft-addr=10.0.1.2:7000", "--cluster-peers=" + peers})));
+  EXPECT_EQ(config.cluster.peers.size(), 50U);
+  const std::string message =
+      error(parse(cluster_args({"--cluster-peers", peers + ",51=x\ny:1@z:2"})));
+  EXPECT_TRUE(contains(message, "entry 51 \"51=x\\ny:1@z:2\"")) << message;
+  EXPECT_FALSE(contains(message, "10.0.1.1:7000")) << message;
+}
+
+// ---- the cluster secret and the admin token -------------------------------------------------
+
+TEST(ConfigClusterSecrets, TrimmedOneLineNonEmptyLikeTheAuthToken) {
+  EXPECT_EQ(ok(parse(cluster_args({"--cluster-secret= s3 cret \t"}))).cluster.secret, "s3 cret");
+  EXPECT_EQ(ok(parse(cluster_args({"--admin-token", " adm1n "}))).cluster.admin_token, "adm1n");
+  for (const std::string flag : {"cluster-secret", "admin-token"}) {
+    EXPECT_EQ(error(parse(cluster_args({"--" + flag + "="}))),
+              "turnstiled: invalid value for --" + flag + ": empty after trimming whitespace");
+    const std::string message = error(parse(cluster_args({"--" + flag, "topsecret\nx"})));
+    EXPECT_TRUE(contains(message, "contains CR or LF")) << message;
+    EXPECT_FALSE(contains(message, "topsecret")) << message;
+    EXPECT_TRUE(contains(error(parse(cluster_args({"--" + flag, std::string(65537, 'a')}))),
+                         "longer than 65536 bytes"));
+  }
+  // An empty variable is an error, not unset, as for the auth token.
+  EXPECT_EQ(error(parse(cluster_args({}, "cluster-secret"), {{"TURNSTILE_CLUSTER_SECRET", ""}})),
+            "turnstiled: invalid value for --cluster-secret (from TURNSTILE_CLUSTER_SECRET): empty "
+            "after trimming whitespace");
+  EXPECT_TRUE(contains(error(parse(cluster_args(), {{"DFLOCKD_ADMIN_TOKEN", " "}})),
+                       "for --admin-token (from DFLOCKD_ADMIN_TOKEN): empty"));
+}
+
+TEST(ConfigClusterSecrets, FilesAreReadTrimmedAndOneLine) {
+  TempDir dir;
+  for (const std::string flag : {"cluster-secret-file", "admin-token-file"}) {
+    // --cluster-secret would win over --cluster-secret-file, which would then not be read.
+    const std::string drop = flag == "cluster-secret-file" ? "cluster-secret" : "";
+    const std::string empty = dir.write("empty", " \n");
+    EXPECT_EQ(error(parse(cluster_args({"--" + flag, empty}, drop))),
+              "turnstiled: invalid value \"" + empty + "\" for --" + flag + ": the file is empty");
+    const std::string two = dir.write("two", "secret-one\nsecret-two\n");
+    const std::string message = error(parse(cluster_args({"--" + flag, two}, drop)));
+    EXPECT_TRUE(contains(message, "more than one line")) << message;
+    EXPECT_FALSE(contains(message, "secret-one")) << message;
+    EXPECT_TRUE(contains(error(parse(cluster_args({"--" + flag, dir.path() + "/missing"}, drop))),
+                         "for --" + flag + ": cannot open"));
+    EXPECT_TRUE(contains(error(parse(cluster_args({"--" + flag + "="}, drop))), "empty path"));
+  }
+  const Config config =
+      ok(parse(cluster_args({"--cluster-secret-file", dir.write("s", "\tsecret\r\n"),
+                             "--admin-token-file", dir.write("a", "admin\n")},
+                            "cluster-secret")));
+  EXPECT_EQ(config.cluster.secret, "secret");
+  EXPECT_EQ(config.cluster.admin_token, "admin");
+}
+
+// --cluster-secret > --cluster-secret-file > TURNSTILE_CLUSTER_SECRET > DFLOCKD_CLUSTER_SECRET >
+// TURNSTILE_CLUSTER_SECRET_FILE > DFLOCKD_CLUSTER_SECRET_FILE, as for the auth token.
+TEST(ConfigClusterSecrets, PrecedenceChainLikeTheAuthToken) {
+  TempDir dir;
+  const std::string flag_file = dir.write("flag", "from-flag-file\n");
+  Env env = {{"TURNSTILE_CLUSTER_SECRET", "from-turnstile-env"},
+             {"DFLOCKD_CLUSTER_SECRET", "from-dflockd-env"},
+             {"TURNSTILE_CLUSTER_SECRET_FILE", dir.write("t", "from-turnstile-file\n")},
+             {"DFLOCKD_CLUSTER_SECRET_FILE", dir.write("d", "from-dflockd-file\n")}};
+  const auto secret = [&](const std::vector<std::string>& extra) {
+    return ok(parse(cluster_args(extra, "cluster-secret"), env)).cluster.secret;
+  };
+  EXPECT_EQ(secret({"--cluster-secret-file", flag_file, "--cluster-secret", "from-flag"}),
+            "from-flag");
+  EXPECT_EQ(secret({"--cluster-secret-file", flag_file}), "from-flag-file");
+  EXPECT_EQ(secret({}), "from-turnstile-env");
+  env.erase("TURNSTILE_CLUSTER_SECRET");
+  EXPECT_EQ(secret({}), "from-dflockd-env");
+  env.erase("DFLOCKD_CLUSTER_SECRET");
+  EXPECT_EQ(secret({}), "from-turnstile-file");
+  env.erase("TURNSTILE_CLUSTER_SECRET_FILE");
+  EXPECT_EQ(secret({}), "from-dflockd-file");
+  // Only the winning source is read.
+  EXPECT_EQ(
+      ok(parse(cluster_args({"--admin-token=x", "--admin-token-file=" + dir.path() + "/missing"})))
+          .cluster.admin_token,
+      "x");
+  EXPECT_EQ(ok(parse(cluster_args(), {{"DFLOCKD_ADMIN_TOKEN", "y"},
+                                      {"TURNSTILE_ADMIN_TOKEN_FILE", dir.path() + "/missing"}}))
+                .cluster.admin_token,
+            "y");
+}
+
+TEST(ConfigClusterSecrets, TheThreeSecretsAreIndependent) {
+  const Config config = ok(parse(cluster_args({"--auth-token=client", "--admin-token=admin"}),
+                                 {{"TURNSTILE_CLUSTER_SECRET", "ignored: the flag wins"}}));
+  EXPECT_EQ(config.auth_token, "client");
+  EXPECT_EQ(config.cluster.secret, "cluster-s3cret");
+  EXPECT_EQ(config.cluster.admin_token, "admin");
+  EXPECT_FALSE(ok(parse(cluster_args())).cluster.admin_token.has_value());  // optional
+}
+
+TEST(ConfigHelp, ExplainsClusterMode) {
+  const ConfigResult result = parse({"--help"});
+  const auto* exit = std::get_if<ConfigExit>(&result);
+  ASSERT_NE(exit, nullptr);
+  EXPECT_TRUE(contains(exit->message, "--raft-dir turns it on"));
+  EXPECT_TRUE(
+      contains(exit->message, "--cluster-secret and --admin-token are resolved the same way"));
+  EXPECT_TRUE(contains(exit->message, "(1..9223372036854775807)"));
+  EXPECT_TRUE(contains(exit->message, "(100..60000)"));
 }
 
 }  // namespace
