@@ -93,6 +93,7 @@ std::optional<Error> status_error(core::Status status) {
       {core::Status::kErrorAlreadyEnqueued, ErrorCode::kAlreadyEnqueued},
       {core::Status::kErrorLeaseExpired, ErrorCode::kLeaseExpired},
       {core::Status::kErrorDraining, ErrorCode::kDraining},
+      {core::Status::kErrorNotLeader, ErrorCode::kNotLeader},
   };
   for (const Entry& entry : kErrors) {
     if (status == entry.status) {
@@ -482,6 +483,12 @@ struct Connection::Impl {
     if (!reply) return bad_reply(line_out);
     if (auto error = status_error(reply->status)) {
       if (error->code == ErrorCode::kAuth || error->code == ErrorCode::kDraining) close();
+      if (error->code == ErrorCode::kNotLeader) {
+        error->message =
+            reply->payload.empty()
+                ? "server replied 'error_not_leader': no leader is known"
+                : "server replied 'error_not_leader': the leader is at " + reply->payload;
+      }
       return *std::move(error);
     }
     return *std::move(reply);

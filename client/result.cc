@@ -20,6 +20,8 @@ std::string_view error_code_name(ErrorCode code) {
       return "lease_expired";
     case ErrorCode::kDraining:
       return "draining";
+    case ErrorCode::kNotLeader:
+      return "not_leader";
     case ErrorCode::kAuth:
       return "auth";
     case ErrorCode::kProtocol:

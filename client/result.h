@@ -25,6 +25,7 @@ enum class ErrorCode : std::uint8_t {
   kNotEnqueued,      // `error_not_enqueued`
   kLeaseExpired,     // `error_lease_expired`
   kDraining,         // `error_draining` (the server then closes the connection)
+  kNotLeader,        // `error_not_leader [addr]`: a cluster follower; the message names the leader
   kAuth,             // `error_auth` (the server then closes the connection)
   kProtocol,         // plain `error`: malformed request, or a token that matches no holder
   kIo,               // the connection failed or closed, or no reply came in time

@@ -1335,6 +1335,19 @@ StatsSnapshot Engine::stats(Instant now, std::vector<Delivery>& out) {
   return impl_->stats();
 }
 
+StatsSnapshot Engine::stats_view() const { return impl_->stats(); }
+
+std::vector<SessionId> Engine::sessions() const {
+  std::vector<SessionId> ids;
+  for (const auto& [id, state] : impl_->sessions) {
+    if (!state.holders.empty() || !state.waiters.empty() || !state.records.empty()) {
+      ids.push_back(SessionId{id});
+    }
+  }
+  std::sort(ids.begin(), ids.end(), [](SessionId a, SessionId b) { return a.value < b.value; });
+  return ids;
+}
+
 Instant Engine::now() const { return impl_->now; }
 const EngineCounters& Engine::counters() const { return impl_->counters; }
 std::size_t Engine::resources_count() const { return impl_->resources_count(); }

@@ -133,6 +133,11 @@ class Engine {
 
   // Advances time, then reports every resource (see stats.h).
   StatsSnapshot stats(Instant now, std::vector<Delivery>& out);
+  // Reports every resource as of now(), without advancing time: a replica's state may change only
+  // by applying the log, so in cluster mode stats read it as of the last applied entry.
+  StatsSnapshot stats_view() const;
+  // The sessions that have state here (a holder, a waiter or a two-phase record), ascending.
+  std::vector<SessionId> sessions() const;
 
   // The largest `now` seen (Instant::min() before the first input).
   Instant now() const;

@@ -136,6 +136,8 @@ void LogClock::take_over(Instant clock, Instant last_entry_time) {
   last_ = std::max(last_, start);
 }
 
+Instant LogClock::peek(Instant clock) const { return std::max(last_, clock + offset_); }
+
 Instant LogClock::next(Instant clock) {
   last_ = std::max(last_, clock + offset_);
   return last_;

@@ -79,6 +79,11 @@ class LogClock {
   // The time of the next entry, its clock reading `clock` (never behind an earlier result, also
   // when the clock steps back).
   Instant next(Instant clock);
+  // What next(clock) would return, without taking it.
+  Instant peek(Instant clock) const;
+  // The clock reading at which log time reaches `log_time` (for a driver that waits for a
+  // deadline in log time).
+  Instant clock_at(Instant log_time) const { return log_time - offset_; }
 
  private:
   Duration offset_ = Duration::zero();  // log time = clock + offset_

@@ -91,6 +91,8 @@ std::string_view status_name(Status status) {
       return "error_lease_expired";
     case Status::kErrorDraining:
       return "error_draining";
+    case Status::kErrorNotLeader:
+      return "error_not_leader";
     case Status::kParked:
       return "parked";
   }

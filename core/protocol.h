@@ -74,6 +74,9 @@ enum class Status : std::uint8_t {
   kErrorAlreadyEnqueued,
   kErrorLeaseExpired,
   kErrorDraining,
+  // Cluster mode (docs/cluster.md): this node does not lead; `payload` is the leader's client
+  // address (host:port), empty while no leader is known. On the wire: `error_not_leader [addr]`.
+  kErrorNotLeader,
   // Not a wire status: the engine parked the request; its reply comes later as a Delivery.
   kParked,
 };
@@ -85,6 +88,7 @@ std::string_view status_name(Status status);
 //   token + seconds            ok <token> <lease> | acquired <token> <lease>
 //   seconds only               ok <ttl>            (renew)
 //   payload                    ok <json>           (stats)
+//                              error_not_leader <host:port>   (cluster mode; payload may be empty)
 struct Reply {
   Status status = Status::kError;
   std::optional<Token> token;
@@ -100,6 +104,9 @@ struct Reply {
     return Reply{Status::kOk, std::nullopt, -1, std::move(json)};
   }
   static Reply parked() { return of(Status::kParked); }
+  static Reply not_leader(std::string leader_address) {
+    return Reply{Status::kErrorNotLeader, std::nullopt, -1, std::move(leader_address)};
+  }
 
   bool is_grant() const { return token.has_value(); }
   bool operator==(const Reply&) const = default;

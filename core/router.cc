@@ -8,15 +8,24 @@
 namespace turnstile::core {
 
 Router::Router(const RouterConfig& config, Engine& engine, EngineObserver* observer)
-    : config_(config), engine_(engine), observer_(observer) {
-  TS_ASSERT(config.shards >= 1 && config.index < config.shards);
+    : config_(config), engine_(&engine), observer_(observer) {
+  TS_ASSERT(config.shards >= 1 && config.index < config.shards && !config.replicated);
+  TS_ASSERT(config.session_tag < (1U << (64 - kSessionTagShift)));
+}
+
+Router::Router(const RouterConfig& config) : config_(config), engine_(nullptr), observer_(nullptr) {
+  TS_ASSERT(config.shards >= 1 && config.index < config.shards && config.replicated);
+  TS_ASSERT(config.session_tag < (1U << (64 - kSessionTagShift)));
 }
 
 SessionId Router::new_session_id() {
-  return SessionId{next_sequence_++ * config_.shards + config_.index};
+  const std::uint64_t number = next_sequence_++ * config_.shards + config_.index;
+  TS_ASSERT(number <= kSessionNumberMask);
+  return SessionId{(std::uint64_t{config_.session_tag} << kSessionTagShift) | number};
 }
 
 std::size_t Router::shard_of(const Request& request) const {
+  if (config_.replicated) return replicated_endpoint();
   return core::shard_of(command_namespace(request.command), request.key, config_.shards);
 }
 
@@ -42,8 +51,13 @@ void Router::submit(Instant now, SessionId session, const Request& request) {
   if (request.command == Command::kStats) {
     StatsGather& gather = stats_[session.value];
     TS_ASSERT(gather.parts_left == 0);  // one request in flight per session
-    gather.parts_left = config_.shards;
     gather.snapshot = StatsSnapshot{};
+    if (config_.replicated) {
+      gather.parts_left = 1;
+      send(replicated_endpoint(), message::StatsRequest{session});
+      return;
+    }
+    gather.parts_left = config_.shards;
     for (std::size_t shard = 0; shard < config_.shards; ++shard) {
       if (shard == config_.index) {
         stats_here(now, session);
@@ -57,7 +71,7 @@ void Router::submit(Instant now, SessionId session, const Request& request) {
   const std::size_t target = shard_of(request);
   if (leaves_session_state(request.command)) {
     Route& route = routes_[session.value];
-    if (route.touched.empty()) route.touched.assign(config_.shards, false);
+    if (route.touched.empty()) route.touched.assign(endpoints(), false);
     route.touched[target] = true;
     route.target = target;
   }
@@ -137,7 +151,8 @@ void Router::receive(Instant now, RouterMessage message) {
 }
 
 void Router::tick(Instant now) {
-  engine_.tick(now, scratch_);
+  if (engine_ == nullptr) return;
+  engine_->tick(now, scratch_);
   observe(nullptr, nullptr, scratch_);
   dispatch(scratch_);
 }
@@ -157,7 +172,8 @@ std::vector<SessionEvent> Router::take_events() {
 // ---- the engine side ---------------------------------------------------------------------------
 
 void Router::run_engine_request(Instant now, SessionId session, const Request& request) {
-  Reply reply = engine_.handle(now, session, request, scratch_);
+  TS_ASSERT(engine_ != nullptr);
+  Reply reply = engine_->handle(now, session, request, scratch_);
   observe(&request, &reply, scratch_);
   if (reply.status == Status::kParked) {
     to_owner(session, message::Parked{session});
@@ -168,7 +184,8 @@ void Router::run_engine_request(Instant now, SessionId session, const Request& r
 }
 
 void Router::close_here(Instant now, SessionId session) {
-  const bool dropped = engine_.close_session(now, session, config_.auto_release, scratch_);
+  TS_ASSERT(engine_ != nullptr);
+  const bool dropped = engine_->close_session(now, session, config_.auto_release, scratch_);
   observe(nullptr, nullptr, scratch_);
   dispatch(scratch_);
   // The session's parked request here will never be answered: its owner completes it.
@@ -176,14 +193,16 @@ void Router::close_here(Instant now, SessionId session) {
 }
 
 void Router::cancel_here(Instant now, SessionId session) {
-  const bool dropped = engine_.cancel_parked(now, session, scratch_);
+  TS_ASSERT(engine_ != nullptr);
+  const bool dropped = engine_->cancel_parked(now, session, scratch_);
   observe(nullptr, nullptr, scratch_);
   dispatch(scratch_);
   if (dropped) to_owner(session, message::Cancelled{session});
 }
 
 void Router::stats_here(Instant now, SessionId session) {
-  StatsSnapshot snapshot = engine_.stats(now, scratch_);
+  TS_ASSERT(engine_ != nullptr);
+  StatsSnapshot snapshot = engine_->stats(now, scratch_);
   observe(nullptr, nullptr, scratch_);
   dispatch(scratch_);
   to_owner(session, message::StatsPart{session, std::move(snapshot)});

@@ -117,23 +117,50 @@ struct RouterConfig {
   std::size_t shards = 1;    // >= 1
   bool auto_release = true;  // --auto-release-on-disconnect: a close releases what it holds
   std::size_t stats_entries_max = EngineConfig{}.stats_entries_max;
+  // Cluster mode (docs/cluster.md): the key space lives in one replicated engine, not in the
+  // shards' engines. Every engine request, cancel, close notice and stats request goes to the
+  // endpoint `shards` (one past the last shard: the node's core::ClusterLeader), and the router
+  // never calls an engine of its own.
+  bool replicated = false;
+  // Put in the top 24 bits of every session id this router makes (below them: sequence * shards
+  // + index, 40 bits), so that ids stay unique across the processes of a cluster over time.
+  // 0 on one node.
+  std::uint32_t session_tag = 0;
 };
+
+// Session ids: a 24-bit tag above a 40-bit number whose remainder by the shard count is the
+// owning shard.
+inline constexpr int kSessionTagShift = 40;
+inline constexpr std::uint64_t kSessionNumberMask = (std::uint64_t{1} << kSessionTagShift) - 1;
+inline std::size_t session_owner(SessionId session, std::size_t shards) {
+  return static_cast<std::size_t>((session.value & kSessionNumberMask) % shards);
+}
+inline std::uint32_t session_tag(SessionId session) {
+  return static_cast<std::uint32_t>(session.value >> kSessionTagShift);
+}
 
 class Router {
  public:
   // `observer` may be null.
   Router(const RouterConfig& config, Engine& engine, EngineObserver* observer = nullptr);
+  // A router in cluster mode (config.replicated): it has no engine of its own.
+  explicit Router(const RouterConfig& config);
   Router(const Router&) = delete;
   Router& operator=(const Router&) = delete;
 
   std::size_t index() const { return config_.index; }
   std::size_t shards() const { return config_.shards; }
-  Engine& engine() { return engine_; }
+  // The engine of this shard (not in cluster mode).
+  Engine& engine() { return *engine_; }
+  // Where engine requests go in cluster mode: the endpoint after the last shard.
+  std::size_t replicated_endpoint() const { return config_.shards; }
 
-  // A new session id owned by this shard: sequence * shards + index, sequence from 1.
+  // A new session id owned by this shard: the tag, then sequence * shards + index, sequence
+  // from 1.
   SessionId new_session_id();
-  std::size_t owner_of(SessionId session) const { return session.value % config_.shards; }
-  // The shard whose engine owns the key of an engine command.
+  std::size_t owner_of(SessionId session) const { return session_owner(session, config_.shards); }
+  // The shard whose engine owns the key of an engine command (the replicated endpoint in
+  // cluster mode).
   std::size_t shard_of(const Request& request) const;
 
   // ---- a session owned by this shard ---------------------------------------------------------
@@ -152,9 +179,12 @@ class Router {
 
   // ---- any shard -----------------------------------------------------------------------------
   void receive(Instant now, RouterMessage message);
-  // The engine's deadlines (leases, wait timeouts, GC) due at `now`.
+  // The engine's deadlines (leases, wait timeouts, GC) due at `now` (none in cluster mode: the
+  // leader proposes them).
   void tick(Instant now);
-  std::optional<Instant> next_wake() const { return engine_.next_wake(); }
+  std::optional<Instant> next_wake() const {
+    return engine_ != nullptr ? engine_->next_wake() : std::nullopt;
+  }
 
   // ---- outputs -------------------------------------------------------------------------------
   std::vector<Envelope> take_outbox();
@@ -183,8 +213,11 @@ class Router {
   void send(std::size_t to, RouterMessage message);
   void observe(const Request* request, const Reply* reply, const std::vector<Delivery>& out);
 
+  // The endpoints a session can touch: the shards, or the replicated endpoint alone.
+  std::size_t endpoints() const { return config_.replicated ? config_.shards + 1 : config_.shards; }
+
   RouterConfig config_;
-  Engine& engine_;
+  Engine* engine_;  // null in cluster mode
   EngineObserver* observer_;
   std::uint64_t next_sequence_ = 1;
   std::unordered_map<std::uint64_t, Route> routes_;       // sessions owned here, by id

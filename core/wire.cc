@@ -524,7 +524,7 @@ std::optional<std::int64_t> parse_count(std::string_view text) {
 }
 
 std::optional<Status> parse_status(std::string_view word) {
-  for (int i = 0; i <= static_cast<int>(Status::kErrorDraining); ++i) {
+  for (int i = 0; i <= static_cast<int>(Status::kErrorNotLeader); ++i) {
     const auto status = static_cast<Status>(i);
     if (status != Status::kParked && status_name(status) == word) return status;
   }
@@ -550,6 +550,7 @@ std::optional<Reply> decode_reply(Command command, std::string_view line) {
     if (*status == Status::kAcquired) return std::nullopt;
     return Reply::of(*status);
   }
+  if (*status == Status::kErrorNotLeader) return Reply::not_leader(std::string(rest));
   if (*status == Status::kOk && command == Command::kStats) {
     if (rest.empty()) return std::nullopt;
     return Reply::stats(std::string(rest));

@@ -757,7 +757,7 @@ constexpr std::size_t kMaxBatchEntries = 1024;
 constexpr std::size_t kMaxBatchBytes = 4 << 20;
 
 struct Op {
-  enum class Kind { kPropose, kBarrier, kTransfer, kAddVoter, kRemoveVoter };
+  enum class Kind { kPropose, kBarrier, kTransfer, kAddVoter, kRemoveVoter, kRun };
   Kind kind = Kind::kPropose;
   std::string command;                  // kPropose
   std::uint64_t id = 0;                 // kAddVoter, kRemoveVoter
@@ -765,6 +765,7 @@ struct Op {
   RaftNode::IndexDone index_done;       // kPropose, kBarrier
   std::function<void(bool)> bool_done;  // kTransfer
   RaftNode::ErrorDone error_done;       // kAddVoter, kRemoveVoter
+  std::function<void()> run;            // kRun
 };
 
 void fail_op(Op& op, const std::string& error) {
@@ -780,6 +781,8 @@ void fail_op(Op& op, const std::string& error) {
     case Op::Kind::kRemoveVoter:
       if (op.error_done) op.error_done(error);
       break;
+    case Op::Kind::kRun:
+      break;  // the node is not running: there is no raft thread to run it on
   }
 }
 
@@ -884,6 +887,18 @@ class RaftNode::Impl {
   std::optional<std::string> start();
   void stop();
   void enqueue(Op op);
+  // On the raft thread: `fn` runs once after `delay_ms`, replacing what was set before.
+  void wake_after(std::uint64_t delay_ms, std::function<void()> fn) {
+    if (closing_) return;
+    wake_fn_ = std::move(fn);
+    uv_timer_start(&wake_timer_, &Impl::on_wake, delay_ms, 0);
+  }
+  static void on_wake(uv_timer_t* timer) {
+    auto* self = static_cast<Impl*>(timer->data);
+    std::function<void()> fn = std::move(self->wake_fn_);
+    self->wake_fn_ = nullptr;
+    if (fn) fn();
+  }
   RaftStatus status() const {
     std::lock_guard lock(mutex_);
     return status_;
@@ -1016,6 +1031,8 @@ class RaftNode::Impl {
   // The raft thread's.
   uv_loop_t loop_{};
   uv_async_t async_{};
+  uv_timer_t wake_timer_{};  // wake_after()
+  std::function<void()> wake_fn_;
   uv_check_t check_{};
   std::unique_ptr<Transport> transport_;
   raft_io io_{};
@@ -1227,6 +1244,8 @@ std::optional<std::string> RaftNode::Impl::open() {
   uv_check_init(&loop_, &check_);
   check_.data = this;
   uv_check_start(&check_, &Impl::on_check);
+  uv_timer_init(&loop_, &wake_timer_);
+  wake_timer_.data = this;
   refresh_status();
   std::lock_guard lock(mutex_);
   accepting_ = true;
@@ -1263,6 +1282,9 @@ void RaftNode::Impl::begin_shutdown() {
   uv_close(reinterpret_cast<uv_handle_t*>(&async_), nullptr);
   uv_check_stop(&check_);
   uv_close(reinterpret_cast<uv_handle_t*>(&check_), nullptr);
+  uv_timer_stop(&wake_timer_);
+  uv_close(reinterpret_cast<uv_handle_t*>(&wake_timer_), nullptr);
+  wake_fn_ = nullptr;
   if (ready_) {
     ready_ = false;
     fsm_.leadership_changed(false);
@@ -1347,6 +1369,9 @@ void RaftNode::Impl::process(std::vector<Op>& ops) {
         break;
       case Op::Kind::kRemoveVoter:
         submit_remove_voter(ops[i]);
+        break;
+      case Op::Kind::kRun:
+        ops[i].run();
         break;
       case Op::Kind::kPropose:
         break;
@@ -1850,6 +1875,17 @@ void RaftNode::add_voter(std::uint64_t id, std::string raft_address, ErrorDone d
   op.address = std::move(raft_address);
   op.error_done = std::move(done);
   impl_->enqueue(std::move(op));
+}
+
+void RaftNode::run(std::function<void()> fn) {
+  Op op;
+  op.kind = Op::Kind::kRun;
+  op.run = std::move(fn);
+  impl_->enqueue(std::move(op));
+}
+
+void RaftNode::wake_after(std::uint64_t delay_ms, std::function<void()> fn) {
+  impl_->wake_after(delay_ms, std::move(fn));
 }
 
 void RaftNode::remove_voter(std::uint64_t id, ErrorDone done) {

@@ -169,6 +169,13 @@ class RaftNode {
   void add_voter(std::uint64_t id, std::string raft_address, ErrorDone done);
   void remove_voter(std::uint64_t id, ErrorDone done);
 
+  // Any thread: runs `fn` on the raft thread, in order with the other requests (dropped when the
+  // node is not running). The state machine's owner uses it to reach what only that thread may
+  // touch.
+  void run(std::function<void()> fn);
+  // On the raft thread only: runs `fn` there once after `delay_ms`, replacing the previous one.
+  void wake_after(std::uint64_t delay_ms, std::function<void()> fn);
+
   // Closes raft (pending requests fail with an error), the sockets and the loop, and joins the
   // raft thread. Idempotent. From the raft thread itself (a callback) it only asks: the owner's
   // stop() or destructor then waits.

@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "net/clock.h"
+#include "net/crypto_random.h"
 #include "net/log.h"
 
 namespace turnstile::net {
@@ -159,6 +160,16 @@ bool Server::listen() {
 int Server::run() {
   std::signal(SIGPIPE, SIG_IGN);
   if (!open_fence_file()) return 1;
+  if (config_.cluster.enabled()) {
+    // Session ids carry a random tag of this process, so that they stay unique across the
+    // cluster's processes and restarts (core::RouterConfig::session_tag).
+    CryptoRandom random;
+    do {
+      shared_.session_tag = static_cast<std::uint32_t>(random.next_u64() & 0xffffff);
+    } while (shared_.session_tag == 0);
+    cluster_ = std::make_unique<ClusterNode>(config_, shared_, shared_.session_tag);
+    shared_.cluster = cluster_.get();
+  }
   create_shards();
   if (!set_up_tls() || !listen()) return 1;
   if (config_.http_port != 0) {
@@ -184,8 +195,19 @@ int Server::run() {
   drain_poll_ = evtimer_new(base_, &Server::on_drain_poll, this);
   if (fence_file_ != nullptr) fence_file_->start_writer();
   for (auto& shard : shards_) shard->start();
+  if (cluster_ != nullptr) {
+    if (std::optional<std::string> error = cluster_->start()) {
+      logf(LogLevel::kError, "cluster: %s", error->c_str());
+      stop_shards();
+      return 1;
+    }
+    logf(LogLevel::kInfo, "cluster: node %llu started (raft on %s, clients told %s)",
+         static_cast<unsigned long long>(config_.cluster.node_id),
+         config_.cluster.raft_addr.c_str(), config_.cluster.advertise_addr.c_str());
+  }
   event_base_dispatch(base_);
   stop_shards();
+  if (cluster_ != nullptr) cluster_->stop();
   if (fence_file_ != nullptr) fence_file_->stop_writer();  // after a write in flight finishes
   log_line(LogLevel::kInfo, "stopped");
   return 0;

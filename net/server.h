@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/time.h"
+#include "net/cluster_node.h"
 #include "net/config.h"
 #include "net/fence_file.h"
 #include "net/http_server.h"
@@ -55,6 +56,7 @@ class Server {
   SharedState shared_;
   std::unique_ptr<FenceFile> fence_file_;  // with --fence-state-file; outlives the shards
   std::vector<std::unique_ptr<Shard>> shards_;
+  std::unique_ptr<ClusterNode> cluster_;  // cluster mode; stopped after the shards
   // With --http-port: one HttpServer per shard, on its thread, freed before the shards.
   std::unique_ptr<HttpShared> http_shared_;
   std::vector<std::unique_ptr<HttpServer>> http_;

@@ -11,12 +11,23 @@
 
 #include "core/assert.h"
 #include "net/clock.h"
+#include "net/cluster_node.h"
 #include "net/guard.h"
 #include "net/idle_poll.h"
 #include "net/log.h"
 
 namespace turnstile::net {
 namespace {
+
+core::RouterConfig router_config(std::size_t index, const SharedState& shared) {
+  core::RouterConfig router;
+  router.index = index;
+  router.shards = static_cast<std::size_t>(shared.config.threads);
+  router.auto_release = shared.config.auto_release_on_disconnect;
+  router.replicated = shared.config.cluster.enabled();
+  router.session_tag = shared.session_tag;
+  return router;
+}
 
 core::EngineConfig engine_config(const Config& config, std::uint64_t fence_floor) {
   core::EngineConfig engine;
@@ -37,10 +48,11 @@ Shard::Shard(std::size_t index, SharedState& shared, std::uint64_t fence_floor,
     : index_(index),
       shared_(shared),
       engine_(engine_config(shared.config, fence_floor), salts_, &shared.budget, fences),
-      router_(core::RouterConfig{index, static_cast<std::size_t>(shared.config.threads),
-                                 shared.config.auto_release_on_disconnect,
-                                 core::EngineConfig{}.stats_entries_max},
-              engine_),
+      // In cluster mode the router sends every engine request to the node's replicated end
+      // (shared.cluster) and this shard's engine stays empty.
+      router_(shared.config.cluster.enabled()
+                  ? core::Router(router_config(index, shared))
+                  : core::Router(router_config(index, shared), engine_)),
       tcp_(*this, shared, *shared.tcp_latencies.at(index)) {
   event_config* config = event_config_new();
   event_config_set_flag(config, EVENT_BASE_FLAG_NOLOCK);  // one thread owns this base
@@ -258,7 +270,11 @@ void Shard::handle(message::Stop&) {
 
 void Shard::deliver_router_output(core::Instant now) {
   for (core::Envelope& envelope : router_.take_outbox()) {
-    shared_.shards[envelope.to]->post(std::move(envelope.message));
+    if (envelope.to == router_.replicated_endpoint()) {
+      shared_.cluster->post(std::move(envelope.message));
+    } else {
+      shared_.shards[envelope.to]->post(std::move(envelope.message));
+    }
   }
   for (core::SessionEvent& event : router_.take_events()) {
     if (tcp_.owns(event.session)) {

@@ -25,6 +25,7 @@
 namespace turnstile::net {
 
 class Shard;
+class ClusterNode;
 
 // Request latencies (seconds): the Prometheus histogram buckets shared by TCP and HTTP.
 inline constexpr std::array<double, 14> kLatencyBuckets = {
@@ -61,7 +62,13 @@ struct SharedState {
 
   const Config& config;
   std::vector<Shard*> shards;  // filled by the server as it creates them
-  SSL_CTX* tls = nullptr;      // non-null: every connection is TLS
+  // Cluster mode (docs/cluster.md): the node's replicated end, where the shards' routers send
+  // their engine requests; null on one node. Set before the shards start.
+  ClusterNode* cluster = nullptr;
+  // The top bits of this process's session ids (core::RouterConfig::session_tag): random and
+  // non-zero in cluster mode, 0 on one node.
+  std::uint32_t session_tag = 0;
+  SSL_CTX* tls = nullptr;  // non-null: every connection is TLS
   std::atomic<std::int64_t> connections_open{0};
   std::atomic<std::int64_t> http_sessions_live{0};  // counted in stats `connections`
 

@@ -285,6 +285,9 @@ TEST(HttpCodec, RepliesRenderToStatusCodesAndBodies) {
     EXPECT_EQ(response.code, code) << status_name(status);
     EXPECT_TRUE(Json::parse(response.body).contains("error")) << response.body;
   }
+  const HttpResponse not_leader = render_http_reply(lock, Reply::not_leader("10.0.0.2:6388"));
+  EXPECT_EQ(not_leader.code, 503);
+  EXPECT_EQ(not_leader.body, "{\"error\":\"not_leader\",\"detail\":\"10.0.0.2:6388\"}\n");
   EXPECT_EQ(render_http_reply(release, Reply::of(Status::kError)).code, 404);  // not held
   EXPECT_EQ(render_http_reply(renew, Reply::of(Status::kError)).code, 404);
 }

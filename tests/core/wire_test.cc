@@ -1105,6 +1105,9 @@ TEST(ReplyDecoder, InvertsTheEncoderForEveryReplyShape) {
       {Command::kSemLock, Reply::of(Status::kErrorLimitMismatch)},
       {Command::kRelease, Reply::of(Status::kError)},
       {Command::kPing, Reply::of(Status::kErrorDraining)},
+      {Command::kLock, Reply::not_leader("10.0.0.2:6388")},
+      {Command::kRelease, Reply::not_leader("[::1]:6389")},
+      {Command::kEnqueue, Reply::not_leader("")},  // no leader known: the status alone
   };
   for (const auto& [command, reply] : cases) {
     std::string line;
@@ -1114,6 +1117,15 @@ TEST(ReplyDecoder, InvertsTheEncoderForEveryReplyShape) {
     ASSERT_TRUE(decoded.has_value()) << line;
     EXPECT_EQ(*decoded, reply) << line;
   }
+}
+
+TEST(ReplyEncoder, NotLeaderNamesTheLeaderWhenOneIsKnown) {
+  std::string line;
+  encode_reply(Reply::not_leader("10.0.0.2:6388"), line);
+  EXPECT_EQ(line, "error_not_leader 10.0.0.2:6388\n");
+  line.clear();
+  encode_reply(Reply::not_leader(""), line);
+  EXPECT_EQ(line, "error_not_leader\n");
 }
 
 TEST(ReplyDecoder, RefusesWhatTheCommandCannotGet) {

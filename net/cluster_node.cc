@@ -1,0 +1,151 @@
+#include "net/cluster_node.h"
+
+#include <cstdlib>
+#include <utility>
+
+#include "core/log_entry.h"
+#include "net/clock.h"
+#include "net/log.h"
+#include "net/shard.h"
+#include "net/shared_state.h"
+
+namespace turnstile::net {
+namespace {
+
+core::EngineConfig replica_engine_config(const Config& config) {
+  core::EngineConfig engine;
+  engine.default_lease_s = config.default_lease_ttl_s;
+  engine.gc_max_idle = core::Duration::seconds(config.gc_max_idle_s);
+  engine.resources_max = config.max_locks;
+  engine.waiters_max = config.max_waiters;
+  return engine;  // fences count up from 0: the counter is replicated state
+}
+
+core::ClusterLeaderConfig leader_config(const Config& config, std::uint32_t session_tag) {
+  core::ClusterLeaderConfig leader;
+  leader.shards = static_cast<std::size_t>(config.threads);
+  leader.session_tag = session_tag;
+  leader.auto_release = config.auto_release_on_disconnect;
+  return leader;
+}
+
+RaftNodeConfig raft_config(const Config& config) {
+  const Config::Cluster& cluster = config.cluster;
+  RaftNodeConfig raft;
+  raft.id = cluster.node_id;
+  raft.raft_address = cluster.raft_addr;
+  raft.dir = cluster.raft_dir;
+  for (const Config::ClusterPeer& peer : cluster.peers) {
+    raft.peers.push_back(RaftPeer{peer.id, peer.raft_address});
+  }
+  raft.bootstrap = cluster.bootstrap;
+  raft.secret = cluster.secret.value_or("");
+  raft.snapshot_threshold = static_cast<unsigned>(cluster.snapshot_threshold);
+  raft.snapshot_trailing = static_cast<unsigned>(cluster.snapshot_trailing);
+  raft.election_timeout_ms = static_cast<unsigned>(cluster.election_timeout_ms);
+  raft.heartbeat_timeout_ms = static_cast<unsigned>(cluster.heartbeat_timeout_ms);
+  raft.log = [](std::string line) { log_line(LogLevel::kWarn, "raft: " + line); };
+  return raft;
+}
+
+}  // namespace
+
+ClusterNode::ClusterNode(const Config& config, SharedState& shared, std::uint32_t session_tag)
+    : config_(config),
+      shared_(shared),
+      replica_(replica_engine_config(config)),
+      leader_(leader_config(config, session_tag), replica_),
+      raft_(std::make_unique<RaftNode>(raft_config(config), *this)) {}
+
+ClusterNode::~ClusterNode() { stop(); }
+
+std::optional<std::string> ClusterNode::start() { return raft_->start(); }
+
+void ClusterNode::stop() { raft_->stop(); }
+
+std::string ClusterNode::leader_client_address() const {
+  const RaftStatus status = raft_->status();
+  if (status.leader_id == 0) return {};
+  if (status.leader_id == config_.cluster.node_id) return config_.cluster.advertise_addr;
+  for (const Config::ClusterPeer& peer : config_.cluster.peers) {
+    if (peer.id == status.leader_id) return peer.client_address;
+  }
+  return {};
+}
+
+void ClusterNode::post(core::RouterMessage message) {
+  bool was_empty = false;
+  {
+    std::lock_guard lock(mailbox_mutex_);
+    was_empty = mailbox_.empty();
+    mailbox_.push_back(std::move(message));
+  }
+  // One drain for everything that arrives before the raft thread gets to it: one entry.
+  if (was_empty) raft_->run([this] { drain(); });
+}
+
+// ---- the raft thread
+// -----------------------------------------------------------------------------
+
+void ClusterNode::drain() {
+  std::vector<core::RouterMessage> messages;
+  {
+    std::lock_guard lock(mailbox_mutex_);
+    messages.swap(mailbox_);
+  }
+  if (!leader_.leading()) leader_.set_leader_address(leader_client_address());
+  for (core::RouterMessage& message : messages) leader_.receive(std::move(message));
+  flush();
+}
+
+void ClusterNode::flush() {
+  const core::Instant now = monotonic_now();
+  while (std::optional<core::LogEntry> entry = leader_.take_entry(now, salts_.next_u64())) {
+    // The outcome comes back through apply(); a refusal means this node lost its leadership,
+    // which leadership_changed(false) reports too.
+    raft_->propose(core::encode_entry(*entry), [](std::uint64_t, const std::string&) {});
+  }
+  for (core::Envelope& envelope : leader_.take_outbox()) {
+    shared_.shards.at(envelope.to)->post(std::move(envelope.message));
+  }
+  if (const std::optional<core::Instant> wake = leader_.next_tick_clock()) {
+    const core::Duration wait = *wake > now ? *wake - now : core::Duration::zero();
+    // Whole milliseconds, rounded up, so that the deadline is due when the timer fires.
+    const std::int64_t ms = (wait.ns() + 999'999) / 1'000'000;
+    raft_->wake_after(static_cast<std::uint64_t>(ms), [this] { flush(); });
+  }
+}
+
+void ClusterNode::apply(std::uint64_t, std::string_view command) {
+  const std::optional<core::LogEntry> entry = core::decode_entry(command);
+  if (!entry) {
+    // Only leaders write entries, with this encoding: one that does not decode is a damaged log
+    // or a node of an incompatible version. Guessing would make this replica differ: stop.
+    log_line(LogLevel::kError,
+             "cluster: a committed log entry does not decode (a damaged raft directory, or a "
+             "node of another version); stopping this node");
+    std::abort();
+  }
+  const core::AppliedEntry applied = replica_.apply(replica_.applied_index() + 1, *entry);
+  leader_.applied(*entry, applied);
+  flush();
+}
+
+std::string ClusterNode::snapshot() { return replica_.save(); }
+
+bool ClusterNode::restore(std::string_view bytes) { return replica_.restore(bytes); }
+
+void ClusterNode::leadership_changed(bool leader) {
+  if (leader) {
+    leader_.lead(monotonic_now());
+    logf(LogLevel::kInfo, "cluster: node %llu leads",
+         static_cast<unsigned long long>(config_.cluster.node_id));
+  } else {
+    leader_.follow(leader_client_address());
+    logf(LogLevel::kInfo, "cluster: node %llu follows",
+         static_cast<unsigned long long>(config_.cluster.node_id));
+  }
+  flush();
+}
+
+}  // namespace turnstile::net

@@ -1,0 +1,78 @@
+// ClusterNode: turnstiled's cluster mode (docs/cluster.md) on one node. It owns the replicated
+// state machine (core::Replica), its router end (core::ClusterLeader) and the raft server that
+// orders the log (net/raft_node.h), and moves messages between them and the shards.
+//
+// Every piece of logic is the core's: the shards' routers (core::Router in replicated mode) send
+// their sessions' engine requests, cancels, closes and stats requests here; ClusterLeader turns
+// them into log entries and applied entries into replies; Replica applies the log. This class is
+// only the driver: it runs all three on the raft thread (RaftNode::run), proposes the entries
+// ClusterLeader takes, feeds it every applied entry and the leadership changes, wakes it at the
+// replica's next deadline, and posts its messages to the shards' mailboxes.
+//
+// Thread affinity: post() and status() from any thread; start() and stop() on the main thread;
+// everything else runs on the raft thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/cluster_leader.h"
+#include "core/replica.h"
+#include "core/router.h"
+#include "net/config.h"
+#include "net/crypto_random.h"
+#include "net/raft_node.h"
+
+namespace turnstile::net {
+
+struct SharedState;
+
+class ClusterNode final : public RaftStateMachine {
+ public:
+  // `session_tag`: the tag of this process's session ids (core::RouterConfig::session_tag).
+  ClusterNode(const Config& config, SharedState& shared, std::uint32_t session_tag);
+  ~ClusterNode() override;
+  ClusterNode(const ClusterNode&) = delete;
+  ClusterNode& operator=(const ClusterNode&) = delete;
+
+  // Loads the raft directory and starts the raft thread; nullopt, or why it cannot start.
+  std::optional<std::string> start();
+  void stop();
+
+  // Any thread: a message of a shard's router for the replicated endpoint.
+  void post(core::RouterMessage message);
+
+  RaftStatus status() const { return raft_->status(); }
+  // The client address of the leader (this node's advertise address when it leads), empty when
+  // no leader is known.
+  std::string leader_client_address() const;
+
+ private:
+  // RaftStateMachine, on the raft thread.
+  void apply(std::uint64_t index, std::string_view command) override;
+  std::string snapshot() override;
+  bool restore(std::string_view bytes) override;
+  void leadership_changed(bool leader) override;
+
+  void drain();  // the mailbox, then flush()
+  // Proposes what ClusterLeader has, posts its messages to the shards, and sets the wake-up for
+  // the replica's next deadline.
+  void flush();
+
+  const Config& config_;
+  SharedState& shared_;
+  core::Replica replica_;
+  core::ClusterLeader leader_;
+  CryptoRandom salts_;  // each entry's salt seeds its tokens: it must be unpredictable
+  std::unique_ptr<RaftNode> raft_;
+
+  std::mutex mailbox_mutex_;
+  std::vector<core::RouterMessage> mailbox_;  // guarded by mailbox_mutex_
+};
+
+}  // namespace turnstile::net
