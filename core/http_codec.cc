@@ -340,8 +340,7 @@ HttpResponse render_http_reply(const Request& request, const Reply& reply) {
     case Status::kErrorDraining:
       return {503, http_error_body("draining")};
     case Status::kErrorNotLeader:
-      // The daemon adds the leader's address as X-Dflockd-Leader (docs/cluster.md).
-      return {503, http_error_body("not_leader", reply.payload)};
+      return {503, http_error_body("not_leader", reply.payload), reply.payload};
     case Status::kErrorAuth:
     case Status::kParked:
       break;

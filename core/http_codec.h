@@ -124,6 +124,9 @@ std::variant<HttpBadRequest, HttpSessionRequest> decode_http_session_request(
 struct HttpResponse {
   int code = 500;
   std::string body;
+  // Cluster mode: the leader's client address for `503 not_leader`, sent as X-Dflockd-Leader
+  // (docs/cluster.md); empty otherwise.
+  std::string leader = {};
 };
 
 // The response to an engine reply (reference 3.4, 3.5) for `request`.

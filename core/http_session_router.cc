@@ -11,7 +11,7 @@ namespace turnstile::core {
 namespace {
 
 HttpOutcome error(int code, std::string_view error, std::string_view detail = {}) {
-  return HttpOutcome{code, http_error_body(error, detail)};
+  return HttpOutcome{code, http_error_body(error, detail), {}};
 }
 
 }  // namespace
@@ -60,7 +60,8 @@ HttpOutcome HttpSessionRouter::create(Instant now, RandomSource& random, const s
     case HttpCreate::kOk:
       break;
   }
-  return HttpOutcome{200, http_session_created_body(handle, config_.idle_timeout.whole_seconds())};
+  return HttpOutcome{
+      200, http_session_created_body(handle, config_.idle_timeout.whole_seconds()), {}};
 }
 
 void HttpSessionRouter::submit(Instant now, HttpTicket ticket, const std::string& handle,
@@ -127,7 +128,7 @@ void HttpSessionRouter::run_here(Instant now, Instant started, std::size_t origi
                                                          : sessions_.touch(now, handle).has_value();
       // A remove's effects (a long poll's 410, the close notices) go out before its 204.
       collect(now);
-      respond(origin, ticket, found ? HttpOutcome{204, ""} : error(410, "session_gone"));
+      respond(origin, ticket, found ? HttpOutcome{204, "", {}} : error(410, "session_gone"));
       return;
     }
   }
@@ -169,7 +170,11 @@ void HttpSessionRouter::receive(Instant now, HttpMessage message) {
                    http_message::GiveBack{out->second.handle, m.request, *m.reply});
           } else {
             TS_ASSERT(m.code != 0);
-            replies_.push_back(HttpReply{m.ticket, HttpOutcome{m.code, std::move(m.body)}});
+            // The leader's address travels in the reply it renders (HttpResponse::leader).
+            std::string leader;
+            if (m.reply && m.reply->status == Status::kErrorNotLeader) leader = m.reply->payload;
+            replies_.push_back(
+                HttpReply{m.ticket, HttpOutcome{m.code, std::move(m.body), std::move(leader)}});
           }
           forwarded_out_.erase(out);
         } else if constexpr (std::is_same_v<M, http_message::Abandon>) {
@@ -236,7 +241,8 @@ void HttpSessionRouter::collect(Instant now) {
                 error(410, "session_gone", "the session was deleted or expired"));
       } else {
         HttpResponse response = render_http_reply(answer.request, answer.reply);
-        respond(origin, answer.ticket, HttpOutcome{response.code, std::move(response.body)},
+        respond(origin, answer.ticket,
+                HttpOutcome{response.code, std::move(response.body), std::move(response.leader)},
                 answer.request, answer.reply);
       }
     }

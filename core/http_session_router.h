@@ -100,6 +100,7 @@ struct HttpEnvelope {
 struct HttpOutcome {
   int code = 0;
   std::string body;
+  std::string leader = {};  // X-Dflockd-Leader, for a 503 not_leader (HttpResponse::leader)
 };
 
 // The response for a ticket held on this shard.

@@ -27,12 +27,11 @@
 #include "net/config.h"
 #include "net/crypto_random.h"
 #include "net/raft_node.h"
+#include "net/shared_state.h"
 
 namespace turnstile::net {
 
-struct SharedState;
-
-class ClusterNode final : public RaftStateMachine {
+class ClusterNode final : public RaftStateMachine, public ReplicatedEndpoint {
  public:
   // `session_tag`: the tag of this process's session ids (core::RouterConfig::session_tag).
   ClusterNode(const Config& config, SharedState& shared, std::uint32_t session_tag);
@@ -45,7 +44,7 @@ class ClusterNode final : public RaftStateMachine {
   void stop();
 
   // Any thread: a message of a shard's router for the replicated endpoint.
-  void post(core::RouterMessage message);
+  void post(core::RouterMessage message) override;
 
   RaftStatus status() const { return raft_->status(); }
   // The client address of the leader (this node's advertise address when it leads), empty when

@@ -749,6 +749,10 @@ void HttpServer::flush() {
       auto it = pending_.find(answer.ticket);
       if (it == pending_.end()) continue;  // its client left
       Pending& pending = *it->second;
+      if (!answer.outcome.leader.empty()) {
+        evhttp_add_header(evhttp_request_get_output_headers(pending.request), "X-Dflockd-Leader",
+                          answer.outcome.leader.c_str());
+      }
       reply(pending.request, answer.outcome.code, answer.outcome.body, pending.route,
             pending.method, pending.started);
       drop_pending(answer.ticket);

@@ -983,6 +983,8 @@ class RaftNode::Impl {
   void submit_batch(std::vector<Op>& ops, std::size_t begin, std::size_t end);
   void submit_barrier(Op& op);
   void submit_transfer(Op& op);
+  // One membership change at a time, and only on the leader: true (and `op` answered) if not.
+  bool refuse_membership_change(Op& op);
   void submit_add_voter(Op& op);
   void submit_remove_voter(Op& op);
   void start_assign(ChangeRequest* request);
@@ -1571,15 +1573,20 @@ void RaftNode::Impl::on_transferred(RaftTransfer* req) {
   if (request->done) request->done(ok);
 }
 
-void RaftNode::Impl::submit_add_voter(Op& op) {
+bool RaftNode::Impl::refuse_membership_change(Op& op) {
   if (membership_busy_) {
     fail_op(op, "another membership change is in progress");
-    return;
+    return true;
   }
   if (!leads()) {
     fail_op(op, not_leader_error());
-    return;
+    return true;
   }
+  return false;
+}
+
+void RaftNode::Impl::submit_add_voter(Op& op) {
+  if (refuse_membership_change(op)) return;
   if (op.id == 0 || !split_host_port(op.address)) {
     fail_op(op, "a new voter needs an id of at least 1 and a host:port raft address");
     return;
@@ -1669,14 +1676,7 @@ void RaftNode::Impl::finish_change(ChangeRequest* request, const std::string& er
 }
 
 void RaftNode::Impl::submit_remove_voter(Op& op) {
-  if (membership_busy_) {
-    fail_op(op, "another membership change is in progress");
-    return;
-  }
-  if (!leads()) {
-    fail_op(op, not_leader_error());
-    return;
-  }
+  if (refuse_membership_change(op)) return;
   if (op.id == raft_.id) {
     fail_op(op, "refusing to remove the leader itself: transfer leadership first");
     return;

@@ -11,7 +11,6 @@
 
 #include "core/assert.h"
 #include "net/clock.h"
-#include "net/cluster_node.h"
 #include "net/guard.h"
 #include "net/idle_poll.h"
 #include "net/log.h"

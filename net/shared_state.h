@@ -19,13 +19,22 @@
 
 #include "core/engine.h"
 #include "core/protocol.h"
+#include "core/router.h"
 #include "core/time.h"
 #include "net/config.h"
 
 namespace turnstile::net {
 
 class Shard;
-class ClusterNode;
+
+// Where the shards' routers send what is for the replicated endpoint in cluster mode (a
+// core::Router in replicated mode): the node's ClusterNode (net/cluster_node.h). post() is
+// called from any shard's thread.
+class ReplicatedEndpoint {
+ public:
+  virtual ~ReplicatedEndpoint() = default;
+  virtual void post(core::RouterMessage message) = 0;
+};
 
 // Request latencies (seconds): the Prometheus histogram buckets shared by TCP and HTTP.
 inline constexpr std::array<double, 14> kLatencyBuckets = {
@@ -64,7 +73,7 @@ struct SharedState {
   std::vector<Shard*> shards;  // filled by the server as it creates them
   // Cluster mode (docs/cluster.md): the node's replicated end, where the shards' routers send
   // their engine requests; null on one node. Set before the shards start.
-  ClusterNode* cluster = nullptr;
+  ReplicatedEndpoint* cluster = nullptr;
   // The top bits of this process's session ids (core::RouterConfig::session_tag): random and
   // non-zero in cluster mode, 0 on one node.
   std::uint32_t session_tag = 0;

@@ -287,6 +287,8 @@ TEST(HttpCodec, RepliesRenderToStatusCodesAndBodies) {
   }
   const HttpResponse not_leader = render_http_reply(lock, Reply::not_leader("10.0.0.2:6388"));
   EXPECT_EQ(not_leader.code, 503);
+  EXPECT_EQ(not_leader.leader, "10.0.0.2:6388");
+  EXPECT_EQ(render_http_reply(lock, Reply::of(Status::kTimeout)).leader, "");
   EXPECT_EQ(not_leader.body, "{\"error\":\"not_leader\",\"detail\":\"10.0.0.2:6388\"}\n");
   EXPECT_EQ(render_http_reply(release, Reply::of(Status::kError)).code, 404);  // not held
   EXPECT_EQ(render_http_reply(renew, Reply::of(Status::kError)).code, 404);

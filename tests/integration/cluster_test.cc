@@ -41,6 +41,18 @@ int free_port() {
   return port;
 }
 
+// One HTTP/1.1 POST on its own connection; the whole response (status line, headers, body).
+std::string http_post(int port, const std::string& path, const std::string& body,
+                      const std::string& session) {
+  Client http(port);
+  std::string request = "POST " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n";
+  if (!session.empty()) request += "X-Dflockd-Session: " + session + "\r\n";
+  request += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+             "\r\n\r\n" + body;
+  if (!http.send(request)) return "<send failed>";
+  return http.pending(3s);
+}
+
 std::uint64_t fence_of(const std::string& grant) {
   // "ok <16 hex fence><16 hex salt> <lease>"
   return std::stoull(grant.substr(3, 16), nullptr, 16);
@@ -53,6 +65,7 @@ class ClusterTest : public ::testing::Test {
     for (std::size_t i = 0; i < kNodes; ++i) {
       client_ports_[i] = free_port();
       raft_ports_[i] = free_port();
+      http_ports_[i] = free_port();
       if (!peers.empty()) peers += ",";
       peers += std::to_string(i + 1) + "=127.0.0.1:" + std::to_string(raft_ports_[i]) +
                "@127.0.0.1:" + std::to_string(client_ports_[i]);
@@ -77,7 +90,9 @@ class ClusterTest : public ::testing::Test {
                     peers_,
                     "--cluster-bootstrap",
                     "--cluster-secret",
-                    "integration-secret"};
+                    "integration-secret",
+                    "--http-port",
+                    std::to_string(http_ports_[i])};
     nodes_[i] = std::make_unique<Daemon>(options);
   }
 
@@ -104,6 +119,7 @@ class ClusterTest : public ::testing::Test {
   std::array<TempDir, kNodes> dirs_;
   std::array<int, kNodes> client_ports_{};
   std::array<int, kNodes> raft_ports_{};
+  std::array<int, kNodes> http_ports_{};
   std::string peers_;
   std::array<std::unique_ptr<Daemon>, kNodes> nodes_;
   std::array<bool, kNodes> stopped_{};
@@ -122,6 +138,18 @@ TEST_F(ClusterTest, FollowersRedirectToTheLeaderWhichGrants) {
       // Reads work on every node.
       EXPECT_EQ(client.request("stats", "_", "_").substr(0, 4), "ok {");
       EXPECT_EQ(client.request("ping", "_", "_"), "ok");
+      // HTTP: 503 not_leader, with the leader's address in X-Dflockd-Leader. Sessions are
+      // local: a follower makes one.
+      const std::string created = http_post(http_ports_[i], "/v1/sessions", "", "");
+      const std::size_t at = created.find("\"session_id\":\"");
+      ASSERT_NE(at, std::string::npos) << created;
+      const std::string session = created.substr(at + 14, 32);
+      const std::string response =
+          http_post(http_ports_[i], "/v1/locks/job", R"({"acquire_timeout_s":0})", session);
+      EXPECT_EQ(response.substr(0, 12), "HTTP/1.1 503") << response;
+      EXPECT_NE(response.find("X-Dflockd-Leader: " + address(*leader_index)), std::string::npos)
+          << response;
+      EXPECT_NE(response.find("\"not_leader\""), std::string::npos) << response;
     }
   }
 }
