@@ -59,7 +59,14 @@ ClusterNode::ClusterNode(const Config& config, SharedState& shared, std::uint32_
 
 ClusterNode::~ClusterNode() { stop(); }
 
-std::optional<std::string> ClusterNode::start() { return raft_->start(); }
+std::optional<std::string> ClusterNode::start() {
+  std::optional<std::string> error = raft_->start();
+  // A message posted before the raft thread ran found nobody to drain it (RaftNode::run drops
+  // work while the node is not running), and later posts see a mailbox that is not empty and
+  // leave the drain to it: drain once now.
+  if (!error) raft_->run([this] { drain(); });
+  return error;
+}
 
 void ClusterNode::stop() { raft_->stop(); }
 
