@@ -12,15 +12,6 @@
 namespace turnstile::net {
 namespace {
 
-core::EngineConfig replica_engine_config(const Config& config) {
-  core::EngineConfig engine;
-  engine.default_lease_s = config.default_lease_ttl_s;
-  engine.gc_max_idle = core::Duration::seconds(config.gc_max_idle_s);
-  engine.resources_max = config.max_locks;
-  engine.waiters_max = config.max_waiters;
-  return engine;  // fences count up from 0: the counter is replicated state
-}
-
 core::ClusterLeaderConfig leader_config(const Config& config, std::uint32_t session_tag) {
   core::ClusterLeaderConfig leader;
   leader.shards = static_cast<std::size_t>(config.threads);
@@ -53,7 +44,7 @@ RaftNodeConfig raft_config(const Config& config) {
 ClusterNode::ClusterNode(const Config& config, SharedState& shared, std::uint32_t session_tag)
     : config_(config),
       shared_(shared),
-      replica_(replica_engine_config(config)),
+      replica_(engine_config(config)),
       leader_(leader_config(config, session_tag), replica_),
       raft_(std::make_unique<RaftNode>(raft_config(config), *this)) {}
 

@@ -28,16 +28,6 @@ core::RouterConfig router_config(std::size_t index, const SharedState& shared) {
   return router;
 }
 
-core::EngineConfig engine_config(const Config& config, std::uint64_t fence_floor) {
-  core::EngineConfig engine;
-  engine.default_lease_s = config.default_lease_ttl_s;
-  engine.gc_max_idle = core::Duration::seconds(config.gc_max_idle_s);
-  engine.resources_max = config.max_locks;  // superseded by the shared budget
-  engine.waiters_max = config.max_waiters;
-  engine.fence_floor = core::Fence{fence_floor};
-  return engine;
-}
-
 }  // namespace
 
 // ---- Shard ------------------------------------------------------------------------------------

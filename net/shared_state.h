@@ -109,4 +109,9 @@ struct SharedState {
   SharedState& operator=(const SharedState&) = delete;
 };
 
+// The engine settings of the daemon's flags, for the shards' engines and a cluster node's replica.
+// Fences count up from `fence_floor` (the journal's floor on one node; 0 for a replica, whose
+// counter is replicated state).
+core::EngineConfig engine_config(const Config& config, std::uint64_t fence_floor = 0);
+
 }  // namespace turnstile::net
