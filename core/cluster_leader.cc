@@ -24,7 +24,8 @@ void ClusterLeader::lead(Instant clock) {
     // Another process's session (its node no longer leads: its clients must find this one),
     // or one of ours that closed while we followed.
     const bool released = own(session) && config_.auto_release;
-    pending_.push_back({command::Close{session, released}, {Origin::Kind::kTakeover, session}});
+    pending_.push_back({command::Close{session, released, config_.orphan_ttl},
+                        {Origin::Kind::kTakeover, session}});
   }
   closed_following_.clear();
 }
@@ -76,8 +77,8 @@ void ClusterLeader::receive(RouterMessage message) {
             closed_following_.insert(m.session.value);
             return;
           }
-          pending_.push_back(
-              {command::Close{m.session, config_.auto_release}, {Origin::Kind::kClose, m.session}});
+          pending_.push_back({command::Close{m.session, config_.auto_release, config_.orphan_ttl},
+                              {Origin::Kind::kClose, m.session}});
         } else if constexpr (std::is_same_v<M, message::CancelParked>) {
           // Following, nothing of this node is parked: follow() answered it.
           if (!leading_) return;

@@ -53,10 +53,11 @@
 namespace turnstile::core {
 
 struct ClusterLeaderConfig {
-  std::size_t shards = 1;           // the node's routers (endpoints 0 .. shards-1)
-  std::uint32_t session_tag = 0;    // this process's tag (RouterConfig::session_tag)
-  bool auto_release = true;         // --auto-release-on-disconnect
-  std::size_t max_commands = 1024;  // per entry (>= 1)
+  std::size_t shards = 1;                  // the node's routers (endpoints 0 .. shards-1)
+  std::uint32_t session_tag = 0;           // this process's tag (RouterConfig::session_tag)
+  bool auto_release = true;                // --auto-release-on-disconnect
+  Duration orphan_ttl = Duration::zero();  // --orphan-ttl (carried in every Close)
+  std::size_t max_commands = 1024;         // per entry (>= 1)
   std::size_t stats_entries_max = EngineConfig{}.stats_entries_max;
 };
 

@@ -35,6 +35,9 @@ struct Holder {
   ListLink<Holder> in_resource;
   ListLink<Holder> in_session;
   bool two_phase_pending = false;  // granted to an `e` whose `w` has not come yet
+  // Set while orphaned under a stable ref (its session closed with --orphan-ttl): an acquire or
+  // enqueue of the same key with this ref adopts the holder, token and all.
+  std::string ref;
 };
 
 // One place in a resource's FIFO queue.
@@ -45,7 +48,10 @@ struct Waiter {
   std::int64_t lease_s = 0;
   bool two_phase = false;      // queued by `e`
   bool parked = false;         // a blocking l/sl/w/sw is waiting on it
-  DeadlineQueue::Timer timer;  // timeout of the parked request
+  DeadlineQueue::Timer timer;  // timeout of the parked request, or the end of an orphan's time
+  // Set while orphaned under a stable ref (owner is null): the place in the queue is kept until
+  // the timer fires, for an acquire or enqueue with this ref to adopt.
+  std::string ref;
   ListLink<Waiter> in_resource;
   ListLink<Waiter> in_session;
 };
@@ -71,6 +77,7 @@ struct Resource {
   IntrusiveList<Holder, &Holder::in_resource> holders;
   IntrusiveList<Waiter, &Waiter::in_resource> waiters;
   std::uint32_t records = 0;  // two-phase records naming this resource
+  std::uint32_t orphans = 0;  // holders and waiters orphaned under a stable ref
   DeadlineQueue::Timer gc_timer;
   std::unique_ptr<std::unordered_map<std::uint64_t, Holder*>> holders_by_fence;
 
@@ -84,6 +91,7 @@ struct SessionState {
   IntrusiveList<Waiter, &Waiter::in_session> waiters;
   Waiter* parked = nullptr;
   std::unordered_map<Resource*, TwoPhaseRecord> records;
+  std::string ref;  // the session's stable ref (Request::ref), empty when it has none
 };
 
 // Recycles nodes so that the steady state of acquire/release allocates nothing.
@@ -485,6 +493,7 @@ struct Engine::Impl {
 
   void remove_holder(Holder* holder) {
     Resource& resource = *holder->resource;
+    if (!holder->ref.empty()) --resource.orphans;
     resource.holders.remove(holder);
     if (holder->owner != nullptr) holder->owner->holders.remove(holder);
     if (resource.holders_by_fence) resource.holders_by_fence->erase(holder->token.fence.value);
@@ -514,9 +523,12 @@ struct Engine::Impl {
   }
 
   void remove_waiter(Waiter* waiter) {
+    if (!waiter->ref.empty()) --waiter->resource->orphans;
     waiter->resource->waiters.remove(waiter);
-    waiter->owner->waiters.remove(waiter);
-    if (waiter->owner->parked == waiter) waiter->owner->parked = nullptr;
+    if (waiter->owner != nullptr) {
+      waiter->owner->waiters.remove(waiter);
+      if (waiter->owner->parked == waiter) waiter->owner->parked = nullptr;
+    }
     deadlines.cancel(waiter->timer);
     waiter_pool.recycle(waiter);
   }
@@ -533,6 +545,72 @@ struct Engine::Impl {
     --resource.records;
   }
 
+  // ---- stable refs (docs/semantics.md, "Stable refs and orphans") ----------------------------
+
+  // Keeps `holder` (already without an owner) for `ref`; its lease ends no later than `until`.
+  void orphan_holder(Holder& holder, std::string ref, std::optional<Instant> until) {
+    holder.ref = std::move(ref);
+    ++holder.resource->orphans;
+    if (until && *until < holder.deadline) {
+      holder.deadline = *until;
+      deadlines.schedule(holder.timer, holder.deadline, DeadlineQueue::Kind::kLeaseExpiry, &holder);
+    }
+  }
+
+  // Keeps `waiter`'s place in the queue for `ref` until `until`; its request, if parked, is gone.
+  void orphan_waiter(Waiter& waiter, const std::string& ref, Instant until) {
+    waiter.owner->waiters.remove(&waiter);
+    if (waiter.owner->parked == &waiter) waiter.owner->parked = nullptr;
+    waiter.owner = nullptr;
+    waiter.parked = false;
+    waiter.two_phase = false;
+    waiter.ref = ref;
+    ++waiter.resource->orphans;
+    deadlines.schedule(waiter.timer, until, DeadlineQueue::Kind::kWaitTimeout, &waiter);
+  }
+
+  Holder* find_orphan_holder(Resource& resource, std::string_view ref) {
+    for (Holder* h = resource.holders.front(); h != nullptr;
+         h = decltype(resource.holders)::next(h)) {
+      if (h->owner == nullptr && h->ref == ref) return h;
+    }
+    return nullptr;
+  }
+
+  Waiter* find_orphan_waiter(Resource& resource, std::string_view ref) {
+    for (Waiter* w = resource.waiters.front(); w != nullptr;
+         w = decltype(resource.waiters)::next(w)) {
+      if (w->owner == nullptr && w->ref == ref) return w;
+    }
+    return nullptr;
+  }
+
+  // The session takes the orphaned holder back: the same token, a fresh lease.
+  void adopt_holder(Holder& holder, SessionId session, SessionState& state, std::int64_t lease_s) {
+    holder.ref.clear();
+    --holder.resource->orphans;
+    holder.session = session;
+    holder.owner = &state;
+    state.holders.push_back(&holder);
+    holder.two_phase_pending = false;
+    holder.lease_s = lease_s;
+    holder.deadline = deadline_after(lease_s);
+    deadlines.schedule(holder.timer, holder.deadline, DeadlineQueue::Kind::kLeaseExpiry, &holder);
+  }
+
+  // The session takes the orphaned place in the queue back.
+  void adopt_waiter(Waiter& waiter, SessionId session, SessionState& state, std::int64_t lease_s,
+                    bool two_phase) {
+    waiter.ref.clear();
+    --waiter.resource->orphans;
+    waiter.session = session;
+    waiter.owner = &state;
+    state.waiters.push_back(&waiter);
+    waiter.lease_s = lease_s;
+    waiter.two_phase = two_phase;
+    deadlines.cancel(waiter.timer);
+  }
+
   // Hands free capacity to the head of the queue, in order, until the resource is full or the
   // queue is empty.
   void promote(Resource& resource, std::vector<Delivery>& out) {
@@ -545,6 +623,20 @@ struct Engine::Impl {
         waiter = decltype(resource.waiters)::next(waiter);
       }
 #endif
+      if (waiter->owner == nullptr) {
+        // An orphan reaches the head: the slot is granted to it and kept for its ref, until its
+        // lease or its orphan time ends, whichever comes first.
+        const std::optional<DeadlineQueue::Slot> until = deadlines.slot(waiter->timer);
+        std::string ref;
+        ref.swap(waiter->ref);
+        --resource.orphans;  // the waiter's: it moves to the holder
+        if (Holder* holder = grant(resource, waiter->session, nullptr, waiter->lease_s)) {
+          orphan_holder(*holder, std::move(ref),
+                        until ? std::optional<Instant>(until->at) : std::nullopt);
+        }
+        remove_waiter(waiter);
+        continue;
+      }
       SessionState& state = *waiter->owner;
       Holder* holder = grant(resource, waiter->session, &state, waiter->lease_s);
       if (holder == nullptr) {
@@ -583,10 +675,12 @@ struct Engine::Impl {
   }
 
   void time_out(Waiter* waiter, std::vector<Delivery>& out) {
-    ++counters.wait_timeouts;
     Resource& resource = *waiter->resource;
-    out.push_back(Delivery{waiter->session, Reply::of(Status::kTimeout)});
-    if (waiter->two_phase) erase_record(*waiter->owner, resource);
+    if (waiter->owner != nullptr) {
+      ++counters.wait_timeouts;
+      out.push_back(Delivery{waiter->session, Reply::of(Status::kTimeout)});
+      if (waiter->two_phase) erase_record(*waiter->owner, resource);
+    }  // else an orphan's time ended: nobody is waiting for a reply
     remove_waiter(waiter);
     promote(resource, out);
     arm_gc(resource);
@@ -635,6 +729,25 @@ struct Engine::Impl {
     resource->last_activity = now;
     SessionState& state = session_state(session);
     TS_ASSERT(state.parked == nullptr);
+    if (!request.ref.empty()) {
+      if (state.ref.empty()) state.ref = request.ref;
+      if (resource->orphans > 0) {
+        if (Holder* holder = find_orphan_holder(*resource, request.ref)) {
+          adopt_holder(*holder, session, state, lease_s);
+          return Reply::granted(Status::kOk, holder->token, lease_s);
+        }
+        if (Waiter* waiter = find_orphan_waiter(*resource, request.ref)) {
+          adopt_waiter(*waiter, session, state, lease_s, /*two_phase=*/false);
+          if (request.timeout_s == 0) {
+            // Try-once gives the place up. The queue is behind a full resource: nobody moves up.
+            remove_waiter(waiter);
+            return Reply::of(Status::kTimeout);
+          }
+          park(waiter, request.timeout_s);
+          return Reply::parked();
+        }
+      }
+    }
 
     if (!resource->full() && resource->waiters.empty()) {
       Holder* holder = grant(*resource, session, &state, lease_s);
@@ -671,6 +784,22 @@ struct Engine::Impl {
     SessionState& state = session_state(session);
     TS_ASSERT(state.parked == nullptr);
     if (state.records.contains(resource)) erase_record(state, *resource);  // an expired record
+    if (!request.ref.empty()) {
+      if (state.ref.empty()) state.ref = request.ref;
+      if (resource->orphans > 0) {
+        if (Holder* holder = find_orphan_holder(*resource, request.ref)) {
+          adopt_holder(*holder, session, state, lease_s);
+          holder->two_phase_pending = true;
+          add_record(state, *resource, {TwoPhaseRecord::State::kGranted, nullptr, holder});
+          return Reply::granted(Status::kAcquired, holder->token, lease_s);
+        }
+        if (Waiter* waiter = find_orphan_waiter(*resource, request.ref)) {
+          adopt_waiter(*waiter, session, state, lease_s, /*two_phase=*/true);
+          add_record(state, *resource, {TwoPhaseRecord::State::kWaiting, waiter, nullptr});
+          return Reply::of(Status::kQueued);
+        }
+      }
+    }
 
     if (!resource->full() && resource->waiters.empty()) {
       Holder* holder = grant(*resource, session, &state, lease_s);
@@ -777,15 +906,23 @@ struct Engine::Impl {
     return true;
   }
 
-  bool close_session(SessionId session, bool auto_release, std::vector<Delivery>& out) {
+  bool close_session(SessionId session, bool auto_release, Duration orphan_ttl,
+                     std::vector<Delivery>& out) {
     auto it = sessions.find(session.value);
     if (it == sessions.end()) return false;
     SessionState& state = it->second;
     const bool dropped_parked = state.parked != nullptr;
+    // With a stable ref and an orphan time, the session's places are kept for its ref.
+    const bool keep = orphan_ttl > Duration::zero() && !state.ref.empty();
+    const Instant until = now + orphan_ttl;
     std::vector<Resource*> touched;
     // Waiters first, so that the releases below cannot promote this session's own waiters.
     while (!state.waiters.empty()) {
       Waiter* waiter = state.waiters.front();
+      if (keep) {
+        orphan_waiter(*waiter, state.ref, until);
+        continue;
+      }
       touched.push_back(waiter->resource);
       remove_waiter(waiter);
     }
@@ -796,13 +933,18 @@ struct Engine::Impl {
     state.records.clear();
     while (!state.holders.empty()) {
       Holder* holder = state.holders.front();
-      if (auto_release) {
+      if (auto_release && !keep) {
         touched.push_back(holder->resource);
         remove_holder(holder);
       } else {
         state.holders.remove(holder);
         holder->owner = nullptr;
         holder->two_phase_pending = false;
+        // Kept for the ref: with auto-release for the orphan time at most, without for its lease.
+        if (keep) {
+          orphan_holder(*holder, state.ref,
+                        auto_release ? std::optional<Instant>(until) : std::nullopt);
+        }
       }
     }
     sessions.erase(it);
@@ -865,16 +1007,18 @@ struct Engine::Impl {
   //   snapshot = version u8 | now i64 | last_fence u64 | block_next u64 | block_left u64
   //            | counters 6 × u64 | next_serial u64 | sequence u64
   //            | resources: count u64, resource* | records: count u64, record*
+  //            | refs: count u64, (session u64 | ref bytes)*       (ascending session)
   //   resource = ns u8 | key bytes | limit i64 | serial u64 | last_activity i64 | gc slot
-  //            | holders: count u64, (fence u64 | salt u64 | session u64 | flags u8 | lease i64
-  //                                   | deadline i64 | slot)*
-  //            | waiters: count u64, (session u64 | lease i64 | flags u8 | slot)*
+  //            | holders: count u64, (fence u64 | salt u64 | session u64 | flags u8 [| ref bytes]
+  //                                   | lease i64 | deadline i64 | slot)*
+  //            | waiters: count u64, (session u64 | lease i64 | flags u8 [| ref bytes] | slot)*
   //   slot     = 0 u8 (unscheduled) | 1 u8, at i64, order u64
   //   record   = session u64 | resource serial u64 | state u8
+  // A holder or waiter orphaned under a stable ref has the orphan flag and its ref.
 
-  static constexpr std::uint8_t kSnapshotVersion = 1;
-  static constexpr std::uint8_t kHolderOwned = 1, kHolderTwoPhasePending = 2;
-  static constexpr std::uint8_t kWaiterTwoPhase = 1, kWaiterParked = 2;
+  static constexpr std::uint8_t kSnapshotVersion = 2;
+  static constexpr std::uint8_t kHolderOwned = 1, kHolderTwoPhasePending = 2, kHolderOrphan = 4;
+  static constexpr std::uint8_t kWaiterTwoPhase = 1, kWaiterParked = 2, kWaiterOrphan = 4;
 
   void save_slot(ByteWriter& w, const DeadlineQueue::Timer& timer) const {
     const std::optional<DeadlineQueue::Slot> slot = deadlines.slot(timer);
@@ -922,7 +1066,9 @@ struct Engine::Impl {
         w.u64(h->token.salt);
         w.u64(h->session.value);
         w.u8(static_cast<std::uint8_t>((h->owner != nullptr ? kHolderOwned : 0) |
-                                       (h->two_phase_pending ? kHolderTwoPhasePending : 0)));
+                                       (h->two_phase_pending ? kHolderTwoPhasePending : 0) |
+                                       (!h->ref.empty() ? kHolderOrphan : 0)));
+        if (!h->ref.empty()) w.bytes(h->ref);
         w.i64(h->lease_s);
         w.i64(h->deadline.ns());
         save_slot(w, h->timer);
@@ -933,7 +1079,9 @@ struct Engine::Impl {
         w.u64(waiter->session.value);
         w.i64(waiter->lease_s);
         w.u8(static_cast<std::uint8_t>((waiter->two_phase ? kWaiterTwoPhase : 0) |
-                                       (waiter->parked ? kWaiterParked : 0)));
+                                       (waiter->parked ? kWaiterParked : 0) |
+                                       (!waiter->ref.empty() ? kWaiterOrphan : 0)));
+        if (!waiter->ref.empty()) w.bytes(waiter->ref);
         save_slot(w, waiter->timer);
       }
     }
@@ -956,6 +1104,16 @@ struct Engine::Impl {
       w.u64(record.session);
       w.u64(record.serial);
       w.u8(static_cast<std::uint8_t>(record.state));
+    }
+    std::vector<std::pair<std::uint64_t, const std::string*>> refs;
+    for (const auto& [session, state] : sessions) {
+      if (!state.ref.empty()) refs.emplace_back(session, &state.ref);
+    }
+    std::sort(refs.begin(), refs.end());
+    w.u64(refs.size());
+    for (const auto& [session, ref] : refs) {
+      w.u64(session);
+      w.bytes(*ref);
     }
     return w.take();
   }
@@ -991,6 +1149,7 @@ struct Engine::Impl {
       Token token;
       SessionId session;
       std::uint8_t flags = 0;
+      std::string ref;
       std::int64_t lease_s = 0;
       Instant deadline;
       Slot slot;
@@ -999,6 +1158,7 @@ struct Engine::Impl {
       SessionId session;
       std::int64_t lease_s = 0;
       std::uint8_t flags = 0;
+      std::string ref;
       Slot slot;
     };
     struct ResourceImage {
@@ -1088,16 +1248,21 @@ struct Engine::Impl {
       for (HolderImage& holder : image.holders) {
         std::int64_t deadline = 0;
         if (!r.u64(holder.token.fence.value) || !r.u64(holder.token.salt) ||
-            !r.u64(holder.session.value) || !r.u8(holder.flags) || !r.i64(holder.lease_s) ||
-            !r.i64(deadline) || !read_slot(r, holder.slot, Kind::kLeaseExpiry, sequence)) {
+            !r.u64(holder.session.value) || !r.u8(holder.flags) ||
+            ((holder.flags & kHolderOrphan) != 0 &&
+             (!r.bytes(holder.ref) || !is_valid_stable_ref(holder.ref))) ||
+            !r.i64(holder.lease_s) || !r.i64(deadline) ||
+            !read_slot(r, holder.slot, Kind::kLeaseExpiry, sequence)) {
           return false;
         }
         holder.deadline = Instant::from_ns(deadline);
-        // Every holder has its lease timer; only an owned holder can await its `w`.
+        // Every holder has its lease timer; only an owned holder can await its `w`, and only one
+        // without an owner is orphaned under a ref.
         if (holder.token.fence.value == 0 || holder.token.fence > image_last_fence ||
             !fences_seen.emplace(holder.token.fence.value, true).second ||
-            holder.session.value == 0 || holder.flags > 3 ||
+            holder.session.value == 0 || holder.flags > 7 ||
             ((holder.flags & kHolderTwoPhasePending) != 0 && (holder.flags & kHolderOwned) == 0) ||
+            ((holder.flags & kHolderOrphan) != 0 && holder.flags != kHolderOrphan) ||
             !valid_lease(holder.lease_s) || !holder.slot || !unique_sequence(holder.slot)) {
           return false;
         }
@@ -1112,15 +1277,18 @@ struct Engine::Impl {
       image.waiters.resize(static_cast<std::size_t>(waiter_count));
       for (WaiterImage& waiter : image.waiters) {
         if (!r.u64(waiter.session.value) || !r.i64(waiter.lease_s) || !r.u8(waiter.flags) ||
+            ((waiter.flags & kWaiterOrphan) != 0 &&
+             (!r.bytes(waiter.ref) || !is_valid_stable_ref(waiter.ref))) ||
             !read_slot(r, waiter.slot, Kind::kWaitTimeout, sequence)) {
           return false;
         }
+        const bool orphan = waiter.flags == kWaiterOrphan;
         const bool parked = (waiter.flags & kWaiterParked) != 0;
-        // A waiter has a timeout exactly while a request is parked on it, and a session parks
-        // one request at a time.
-        // A waiter is there for a parked request or for an `e` (or both).
-        if (waiter.session.value == 0 || waiter.flags == 0 || waiter.flags > 3 ||
-            !valid_lease(waiter.lease_s) || parked != waiter.slot.has_value() ||
+        // A waiter has a timeout exactly while a request is parked on it or it is orphaned (the
+        // end of its orphan time), and a session parks one request at a time.
+        // A waiter is there for a parked request or for an `e` (or both), or as an orphan alone.
+        if (waiter.session.value == 0 || waiter.flags == 0 || (waiter.flags > 3 && !orphan) ||
+            !valid_lease(waiter.lease_s) || (parked || orphan) != waiter.slot.has_value() ||
             !unique_sequence(waiter.slot) ||
             (parked && ++parked_of_session[waiter.session.value] > 1)) {
           return false;
@@ -1145,6 +1313,17 @@ struct Engine::Impl {
       }
       previous_record = {record.session, record.serial};
       record.state = static_cast<TwoPhaseRecord::State>(state);
+    }
+    std::uint64_t ref_count = 0;
+    if (!r.count(ref_count, 9)) return false;
+    std::vector<std::pair<std::uint64_t, std::string>> refs(static_cast<std::size_t>(ref_count));
+    std::uint64_t previous_ref_session = 0;
+    for (auto& [session, ref] : refs) {
+      if (!r.u64(session) || session <= previous_ref_session || !r.bytes(ref) ||
+          !is_valid_stable_ref(ref)) {
+        return false;
+      }
+      previous_ref_session = session;
     }
     if (r.left() != 0) return false;
     auto has_record = [&](std::uint64_t session, std::uint64_t serial,
@@ -1220,6 +1399,8 @@ struct Engine::Impl {
         holder->lease_s = held.lease_s;
         holder->deadline = held.deadline;
         holder->two_phase_pending = (held.flags & kHolderTwoPhasePending) != 0;
+        holder->ref = held.ref;
+        if (!holder->ref.empty()) ++resource.orphans;
         resource.holders.push_back(holder);
         if (holder->owner != nullptr) holder->owner->holders.push_back(holder);
         if (resource.holders_by_fence) {
@@ -1229,6 +1410,17 @@ struct Engine::Impl {
         if (holder->two_phase_pending) pending[held.session.value][image.serial] = holder;
       }
       for (const WaiterImage& queued : image.waiters) {
+        if (queued.flags == kWaiterOrphan) {
+          Waiter* waiter = waiter_pool.make();
+          waiter->session = queued.session;
+          waiter->resource = &resource;
+          waiter->lease_s = queued.lease_s;
+          waiter->ref = queued.ref;
+          ++resource.orphans;
+          resource.waiters.push_back(waiter);
+          deadlines.reinstate(waiter->timer, *queued.slot, waiter);
+          continue;
+        }
         SessionState& owner = session_state(queued.session);
         Waiter* waiter = add_waiter(resource, queued.session, owner, queued.lease_s,
                                     (queued.flags & kWaiterTwoPhase) != 0);
@@ -1250,6 +1442,7 @@ struct Engine::Impl {
       }
       add_record(session_state(SessionId{record.session}), *resource, restored);
     }
+    for (auto& [session, ref] : refs) session_state(SessionId{session}).ref = std::move(ref);
     return true;
   }
 
@@ -1305,18 +1498,21 @@ Reply Engine::handle(Instant now, SessionId session, const Request& request,
     case Command::kWait:
     case Command::kSemWait:
       return impl_->wait(session, ns, request, out);
+    case Command::kBarrier:
+      return Reply::of(Status::kOk);  // everything before it is done
     case Command::kPing:
     case Command::kStats:
     case Command::kAuth:
+    case Command::kStableRef:
       break;
   }
   TS_ASSERT(false);
 }
 
 bool Engine::close_session(Instant now, SessionId session, bool auto_release,
-                           std::vector<Delivery>& out) {
+                           std::vector<Delivery>& out, Duration orphan_ttl) {
   impl_->advance(now, out, impl_->config.deadlines_per_call);
-  return impl_->close_session(session, auto_release, out);
+  return impl_->close_session(session, auto_release, orphan_ttl, out);
 }
 
 bool Engine::cancel_parked(Instant now, SessionId session, std::vector<Delivery>& out) {

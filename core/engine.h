@@ -113,7 +113,15 @@ class Engine {
   // later call is released like any other, and a due timeout of its parked request is dropped
   // with it. Returns true when a parked request of the session was dropped: it will never be
   // answered, so the driver completes it on the session side (Session::on_cancelled).
-  bool close_session(Instant now, SessionId session, bool auto_release, std::vector<Delivery>& out);
+  //
+  // Stable refs (docs/semantics.md): when the session sent its stable ref (Request::ref) and
+  // `orphan_ttl` is positive, its waiters keep their places and its holders their slots, orphaned
+  // under the ref: a waiter until now + orphan_ttl, a holder until its lease ends (and, with
+  // `auto_release`, no later than now + orphan_ttl). An acquire or enqueue of the same key with the
+  // same ref adopts them: the same token with a fresh lease, or the same place in the queue. An
+  // orphaned waiter that reaches the head is granted and kept the same way.
+  bool close_session(Instant now, SessionId session, bool auto_release, std::vector<Delivery>& out,
+                     Duration orphan_ttl = Duration::zero());
 
   // The session's parked request (a blocking l/sl/w/sw) is withdrawn unanswered, as if it had
   // timed out without a reply: its waiter leaves the queue (a `w` also loses its two-phase

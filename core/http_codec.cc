@@ -192,6 +192,23 @@ std::optional<HttpBadRequest> parse_body(HttpEndpoint endpoint, std::string_view
   return std::nullopt;
 }
 
+// The JSON object of a body (an empty or blank body is {}), or why it is not one.
+std::variant<HttpBadRequest, Json> parse_object(std::string_view body) {
+  if (body.size() > kHttpBodyMax) return HttpBadRequest{"request body larger than 1 MiB"};
+  if (std::all_of(body.begin(), body.end(), is_space_byte)) return Json::object();
+  if (const std::optional<std::size_t> bad = first_invalid_utf8(body)) {
+    return HttpBadRequest{"request body is not valid UTF-8 (byte " + std::to_string(*bad) + ")"};
+  }
+  Json json;
+  try {
+    json = Json::parse(body.begin(), body.end());
+  } catch (const Json::exception& e) {
+    return HttpBadRequest{e.what()};
+  }
+  if (!json.is_object()) return HttpBadRequest{"request body must be a JSON object"};
+  return json;
+}
+
 bool is_release_or_renew(Command command) {
   return command == Command::kRelease || command == Command::kSemRelease ||
          command == Command::kRenew || command == Command::kSemRenew;
@@ -292,6 +309,23 @@ std::variant<HttpBadRequest, HttpSessionRequest> decode_http_session_request(
   }
   decoded.handle = std::string(*session_header);
   return decoded;
+}
+
+std::variant<HttpBadRequest, std::string> decode_http_session_create(std::string_view body) {
+  std::variant<HttpBadRequest, Json> parsed = parse_object(body);
+  if (auto* bad = std::get_if<HttpBadRequest>(&parsed)) return std::move(*bad);
+  const Json& json = std::get<Json>(parsed);
+  for (const auto& field : json.items()) {
+    if (field.key() != "stable_ref") return HttpBadRequest{"unknown field \"" + field.key() + "\""};
+  }
+  auto it = json.find("stable_ref");
+  if (it == json.end()) return std::string();
+  if (!it->is_string()) return HttpBadRequest{"field \"stable_ref\" must be a string"};
+  const std::string& ref = it->get_ref<const std::string&>();
+  if (!is_valid_stable_ref(ref)) {
+    return HttpBadRequest{"stable_ref must be 1 to 64 printable ASCII characters"};
+  }
+  return ref;
 }
 
 HttpResponse render_http_reply(const Request& request, const Reply& reply) {

@@ -49,6 +49,7 @@ enum class HttpEndpoint {
   kSemRenew,
   kSemEnqueue,
   kSemWait,
+  kReadIndex,
 };
 
 struct HttpEndpointSpec {
@@ -59,7 +60,7 @@ struct HttpEndpointSpec {
   bool rate_limited;
 };
 
-inline constexpr std::array<HttpEndpointSpec, 18> kHttpEndpoints = {{
+inline constexpr std::array<HttpEndpointSpec, 19> kHttpEndpoints = {{
     {"GET", "/health", HttpEndpoint::kHealth, false, false},
     {"GET", "/ready", HttpEndpoint::kReady, false, false},
     {"GET", "/metrics", HttpEndpoint::kMetrics, true, true},
@@ -78,6 +79,7 @@ inline constexpr std::array<HttpEndpointSpec, 18> kHttpEndpoints = {{
     {"POST", "/v1/semaphores/{key}/renew", HttpEndpoint::kSemRenew, true, true},
     {"POST", "/v1/semaphores/{key}/enqueue", HttpEndpoint::kSemEnqueue, true, true},
     {"POST", "/v1/semaphores/{key}/wait", HttpEndpoint::kSemWait, true, true},
+    {"GET", "/v1/readindex", HttpEndpoint::kReadIndex, true, true},
 }};
 
 inline constexpr std::size_t kHttpBodyMax = 1024 * 1024;  // bytes (reference 3.1)
@@ -119,6 +121,10 @@ struct HttpSessionRequest {
 std::variant<HttpBadRequest, HttpSessionRequest> decode_http_session_request(
     HttpEndpoint endpoint, std::string_view key, std::string_view body,
     std::optional<std::string_view> session_header);
+
+// The body of POST /v1/sessions: empty, `{}`, or `{"stable_ref": "<ref>"}` (1 to 64 printable
+// ASCII bytes, as the TCP `stable-ref`). The ref, empty when none is given.
+std::variant<HttpBadRequest, std::string> decode_http_session_create(std::string_view body);
 
 // A status code and the body that goes with it (a JSON line, or empty).
 struct HttpResponse {

@@ -40,7 +40,8 @@ HttpTicket HttpSessionRouter::new_ticket() {
 
 // ---- a client's requests -----------------------------------------------------------------------
 
-HttpOutcome HttpSessionRouter::create(Instant now, RandomSource& random, const std::string& ip) {
+HttpOutcome HttpSessionRouter::create(Instant now, RandomSource& random, const std::string& ip,
+                                      const std::string& stable_ref) {
   if (draining_) return error(503, "draining");
   // A random handle whose home is this shard: one try in shard-count, on average.
   std::string handle;
@@ -52,7 +53,7 @@ HttpOutcome HttpSessionRouter::create(Instant now, RandomSource& random, const s
       handle += hex;
     }
   } while (home_of(handle, router_.shards()) != router_.index());
-  switch (sessions_.create(now, router_.new_session_id(), handle, ip)) {
+  switch (sessions_.create(now, router_.new_session_id(), handle, ip, stable_ref)) {
     case HttpCreate::kMaxSessions:
       return error(503, "max_sessions");
     case HttpCreate::kMaxSessionsPerIp:

@@ -128,9 +128,10 @@ class HttpSessionRouter {
   bool draining() const { return draining_; }
 
   // ---- a client's requests, on the shard that holds its connection ---------------------------
-  // POST /session: a new session homed here (the handle drawn from `random`), or 503 for
-  // draining and the caps. Answered at once.
-  HttpOutcome create(Instant now, RandomSource& random, const std::string& ip);
+  // POST /session: a new session homed here (the handle drawn from `random`), with the stable ref
+  // of its body (empty: none), or 503 for draining and the caps. Answered at once.
+  HttpOutcome create(Instant now, RandomSource& random, const std::string& ip,
+                     const std::string& stable_ref = {});
   // An engine command on the session `handle` (decoded and validated by the driver); its reply
   // comes later under `ticket`.
   void submit(Instant now, HttpTicket ticket, const std::string& handle, const Request& request);

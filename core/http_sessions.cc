@@ -23,6 +23,7 @@ struct HttpSessions::Session {
   SessionId id;
   std::string handle;
   std::string ip;
+  std::string stable_ref;
   Instant last_seen;
   bool closed = false;
   struct Pending {
@@ -63,7 +64,7 @@ HttpSessions::HttpSessions(const HttpSessionsConfig& config, HttpSessionQuota* s
 HttpSessions::~HttpSessions() = default;
 
 HttpCreate HttpSessions::create(Instant now, SessionId id, const std::string& handle,
-                                const std::string& ip) {
+                                const std::string& ip, const std::string& stable_ref) {
   TS_ASSERT(id.value != 0);
   const HttpCreate taken = quota_->take(ip);
   if (taken != HttpCreate::kOk) return taken;
@@ -71,6 +72,7 @@ HttpCreate HttpSessions::create(Instant now, SessionId id, const std::string& ha
   session->id = id;
   session->handle = handle;
   session->ip = ip;
+  session->stable_ref = stable_ref;
   session->last_seen = now;
   by_id_[id.value] = session.get();
   const bool inserted = by_handle_.emplace(handle, std::move(session)).second;
@@ -95,6 +97,7 @@ bool HttpSessions::submit(Instant now, std::string_view handle, HttpTicket ticke
   Session& session = *it->second;
   session.last_seen = std::max(session.last_seen, now);
   session.queue.push_back(Session::Pending{ticket, request});
+  session.queue.back().request.ref = session.stable_ref;
   by_ticket_[ticket] = &session;
   pump(session);
   return true;

@@ -109,8 +109,10 @@ class HttpSessions {
   HttpSessions& operator=(const HttpSessions&) = delete;
 
   // A new session with the driver's `id` (from the engines' SessionId space) and `handle` (the
-  // 32-hex id clients see), for a client at `ip`.
-  HttpCreate create(Instant now, SessionId id, const std::string& handle, const std::string& ip);
+  // 32-hex id clients see), for a client at `ip`, with its stable ref (empty: none), which every
+  // engine request of the session carries (Request::ref).
+  HttpCreate create(Instant now, SessionId id, const std::string& handle, const std::string& ip,
+                    const std::string& stable_ref = {});
   // The live session named `handle`; refreshes its lastSeen. nullopt when unknown or closed.
   std::optional<SessionId> touch(Instant now, std::string_view handle);
   // Queues `request` (an engine command) on the live session `handle`; false when the session

@@ -22,15 +22,21 @@ void write_request(ByteWriter& w, const Request& request) {
     w.u64(request.token->fence.value);
     w.u64(request.token->salt);
   }
+  w.bytes(request.ref);
 }
 
 bool read_request(ByteReader& r, Request& request) {
   std::uint8_t command = 0;
   std::uint8_t has_token = 0;
-  if (!r.u8(command) || command > static_cast<std::uint8_t>(Command::kAuth)) return false;
+  if (!r.u8(command) || command > static_cast<std::uint8_t>(Command::kStableRef)) return false;
   request.command = static_cast<Command>(command);
   if (!is_engine_command(request.command)) return false;
-  if (!r.bytes(request.key) || key_problem(request.key)) return false;
+  // A barrier names no key; every other engine command names a valid one.
+  if (!r.bytes(request.key)) return false;
+  if (request.command == Command::kBarrier ? !request.key.empty()
+                                           : key_problem(request.key).has_value()) {
+    return false;
+  }
   if (!r.i64(request.timeout_s) || !r.i64(request.lease_s) || !r.i64(request.limit)) return false;
   if (request.timeout_s < 0 || request.timeout_s > kMaxSeconds) return false;
   if (request.lease_s < 0 || request.lease_s > kMaxSeconds) return false;
@@ -40,6 +46,9 @@ bool read_request(ByteReader& r, Request& request) {
     Token token;
     if (!r.u64(token.fence.value) || !r.u64(token.salt)) return false;
     request.token = token;
+  }
+  if (!r.bytes(request.ref) || (!request.ref.empty() && !is_valid_stable_ref(request.ref))) {
+    return false;
   }
   return true;
 }
@@ -64,6 +73,7 @@ std::string encode_entry(const LogEntry& entry) {
             w.u8(static_cast<std::uint8_t>(Tag::kClose));
             w.u64(c.session.value);
             w.u8(c.auto_release ? 1 : 0);
+            w.i64(c.orphan_ttl.ns());
           } else if constexpr (std::is_same_v<C, command::Cancel>) {
             w.u8(static_cast<std::uint8_t>(Tag::kCancel));
             w.u64(c.session.value);
@@ -104,11 +114,13 @@ std::optional<LogEntry> decode_entry(std::string_view bytes) {
       case Tag::kClose: {
         command::Close close;
         std::uint8_t auto_release = 0;
+        std::int64_t orphan_ttl = 0;
         if (!r.u64(close.session.value) || close.session.value == 0 || !r.u8(auto_release) ||
-            auto_release > 1) {
+            auto_release > 1 || !r.i64(orphan_ttl) || orphan_ttl < 0) {
           return std::nullopt;
         }
         close.auto_release = auto_release == 1;
+        close.orphan_ttl = Duration::nanoseconds(orphan_ttl);
         entry.commands.emplace_back(close);
         break;
       }

@@ -36,6 +36,9 @@ struct Submit {  // a session's engine command (is_engine_command)
 struct Close {  // the session is gone (Engine::close_session)
   SessionId session;
   bool auto_release = true;
+  // The leader's --orphan-ttl, in the entry so that every replica keeps orphans alike whatever
+  // its own flags say.
+  Duration orphan_ttl = Duration::zero();
   bool operator==(const Close&) const = default;
 };
 struct Cancel {  // its parked request is withdrawn (Engine::cancel_parked)
@@ -56,7 +59,7 @@ struct LogEntry {
   bool operator==(const LogEntry&) const = default;
 };
 
-inline constexpr std::uint8_t kLogEntryVersion = 1;
+inline constexpr std::uint8_t kLogEntryVersion = 2;
 
 std::string encode_entry(const LogEntry& entry);
 // The entry `bytes` encode, or nullopt when they are not exactly one well-formed entry of a

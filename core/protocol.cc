@@ -32,12 +32,25 @@ std::string_view command_name(Command command) {
       return "stats";
     case Command::kAuth:
       return "auth";
+    case Command::kBarrier:
+      return "barrier";
+    case Command::kStableRef:
+      return "stable-ref";
   }
   TS_ASSERT(false);
 }
 
 bool is_engine_command(Command command) {
-  return command != Command::kPing && command != Command::kStats && command != Command::kAuth;
+  return command != Command::kPing && command != Command::kStats && command != Command::kAuth &&
+         command != Command::kStableRef;
+}
+
+bool is_valid_stable_ref(std::string_view ref) {
+  if (ref.empty() || ref.size() > kMaxStableRefBytes) return false;
+  for (const char c : ref) {
+    if (c < 0x20 || c > 0x7E) return false;
+  }
+  return true;
 }
 
 Request release_of(const Request& granted_request, const Token& token) {

@@ -29,18 +29,24 @@ enum class Command : std::uint8_t {
   kPing,        // ping _    _
   kStats,       // stats _   _
   kAuth,        // auth _    <secret>
+  // Cluster surface (docs/cluster.md), answered on one node too:
+  kBarrier,    // barrier    _      _   `ok` once everything before it is applied
+  kStableRef,  // stable-ref <ref>  _   binds the connection's stable ref (answered by the session)
 };
 
 std::string_view command_name(Command command);
 
-// True for the commands the engine answers (everything keyed); ping, stats and auth are
-// answered by the session and its driver.
+// True for the commands the engine answers (everything keyed, and barrier); ping, stats, auth and
+// stable-ref are answered by the session and its driver.
 bool is_engine_command(Command command);
 Namespace command_namespace(Command command);
 
 // Numeric bounds of the protocol (reference 1.3).
 inline constexpr std::int64_t kMaxSeconds = 9'223'372'036;  // INT64_MAX / 1e9
 inline constexpr std::int64_t kMaxSemaphoreLimit = 1'048'576;
+// A stable ref (reference 1.3): 1 to 64 bytes, each printable ASCII (0x20-0x7E).
+inline constexpr std::size_t kMaxStableRefBytes = 64;
+bool is_valid_stable_ref(std::string_view ref);
 
 struct Request {
   Command command = Command::kPing;
@@ -52,6 +58,10 @@ struct Request {
   // (wrong length, upper case, inner space...). Such a token never matches.
   std::optional<Token> token;
   std::string secret;  // auth: the trimmed secret
+  // stable-ref: the ref. Engine commands: the session's stable ref, empty when it has none; with
+  // it the engine keeps the session's slots for a while after it closes (--orphan-ttl), and an
+  // acquire or enqueue with the same ref takes them back (docs/semantics.md, "Stable refs").
+  std::string ref;
 
   bool operator==(const Request&) const = default;
 };

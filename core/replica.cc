@@ -37,8 +37,8 @@ AppliedEntry Replica::apply(std::uint64_t index, const LogEntry& entry) {
                                ? Reply::of(Status::kError)
                                : engine_->handle(time_, c.session, c.request, applied.deliveries);
           } else if constexpr (std::is_same_v<C, command::Close>) {
-            result.dropped_parked =
-                engine_->close_session(time_, c.session, c.auto_release, applied.deliveries);
+            result.dropped_parked = engine_->close_session(time_, c.session, c.auto_release,
+                                                           applied.deliveries, c.orphan_ttl);
           } else if constexpr (std::is_same_v<C, command::Cancel>) {
             result.dropped_parked = engine_->cancel_parked(time_, c.session, applied.deliveries);
           } else {

@@ -185,7 +185,8 @@ void Router::run_engine_request(Instant now, SessionId session, const Request& r
 
 void Router::close_here(Instant now, SessionId session) {
   TS_ASSERT(engine_ != nullptr);
-  const bool dropped = engine_->close_session(now, session, config_.auto_release, scratch_);
+  const bool dropped =
+      engine_->close_session(now, session, config_.auto_release, scratch_, config_.orphan_ttl);
   observe(nullptr, nullptr, scratch_);
   dispatch(scratch_);
   // The session's parked request here will never be answered: its owner completes it.

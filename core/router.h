@@ -116,6 +116,9 @@ struct RouterConfig {
   std::size_t index = 0;     // this shard
   std::size_t shards = 1;    // >= 1
   bool auto_release = true;  // --auto-release-on-disconnect: a close releases what it holds
+  // --orphan-ttl: how long a closed session's places are kept for its stable ref
+  // (Engine::close_session); zero: not kept.
+  Duration orphan_ttl = Duration::zero();
   std::size_t stats_entries_max = EngineConfig{}.stats_entries_max;
   // Cluster mode (docs/cluster.md): the key space lives in one replicated engine, not in the
   // shards' engines. Every engine request, cancel, close notice and stats request goes to the

@@ -267,7 +267,16 @@ void Session::pump(Instant now) {
       case Command::kAuth:
         answer_status(Status::kError);  // already authenticated, or no secret configured
         continue;
+      case Command::kStableRef:
+        if (!stable_ref_.empty()) {
+          answer_status(Status::kError);  // bound already: an identity does not change
+        } else {
+          stable_ref_ = std::move(head.request.ref);
+          answer_status(Status::kOk);
+        }
+        continue;
       default:
+        if (is_engine_command(head.request.command)) head.request.ref = stable_ref_;
         ready_ = std::move(head.request);
         return;
     }

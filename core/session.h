@@ -16,6 +16,8 @@
 //    (compared in constant time, whatever arrived). Success: `ok`. Anything else: after a
 //    100 ms delay, `error_auth`, then close. `auth` later, or without a secret: `error`.
 //  * A protocol error answers `error`; the line-too-long error closes after it (1.6).
+//  * `stable-ref <ref>` binds the connection's stable ref once (`ok`; a second one is `error`,
+//    as in dflockd); every engine request of the session carries it from then on (Request::ref).
 //  * Bounds: parsed-but-unanswered requests are capped at `pipeline_max`; beyond that on_bytes
 //    stops consuming, so the driver stops reading (backpressure). Reply bytes waiting for the
 //    socket are capped at `output_max`: past it no new request starts until the driver drains.
@@ -168,6 +170,7 @@ class Session {
   std::optional<Instant> auth_failure_at_;     // when to send error_auth and close
   std::optional<Instant> request_started_at_;  // first byte of the partial request
   Instant last_activity_;
+  std::string stable_ref_;  // bound by `stable-ref`; sent with every engine request
   CloseReason close_reason_ = CloseReason::kNone;
 };
 

@@ -215,6 +215,12 @@ std::optional<Command> lookup_command(std::string_view text) {
     case 5:
       if (text == "stats") return Command::kStats;
       return std::nullopt;
+    case 7:
+      if (text == "barrier") return Command::kBarrier;
+      return std::nullopt;
+    case 10:
+      if (text == "stable-ref") return Command::kStableRef;
+      return std::nullopt;
     default:
       return std::nullopt;
   }
@@ -232,6 +238,7 @@ void reset_request(Request& request, Command command) {
   request.limit = 1;
   request.token.reset();
   request.secret.clear();
+  request.ref.clear();
 }
 
 // Validates the three lines (each already stripped of its '\r') in dflockd's order: command,
@@ -248,9 +255,15 @@ ProtocolError build_request(std::string_view command_text, std::string_view key,
   switch (*command) {
     case Command::kPing:
     case Command::kStats:
+    case Command::kBarrier:
       return ProtocolError::kNone;
     case Command::kAuth:
       request.secret.assign(trim_space(arg));
+      return ProtocolError::kNone;
+    case Command::kStableRef:
+      // The key line carries the ref; spaces are allowed in it, other control bytes are not.
+      if (!is_valid_stable_ref(key)) return ProtocolError::kBadArguments;
+      request.ref.assign(key);
       return ProtocolError::kNone;
     default:
       break;
@@ -320,6 +333,8 @@ ProtocolError build_request(std::string_view command_text, std::string_view key,
     case Command::kPing:
     case Command::kStats:
     case Command::kAuth:
+    case Command::kBarrier:
+    case Command::kStableRef:
       break;
   }
   TS_ASSERT(false);
@@ -599,7 +614,9 @@ void encode_reply(const Reply& reply, std::string& out) {
 void encode_request(const Request& request, std::string& out) {
   out.append(command_name(request.command));
   out.push_back('\n');
-  if (is_engine_command(request.command)) {
+  if (request.command == Command::kStableRef) {
+    out.append(request.ref);
+  } else if (is_engine_command(request.command) && request.command != Command::kBarrier) {
     out.append(request.key);
   } else {
     out.push_back('_');
@@ -647,6 +664,10 @@ void encode_request(const Request& request, std::string& out) {
       break;
     case Command::kPing:
     case Command::kStats:
+      break;
+    case Command::kBarrier:
+    case Command::kStableRef:
+      out.push_back('_');
       break;
     case Command::kAuth:
       out.append(request.secret);

@@ -17,6 +17,7 @@ core::ClusterLeaderConfig leader_config(const Config& config, std::uint32_t sess
   leader.shards = static_cast<std::size_t>(config.threads);
   leader.session_tag = session_tag;
   leader.auto_release = config.auto_release_on_disconnect;
+  leader.orphan_ttl = core::Duration::seconds(config.cluster.orphan_ttl_s);
   return leader;
 }
 

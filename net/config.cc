@@ -171,9 +171,9 @@ const Setting kSettings[] = {
      /*hidden=*/false, /*cluster=*/true},
     {"orphan-ttl", "ORPHAN_TTL_S", Kind::kInteger, "seconds", 0, kMaxSeconds,
      &Config::Cluster::orphan_ttl_s,
-     "cluster mode: how long a holder or waiter whose session is gone is kept; 0 = off; the same "
-     "on every node",
-     /*hidden=*/false, /*cluster=*/true},
+     "how long the holders and waiters of a session with a stable ref are kept after it closes, "
+     "for the ref to take back; 0 = off (cluster mode: the leader's value applies)",
+     /*hidden=*/false, /*cluster=*/false},
     {"cluster-secret", "CLUSTER_SECRET", Kind::kSecret, "secret", 0, 0, std::monostate{},
      "cluster mode: shared secret the nodes authenticate each other with; required (visible in "
      "ps; prefer the file)",

@@ -94,7 +94,7 @@ std::string prometheus_escape(std::string_view value) {
 }  // namespace
 
 struct HttpServer::Pending {
-  enum class Kind { kSession, kStats, kMetrics, kAuthDelay };
+  enum class Kind { kSession, kStats, kMetrics, kReadIndex, kAuthDelay };
   Kind kind = Kind::kSession;
   evhttp_request* request = nullptr;
   evhttp_connection* connection = nullptr;
@@ -103,7 +103,7 @@ struct HttpServer::Pending {
   core::Instant started;
   event* timer = nullptr;  // kAuthDelay
   std::unique_ptr<std::pair<HttpServer*, std::uint64_t>> timer_arg;
-  core::SessionId stats_session;
+  core::SessionId stats_session;  // kStats, kMetrics, kReadIndex: the request's own session
 };
 
 // ---- HttpShared ------------------------------------------------------------------------------
@@ -426,7 +426,8 @@ void HttpServer::connection_closed(evhttp_connection* connection) {
 // in is given back), a stats request stops collecting parts.
 void HttpServer::withdraw(std::uint64_t ticket, Pending& pending) {
   if (pending.kind == Pending::Kind::kSession) desk_.abandon(host_.turn_now(), ticket);
-  if (pending.kind == Pending::Kind::kStats || pending.kind == Pending::Kind::kMetrics) {
+  if (pending.kind == Pending::Kind::kStats || pending.kind == Pending::Kind::kMetrics ||
+      pending.kind == Pending::Kind::kReadIndex) {
     stats_tickets_.erase(pending.stats_session.value);
   }
 }
@@ -612,13 +613,44 @@ void HttpServer::dispatch_route(evhttp_request* request, const core::HttpEndpoin
       host_.router().submit(now, stats_session, stats);
       return;
     }
+    case core::HttpEndpoint::kReadIndex: {
+      // A linearizable read point: a barrier through the log, answered once it is applied.
+      if (!shared_.config.cluster.enabled()) {
+        reply_error(request, 404, "cluster_disabled", "readindex needs cluster mode", route, method,
+                    started);
+        return;
+      }
+      Pending pending;
+      pending.kind = Pending::Kind::kReadIndex;
+      pending.method = method;
+      pending.route = route;
+      pending.started = started;
+      pending.stats_session = host_.router().new_session_id();
+      const core::SessionId session = pending.stats_session;
+      stats_tickets_[session.value] = add_pending(request, std::move(pending));
+      core::Request barrier;
+      barrier.command = core::Command::kBarrier;
+      host_.router().submit(now, session, barrier);
+      return;
+    }
     case core::HttpEndpoint::kSessionCreate: {
+      evbuffer* input = evhttp_request_get_input_buffer(request);
+      const std::size_t length = evbuffer_get_length(input);
+      const std::string_view body(
+          length > 0 ? reinterpret_cast<const char*>(evbuffer_pullup(input, -1)) : "", length);
+      std::variant<core::HttpBadRequest, std::string> stable_ref =
+          core::decode_http_session_create(body);
+      if (const auto* bad = std::get_if<core::HttpBadRequest>(&stable_ref)) {
+        reply_error(request, 400, "bad_request", bad->detail, route, method, started);
+        return;
+      }
       char* address = nullptr;
       ev_uint16_t port = 0;
       evhttp_connection* connection = evhttp_request_get_connection(request);
       if (connection != nullptr) evhttp_connection_get_peer(connection, &address, &port);
       const core::HttpOutcome outcome =
-          desk_.create(now, random_, address != nullptr ? address : "unknown");
+          desk_.create(now, random_, address != nullptr ? address : "unknown",
+                       std::get<std::string>(stable_ref));
       flush();  // counts the new session before the client can see it
       reply(request, outcome.code, outcome.body, route, method, started);
       return;
@@ -690,18 +722,42 @@ bool HttpServer::owns(core::SessionId session) const {
 }
 
 void HttpServer::on_session_event(core::Instant now, core::SessionEvent& event) {
-  if (event.kind != core::SessionEvent::Kind::kStats) {
+  auto it = stats_tickets_.find(event.session.value);
+  if (event.kind != core::SessionEvent::Kind::kStats && it == stats_tickets_.end()) {
     desk_.on_session_event(now, event);
     flush();
     return;
   }
-  auto it = stats_tickets_.find(event.session.value);
   if (it == stats_tickets_.end()) return;  // its client left
   const std::uint64_t ticket = it->second;
   stats_tickets_.erase(it);
   auto found = pending_.find(ticket);
   TS_ASSERT(found != pending_.end());
-  finish_stats(ticket, *found->second, event.stats);
+  if (found->second->kind == Pending::Kind::kReadIndex) {
+    finish_read_index(ticket, *found->second, event.reply);
+  } else {
+    finish_stats(ticket, *found->second, event.stats);
+  }
+}
+
+void HttpServer::finish_read_index(std::uint64_t ticket, Pending& pending,
+                                   const core::Reply& reply) {
+  if (reply.status == core::Status::kOk) {
+    reply_to(pending, 200, core::http_status_body("ok"));
+  } else if (reply.status == core::Status::kErrorNotLeader) {
+    if (!reply.payload.empty()) {
+      evhttp_add_header(evhttp_request_get_output_headers(pending.request), "X-Dflockd-Leader",
+                        reply.payload.c_str());
+    }
+    reply_to(pending, 503, core::http_error_body("not_leader", reply.payload));
+  } else {
+    reply_to(pending, 500, core::http_error_body("internal", "the barrier was not applied"));
+  }
+  drop_pending(ticket);
+}
+
+void HttpServer::reply_to(Pending& pending, int code, const std::string& body) {
+  reply(pending.request, code, body, pending.route, pending.method, pending.started);
 }
 
 void HttpServer::on_message(ServiceMessage& message) {

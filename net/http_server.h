@@ -154,6 +154,8 @@ class HttpServer final : public ShardService {
   void reply(evhttp_request* request, int code, std::string_view body, std::string_view route,
              std::string_view method, core::Instant started,
              const char* content_type = "application/json");
+  void finish_read_index(std::uint64_t ticket, Pending& pending, const core::Reply& reply);
+  void reply_to(Pending& pending, int code, const std::string& body);
   void reply_error(evhttp_request* request, int code, const std::string& error,
                    const std::string& detail, std::string_view route, std::string_view method,
                    core::Instant started);

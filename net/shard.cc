@@ -23,6 +23,7 @@ core::RouterConfig router_config(std::size_t index, const SharedState& shared) {
   router.index = index;
   router.shards = static_cast<std::size_t>(shared.config.threads);
   router.auto_release = shared.config.auto_release_on_disconnect;
+  router.orphan_ttl = core::Duration::seconds(shared.config.cluster.orphan_ttl_s);
   router.replicated = shared.config.cluster.enabled();
   router.session_tag = shared.session_tag;
   return router;

@@ -36,7 +36,8 @@ rc::Gen<LogCommand> command_gen() {
                                       [](std::uint64_t v) { return SessionId{v}; });
     if (kind == 8) {
       return rc::gen::map(session, [](SessionId s) -> LogCommand {
-        return command::Close{s, s.value % 2 == 0};
+        // Sessions 1 and 3 share a stable ref: some closes keep their places for it.
+        return command::Close{s, s.value % 2 == 0, Duration::seconds(s.value % 3)};
       });
     }
     if (kind == 9) return rc::gen::just<LogCommand>(command::Tick{});
@@ -47,18 +48,20 @@ rc::Gen<LogCommand> command_gen() {
         [](SessionId s, int command, int key, int timeout, int lease, int limit,
            std::uint64_t fence, std::uint64_t salt, bool with_token) -> LogCommand {
           static const Command kCommands[] = {
-              Command::kLock, Command::kRelease, Command::kRenew,      Command::kEnqueue,
-              Command::kWait, Command::kSemLock, Command::kSemRelease, Command::kSemEnqueue};
+              Command::kLock,       Command::kRelease,    Command::kRenew,
+              Command::kEnqueue,    Command::kWait,       Command::kSemLock,
+              Command::kSemRelease, Command::kSemEnqueue, Command::kBarrier};
           Request request;
           request.command = kCommands[command];
-          request.key = "k" + std::to_string(key);
+          if (request.command != Command::kBarrier) request.key = "k" + std::to_string(key);
+          if (s.value <= 3) request.ref = "ref " + std::to_string(s.value % 2);
           request.timeout_s = timeout;
           request.lease_s = lease;
           request.limit = limit;
           if (with_token) request.token = Token{Fence{fence}, salt};
           return command::Submit{s, request};
         },
-        session, rc::gen::inRange(0, 8), rc::gen::inRange(0, 3), rc::gen::inRange(0, 3),
+        session, rc::gen::inRange(0, 9), rc::gen::inRange(0, 3), rc::gen::inRange(0, 3),
         rc::gen::inRange(0, 4), rc::gen::inRange(1, 3), rc::gen::inRange<std::uint64_t>(0, 40),
         rc::gen::inRange<std::uint64_t>(0, 3), rc::gen::arbitrary<bool>());
   });

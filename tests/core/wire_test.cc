@@ -32,11 +32,11 @@ using Error = ProtocolError;
 constexpr std::string_view kHex = "0006a1b2c3d4e5f6a7b8c9d0e1f2a3b4";
 const Token kToken{Fence{0x0006a1b2c3d4e5f6}, 0xa7b8c9d0e1f2a3b4};
 
-constexpr std::array<Command, 13> kAllCommands = {
+constexpr std::array<Command, 15> kAllCommands = {
     Command::kLock,       Command::kRelease, Command::kRenew,      Command::kEnqueue,
     Command::kWait,       Command::kSemLock, Command::kSemRelease, Command::kSemRenew,
     Command::kSemEnqueue, Command::kSemWait, Command::kPing,       Command::kStats,
-    Command::kAuth};
+    Command::kAuth,       Command::kBarrier, Command::kStableRef};
 
 std::string request_text(std::string_view command, std::string_view key, std::string_view arg) {
   std::string text;
@@ -411,8 +411,9 @@ TEST(WireErrors, UnknownCommand) {
   EXPECT_EQ(error_of("l ", "k", "1"), Error::kUnknownCommand);
   EXPECT_EQ(error_of("s", "k", "1"), Error::kUnknownCommand);
   EXPECT_EQ(error_of("sx", "k", "1"), Error::kUnknownCommand);
-  EXPECT_EQ(error_of("listen", "k", ""), Error::kUnknownCommand);   // pub/sub was removed in v2
-  EXPECT_EQ(error_of("barrier", "_", ""), Error::kUnknownCommand);  // cluster only
+  EXPECT_EQ(error_of("listen", "k", ""), Error::kUnknownCommand);  // pub/sub was removed in v2
+  EXPECT_EQ(error_of("barriers", "_", ""), Error::kUnknownCommand);
+  EXPECT_EQ(error_of("stable_ref", "r", "_"), Error::kUnknownCommand);
 }
 
 TEST(WireErrors, CommandsAreCaseSensitive) {
@@ -452,6 +453,31 @@ TEST(WireErrors, EveryCommandNameIsRecognised) {
   }
 }
 
+// The cluster surface: barrier ignores its key and argument lines; stable-ref carries its ref on
+// the key line, 1 to 64 printable ASCII bytes (spaces allowed), and ignores the argument line.
+TEST(WireRequests, BarrierAndStableRef) {
+  ParseResult barrier = parse_one(request_text("barrier", "anything", "at all"));
+  ASSERT_EQ(barrier.error, Error::kNone);
+  EXPECT_EQ(barrier.request.command, Command::kBarrier);
+  EXPECT_EQ(barrier.request.key, "");
+  ParseResult ref = parse_one(request_text("stable-ref", "worker 7/a", "_"));
+  ASSERT_EQ(ref.error, Error::kNone);
+  EXPECT_EQ(ref.request.command, Command::kStableRef);
+  EXPECT_EQ(ref.request.ref, "worker 7/a");
+  EXPECT_EQ(ref.request.key, "");
+  EXPECT_EQ(parse_one(request_text("stable-ref", std::string(64, 'r'), "_")).error, Error::kNone);
+  for (const std::string& bad : {std::string(), std::string(65, 'r'), std::string("a\tb"),
+                                 std::string("caf\xc3\xa9"), std::string("x\x7f")}) {
+    EXPECT_EQ(parse_one(request_text("stable-ref", bad, "_")).error, Error::kBadArguments) << bad;
+  }
+  std::string encoded;
+  encode_request(ref.request, encoded);
+  EXPECT_EQ(encoded, "stable-ref\nworker 7/a\n_\n");
+  encoded.clear();
+  encode_request(barrier.request, encoded);
+  EXPECT_EQ(encoded, "barrier\n_\n_\n");
+}
+
 TEST(WireErrors, CommandIsCheckedBeforeKeyAndKeyBeforeArguments) {
   EXPECT_EQ(error_of("x", "", "junk junk junk"), Error::kUnknownCommand);
   EXPECT_EQ(error_of("l", "", "junk junk junk"), Error::kBadKey);
@@ -461,7 +487,7 @@ TEST(WireErrors, CommandIsCheckedBeforeKeyAndKeyBeforeArguments) {
 // Code 5.
 TEST(WireErrors, EmptyKeyIsBadForEveryKeyedCommand) {
   for (Command command : kAllCommands) {
-    if (!is_engine_command(command)) continue;
+    if (!is_engine_command(command) || command == Command::kBarrier) continue;
     EXPECT_EQ(error_of(command_name(command), "", "1"), Error::kBadKey) << command_name(command);
   }
 }
@@ -916,7 +942,9 @@ std::string random_secret() {
 Request random_valid_request() {
   Request request;
   request.command = *rc::gen::elementOf(kAllCommands);
-  if (is_engine_command(request.command)) request.key = random_key();
+  if (is_engine_command(request.command) && request.command != Command::kBarrier) {
+    request.key = random_key();
+  }
   const auto maybe_lease = [] {
     return *rc::gen::element(true, false) ? random_in(1, kMaxSeconds) : std::int64_t{0};
   };
@@ -952,9 +980,14 @@ Request random_valid_request() {
       break;
     case Command::kPing:
     case Command::kStats:
+    case Command::kBarrier:
       break;
     case Command::kAuth:
       request.secret = random_secret();
+      break;
+    case Command::kStableRef:
+      request.ref = *rc::gen::container<std::string>(*rc::gen::inRange<std::size_t>(1, 65),
+                                                     rc::gen::inRange(' ', '\x7f'));
       break;
   }
   return request;

@@ -1135,7 +1135,6 @@ const ClusterFlagValue kClusterFlagValues[] = {
     {"cluster-peers", "CLUSTER_PEERS", "1=10.0.0.1:7000@10.0.0.1:6388"},
     {"advertise-addr", "ADVERTISE_ADDR", "10.0.0.1:6388"},
     {"cluster-bootstrap", "CLUSTER_BOOTSTRAP", "true"},
-    {"orphan-ttl", "ORPHAN_TTL_S", "30"},
     {"cluster-secret", "CLUSTER_SECRET", "s3cret"},
     {"cluster-secret-file", "CLUSTER_SECRET_FILE", "/etc/hostname"},
     {"admin-token", "ADMIN_TOKEN", "adm1n"},
@@ -1147,6 +1146,12 @@ const ClusterFlagValue kClusterFlagValues[] = {
 };
 
 class ClusterFlagTest : public testing::TestWithParam<ClusterFlagValue> {};
+
+// --orphan-ttl works on one node too (stable refs are not a cluster feature here).
+TEST(ConfigTest, OrphanTtlNeedsNoCluster) {
+  EXPECT_EQ(ok(parse({"--orphan-ttl=45"})).cluster.orphan_ttl_s, 45);
+  EXPECT_EQ(ok(parse({}, {{"TURNSTILE_ORPHAN_TTL_S", "7"}})).cluster.orphan_ttl_s, 7);
+}
 
 TEST_P(ClusterFlagTest, NeedsRaftDir) {
   const ClusterFlagValue& f = GetParam();
