@@ -138,7 +138,8 @@ class ClusterObservabilityTest : public ::testing::Test {
     return std::nullopt;
   }
 
-  // Every node's stats `cluster` object, once every node names `leader` as its leader.
+  // Every node's stats `cluster` object, once every node names `leader` as its leader and has
+  // applied something (waiting up to 10 s for each).
   std::array<Json, kNodes> clusters_agreeing_on(std::size_t leader_index) {
     std::array<Json, kNodes> clusters;
     for (std::size_t i = 0; i < kNodes; ++i) {
@@ -147,7 +148,9 @@ class ClusterObservabilityTest : public ::testing::Test {
             const Json stats = tcp_stats(client_ports_[i]);
             if (!stats.is_object() || !stats.contains("cluster")) return false;
             clusters[i] = stats["cluster"];
-            return clusters[i]["leader_id"] == leader_index + 1;
+            // A follower learns the commit index with the leader's next heartbeat.
+            return clusters[i]["leader_id"] == leader_index + 1 &&
+                   clusters[i]["applied_index"].get<std::uint64_t>() >= 1;
           },
           10s);
     }
