@@ -86,6 +86,7 @@ void ClusterLeader::receive(RouterMessage message) {
         } else if constexpr (std::is_same_v<M, message::StatsRequest>) {
           StatsSnapshot part;
           merge_stats(part, replica_.engine().stats_view(), config_.stats_entries_max);
+          part.cluster = cluster_status_;
           to_owner(m.session, message::StatsPart{m.session, std::move(part)});
         } else {
           // Replies, parked notices, cancellations and stats parts go to routers, never here.

@@ -28,7 +28,8 @@
 //  * Stepping down (follow): every request of this node in flight or parked is answered
 //    `error_not_leader`. Its outcome is unknown (an entry in flight may still commit under the
 //    next leader); the client finds the leader and asks again.
-//  * Stats answer from the replica as of its last applied entry, on every node.
+//  * Stats answer from the replica as of its last applied entry, on every node, with the raft
+//    status the driver last gave (set_cluster_status) as the reply's `cluster` object.
 //
 // Session ids carry this process's tag (RouterConfig::session_tag); sessions of other tags are
 // other processes' and never get a message from here.
@@ -43,11 +44,13 @@
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "core/log_entry.h"
 #include "core/replica.h"
 #include "core/router.h"
+#include "core/stats.h"
 #include "core/time.h"
 
 namespace turnstile::core {
@@ -77,6 +80,11 @@ class ClusterLeader {
   // The leader's client address changed while following (for error_not_leader).
   void set_leader_address(std::string leader_address);
   bool leading() const { return leading_; }
+  // What stats replies carry as `cluster` from now on (the driver refreshes it before it hands
+  // over stats requests; nullopt: none, as in the simulator).
+  void set_cluster_status(std::optional<ClusterStatus> status) {
+    cluster_status_ = std::move(status);
+  }
 
   // ---- from the routers
   // --------------------------------------------------------------------------
@@ -129,6 +137,7 @@ class ClusterLeader {
   const Replica& replica_;
   bool leading_ = false;
   std::string leader_address_;
+  std::optional<ClusterStatus> cluster_status_;
   LogClock clock_;
   std::deque<Pending> pending_;  // commands not yet in an entry
   std::deque<Batch> in_flight_;  // entries proposed, not yet applied

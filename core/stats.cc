@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <iterator>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <tuple>
+#include <utility>
 
 #include "core/assert.h"
 
@@ -58,6 +60,7 @@ void merge_stats(StatsSnapshot& total, StatsSnapshot&& part, std::size_t entries
   cut |= merge_sorted(total.idle_locks, std::move(part.idle_locks), entries_max);
   cut |= merge_sorted(total.idle_semaphores, std::move(part.idle_semaphores), entries_max);
   total.truncated = total.truncated || part.truncated || cut;
+  if (part.cluster) total.cluster = std::move(part.cluster);
 }
 
 namespace {
@@ -96,6 +99,20 @@ std::string encode_stats_json_whole(std::int64_t connections, const StatsSnapsho
   root["idle_locks"] = idle_array(snapshot.idle_locks);
   root["idle_semaphores"] = idle_array(snapshot.idle_semaphores);
   root["truncated"] = snapshot.truncated;
+  if (const std::optional<ClusterStatus>& cluster = snapshot.cluster) {
+    Json voters = Json::array();
+    for (const std::uint64_t voter : cluster->voters) voters.push_back(voter);
+    root["cluster"] = Json{{"node_id", cluster->node_id},
+                           {"role", cluster->role},
+                           {"term", cluster->term},
+                           {"leader_id", cluster->leader_id},
+                           {"leader_address", cluster->leader_address},
+                           {"commit_index", cluster->commit_index},
+                           {"last_index", cluster->last_index},
+                           {"snapshot_index", cluster->snapshot_index},
+                           {"applied_index", cluster->applied_index},
+                           {"voters", std::move(voters)}};
+  }
   // Keys are client bytes and need not be UTF-8; like Go's encoding/json, replace invalid
   // sequences with U+FFFD instead of failing (nlohmann's default is to throw).
   return root.dump(-1, ' ', false, Json::error_handler_t::replace);

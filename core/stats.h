@@ -8,7 +8,11 @@
 //    "semaphores":[{"key","limit","holders","waiters"}...],
 //    "idle_locks":[{"key","idle_s"}...],
 //    "idle_semaphores":[{"key","idle_s"}...],
-//    "truncated":bool}                       <- turnstile's addition, after dflockd's fields
+//    "truncated":bool,                       <- turnstile's addition, after dflockd's fields
+//    "cluster":{"node_id","role","term","leader_id","leader_address","commit_index",
+//               "last_index","snapshot_index","applied_index","voters":[ids...]}}
+//                                            <- cluster mode only (docs/cluster.md); absent on
+//                                               one node, whose line stays dflockd's
 // A resource is classified by its limit: limit 1 is a lock even when `sl` created it. Entries are
 // sorted by key, so the output is deterministic. Each array holds at most `entries_max` entries,
 // and the whole line at most kStatsJsonBytesMax bytes; `truncated` says whether anything was cut.
@@ -18,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,17 +52,35 @@ struct IdleStats {
   bool operator==(const IdleStats&) const = default;
 };
 
+// A cluster node's view of raft when it answered (net/raft_node.h RaftStatus, as the driver saw
+// it): what an operator needs to tell which node leads and how far each one is.
+struct ClusterStatus {
+  std::uint64_t node_id = 0;
+  std::string role = "unavailable";  // "leader", "follower", "candidate" or "unavailable"
+  std::uint64_t term = 0;
+  std::uint64_t leader_id = 0;  // 0: no leader known
+  std::string leader_address;   // the leader's client host:port; empty when none is known
+  std::uint64_t commit_index = 0;
+  std::uint64_t last_index = 0;
+  std::uint64_t snapshot_index = 0;  // 0: no snapshot yet
+  std::uint64_t applied_index = 0;
+  std::vector<std::uint64_t> voters = {};  // ascending
+  bool operator==(const ClusterStatus&) const = default;
+};
+
 struct StatsSnapshot {
   std::vector<LockStats> locks;
   std::vector<SemaphoreStats> semaphores;
   std::vector<IdleStats> idle_locks;
   std::vector<IdleStats> idle_semaphores;
   bool truncated = false;
+  std::optional<ClusterStatus> cluster = {};  // cluster mode only
   bool operator==(const StatsSnapshot&) const = default;
 };
 
 // Moves the entries of `part` into `total`, keeps every array sorted by key and cut to
-// `entries_max` entries (setting `truncated` when something was cut).
+// `entries_max` entries (setting `truncated` when something was cut). A `cluster` in `part`
+// replaces the one in `total` (only the replicated endpoint sends one).
 void merge_stats(StatsSnapshot& total, StatsSnapshot&& part, std::size_t entries_max);
 
 // Longest stats JSON we send: the Python and TypeScript dflockd clients reject reply lines over
@@ -65,8 +88,8 @@ void merge_stats(StatsSnapshot& total, StatsSnapshot&& part, std::size_t entries
 inline constexpr std::size_t kStatsJsonBytesMax = 1'000'000;
 
 // The compact one-line JSON above (no trailing newline), written with nlohmann::json. When it
-// would exceed `bytes_max`, every array keeps only its first half (by key) until it fits, and
-// `truncated` is true.
+// would exceed `bytes_max`, every array of resources keeps only its first half (by key) until it
+// fits, and `truncated` is true; the `cluster` object is never cut.
 std::string encode_stats_json(std::int64_t connections, const StatsSnapshot& snapshot,
                               std::size_t bytes_max = kStatsJsonBytesMax);
 

@@ -1,7 +1,9 @@
 #include "net/cluster_node.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <utility>
+#include <variant>
 
 #include "core/log_entry.h"
 #include "net/clock.h"
@@ -40,6 +42,17 @@ RaftNodeConfig raft_config(const Config& config) {
   return raft;
 }
 
+// The client address of node `id` (this node's advertise address for itself); empty for 0 or a
+// node not in --cluster-peers.
+std::string client_address_of(const Config& config, std::uint64_t id) {
+  if (id == 0) return {};
+  if (id == config.cluster.node_id) return config.cluster.advertise_addr;
+  for (const Config::ClusterPeer& peer : config.cluster.peers) {
+    if (peer.id == id) return peer.client_address;
+  }
+  return {};
+}
+
 }  // namespace
 
 ClusterNode::ClusterNode(const Config& config, SharedState& shared, std::uint32_t session_tag)
@@ -63,13 +76,32 @@ std::optional<std::string> ClusterNode::start() {
 void ClusterNode::stop() { raft_->stop(); }
 
 std::string ClusterNode::leader_client_address() const {
-  const RaftStatus status = raft_->status();
-  if (status.leader_id == 0) return {};
-  if (status.leader_id == config_.cluster.node_id) return config_.cluster.advertise_addr;
-  for (const Config::ClusterPeer& peer : config_.cluster.peers) {
-    if (peer.id == status.leader_id) return peer.client_address;
-  }
-  return {};
+  return client_address_of(config_, raft_->status().leader_id);
+}
+
+ClusterMetrics ClusterNode::metrics() const {
+  ClusterMetrics metrics;
+  metrics.raft = raft_->status();
+  metrics.entries_applied = entries_applied_.load(std::memory_order_relaxed);
+  metrics.leadership_changes = leadership_changes_.load(std::memory_order_relaxed);
+  apply_latency_.add_to(metrics.apply_latency);
+  return metrics;
+}
+
+core::ClusterStatus ClusterNode::cluster_status() const {
+  RaftStatus raft = raft_->status();
+  core::ClusterStatus status;
+  status.node_id = config_.cluster.node_id;
+  status.role = std::move(raft.role);
+  status.term = raft.term;
+  status.leader_id = raft.leader_id;
+  status.leader_address = client_address_of(config_, raft.leader_id);
+  status.commit_index = raft.commit_index;
+  status.last_index = raft.last_index;
+  status.snapshot_index = raft.snapshot_index;
+  status.applied_index = raft.applied_index;
+  status.voters = std::move(raft.voters);
+  return status;
 }
 
 void ClusterNode::post(core::RouterMessage message) {
@@ -93,6 +125,13 @@ void ClusterNode::drain() {
     messages.swap(mailbox_);
   }
   if (!leader_.leading()) leader_.set_leader_address(leader_client_address());
+  // Stats replies show raft as it is now; only read it when one is asked for.
+  for (const core::RouterMessage& message : messages) {
+    if (std::holds_alternative<core::message::StatsRequest>(message)) {
+      leader_.set_cluster_status(cluster_status());
+      break;
+    }
+  }
   for (core::RouterMessage& message : messages) leader_.receive(std::move(message));
   flush();
 }
@@ -100,9 +139,14 @@ void ClusterNode::drain() {
 void ClusterNode::flush() {
   const core::Instant now = monotonic_now();
   while (std::optional<core::LogEntry> entry = leader_.take_entry(now, salts_.next_u64())) {
+    proposed_.push_back(Proposed{entry->salt, now});
     // The outcome comes back through apply(); a refusal means this node lost its leadership,
-    // which leadership_changed(false) reports too.
-    raft_->propose(core::encode_entry(*entry), [](std::uint64_t, const std::string&) {});
+    // which leadership_changed(false) reports too. A refused entry is never timed.
+    raft_->propose(core::encode_entry(*entry), [this, salt = entry->salt](
+                                                   std::uint64_t, const std::string& error) {
+      if (error.empty()) return;
+      std::erase_if(proposed_, [salt](const Proposed& proposed) { return proposed.salt == salt; });
+    });
   }
   for (core::Envelope& envelope : leader_.take_outbox()) {
     shared_.shards.at(envelope.to)->post(std::move(envelope.message));
@@ -126,8 +170,20 @@ void ClusterNode::apply(std::uint64_t, std::string_view command) {
     std::abort();
   }
   const core::AppliedEntry applied = replica_.apply(replica_.applied_index() + 1, *entry);
+  entries_applied_.fetch_add(1, std::memory_order_relaxed);
+  time_apply(entry->salt);
   leader_.applied(*entry, applied);
   flush();
+}
+
+void ClusterNode::time_apply(std::uint64_t salt) {
+  // Entries apply in the order they were proposed, so one of ours is normally at the front; those
+  // before it (none, unless raft dropped one without saying) will never apply.
+  const auto it = std::find_if(proposed_.begin(), proposed_.end(),
+                               [salt](const Proposed& proposed) { return proposed.salt == salt; });
+  if (it == proposed_.end()) return;  // another leader's entry
+  apply_latency_.record(monotonic_now() - it->at);
+  proposed_.erase(proposed_.begin(), it + 1);
 }
 
 std::string ClusterNode::snapshot() { return replica_.save(); }
@@ -135,11 +191,13 @@ std::string ClusterNode::snapshot() { return replica_.save(); }
 bool ClusterNode::restore(std::string_view bytes) { return replica_.restore(bytes); }
 
 void ClusterNode::leadership_changed(bool leader) {
+  leadership_changes_.fetch_add(1, std::memory_order_relaxed);
   if (leader) {
     leader_.lead(monotonic_now());
     logf(LogLevel::kInfo, "cluster: node %llu leads",
          static_cast<unsigned long long>(config_.cluster.node_id));
   } else {
+    proposed_.clear();  // what it proposed may still commit, under another leader's time
     leader_.follow(leader_client_address());
     logf(LogLevel::kInfo, "cluster: node %llu follows",
          static_cast<unsigned long long>(config_.cluster.node_id));

@@ -9,11 +9,16 @@
 // ClusterLeader takes, feeds it every applied entry and the leadership changes, wakes it at the
 // replica's next deadline, and posts its messages to the shards' mailboxes.
 //
-// Thread affinity: post() and status() from any thread; start() and stop() on the main thread;
-// everything else runs on the raft thread.
+// It also keeps what /metrics shows of it (docs/cluster.md, "Observing a cluster"): counters
+// and the leader's apply latency, written on the raft thread only and read from any thread.
+//
+// Thread affinity: post(), status(), metrics(), leader_known() and leader_client_address() from
+// any thread; start() and stop() on the main thread; everything else runs on the raft thread.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -24,6 +29,8 @@
 #include "core/cluster_leader.h"
 #include "core/replica.h"
 #include "core/router.h"
+#include "core/stats.h"
+#include "core/time.h"
 #include "net/config.h"
 #include "net/crypto_random.h"
 #include "net/raft_node.h"
@@ -47,6 +54,8 @@ class ClusterNode final : public RaftStateMachine, public ReplicatedEndpoint {
   void post(core::RouterMessage message) override;
 
   RaftStatus status() const { return raft_->status(); }
+  ClusterMetrics metrics() const override;
+  bool leader_known() const override { return raft_->status().leader_id != 0; }
   // The client address of the leader (this node's advertise address when it leads), empty when
   // no leader is known.
   std::string leader_client_address() const;
@@ -59,6 +68,10 @@ class ClusterNode final : public RaftStateMachine, public ReplicatedEndpoint {
   void leadership_changed(bool leader) override;
 
   void drain();  // the mailbox, then flush()
+  // The raft status as stats replies show it.
+  core::ClusterStatus cluster_status() const;
+  // Records the apply latency when `salt` is an entry this node proposed.
+  void time_apply(std::uint64_t salt);
   // Proposes what ClusterLeader has, posts its messages to the shards, and sets the wake-up for
   // the replica's next deadline.
   void flush();
@@ -72,6 +85,18 @@ class ClusterNode final : public RaftStateMachine, public ReplicatedEndpoint {
 
   std::mutex mailbox_mutex_;
   std::vector<core::RouterMessage> mailbox_;  // guarded by mailbox_mutex_
+
+  // The entries this node proposed and has not seen applied, oldest first: each one's salt and
+  // the monotonic time it was proposed (for the apply latency). Cleared when it stops leading.
+  struct Proposed {
+    std::uint64_t salt = 0;
+    core::Instant at;
+  };
+  std::deque<Proposed> proposed_;
+  // For /metrics: written on the raft thread only, read anywhere.
+  std::atomic<std::uint64_t> entries_applied_{0};
+  std::atomic<std::uint64_t> leadership_changes_{0};
+  TcpLatency apply_latency_;
 };
 
 }  // namespace turnstile::net

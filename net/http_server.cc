@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -89,6 +90,68 @@ std::string prometheus_escape(std::string_view value) {
     out += c;
   }
   return out;
+}
+
+// One histogram's lines in the request-latency buckets (cumulative counts). `labels`: the
+// series' labels, escaped and joined (`path="/v1/stats"`), or empty.
+void append_histogram(std::string& text, const std::string& name, const std::string& labels,
+                      const std::array<std::uint64_t, kLatencyBuckets.size()>& buckets,
+                      std::uint64_t count, double sum) {
+  const std::string open = labels.empty() ? "{" : "{" + labels + ",";
+  const std::string only = labels.empty() ? "" : "{" + labels + "}";
+  char number[64];
+  for (std::size_t i = 0; i < kLatencyBuckets.size(); ++i) {
+    std::snprintf(number, sizeof number, "%g", kLatencyBuckets[i]);
+    text += name + "_bucket" + open + "le=\"" + number + "\"} " + std::to_string(buckets[i]) + "\n";
+  }
+  text += name + "_bucket" + open + "le=\"+Inf\"} " + std::to_string(count) + "\n";
+  std::snprintf(number, sizeof number, "%.9g", sum);
+  text += name + "_sum" + only + " " + number + "\n";
+  text += name + "_count" + only + " " + std::to_string(count) + "\n";
+}
+
+// Cluster mode's turnstile_raft_* families (docs/cluster.md, "Observing a cluster").
+std::string raft_metrics_text(const ClusterMetrics& metrics) {
+  std::string text;
+  const auto family = [&text](const char* name, const char* type, const char* help,
+                              std::uint64_t value) {
+    text += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" +
+            name + " " + std::to_string(value) + "\n";
+  };
+  const RaftStatus& raft = metrics.raft;
+  family("turnstile_raft_term", "gauge", "this node's current raft term", raft.term);
+  family("turnstile_raft_commit_index", "gauge", "highest log index known to be committed",
+         raft.commit_index);
+  family("turnstile_raft_last_index", "gauge", "index of the last entry in this node's log",
+         raft.last_index);
+  family("turnstile_raft_applied_index", "gauge", "highest log index applied on this node",
+         raft.applied_index);
+  family("turnstile_raft_snapshot_index", "gauge",
+         "last index covered by this node's newest snapshot (0: none)", raft.snapshot_index);
+  family("turnstile_raft_is_leader", "gauge", "1 while raft says this node leads",
+         raft.role == "leader" ? 1 : 0);
+  family("turnstile_raft_leader_known", "gauge", "1 while this node knows a leader",
+         raft.leader_id != 0 ? 1 : 0);
+  family("turnstile_raft_voters", "gauge", "voters in the current configuration",
+         raft.voters.size());
+  family("turnstile_raft_proposals_total", "counter", "commands this node handed to raft",
+         raft.proposals);
+  family("turnstile_raft_apply_calls_total", "counter",
+         "raft_apply calls that carried them (fewer than proposals: batching)",
+         raft.raft_apply_calls);
+  family("turnstile_raft_entries_applied_total", "counter",
+         "log entries of the lock service applied on this node", metrics.entries_applied);
+  family("turnstile_raft_leadership_changes_total", "counter",
+         "times this node started or stopped leading", metrics.leadership_changes);
+
+  const TcpLatencyTotals& latency = metrics.apply_latency;
+  text +=
+      "# HELP turnstile_raft_apply_latency_seconds on the leader, from proposing an entry to "
+      "applying it\n"
+      "# TYPE turnstile_raft_apply_latency_seconds histogram\n";
+  append_histogram(text, "turnstile_raft_apply_latency_seconds", "", latency.buckets, latency.count,
+                   static_cast<double>(latency.sum_ns) / 1e9);
+  return text;
 }
 
 }  // namespace
@@ -587,6 +650,8 @@ void HttpServer::dispatch_route(evhttp_request* request, const core::HttpEndpoin
     case core::HttpEndpoint::kReady:
       if (draining_) {
         reply(request, 503, core::http_status_body("draining"), route, method, started);
+      } else if (!ready()) {
+        reply(request, 503, core::http_status_body("no_leader"), route, method, started);
       } else {
         reply(request, 200, core::http_status_body("ok"), route, method, started);
       }
@@ -821,6 +886,11 @@ void HttpServer::flush() {
 
 // ---- metrics -----------------------------------------------------------------------------------
 
+bool HttpServer::ready() const {
+  // A cluster node that knows no leader can take no request that changes anything.
+  return !draining_ && (shared_.cluster == nullptr || shared_.cluster->leader_known());
+}
+
 std::string HttpServer::metrics_text(const core::StatsSnapshot& snapshot) {
   std::string text;
   auto gauge = [&text](const char* name, const char* help, double value) {
@@ -844,7 +914,11 @@ std::string HttpServer::metrics_text(const core::StatsSnapshot& snapshot) {
   const auto sessions =
       static_cast<double>(shared_.http_sessions_live.load(std::memory_order_relaxed));
   const auto tcp = static_cast<double>(shared_.connections_open.load(std::memory_order_relaxed));
-  gauge("turnstile_ready", "1 while the server accepts work, 0 while draining", draining_ ? 0 : 1);
+  gauge("turnstile_ready",
+        shared_.cluster == nullptr
+            ? "1 while the server accepts work, 0 while draining"
+            : "1 while the server accepts work and knows a leader, 0 while draining or leaderless",
+        ready() ? 1 : 0);
   gauge("turnstile_uptime_seconds", "seconds since start",
         (host_.turn_now() - started_at_).seconds_double());
   gauge("turnstile_connections", "TCP connections plus live HTTP sessions", tcp + sessions);
@@ -878,18 +952,8 @@ std::string HttpServer::metrics_text(const core::StatsSnapshot& snapshot) {
   auto histogram_text = [&text](const std::string& name, const std::string& label,
                                 std::string_view value, const auto& buckets, std::uint64_t count,
                                 double sum) {
-    char number[64];
-    for (std::size_t i = 0; i < kLatencyBuckets.size(); ++i) {
-      std::snprintf(number, sizeof number, "%g", kLatencyBuckets[i]);
-      text += name + "_bucket{" + label + "=\"" + prometheus_escape(value) + "\",le=\"" + number +
-              "\"} " + std::to_string(buckets[i]) + "\n";
-    }
-    text += name + "_bucket{" + label + "=\"" + prometheus_escape(value) + "\",le=\"+Inf\"} " +
-            std::to_string(count) + "\n";
-    std::snprintf(number, sizeof number, "%.9g", sum);
-    text += name + "_sum{" + label + "=\"" + prometheus_escape(value) + "\"} " + number + "\n";
-    text += name + "_count{" + label + "=\"" + prometheus_escape(value) + "\"} " +
-            std::to_string(count) + "\n";
+    append_histogram(text, name, label + "=\"" + prometheus_escape(value) + "\"", buckets, count,
+                     sum);
   };
   text +=
       "# HELP turnstile_http_request_duration_seconds HTTP request latency by route pattern "
@@ -910,6 +974,7 @@ std::string HttpServer::metrics_text(const core::StatsSnapshot& snapshot) {
                    std::string(core::command_name(static_cast<core::Command>(command))),
                    latency.buckets, latency.count, static_cast<double>(latency.sum_ns) / 1e9);
   }
+  if (shared_.cluster != nullptr) text += raft_metrics_text(shared_.cluster->metrics());
   return text;
 }
 

@@ -160,6 +160,8 @@ class HttpServer final : public ShardService {
                    const std::string& detail, std::string_view route, std::string_view method,
                    core::Instant started);
   std::string metrics_text(const core::StatsSnapshot& snapshot);
+  // /ready and turnstile_ready: not draining, and in cluster mode a leader is known.
+  bool ready() const;
 
   Shard& host_;
   SharedState& shared_;

@@ -22,25 +22,18 @@
 #include "core/router.h"
 #include "core/time.h"
 #include "net/config.h"
+#include "net/raft_node.h"
 
 namespace turnstile::net {
 
 class Shard;
 
-// Where the shards' routers send what is for the replicated endpoint in cluster mode (a
-// core::Router in replicated mode): the node's ClusterNode (net/cluster_node.h). post() is
-// called from any shard's thread.
-class ReplicatedEndpoint {
- public:
-  virtual ~ReplicatedEndpoint() = default;
-  virtual void post(core::RouterMessage message) = 0;
-};
-
 // Request latencies (seconds): the Prometheus histogram buckets shared by TCP and HTTP.
 inline constexpr std::array<double, 14> kLatencyBuckets = {
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5, 30};
 
-// TCP request latency of one command over every shard, for /metrics: cumulative buckets.
+// TCP request latency of one command over every shard, for /metrics: cumulative buckets. (The
+// cluster node's apply latency uses the same two types.)
 struct TcpLatencyTotals {
   std::array<std::uint64_t, kLatencyBuckets.size()> buckets{};
   std::uint64_t count = 0;
@@ -59,6 +52,27 @@ class TcpLatency {
   // By the first bucket bound that holds the latency; the last counts those above every bound.
   std::array<std::atomic<std::uint64_t>, kLatencyBuckets.size() + 1> by_bucket_{};
   std::atomic<std::uint64_t> sum_ns_{0};
+};
+
+// What /metrics and /ready read of a cluster node (docs/cluster.md, "Observing a cluster").
+struct ClusterMetrics {
+  RaftStatus raft = {};
+  std::uint64_t entries_applied = 0;     // log entries of ours applied since start
+  std::uint64_t leadership_changes = 0;  // times this node started or stopped leading
+  // On the leader: from proposing an entry to applying it, in the request-latency buckets.
+  TcpLatencyTotals apply_latency = {};
+};
+
+// Where the shards' routers send what is for the replicated endpoint in cluster mode (a
+// core::Router in replicated mode): the node's ClusterNode (net/cluster_node.h). Both calls come
+// from any shard's thread.
+class ReplicatedEndpoint {
+ public:
+  virtual ~ReplicatedEndpoint() = default;
+  virtual void post(core::RouterMessage message) = 0;
+  virtual ClusterMetrics metrics() const = 0;
+  // A leader is known (RaftStatus::leader_id != 0): what /ready asks.
+  virtual bool leader_known() const = 0;
 };
 
 // What all shards share. Counters are atomics; the per-IP table is behind a mutex (touched only

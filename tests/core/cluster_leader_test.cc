@@ -101,6 +101,35 @@ TEST(ClusterLeader, AFollowerAnswersNotLeaderWithTheLeadersAddress) {
   EXPECT_EQ(stats_events[0].kind, SessionEvent::Kind::kStats);
 }
 
+// Stats replies carry the raft status the driver last gave, as `cluster`; none until it gives one
+// (the simulator never does).
+TEST(ClusterLeader, StatsCarryTheClusterStatusTheDriverGave) {
+  Node node(1);
+  node.leader.follow("");
+  Request stats;
+  stats.command = Command::kStats;
+  node.routers[0]->submit(kStart, node.routers[0]->new_session_id(), stats);
+  node.pump();
+  std::vector<SessionEvent> events = node.events(0);
+  ASSERT_EQ(events.size(), 1U);
+  EXPECT_FALSE(events[0].stats.cluster);
+
+  ClusterStatus status;
+  status.node_id = 2;
+  status.role = "follower";
+  status.term = 3;
+  status.leader_id = 1;
+  status.leader_address = "10.0.0.1:6388";
+  status.voters = {1, 2, 3};
+  node.leader.set_cluster_status(status);
+  node.routers[1]->submit(kStart, node.routers[1]->new_session_id(), stats);
+  node.pump();
+  events = node.events(1);
+  ASSERT_EQ(events.size(), 1U);
+  ASSERT_EQ(events[0].kind, SessionEvent::Kind::kStats);
+  EXPECT_EQ(events[0].stats.cluster, status);
+}
+
 TEST(ClusterLeader, ALeaderBatchesRequestsIntoOneEntryAndAnswersEachOnItsShard) {
   Node node(1);
   node.leader.lead(kStart);

@@ -101,6 +101,41 @@ TEST(StatsJson, KeysAreEscapedAndInvalidUtf8IsReplaced) {
   EXPECT_TRUE(nlohmann::json::accept(json));
 }
 
+// Cluster mode adds one object after dflockd's fields; without it the line is exactly as before.
+TEST(StatsJson, ClusterObjectComesLastWithEveryField) {
+  StatsSnapshot snapshot;
+  snapshot.cluster = ClusterStatus{2, "follower", 7, 1, "10.0.0.1:6388", 41, 42, 32, 40, {1, 2, 3}};
+  EXPECT_EQ(encode_stats_json(0, snapshot),
+            R"({"connections":0,"locks":[],"semaphores":[],"idle_locks":[],)"
+            R"("idle_semaphores":[],"truncated":false,)"
+            R"("cluster":{"node_id":2,"role":"follower","term":7,"leader_id":1,)"
+            R"("leader_address":"10.0.0.1:6388","commit_index":41,"last_index":42,)"
+            R"("snapshot_index":32,"applied_index":40,"voters":[1,2,3]}})");
+}
+
+TEST(StatsJson, ClusterWithoutLeaderHasIdZeroAndEmptyAddressAndVotersAnArray) {
+  StatsSnapshot snapshot;
+  snapshot.cluster = ClusterStatus{};
+  const nlohmann::json cluster = nlohmann::json::parse(encode_stats_json(0, snapshot))["cluster"];
+  EXPECT_EQ(cluster["role"], "unavailable");
+  EXPECT_EQ(cluster["leader_id"], 0);
+  EXPECT_EQ(cluster["leader_address"], "");
+  EXPECT_TRUE(cluster["voters"].is_array());
+  EXPECT_TRUE(cluster["voters"].empty());
+}
+
+TEST(StatsJson, ClusterObjectSurvivesTruncation) {
+  StatsSnapshot snapshot;
+  for (int i = 0; i < 100; ++i) snapshot.locks.push_back(lock("key" + std::to_string(100 + i)));
+  snapshot.cluster = ClusterStatus{3, "leader", 2, 3, "h:1", 5, 5, 0, 5, {1, 2, 3}};
+  const std::string json = encode_stats_json(1, snapshot, 600);
+  EXPECT_LE(json.size(), 600u);
+  const nlohmann::json parsed = nlohmann::json::parse(json);
+  EXPECT_TRUE(parsed["truncated"].get<bool>());
+  EXPECT_EQ(parsed["cluster"]["node_id"], 3);
+  EXPECT_EQ(parsed["cluster"]["voters"], nlohmann::json::array({1, 2, 3}));
+}
+
 // ---- merge_stats --------------------------------------------------------------------------------
 
 TEST(StatsMerge, EntriesFromEveryPartAreSortedByKey) {
@@ -190,6 +225,19 @@ TEST(StatsMerge, TruncationOfAPartCarriesOver) {
   StatsSnapshot clean;
   merge_stats(total, std::move(clean), 100);
   EXPECT_TRUE(total.truncated);  // stays set
+}
+
+TEST(StatsMerge, AClusterStatusInAPartIsKept) {
+  StatsSnapshot total;
+  StatsSnapshot part;
+  part.cluster = ClusterStatus{1, "leader", 4, 1, "h:1", 9, 9, 0, 9, {1}};
+  const ClusterStatus expected = *part.cluster;
+  merge_stats(total, std::move(part), 100);
+  ASSERT_TRUE(total.cluster);
+  EXPECT_EQ(*total.cluster, expected);
+  StatsSnapshot without;  // a part without one (a shard's engine) leaves it
+  merge_stats(total, std::move(without), 100);
+  EXPECT_EQ(total.cluster, expected);
 }
 
 TEST(StatsMerge, UnsortedTotalIsSortedFirst) {
