@@ -169,6 +169,7 @@ int Server::run() {
     } while (shared_.session_tag == 0);
     cluster_ = std::make_unique<ClusterNode>(config_, shared_, shared_.session_tag);
     shared_.cluster = cluster_.get();
+    shared_.cluster_node = cluster_.get();
   }
   create_shards();
   if (!set_up_tls() || !listen()) return 1;
