@@ -141,6 +141,10 @@ void ClusterNode::remove_voter(std::uint64_t id, AdminDone done) {
   raft_->remove_voter(id, change_done(id, std::move(done)));
 }
 
+void ClusterNode::transfer_leadership(std::function<void(bool)> done) {
+  raft_->transfer_leadership(std::move(done));
+}
+
 void ClusterNode::post(core::RouterMessage message) {
   bool was_empty = false;
   {

@@ -64,6 +64,11 @@ class ClusterNode final : public RaftStateMachine, public ReplicatedEndpoint {
   void add_voter(const core::AdminVoterAdd& voter, AdminDone done);
   void remove_voter(std::uint64_t id, AdminDone done);
 
+  // Any thread: hands leadership to another voter (SIGTERM on the leader). `done(true)` once
+  // another node leads; false when this node does not lead or the transfer did not happen within
+  // an election timeout. Runs on the raft thread.
+  void transfer_leadership(std::function<void(bool)> done);
+
  private:
   // RaftStateMachine, on the raft thread.
   void apply(std::uint64_t index, std::string_view command) override;
