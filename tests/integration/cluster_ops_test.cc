@@ -389,6 +389,59 @@ TEST_F(ClusterOpsTest, ALeaderThatRemovesItselfStepsDownAndStaysQuiet) {
   EXPECT_EQ(stray.request("l", "other", "0 30").substr(0, 16), "error_not_leader");
 }
 
+// ---- the CLI
+// -------------------------------------------------------------------------------------
+
+struct CliResult {
+  int code = -1;
+  std::string output;  // stdout and stderr
+};
+
+CliResult cli(const std::string& arguments, const std::string& environment = "") {
+  // The host's own token never leaks in: only `environment` sets one.
+  const std::string command = "env -u TURNSTILE_ADMIN_TOKEN " + environment + " " +
+                              TURNSTILE_CLI_PATH + " " + arguments + " 2>&1";
+  CliResult result;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return result;
+  char buffer[4096];
+  std::size_t n = 0;
+  while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) result.output.append(buffer, n);
+  const int status = ::pclose(pipe);
+  result.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+TEST_F(ClusterOpsTest, TheCliAddsAndRemovesAVoter) {
+  const std::optional<std::size_t> first = leader();
+  ASSERT_TRUE(first);
+  const std::size_t follower = (*first + 1) % 3;
+  auto server = [&](std::size_t i) {
+    return "--server 127.0.0.1:" + std::to_string(http_ports_[i]);
+  };
+  const std::string add = "cluster add-voter --id 4 --raft-address " + raft_address(3) +
+                          " --client-address " + address(3);
+
+  const CliResult wrong = cli(add + " " + server(*first) + " --admin-token wrong");
+  EXPECT_EQ(wrong.code, 77) << wrong.output;
+  const CliResult missing = cli(add + " " + server(*first));
+  EXPECT_EQ(missing.code, 64) << missing.output;
+  const CliResult on_follower = cli(add + " " + server(follower) + " --admin-token " + kAdminToken);
+  EXPECT_EQ(on_follower.code, 1) << on_follower.output;
+  EXPECT_NE(on_follower.output.find(address(*first)), std::string::npos) << on_follower.output;
+
+  start(3, false);
+  const CliResult added = cli(add + " " + server(*first) + " --admin-token " + kAdminToken);
+  EXPECT_EQ(added.code, 0) << added.output;
+  EXPECT_EQ(added.output, "voters: 1 2 3 4\n");
+  EXPECT_TRUE(follows(3, *first));
+
+  const CliResult removed = cli("cluster remove-voter --id 4 " + server(*first) + " --json",
+                                "TURNSTILE_ADMIN_TOKEN=" + kAdminToken);
+  EXPECT_EQ(removed.code, 0) << removed.output;
+  EXPECT_EQ(removed.output, "{\"ok\":true,\"voters\":[1,2,3]}\n");
+}
+
 // ---- SIGTERM on the leader ---------------------------------------------------------------------
 
 TEST_F(ClusterOpsTest, SigtermOnTheLeaderHandsLeadershipOverBeforeItExits) {
