@@ -512,6 +512,12 @@ Result<HttpAnswer> http_call(const Endpoint& server, const std::string& method,
     }
     response.append(buffer, static_cast<std::size_t>(n));
     if (response.size() > (1u << 20)) return Error{ErrorCode::kProtocol, "answer too long"};
+    // Not HTTP (the TCP port, say, which keeps the connection open): say so at once.
+    const std::string_view start = "HTTP/1.";
+    if (response.compare(0, std::min(response.size(), start.size()), start, 0,
+                         std::min(response.size(), start.size())) != 0) {
+      break;
+    }
   }
   HttpAnswer answer;
   const std::size_t head_end = response.find("\r\n\r\n");
