@@ -1,10 +1,13 @@
 #include "client/cli.h"
 
+#include <fcntl.h>
+#include <netdb.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/eventfd.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -47,6 +50,10 @@ constexpr const char* kUsage =
     "  ping\n"
     "  run     --key K [--timeout S] [--lease S] [--semaphore LIMIT] [--grace S]\n"
     "          [--no-kill-on-loss] -- command [args...]\n"
+    "  cluster add-voter --id N --raft-address H:P --client-address H:P\n"
+    "  cluster remove-voter --id N\n"
+    "          (--server is then the node's HTTP address; --admin-token or\n"
+    "          TURNSTILE_ADMIN_TOKEN)\n"
     "\n"
     "common options: --server HOST:PORT (repeatable; default 127.0.0.1:6388), --tls,\n"
     "  --tls-ca PATH, --tls-server-name NAME, --auth-token-file PATH, --connect-timeout S,\n"
@@ -433,6 +440,164 @@ int do_run(const Common& common, const RunOptions& run) {
   return exit_status_code(status);
 }
 
+// --- cluster add-voter, remove-voter: the admin routes, over plain HTTP/1.1
+// ------------------------------------------------------
+
+struct HttpAnswer {
+  int status = 0;
+  std::string leader;  // X-Dflockd-Leader
+  std::string body;
+};
+
+// One request on its own connection (Connection: close), read to EOF. `timeout` bounds the
+// connect and then every wait for bytes: adding a voter answers once it has caught up.
+Result<HttpAnswer> http_call(const Endpoint& server, const std::string& method,
+                             const std::string& path, const std::string& token,
+                             const std::string& body, Milliseconds connect_timeout,
+                             Milliseconds timeout) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const std::string port = std::to_string(server.port);
+  if (getaddrinfo(server.host.c_str(), port.c_str(), &hints, &found) != 0 || found == nullptr) {
+    return Error{ErrorCode::kConnect, "cannot resolve " + server.host};
+  }
+  const int fd = ::socket(found->ai_family, found->ai_socktype | SOCK_CLOEXEC, 0);
+  struct Close {
+    int fd;
+    ~Close() {
+      if (fd >= 0) ::close(fd);
+    }
+  } closer{fd};
+  auto wait_for = [fd](short events, Milliseconds wait) {
+    pollfd poll_fd{fd, events, 0};
+    return ::poll(&poll_fd, 1, static_cast<int>(wait.count())) == 1;
+  };
+  int flags = fd >= 0 ? ::fcntl(fd, F_GETFL) : -1;
+  bool connected = flags >= 0 && ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0;
+  if (connected && ::connect(fd, found->ai_addr, found->ai_addrlen) != 0) {
+    int error = 0;
+    socklen_t length = sizeof error;
+    connected = errno == EINPROGRESS && wait_for(POLLOUT, connect_timeout) &&
+                ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) == 0 && error == 0;
+  }
+  freeaddrinfo(found);
+  if (!connected) return Error{ErrorCode::kConnect, "cannot connect to " + server.to_string()};
+  std::string request =
+      method + " " + path + " HTTP/1.1\r\nHost: " + server.to_string() +
+      "\r\nConnection: close\r\nAuthorization: Bearer " + token +
+      "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+      "\r\n\r\n" + body;
+  std::size_t sent = 0;
+  while (sent < request.size()) {
+    const ssize_t n = ::send(fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
+    if (n > 0) {
+      sent += static_cast<std::size_t>(n);
+    } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+      if (!wait_for(POLLOUT, timeout)) return Error{ErrorCode::kTimeout, "send timed out"};
+    } else {
+      return Error{ErrorCode::kIo, "send failed: " + std::string(std::strerror(errno))};
+    }
+  }
+  std::string response;
+  char buffer[4096];
+  while (true) {
+    if (!wait_for(POLLIN, timeout)) return Error{ErrorCode::kTimeout, "no answer in time"};
+    const ssize_t n = ::recv(fd, buffer, sizeof buffer, 0);
+    if (n == 0) break;
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EINTR) continue;
+      return Error{ErrorCode::kIo, "read failed: " + std::string(std::strerror(errno))};
+    }
+    response.append(buffer, static_cast<std::size_t>(n));
+    if (response.size() > (1u << 20)) return Error{ErrorCode::kProtocol, "answer too long"};
+    // Not HTTP (the TCP port, say, which keeps the connection open): say so at once.
+    const std::string_view start = "HTTP/1.";
+    if (response.compare(0, std::min(response.size(), start.size()), start, 0,
+                         std::min(response.size(), start.size())) != 0) {
+      break;
+    }
+  }
+  HttpAnswer answer;
+  const std::size_t head_end = response.find("\r\n\r\n");
+  if (response.rfind("HTTP/1.", 0) != 0 || head_end == std::string::npos || response.size() < 12) {
+    return Error{ErrorCode::kProtocol, "not an HTTP answer (is --server the HTTP address?)"};
+  }
+  answer.status = std::atoi(response.c_str() + 9);
+  answer.body = response.substr(head_end + 4);
+  std::istringstream head(response.substr(0, head_end));
+  std::string line;
+  while (std::getline(head, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    const std::size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string name = line.substr(0, colon);
+    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (name == "x-dflockd-leader") answer.leader = trim(line.substr(colon + 1));
+  }
+  return answer;
+}
+
+int do_cluster(const cxxopts::ParseResult& parsed, const Common& common,
+               const std::string& subcommand) {
+  std::string token;
+  if (parsed.count("admin-token") != 0) {
+    token = parsed["admin-token"].as<std::string>();
+  } else if (const char* env = std::getenv("TURNSTILE_ADMIN_TOKEN"); env != nullptr) {
+    token = env;
+  }
+  token = trim(token);
+  if (token.empty()) throw UsageError{"--admin-token (or TURNSTILE_ADMIN_TOKEN) is required"};
+  if (common.connect.tls) throw UsageError{"cluster commands speak plain HTTP: no --tls"};
+  const std::int64_t id = parsed["id"].as<std::int64_t>();
+  if (id < 1) throw UsageError{"--id must be at least 1"};
+  std::string method = "DELETE";
+  std::string path = "/v1/admin/voters/" + std::to_string(id);
+  std::string body;
+  if (subcommand == "add-voter") {
+    method = "POST";
+    path = "/v1/admin/voters";
+    body = Json{{"id", id},
+                {"raft_address", required(parsed, "raft-address")},
+                {"client_address", required(parsed, "client-address")}}
+               .dump();
+  }
+  const double timeout_s = parsed["timeout"].as<double>();
+  if (!(timeout_s > 0 && timeout_s < 86400)) throw UsageError{"--timeout out of range"};
+  const Endpoint& server = common.servers.front();
+  auto answer = http_call(server, method, path, token, body, common.connect.connect_timeout,
+                          Milliseconds{static_cast<std::int64_t>(timeout_s * 1000)});
+  if (!answer) return fail(common, answer.error(), server.to_string());
+  Json json = Json::parse(answer->body, nullptr, false);
+  if (answer->status == 200) {
+    if (common.json) {
+      std::cout << Json{{"ok", true}, {"voters", json.value("voters", Json::array())}}.dump()
+                << "\n";
+    } else {
+      std::cout << "voters:";
+      for (const Json& voter : json.value("voters", Json::array())) std::cout << " " << voter;
+      std::cout << "\n";
+    }
+    return kExitOk;
+  }
+  std::string message = "HTTP " + std::to_string(answer->status);
+  if (json.is_object()) {
+    message += " " + json.value("error", std::string());
+    if (json.contains("detail") && json["detail"].is_string()) {
+      message += ": " + json["detail"].get<std::string>();
+    }
+  }
+  if (answer->status == 503 && !answer->leader.empty()) {
+    message += " (the leader's client address is " + answer->leader +
+               ": run this against the leader's HTTP address)";
+  }
+  ErrorCode code = ErrorCode::kProtocol;
+  if (answer->status == 401 || answer->status == 403) code = ErrorCode::kAuth;
+  if (answer->status == 503) code = ErrorCode::kNotLeader;
+  return fail(common, Error{code, message}, server.to_string());
+}
+
 cxxopts::Options command_options(const std::string& command) {
   cxxopts::Options options("turnstile " + command);
   add_common_options(options);
@@ -460,6 +625,19 @@ cxxopts::Options command_options(const std::string& command) {
     add("l,lease", "new lease in seconds (0: the server's default)",
         cxxopts::value<std::int64_t>()->default_value("0"));
   }
+  if (command == "cluster add-voter" || command == "cluster remove-voter") {
+    add("id", "the node's raft id", cxxopts::value<std::int64_t>()->default_value("0"))(
+        "admin-token", "the cluster's admin token (else TURNSTILE_ADMIN_TOKEN)",
+        cxxopts::value<std::string>())(
+        "timeout", "seconds to wait for the answer (adding waits for the node to catch up)",
+        cxxopts::value<double>()->default_value("60"));
+  }
+  if (command == "cluster add-voter") {
+    add("raft-address", "where the new node listens for raft traffic (its --raft-addr)",
+        cxxopts::value<std::string>())("client-address",
+                                       "where its clients connect (its --advertise-addr)",
+                                       cxxopts::value<std::string>());
+  }
   return options;
 }
 
@@ -469,16 +647,24 @@ int dispatch(int argc, char** argv) {
     std::cout << kUsage;
     return argc < 2 ? kExitUsage : kExitOk;
   }
-  const std::string command = argv[1];
-  if (command != "acquire" && command != "release" && command != "renew" && command != "stats" &&
-      command != "ping" && command != "run") {
+  std::string command = argv[1];
+  int first_option = 2;
+  if (command == "cluster") {
+    const std::string subcommand = argc > 2 ? argv[2] : "";
+    if (subcommand != "add-voter" && subcommand != "remove-voter") {
+      throw UsageError{"cluster takes add-voter or remove-voter"};
+    }
+    command += " " + subcommand;
+    first_option = 3;
+  } else if (command != "acquire" && command != "release" && command != "renew" &&
+             command != "stats" && command != "ping" && command != "run") {
     throw UsageError{"unknown command '" + command + "'"};
   }
   // Everything after `--` is the command `run` runs; cxxopts sees only what comes before.
   std::vector<char*> own{argv[0]};
   std::vector<std::string> rest;
   bool after_separator = false;
-  for (int i = 2; i < argc; ++i) {
+  for (int i = first_option; i < argc; ++i) {
     if (after_separator) {
       rest.emplace_back(argv[i]);
     } else if (std::string(argv[i]) == "--") {
@@ -503,6 +689,7 @@ int dispatch(int argc, char** argv) {
   if (command == "renew") return do_release_or_renew(parsed, common, true);
   if (command == "stats") return do_stats_or_ping(common, true);
   if (command == "ping") return do_stats_or_ping(common, false);
+  if (command.starts_with("cluster ")) return do_cluster(parsed, common, command.substr(8));
 
   RunOptions run;
   run.key = required(parsed, "key");

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/assert.h"
+#include "core/http_sessions.h"
 #include "core/wire.h"
 
 namespace turnstile::core {
@@ -394,6 +395,137 @@ std::string http_status_body(std::string_view status) {
 
 std::string http_session_created_body(std::string_view handle, std::int64_t idle_timeout_s) {
   return json_line(Json{{"session_id", handle}, {"idle_timeout_s", idle_timeout_s}});
+}
+
+// ---- the admin routes ---------------------------------------------------------------------------
+
+namespace {
+
+constexpr std::uint64_t kMaxNodeId = (std::uint64_t{1} << 63) - 1;
+// A voter's raft address is stored in raft's configuration as "raft@client" (docs/cluster.md),
+// and a node sends its own raft address in a 256-byte handshake field: both stay well below.
+constexpr std::size_t kAddressMax = 120;  // bytes
+
+// "host:port" or "[v6]:port": a non-empty host of name or address characters, a port 1..65535.
+// '@' and ',' never appear: they separate the parts of a stored address and of --cluster-peers.
+std::optional<std::string> address_problem(std::string_view address) {
+  if (address.empty() || address.size() > kAddressMax) return "must be 1 to 120 bytes";
+  std::string_view host;
+  std::string_view port;
+  if (address.front() == '[') {
+    const std::size_t close = address.find(']');
+    if (close == std::string_view::npos || close + 1 >= address.size() ||
+        address[close + 1] != ':') {
+      return "must be host:port or [v6]:port";
+    }
+    host = address.substr(1, close - 1);
+    port = address.substr(close + 2);
+    if (host.empty() || !std::all_of(host.begin(), host.end(), [](char c) {
+          return hex_value(c) >= 0 || c == ':' || c == '.';
+        })) {
+      return "has a bad IPv6 address";
+    }
+  } else {
+    const std::size_t colon = address.rfind(':');
+    if (colon == std::string_view::npos) return "must be host:port";
+    host = address.substr(0, colon);
+    port = address.substr(colon + 1);
+    if (host.empty() || !std::all_of(host.begin(), host.end(), [](char c) {
+          return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                 c == '-' || c == '.' || c == '_';
+        })) {
+      return "has a bad host (letters, digits, '-', '.', '_', or [v6])";
+    }
+  }
+  if (port.empty() || port.size() > 5 ||
+      !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return "has a bad port";
+  }
+  const int number = std::stoi(std::string(port));
+  if (number < 1 || number > 65535) return "has a port outside 1..65535";
+  if (host == "0.0.0.0" || host == "::") return "has a wildcard host: no node can reach it";
+  return std::nullopt;
+}
+
+}  // namespace
+
+AdminAccess admin_access(const std::optional<std::string>& admin_token,
+                         std::string_view authorization_header) {
+  if (!admin_token || admin_token->empty()) return AdminAccess::kDisabled;
+  return bearer_matches(authorization_header, *admin_token) ? AdminAccess::kAllowed
+                                                            : AdminAccess::kUnauthorized;
+}
+
+std::variant<HttpBadRequest, AdminVoterAdd> decode_admin_voter_add(std::string_view body) {
+  if (body.size() > kHttpBodyMax) return HttpBadRequest{"request body larger than 1 MiB"};
+  if (const std::optional<std::size_t> bad = first_invalid_utf8(body)) {
+    return HttpBadRequest{"request body is not valid UTF-8 (byte " + std::to_string(*bad) + ")"};
+  }
+  Json json;
+  try {
+    json = Json::parse(body.begin(), body.end());
+  } catch (const Json::exception& e) {
+    return HttpBadRequest{e.what()};
+  }
+  if (!json.is_object()) return HttpBadRequest{"request body must be a JSON object"};
+  for (const auto& field : json.items()) {
+    const std::string& name = field.key();
+    if (name != "id" && name != "raft_address" && name != "client_address") {
+      return HttpBadRequest{"unknown field \"" + name + "\""};
+    }
+  }
+  AdminVoterAdd add;
+  auto id = json.find("id");
+  if (id == json.end() || !id->is_number_unsigned() || id->get<std::uint64_t>() == 0 ||
+      id->get<std::uint64_t>() > kMaxNodeId) {
+    return HttpBadRequest{"field \"id\" must be an integer between 1 and 2^63-1"};
+  }
+  add.id = id->get<std::uint64_t>();
+  for (const char* name : {"raft_address", "client_address"}) {
+    auto it = json.find(name);
+    if (it == json.end() || !it->is_string()) {
+      return HttpBadRequest{std::string("field \"") + name + "\" must be a string host:port"};
+    }
+    const std::string& text = it->get_ref<const std::string&>();
+    if (const std::optional<std::string> problem = address_problem(text)) {
+      return HttpBadRequest{std::string("field \"") + name + "\" " + *problem};
+    }
+    (std::string_view(name) == "raft_address" ? add.raft_address : add.client_address) = text;
+  }
+  if (add.raft_address == add.client_address) {
+    return HttpBadRequest{"raft_address and client_address must differ"};
+  }
+  return add;
+}
+
+std::variant<HttpBadRequest, std::uint64_t> decode_admin_voter_id(std::string_view text) {
+  const HttpBadRequest bad{"the voter id must be a decimal integer between 1 and 2^63-1"};
+  if (text.empty() || text.size() > 19) return bad;
+  std::uint64_t id = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return bad;
+    id = id * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  if (id == 0 || id > kMaxNodeId) return bad;
+  return id;
+}
+
+HttpResponse render_admin_outcome(const AdminChangeOutcome& outcome) {
+  switch (outcome.kind) {
+    case AdminChangeOutcome::Kind::kDone:
+      return {200, json_line(Json{{"voters", outcome.voters}})};
+    case AdminChangeOutcome::Kind::kNotLeader:
+      return {503, http_error_body("not_leader", outcome.leader), outcome.leader};
+    case AdminChangeOutcome::Kind::kPending:
+      return {409, http_error_body("change_pending", outcome.detail)};
+    case AdminChangeOutcome::Kind::kUnknownId:
+      return {404, http_error_body("unknown_voter", outcome.detail)};
+    case AdminChangeOutcome::Kind::kRefused:
+      return {400, http_error_body("bad_request", outcome.detail)};
+    case AdminChangeOutcome::Kind::kFailed:
+      break;
+  }
+  return {500, http_error_body("change_failed", outcome.detail)};
 }
 
 HttpCors::HttpCors(std::string_view allowed_origins) {

@@ -50,17 +50,21 @@ enum class HttpEndpoint {
   kSemEnqueue,
   kSemWait,
   kReadIndex,
+  kAdminVoterAdd,
+  kAdminVoterRemove,
 };
 
 struct HttpEndpointSpec {
   std::string_view method;   // GET, POST or DELETE
   std::string_view pattern;  // path with {key} / {id} parameters, as in the OpenAPI document
   HttpEndpoint endpoint;
-  bool needs_auth;  // bearer auth when --auth-token is set
+  // Bearer auth when --auth-token is set. The admin routes take the admin token instead (in the
+  // same Authorization header), so they do not take this one.
+  bool needs_auth;
   bool rate_limited;
 };
 
-inline constexpr std::array<HttpEndpointSpec, 19> kHttpEndpoints = {{
+inline constexpr std::array<HttpEndpointSpec, 21> kHttpEndpoints = {{
     {"GET", "/health", HttpEndpoint::kHealth, false, false},
     {"GET", "/ready", HttpEndpoint::kReady, false, false},
     {"GET", "/metrics", HttpEndpoint::kMetrics, true, true},
@@ -80,6 +84,8 @@ inline constexpr std::array<HttpEndpointSpec, 19> kHttpEndpoints = {{
     {"POST", "/v1/semaphores/{key}/enqueue", HttpEndpoint::kSemEnqueue, true, true},
     {"POST", "/v1/semaphores/{key}/wait", HttpEndpoint::kSemWait, true, true},
     {"GET", "/v1/readindex", HttpEndpoint::kReadIndex, true, true},
+    {"POST", "/v1/admin/voters", HttpEndpoint::kAdminVoterAdd, false, true},
+    {"DELETE", "/v1/admin/voters/{id}", HttpEndpoint::kAdminVoterRemove, false, true},
 }};
 
 inline constexpr std::size_t kHttpBodyMax = 1024 * 1024;  // bytes (reference 3.1)
@@ -144,6 +150,45 @@ std::string http_error_body(std::string_view error, std::string_view detail = {}
 std::string http_status_body(std::string_view status);
 // The body that answers a session's creation.
 std::string http_session_created_body(std::string_view handle, std::int64_t idle_timeout_s);
+
+// ---- the admin routes (cluster mode, docs/cluster.md "Adding and removing a node") ----------
+
+// Who may use the admin routes: the Authorization header against --admin-token, compared in
+// constant time (bearer_matches).
+enum class AdminAccess {
+  kDisabled,      // no admin token is configured: 403 admin_disabled
+  kUnauthorized,  // a missing or wrong token: 401
+  kAllowed,
+};
+AdminAccess admin_access(const std::optional<std::string>& admin_token,
+                         std::string_view authorization_header);
+
+// POST /v1/admin/voters: {"id": N, "raft_address": "host:port", "client_address": "host:port"}.
+struct AdminVoterAdd {
+  std::uint64_t id = 0;        // 1..2^63-1
+  std::string raft_address;    // where the node listens for raft traffic
+  std::string client_address;  // where its clients connect (error_not_leader, X-Dflockd-Leader)
+};
+std::variant<HttpBadRequest, AdminVoterAdd> decode_admin_voter_add(std::string_view body);
+// DELETE /v1/admin/voters/{id}: the path's id, 1..2^63-1 in decimal.
+std::variant<HttpBadRequest, std::uint64_t> decode_admin_voter_id(std::string_view text);
+
+// A membership change's outcome, as the cluster node reports it.
+struct AdminChangeOutcome {
+  enum class Kind {
+    kDone,       // 200, with the voters after the change
+    kNotLeader,  // 503 not_leader (X-Dflockd-Leader: `leader` when known)
+    kPending,    // 409 change_pending: one change at a time
+    kUnknownId,  // 404 unknown_voter: DELETE of a node that is not in the configuration
+    kRefused,    // 400 bad_request: the change makes no sense (an id already a voter, ...)
+    kFailed,     // 500 change_failed: raft could not make it (the detail says why)
+  };
+  Kind kind = Kind::kFailed;
+  std::string detail = {};
+  std::string leader = {};                 // kNotLeader: the leader's client address, if known
+  std::vector<std::uint64_t> voters = {};  // kDone: ascending
+};
+HttpResponse render_admin_outcome(const AdminChangeOutcome& outcome);
 
 // CORS (reference 3.2): the response headers a request from an Origin gets.
 class HttpCors {

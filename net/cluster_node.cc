@@ -29,8 +29,11 @@ RaftNodeConfig raft_config(const Config& config) {
   raft.id = cluster.node_id;
   raft.raft_address = cluster.raft_addr;
   raft.dir = cluster.raft_dir;
+  // Each voter's client address travels in raft's configuration with its raft address
+  // ("raft@client", RaftNode::add_voter), so that every node, one added later included, can
+  // send clients to whichever node leads.
   for (const Config::ClusterPeer& peer : cluster.peers) {
-    raft.peers.push_back(RaftPeer{peer.id, peer.raft_address});
+    raft.peers.push_back(RaftPeer{peer.id, peer.raft_address + "@" + peer.client_address});
   }
   raft.bootstrap = cluster.bootstrap;
   raft.secret = cluster.secret.value_or("");
@@ -44,9 +47,16 @@ RaftNodeConfig raft_config(const Config& config) {
 
 // The client address of node `id` (this node's advertise address for itself); empty for 0 or a
 // node not in --cluster-peers.
-std::string client_address_of(const Config& config, std::uint64_t id) {
+// The client address of node `id`: this node's advertise address, the part after the '@' of its
+// address in raft's configuration (nodes added at run time), or its --cluster-peers entry (a
+// directory bootstrapped without client addresses); empty for 0 or an unknown node.
+std::string client_address_of(const Config& config, const RaftStatus& status, std::uint64_t id) {
   if (id == 0) return {};
   if (id == config.cluster.node_id) return config.cluster.advertise_addr;
+  for (const RaftPeer& server : status.servers) {
+    const std::size_t at = server.raft_address.find('@');
+    if (server.id == id && at != std::string::npos) return server.raft_address.substr(at + 1);
+  }
   for (const Config::ClusterPeer& peer : config.cluster.peers) {
     if (peer.id == id) return peer.client_address;
   }
@@ -76,7 +86,8 @@ std::optional<std::string> ClusterNode::start() {
 void ClusterNode::stop() { raft_->stop(); }
 
 std::string ClusterNode::leader_client_address() const {
-  return client_address_of(config_, raft_->status().leader_id);
+  const RaftStatus status = raft_->status();
+  return client_address_of(config_, status, status.leader_id);
 }
 
 ClusterMetrics ClusterNode::metrics() const {
@@ -95,13 +106,78 @@ core::ClusterStatus ClusterNode::cluster_status() const {
   status.role = std::move(raft.role);
   status.term = raft.term;
   status.leader_id = raft.leader_id;
-  status.leader_address = client_address_of(config_, raft.leader_id);
+  status.leader_address = client_address_of(config_, raft, raft.leader_id);
   status.commit_index = raft.commit_index;
   status.last_index = raft.last_index;
   status.snapshot_index = raft.snapshot_index;
   status.applied_index = raft.applied_index;
   status.voters = std::move(raft.voters);
   return status;
+}
+
+bool ClusterNode::refuse_change(AdminDone& done) {
+  if (raft_->status().role != "leader") {
+    done(core::AdminChangeOutcome{core::AdminChangeOutcome::Kind::kNotLeader,
+                                  "membership changes are made on the leader",
+                                  leader_client_address()});
+    return true;
+  }
+  if (change_pending_.exchange(true)) {
+    done(core::AdminChangeOutcome{core::AdminChangeOutcome::Kind::kPending,
+                                  "another membership change is in progress; retry when it is "
+                                  "done"});
+    return true;
+  }
+  return false;
+}
+
+// RaftNode answers in words; the few outcomes an admin client must tell apart are classified
+// here by the prefixes RaftNode writes (net/raft_node.cc, submit_add_voter and the others).
+RaftNode::ErrorDone ClusterNode::change_done(std::uint64_t id, AdminDone done) {
+  return [this, id, done = std::move(done)](const std::string& error) {
+    change_pending_.store(false);
+    using Kind = core::AdminChangeOutcome::Kind;
+    core::AdminChangeOutcome outcome;
+    outcome.detail = error;
+    if (error.empty()) {
+      outcome.kind = Kind::kDone;
+      outcome.voters = raft_->status().voters;
+    } else if (error.starts_with("not leader") || error.starts_with("leadership lost")) {
+      outcome.kind = Kind::kNotLeader;
+      outcome.leader = leader_client_address();
+    } else if (error.find("in progress") != std::string::npos) {
+      outcome.kind = Kind::kPending;
+    } else if (error.find("is not in the configuration") != std::string::npos) {
+      outcome.kind = Kind::kUnknownId;
+    } else if (error.find("already") != std::string::npos) {
+      outcome.kind = Kind::kRefused;
+    } else {
+      outcome.kind = Kind::kFailed;
+    }
+    logf(outcome.kind == Kind::kDone ? LogLevel::kInfo : LogLevel::kWarn,
+         "cluster: membership change of node %llu: %s", static_cast<unsigned long long>(id),
+         error.empty() ? "done" : error.c_str());
+    done(std::move(outcome));
+  };
+}
+
+void ClusterNode::add_voter(const core::AdminVoterAdd& voter, AdminDone done) {
+  if (refuse_change(done)) return;
+  raft_->add_voter(voter.id, voter.raft_address + "@" + voter.client_address,
+                   change_done(voter.id, std::move(done)));
+}
+
+void ClusterNode::remove_voter(std::uint64_t id, AdminDone done) {
+  if (refuse_change(done)) return;
+  if (id == config_.cluster.node_id) {
+    logf(LogLevel::kInfo,
+         "cluster: removing this node (the leader): it steps down once the change is committed");
+  }
+  raft_->remove_voter(id, change_done(id, std::move(done)));
+}
+
+void ClusterNode::transfer_leadership(std::function<void(bool)> done) {
+  raft_->transfer_leadership(std::move(done));
 }
 
 void ClusterNode::post(core::RouterMessage message) {

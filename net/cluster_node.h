@@ -19,6 +19,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -27,6 +28,7 @@
 #include <vector>
 
 #include "core/cluster_leader.h"
+#include "core/http_codec.h"
 #include "core/replica.h"
 #include "core/router.h"
 #include "core/stats.h"
@@ -57,8 +59,23 @@ class ClusterNode final : public RaftStateMachine, public ReplicatedEndpoint {
   ClusterMetrics metrics() const override;
   bool leader_known() const override { return raft_->status().leader_id != 0; }
   // The client address of the leader (this node's advertise address when it leads), empty when
-  // no leader is known.
+  // no leader is known. It comes from the raft configuration when the leader was added with its
+  // client address (POST /v1/admin/voters), else from --cluster-peers.
   std::string leader_client_address() const;
+
+  // Any thread: a membership change of the admin routes. One at a time on this node (a second one
+  // while one is pending is kPending), and only on the leader (kNotLeader, with the leader's
+  // client address). `done` runs once, on the raft thread or, when refused at once, on the
+  // calling thread. An added node's client address is stored with its raft address in raft's
+  // configuration ("raft@client"), so that every node can send clients to it.
+  using AdminDone = std::function<void(core::AdminChangeOutcome)>;
+  void add_voter(const core::AdminVoterAdd& voter, AdminDone done);
+  void remove_voter(std::uint64_t id, AdminDone done);
+
+  // Any thread: hands leadership to another voter (SIGTERM on the leader). `done(true)` once
+  // another node leads; false when this node does not lead or the transfer did not happen within
+  // an election timeout. Runs on the raft thread.
+  void transfer_leadership(std::function<void(bool)> done);
 
  private:
   // RaftStateMachine, on the raft thread.
@@ -66,6 +83,10 @@ class ClusterNode final : public RaftStateMachine, public ReplicatedEndpoint {
   std::string snapshot() override;
   bool restore(std::string_view bytes) override;
   void leadership_changed(bool leader) override;
+
+  // Refuses a change at once (kNotLeader, kPending) or marks one pending: true when refused.
+  bool refuse_change(AdminDone& done);
+  RaftNode::ErrorDone change_done(std::uint64_t id, AdminDone done);
 
   void drain();  // the mailbox, then flush()
   // The raft status as stats replies show it.
@@ -82,6 +103,8 @@ class ClusterNode final : public RaftStateMachine, public ReplicatedEndpoint {
   core::ClusterLeader leader_;
   CryptoRandom salts_;  // each entry's salt seeds its tokens: it must be unpredictable
   std::unique_ptr<RaftNode> raft_;
+
+  std::atomic<bool> change_pending_{false};  // an admin membership change is in flight
 
   std::mutex mailbox_mutex_;
   std::vector<core::RouterMessage> mailbox_;  // guarded by mailbox_mutex_

@@ -24,6 +24,7 @@
 #include "core/http_codec.h"
 #include "core/routing.h"
 #include "net/clock.h"
+#include "net/cluster_node.h"
 #include "net/guard.h"
 #include "net/log.h"
 
@@ -157,7 +158,7 @@ std::string raft_metrics_text(const ClusterMetrics& metrics) {
 }  // namespace
 
 struct HttpServer::Pending {
-  enum class Kind { kSession, kStats, kMetrics, kReadIndex, kAuthDelay };
+  enum class Kind { kSession, kStats, kMetrics, kReadIndex, kAuthDelay, kAdmin };
   Kind kind = Kind::kSession;
   evhttp_request* request = nullptr;
   evhttp_connection* connection = nullptr;
@@ -610,18 +611,7 @@ void HttpServer::handle(evhttp_request* request) {
   if (config_.auth_token && needs_auth) {
     const char* header = evhttp_find_header(in, "Authorization");
     if (!core::bearer_matches(header != nullptr ? header : "", *config_.auth_token)) {
-      Pending pending;
-      pending.kind = Pending::Kind::kAuthDelay;
-      pending.method = method;
-      pending.route = route;
-      pending.started = started;
-      const std::uint64_t ticket = add_pending(request, std::move(pending));
-      Pending& added = *pending_[ticket];
-      added.timer_arg = std::make_unique<std::pair<HttpServer*, std::uint64_t>>(this, ticket);
-      event* timer = evtimer_new(host_.base(), &HttpServer::on_auth_delay, added.timer_arg.get());
-      added.timer = timer;
-      const timeval delay = to_timeval(kAuthFailureDelay);
-      evtimer_add(timer, &delay);
+      reply_unauthorized_later(request, route, method, started);
       return;
     }
   }
@@ -636,6 +626,22 @@ void HttpServer::handle(evhttp_request* request) {
     return;
   }
   dispatch_route(request, *spec, matched.params, method, started);
+}
+
+void HttpServer::reply_unauthorized_later(evhttp_request* request, std::string_view route,
+                                          std::string_view method, core::Instant started) {
+  Pending pending;
+  pending.kind = Pending::Kind::kAuthDelay;
+  pending.method = method;
+  pending.route = route;
+  pending.started = started;
+  const std::uint64_t ticket = add_pending(request, std::move(pending));
+  Pending& added = *pending_[ticket];
+  added.timer_arg = std::make_unique<std::pair<HttpServer*, std::uint64_t>>(this, ticket);
+  event* timer = evtimer_new(host_.base(), &HttpServer::on_auth_delay, added.timer_arg.get());
+  added.timer = timer;
+  const timeval delay = to_timeval(kAuthFailureDelay);
+  evtimer_add(timer, &delay);
 }
 
 void HttpServer::dispatch_route(evhttp_request* request, const core::HttpEndpointSpec& spec,
@@ -738,10 +744,100 @@ void HttpServer::dispatch_route(evhttp_request* request, const core::HttpEndpoin
       });
       return;
     }
+    case core::HttpEndpoint::kAdminVoterAdd:
+    case core::HttpEndpoint::kAdminVoterRemove:
+      handle_admin(request, spec, params, method, started);
+      return;
     default:
       handle_session_request(request, spec, params.at(0), method, started);
       return;
   }
+}
+
+void HttpServer::handle_admin(evhttp_request* request, const core::HttpEndpointSpec& spec,
+                              const std::vector<std::string>& params, std::string_view method,
+                              core::Instant started) {
+  const std::string_view route = spec.pattern;
+  const char* header =
+      evhttp_find_header(evhttp_request_get_input_headers(request), "Authorization");
+  ClusterNode* node = shared_.cluster_node;
+  const core::AdminAccess access =
+      node == nullptr
+          ? core::AdminAccess::kDisabled
+          : core::admin_access(config_.cluster.admin_token, header != nullptr ? header : "");
+  if (access == core::AdminAccess::kDisabled) {
+    reply_error(request, 403, "admin_disabled",
+                "the admin routes are off: they need cluster mode and --admin-token", route, method,
+                started);
+    return;
+  }
+  if (access == core::AdminAccess::kUnauthorized) {
+    reply_unauthorized_later(request, route, method, started);
+    return;
+  }
+  std::optional<core::AdminVoterAdd> add;
+  std::uint64_t remove_id = 0;
+  if (spec.endpoint == core::HttpEndpoint::kAdminVoterAdd) {
+    evbuffer* input = evhttp_request_get_input_buffer(request);
+    const std::size_t length = evbuffer_get_length(input);
+    const std::string_view body(
+        length > 0 ? reinterpret_cast<const char*>(evbuffer_pullup(input, -1)) : "", length);
+    auto decoded = core::decode_admin_voter_add(body);
+    if (const auto* bad = std::get_if<core::HttpBadRequest>(&decoded)) {
+      reply_error(request, 400, "bad_request", bad->detail, route, method, started);
+      return;
+    }
+    add = std::get<core::AdminVoterAdd>(decoded);
+  } else {
+    auto decoded = core::decode_admin_voter_id(params.at(0));
+    if (const auto* bad = std::get_if<core::HttpBadRequest>(&decoded)) {
+      reply_error(request, 400, "bad_request", bad->detail, route, method, started);
+      return;
+    }
+    remove_id = std::get<std::uint64_t>(decoded);
+  }
+  Pending pending;
+  pending.kind = Pending::Kind::kAdmin;
+  pending.method = method;
+  pending.route = route;
+  pending.started = started;
+  const std::uint64_t ticket = add_pending(request, std::move(pending));
+  // The answer comes on the raft thread (or at once): it is brought back to this shard's thread.
+  // The server outlives the raft node (Server::run stops it before the shards are destroyed).
+  Shard* host = &host_;
+  auto done = [this, host, ticket](core::AdminChangeOutcome outcome) {
+    host->post(message::Run{[this, ticket, outcome = std::move(outcome)] {
+      guarded("HTTP admin reply", [&] {
+        finish_admin(ticket, outcome);
+        flush();
+        host_.settle();
+      });
+    }});
+  };
+  if (add) {
+    logf(LogLevel::kInfo, "cluster: admin request: add voter %llu (raft %s, clients %s)",
+         static_cast<unsigned long long>(add->id), add->raft_address.c_str(),
+         add->client_address.c_str());
+    node->add_voter(*add, std::move(done));
+  } else {
+    logf(LogLevel::kInfo, "cluster: admin request: remove voter %llu",
+         static_cast<unsigned long long>(remove_id));
+    node->remove_voter(remove_id, std::move(done));
+  }
+}
+
+void HttpServer::finish_admin(std::uint64_t ticket, const core::AdminChangeOutcome& outcome) {
+  auto it = pending_.find(ticket);
+  if (it == pending_.end() || stopped_) return;  // its client left
+  Pending& pending = *it->second;
+  const core::HttpResponse response = core::render_admin_outcome(outcome);
+  if (!response.leader.empty()) {
+    evhttp_add_header(evhttp_request_get_output_headers(pending.request), "X-Dflockd-Leader",
+                      response.leader.c_str());
+  }
+  reply(pending.request, response.code, response.body, pending.route, pending.method,
+        pending.started);
+  drop_pending(ticket);
 }
 
 void HttpServer::handle_session_request(evhttp_request* request, const core::HttpEndpointSpec& spec,

@@ -131,6 +131,14 @@ class HttpServer final : public ShardService {
   void probe();
   void connection_closed(evhttp_connection* connection);
   void auth_delay_over(std::uint64_t ticket);
+  // A 401, sent after kAuthFailureDelay (a guesser gets one try per delay per connection).
+  void reply_unauthorized_later(evhttp_request* request, std::string_view route,
+                                std::string_view method, core::Instant started);
+  // The admin routes (cluster mode): membership changes, answered when the raft node is done.
+  void handle_admin(evhttp_request* request, const core::HttpEndpointSpec& spec,
+                    const std::vector<std::string>& params, std::string_view method,
+                    core::Instant started);
+  void finish_admin(std::uint64_t ticket, const core::AdminChangeOutcome& outcome);
   void withdraw(std::uint64_t ticket, Pending& pending);
   void dispatch_route(evhttp_request* request, const core::HttpEndpointSpec& spec,
                       const std::vector<std::string>& params, std::string_view method,

@@ -80,6 +80,13 @@ std::optional<HostPort> split_host_port(std::string_view address) {
   return out;
 }
 
+// A server's address in raft's configuration is its raft address, optionally followed by '@' and
+// the client address its clients are sent to ("10.0.0.4:7000@10.0.0.4:6388"; docs/cluster.md).
+// The transport dials the part before '@'.
+std::string_view dial_address(std::string_view configured) {
+  return configured.substr(0, configured.find('@'));
+}
+
 // A numeric IPv4 or IPv6 address: no resolver needed.
 bool parse_numeric(const HostPort& hp, sockaddr_storage* out) {
   const int port = std::stoi(hp.port);
@@ -291,7 +298,7 @@ class Transport {
                         raft_uv_connect_cb cb) {
     Transport* me = self(t);
     if (me->closing_) return RAFT_CANCELED;
-    const std::optional<HostPort> hp = split_host_port(address);
+    const std::optional<HostPort> hp = split_host_port(dial_address(address));
     if (!hp) {
       me->log_limited(std::string("bad-address:") + address,
                       "cannot connect to node " + std::to_string(id) + ": its raft address '" +
@@ -1056,6 +1063,8 @@ class RaftNode::Impl {
   raft_index status_config_index_ = ~raft_index{0};
   raft_index status_config_uncommitted_ = ~raft_index{0};
   std::vector<std::uint64_t> voters_;
+  std::vector<RaftPeer> servers_;  // the configuration's servers, by id
+  bool servers_changed_ = false;   // servers_ not yet copied to status_
 };
 
 // --- owner thread ---------------------------------------------------------------------------
@@ -1092,12 +1101,14 @@ std::optional<std::string> RaftNode::Impl::check_config() const {
       if (peer.id == 0 || !ids.insert(peer.id).second) {
         return "raft peers: ids must be unique and at least 1";
       }
-      if (!split_host_port(peer.raft_address)) {
+      const std::size_t at = peer.raft_address.find('@');
+      if (!split_host_port(dial_address(peer.raft_address)) ||
+          (at != std::string::npos && !split_host_port(peer.raft_address.substr(at + 1)))) {
         return "raft peer " + std::to_string(peer.id) + ": address '" + peer.raft_address +
-               "' is not host:port";
+               "' is not host:port (optionally followed by @host:port)";
       }
       if (peer.id == config_.id) {
-        if (peer.raft_address != config_.raft_address) {
+        if (dial_address(peer.raft_address) != config_.raft_address) {
           return "raft peers: this node's address differs from its raft address";
         }
         self = true;
@@ -1587,8 +1598,12 @@ bool RaftNode::Impl::refuse_membership_change(Op& op) {
 
 void RaftNode::Impl::submit_add_voter(Op& op) {
   if (refuse_membership_change(op)) return;
-  if (op.id == 0 || !split_host_port(op.address)) {
-    fail_op(op, "a new voter needs an id of at least 1 and a host:port raft address");
+  const std::size_t at = op.address.find('@');
+  if (op.id == 0 || !split_host_port(dial_address(op.address)) ||
+      (at != std::string::npos && !split_host_port(op.address.substr(at + 1)))) {
+    fail_op(op,
+            "a new voter needs an id of at least 1 and a host:port raft address (optionally "
+            "followed by @host:port, its client address)");
     return;
   }
   const raft_server* existing = nullptr;
@@ -1668,6 +1683,7 @@ void RaftNode::Impl::on_changed(RaftChange* req, int status) {
 void RaftNode::Impl::finish_change(ChangeRequest* request, const std::string& error) {
   std::unique_ptr<Request> owned = release(request);
   membership_busy_ = false;
+  refresh_status();  // so that the caller's status() shows the new configuration
   if (error.empty()) {
     log_(std::string(request->stage == ChangeRequest::Stage::kRemove ? "removed" : "added") +
          " voter " + std::to_string(request->id));
@@ -1677,10 +1693,6 @@ void RaftNode::Impl::finish_change(ChangeRequest* request, const std::string& er
 
 void RaftNode::Impl::submit_remove_voter(Op& op) {
   if (refuse_membership_change(op)) return;
-  if (op.id == raft_.id) {
-    fail_op(op, "refusing to remove the leader itself: transfer leadership first");
-    return;
-  }
   bool found = false;
   for (unsigned i = 0; i < raft_.configuration.n; ++i) {
     if (raft_.configuration.servers[i].id == op.id) found = true;
@@ -1751,12 +1763,16 @@ void RaftNode::Impl::refresh_status() {
     status_config_index_ = raft_.configuration_index;
     status_config_uncommitted_ = raft_.configuration_uncommitted_index;
     voters_.clear();
+    servers_.clear();
     for (unsigned i = 0; i < raft_.configuration.n; ++i) {
-      if (raft_.configuration.servers[i].role == RAFT_VOTER) {
-        voters_.push_back(raft_.configuration.servers[i].id);
-      }
+      const raft_server& server = raft_.configuration.servers[i];
+      if (server.role == RAFT_VOTER) voters_.push_back(server.id);
+      servers_.push_back(RaftPeer{server.id, server.address != nullptr ? server.address : ""});
     }
     std::sort(voters_.begin(), voters_.end());
+    std::sort(servers_.begin(), servers_.end(),
+              [](const RaftPeer& a, const RaftPeer& b) { return a.id < b.id; });
+    servers_changed_ = true;
   }
   std::lock_guard lock(mutex_);
   status_.leader_id = leader;
@@ -1772,6 +1788,10 @@ void RaftNode::Impl::refresh_status() {
     status_.leader_raft_address = leader_address;
   }
   if (status_.voters != voters_) status_.voters = voters_;
+  if (servers_changed_) {
+    status_.servers = servers_;
+    servers_changed_ = false;
+  }
   status_.proposals = proposals_;
   status_.raft_apply_calls = apply_calls_;
 }

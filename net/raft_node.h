@@ -43,8 +43,11 @@
 namespace turnstile::net {
 
 struct RaftPeer {
-  std::uint64_t id = 0;      // >= 1, unique in the cluster, never reused
-  std::string raft_address;  // host:port ([v6]:port) where that node listens for raft traffic
+  std::uint64_t id = 0;  // >= 1, unique in the cluster, never reused
+  // host:port ([v6]:port) where that node listens for raft traffic, optionally followed by '@'
+  // and its client address (stored in the configuration as given; only the part before '@' is
+  // dialed).
+  std::string raft_address;
 };
 
 struct RaftNodeConfig {
@@ -119,6 +122,10 @@ struct RaftStatus {
   std::string role = "unavailable";  // "leader", "follower", "candidate", "unavailable"
   std::string leader_raft_address;
   std::vector<std::uint64_t> voters;  // the current configuration's voters, ascending
+  // Every server of the current configuration (voters, spares, standbys), by id, with its address
+  // as stored there: "raftHost:port", or "raftHost:port@clientHost:port" for a node added with
+  // its client address (add_voter).
+  std::vector<RaftPeer> servers;
   // Counters since start(): commands handed to raft, and the raft_apply calls that carried them
   // (fewer calls than commands is batching at work).
   std::uint64_t proposals = 0;
@@ -163,8 +170,14 @@ class RaftNode {
   // Membership, one change at a time (a second one while one is pending is refused). add_voter
   // adds the node as a spare, then promotes it to voter once it has caught up with the log; if
   // the promotion fails the node stays a spare and add_voter may be retried. The new node must be
-  // running, from an empty directory, without bootstrap. remove_voter refuses to remove the
-  // leader itself: transfer leadership first. `done` gets an empty error on success.
+  // running, from an empty directory, without bootstrap. `raft_address` may carry the node's
+  // client address after an '@' ("10.0.0.4:7000@10.0.0.4:6388"): it is stored in the
+  // configuration (RaftStatus::servers) and the transport dials the part before the '@'.
+  // remove_voter may remove the leader itself: raft (0.15, as Raft's section 4.2.2 says) keeps it
+  // leading until the configuration without it is committed, then it steps down, and the others
+  // elect a leader among themselves. A removed node that learned of its removal never stands for
+  // election; one that did not is kept from raising the others' terms by pre-vote and by their
+  // refusing votes while they hear from a leader. `done` gets an empty error on success.
   using ErrorDone = std::function<void(std::string error)>;
   void add_voter(std::uint64_t id, std::string raft_address, ErrorDone done);
   void remove_voter(std::uint64_t id, ErrorDone done);

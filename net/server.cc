@@ -19,6 +19,10 @@
 namespace turnstile::net {
 namespace {
 
+// How long SIGTERM on a cluster's leader waits for another node to take over before it drains
+// (a transfer takes about one round trip; raft gives up on it after an election timeout).
+constexpr core::Duration kTransferWait = core::Duration::seconds(2);
+
 std::string ip_of(const sockaddr* address) {
   char text[INET6_ADDRSTRLEN] = {};
   if (address->sa_family == AF_INET) {
@@ -92,6 +96,7 @@ Server::~Server() {
   if (listener_ != nullptr) evconnlistener_free(listener_);
   if (accept_resume_ != nullptr) event_free(accept_resume_);
   if (drain_poll_ != nullptr) event_free(drain_poll_);
+  if (transfer_poll_ != nullptr) event_free(transfer_poll_);
   for (event* signal_event : signals_) event_free(signal_event);
   http_.clear();  // their evhttps live on the shards' event_bases
   http_shared_.reset();
@@ -169,6 +174,7 @@ int Server::run() {
     } while (shared_.session_tag == 0);
     cluster_ = std::make_unique<ClusterNode>(config_, shared_, shared_.session_tag);
     shared_.cluster = cluster_.get();
+    shared_.cluster_node = cluster_.get();
   }
   create_shards();
   if (!set_up_tls() || !listen()) return 1;
@@ -193,6 +199,7 @@ int Server::run() {
   }
   accept_resume_ = evtimer_new(base_, &Server::on_accept_resume, this);
   drain_poll_ = evtimer_new(base_, &Server::on_drain_poll, this);
+  transfer_poll_ = evtimer_new(base_, &Server::on_transfer_poll, this);
   if (fence_file_ != nullptr) fence_file_->start_writer();
   for (auto& shard : shards_) shard->start();
   if (cluster_ != nullptr) {
@@ -265,8 +272,41 @@ void Server::begin_shutdown(int signal_number) {
     return;
   }
   shutting_down_ = true;
+  if (cluster_ != nullptr && cluster_->status().role == "leader") {
+    // A leader that leaves hands its leadership over first: the others would otherwise wait an
+    // election timeout to notice it is gone. Bounded: it drains anyway after kTransferWait.
+    logf(LogLevel::kInfo, "signal %d: handing leadership to another node before draining",
+         signal_number);
+    auto result = std::make_shared<std::atomic<int>>(-1);
+    transfer_result_ = result;
+    cluster_->transfer_leadership([result](bool ok) { result->store(ok ? 1 : 0); });
+    transfer_deadline_ = monotonic_now() + kTransferWait;
+    on_transfer_poll(-1, 0, this);
+    return;
+  }
   logf(LogLevel::kInfo, "signal %d: draining (shutdown timeout %lld s)", signal_number,
        static_cast<long long>(config_.shutdown_timeout_s));
+  begin_drain();
+}
+
+void Server::on_transfer_poll(evutil_socket_t, short, void* self) {
+  auto* server = static_cast<Server*>(self);
+  const int result = server->transfer_result_->load();
+  if (result == 1) {
+    log_line(LogLevel::kInfo, "cluster: leadership handed over; draining");
+  } else if (result == 0) {
+    log_line(LogLevel::kWarn, "cluster: the leadership transfer failed; draining anyway");
+  } else if (monotonic_now() >= server->transfer_deadline_) {
+    log_line(LogLevel::kWarn, "cluster: the leadership transfer did not finish in time; draining");
+  } else {
+    const timeval poll = to_timeval(core::Duration::milliseconds(10));
+    evtimer_add(server->transfer_poll_, &poll);
+    return;
+  }
+  server->begin_drain();
+}
+
+void Server::begin_drain() {
   evconnlistener_free(listener_);
   listener_ = nullptr;
   if (config_.shutdown_timeout_s > 0) {

@@ -12,6 +12,7 @@
 #include <event2/listener.h>
 #include <openssl/ssl.h>
 
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -50,6 +51,10 @@ class Server {
   static void on_signal(evutil_socket_t signal, short, void* self);
   static void on_drain_poll(evutil_socket_t, short, void* self);
   void begin_shutdown(int signal);
+  // Cluster mode, on the leader: polls the leadership transfer that SIGTERM asked for, then
+  // drains once it is done or kTransferWait has passed.
+  static void on_transfer_poll(evutil_socket_t, short, void* self);
+  void begin_drain();
   void stop_shards();
 
   Config config_;
@@ -66,6 +71,10 @@ class Server {
   core::Duration accept_backoff_ = core::Duration::milliseconds(5);
   std::vector<event*> signals_;
   event* drain_poll_ = nullptr;
+  event* transfer_poll_ = nullptr;
+  core::Instant transfer_deadline_;
+  // Set by the raft thread when the transfer is over (either way); read by the main thread.
+  std::shared_ptr<std::atomic<int>> transfer_result_;  // -1: pending, 0: failed, 1: done
   std::optional<core::Instant> shutdown_deadline_;
   std::size_t next_shard_ = 0;
   bool shutting_down_ = false;

@@ -255,6 +255,10 @@ void Shard::handle(message::Stop&) {
   event_base_loopbreak(base_);
 }
 
+void Shard::handle(message::Run& m) {
+  if (!stopped_ && m.fn) m.fn();
+}
+
 // ---- the router's output
 // -------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -42,6 +43,11 @@ struct NewConnection {
 };
 struct Drain {};
 struct Stop {};
+// Work for this shard's thread from another thread (the cluster node's answer to an admin
+// route's request, net/http_server.cc).
+struct Run {
+  std::function<void()> fn;
+};
 }  // namespace message
 
 // Messages for the service a shard hosts besides its TCP connections: the HTTP API's session
@@ -49,7 +55,7 @@ struct Stop {};
 using ServiceMessage = core::HttpMessage;
 
 using Message = std::variant<message::NewConnection, core::RouterMessage, ServiceMessage,
-                             message::Drain, message::Stop>;
+                             message::Drain, message::Stop, message::Run>;
 
 // A service that runs on a shard's thread beside its TCP connections (the HTTP API,
 // net/http_server.h): a host of sessions (net/session_host.h) that also takes the messages other
@@ -103,6 +109,7 @@ class Shard final : public ShardLoop {
   void handle(ServiceMessage& m);
   void handle(message::Drain& m);
   void handle(message::Stop& m);
+  void handle(message::Run& m);
 
   // Sends the router's messages to their shards and hands its events to their sessions' hosts.
   void deliver_router_output(core::Instant now);

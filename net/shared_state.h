@@ -26,6 +26,7 @@
 
 namespace turnstile::net {
 
+class ClusterNode;
 class Shard;
 
 // Request latencies (seconds): the Prometheus histogram buckets shared by TCP and HTTP.
@@ -88,6 +89,8 @@ struct SharedState {
   // Cluster mode (docs/cluster.md): the node's replicated end, where the shards' routers send
   // their engine requests; null on one node. Set before the shards start.
   ReplicatedEndpoint* cluster = nullptr;
+  // The same node, for the admin routes (membership changes); null on one node.
+  ClusterNode* cluster_node = nullptr;
   // The top bits of this process's session ids (core::RouterConfig::session_tag): random and
   // non-zero in cluster mode, 0 on one node.
   std::uint32_t session_tag = 0;

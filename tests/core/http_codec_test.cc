@@ -325,6 +325,78 @@ TEST(HttpCodec, CorsEchoesListedOriginsOrAllowsAny) {
   EXPECT_EQ(wildcard[0].second, "*");
 }
 
+// ---- the admin routes --------------------------------------------------------------------------
+
+TEST(HttpCodec, AdminAccessNeedsAConfiguredTokenAndTheRightBearer) {
+  EXPECT_EQ(admin_access(std::nullopt, "Bearer anything"), AdminAccess::kDisabled);
+  EXPECT_EQ(admin_access(std::string(), "Bearer "), AdminAccess::kDisabled);
+  const std::optional<std::string> token = "s3cret";
+  EXPECT_EQ(admin_access(token, ""), AdminAccess::kUnauthorized);
+  EXPECT_EQ(admin_access(token, "Bearer s3cre"), AdminAccess::kUnauthorized);
+  EXPECT_EQ(admin_access(token, "Bearer s3cret!"), AdminAccess::kUnauthorized);
+  EXPECT_EQ(admin_access(token, "Basic s3cret"), AdminAccess::kUnauthorized);
+  EXPECT_EQ(admin_access(token, "Bearer s3cret"), AdminAccess::kAllowed);
+  EXPECT_EQ(admin_access(token, "bearer  s3cret "), AdminAccess::kAllowed);
+}
+
+TEST(HttpCodec, DecodesAnAddedVoter) {
+  auto decoded = decode_admin_voter_add(
+      R"({"id":4,"raft_address":"10.0.0.4:7000","client_address":"[fd00::4]:6388"})");
+  ASSERT_TRUE(std::holds_alternative<AdminVoterAdd>(decoded));
+  const AdminVoterAdd& add = std::get<AdminVoterAdd>(decoded);
+  EXPECT_EQ(add.id, 4u);
+  EXPECT_EQ(add.raft_address, "10.0.0.4:7000");
+  EXPECT_EQ(add.client_address, "[fd00::4]:6388");
+
+  auto refused = [](std::string_view body) {
+    auto result = decode_admin_voter_add(body);
+    return std::holds_alternative<HttpBadRequest>(result) ? std::get<HttpBadRequest>(result).detail
+                                                          : std::string("accepted");
+  };
+  const std::string good_addresses = R"("raft_address":"h:1","client_address":"h:2")";
+  EXPECT_NE(refused(""), "accepted");
+  EXPECT_NE(refused("[]"), "accepted");
+  EXPECT_NE(refused(R"({"id":0,)" + good_addresses + "}"), "accepted");
+  EXPECT_NE(refused(R"({"id":-1,)" + good_addresses + "}"), "accepted");
+  EXPECT_NE(refused(R"({"id":"4",)" + good_addresses + "}"), "accepted");
+  EXPECT_NE(refused(R"({"id":9223372036854775808,)" + good_addresses + "}"), "accepted");
+  EXPECT_EQ(refused(R"({"id":9223372036854775807,)" + good_addresses + "}"), "accepted");
+  EXPECT_NE(refused(R"({"id":4,"extra":1,)" + good_addresses + "}"), "accepted");
+  EXPECT_NE(refused(R"({"id":4,"raft_address":"h:1"})"), "accepted");
+  for (const char* bad : {"h", "h:0", "h:65536", ":1", "h@x:1", "a,b:1", "0.0.0.0:1", "[::]:1",
+                          "[fd00::1:1", "h:1x", "h h:1"}) {
+    EXPECT_NE(
+        refused(R"({"id":4,"raft_address":")" + std::string(bad) + R"(","client_address":"h:2"})"),
+        "accepted")
+        << bad;
+  }
+  EXPECT_NE(refused(R"({"id":4,"raft_address":"h:1","client_address":"h:1"})"), "accepted");
+}
+
+TEST(HttpCodec, DecodesAVoterIdOfThePath) {
+  EXPECT_EQ(std::get<std::uint64_t>(decode_admin_voter_id("7")), 7u);
+  EXPECT_EQ(std::get<std::uint64_t>(decode_admin_voter_id("9223372036854775807")),
+            9223372036854775807u);
+  for (const char* bad :
+       {"", "0", "-1", "x", "1x", "9223372036854775808", "99999999999999999999"}) {
+    EXPECT_TRUE(std::holds_alternative<HttpBadRequest>(decode_admin_voter_id(bad))) << bad;
+  }
+}
+
+TEST(HttpCodec, RendersEveryAdminOutcome) {
+  using Kind = AdminChangeOutcome::Kind;
+  EXPECT_EQ(render_admin_outcome({Kind::kDone, "", "", {1, 2, 4}}).body, "{\"voters\":[1,2,4]}\n");
+  const HttpResponse not_leader = render_admin_outcome({Kind::kNotLeader, "", "10.0.0.2:6388"});
+  EXPECT_EQ(not_leader.code, 503);
+  EXPECT_EQ(not_leader.leader, "10.0.0.2:6388");
+  EXPECT_EQ(render_admin_outcome({Kind::kPending, "busy"}).code, 409);
+  EXPECT_NE(render_admin_outcome({Kind::kPending, "busy"}).body.find("change_pending"),
+            std::string::npos);
+  EXPECT_EQ(render_admin_outcome({Kind::kUnknownId, "no"}).code, 404);
+  EXPECT_EQ(render_admin_outcome({Kind::kRefused, "no"}).code, 400);
+  EXPECT_EQ(render_admin_outcome({Kind::kFailed, "io"}).code, 500);
+}
+
 // ---- the OpenAPI document ----------------------------------------------------------------------
 
 TEST(HttpCodec, EveryEndpointIsDocumentedAndEveryDocumentedRouteIsAnEndpoint) {
