@@ -173,6 +173,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   check(match.spec->method == http.method, "an endpoint of another method");
   check(match.allow.empty(), "an Allow list beside an endpoint");
+  if (match.spec->endpoint == core::HttpEndpoint::kSessionCreate) {
+    // The body of a session create: a valid stable ref, or a 400 that says why.
+    const auto ref = core::decode_http_session_create(http.body);
+    if (const auto* bad = std::get_if<core::HttpBadRequest>(&ref)) {
+      check(!bad->detail.empty(), "a 400 without a detail");
+      check_body(core::http_error_body("bad_request", bad->detail));
+    } else {
+      const std::string& text = std::get<std::string>(ref);
+      check(text.empty() || core::is_valid_stable_ref(text), "an invalid stable ref accepted");
+    }
+    return 0;
+  }
   if (!has_key(match.spec->endpoint)) return 0;
   check(match.params.size() == 1, "a keyed endpoint without its key");
 

@@ -90,7 +90,7 @@ bool is_token(std::string_view text) { return core::Token::parse(text).has_value
 // A reply line (without its '\n') as the session may write it: a reply to some command
 // (core::decode_reply), with stats JSON that parses.
 bool valid_reply_line(std::string_view line) {
-  for (int command = 0; command < static_cast<int>(core::Command::kAuth) + 1; ++command) {
+  for (int command = 0; command <= static_cast<int>(core::Command::kStableRef); ++command) {
     const std::optional<core::Reply> reply =
         core::decode_reply(static_cast<core::Command>(command), line);
     if (!reply) continue;
