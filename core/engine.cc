@@ -569,6 +569,38 @@ struct Engine::Impl {
     deadlines.schedule(waiter.timer, until, DeadlineQueue::Kind::kWaitTimeout, &waiter);
   }
 
+  // A session's waiters by (resource creation, place in the queue), or its holders by (resource
+  // creation, fence): an order that does not depend on the order the session acted in.
+  static std::vector<Waiter*> in_canonical_order(
+      const IntrusiveList<Waiter, &Waiter::in_session>& list) {
+    std::vector<std::pair<std::pair<std::uint64_t, std::size_t>, Waiter*>> keyed;
+    for (Waiter* w = list.front(); w != nullptr; w = std::remove_cvref_t<decltype(list)>::next(w)) {
+      std::size_t place = 0;
+      for (Waiter* q = w->resource->waiters.front(); q != w;
+           q = decltype(w->resource->waiters)::next(q)) {
+        ++place;
+      }
+      keyed.push_back({{w->resource->serial, place}, w});
+    }
+    std::sort(keyed.begin(), keyed.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<Waiter*> ordered;
+    for (const auto& [key, waiter] : keyed) ordered.push_back(waiter);
+    return ordered;
+  }
+  static std::vector<Holder*> in_canonical_order(
+      const IntrusiveList<Holder, &Holder::in_session>& list) {
+    std::vector<Holder*> ordered;
+    for (Holder* h = list.front(); h != nullptr; h = std::remove_cvref_t<decltype(list)>::next(h)) {
+      ordered.push_back(h);
+    }
+    std::sort(ordered.begin(), ordered.end(), [](const Holder* a, const Holder* b) {
+      return std::pair(a->resource->serial, a->token.fence.value) <
+             std::pair(b->resource->serial, b->token.fence.value);
+    });
+    return ordered;
+  }
+
   Holder* find_orphan_holder(Resource& resource, std::string_view ref) {
     for (Holder* h = resource.holders.front(); h != nullptr;
          h = decltype(resource.holders)::next(h)) {
@@ -917,12 +949,15 @@ struct Engine::Impl {
     const Instant until = now + orphan_ttl;
     std::vector<Resource*> touched;
     // Waiters first, so that the releases below cannot promote this session's own waiters.
+    if (keep) {
+      // Their timers are scheduled in an order every replica agrees on, restored from a snapshot
+      // or not (a session's own lists are in the order it acted, which a snapshot does not keep).
+      for (Waiter* waiter : in_canonical_order(state.waiters)) {
+        orphan_waiter(*waiter, state.ref, until);
+      }
+    }
     while (!state.waiters.empty()) {
       Waiter* waiter = state.waiters.front();
-      if (keep) {
-        orphan_waiter(*waiter, state.ref, until);
-        continue;
-      }
       touched.push_back(waiter->resource);
       remove_waiter(waiter);
     }
@@ -931,20 +966,26 @@ struct Engine::Impl {
       touched.push_back(resource);
     }
     state.records.clear();
+    if (keep) {
+      // Kept for the ref: with auto-release for the orphan time at most, without for its lease.
+      // In canonical order, as the waiters above.
+      for (Holder* holder : in_canonical_order(state.holders)) {
+        state.holders.remove(holder);
+        holder->owner = nullptr;
+        holder->two_phase_pending = false;
+        orphan_holder(*holder, state.ref,
+                      auto_release ? std::optional<Instant>(until) : std::nullopt);
+      }
+    }
     while (!state.holders.empty()) {
       Holder* holder = state.holders.front();
-      if (auto_release && !keep) {
+      if (auto_release) {
         touched.push_back(holder->resource);
         remove_holder(holder);
       } else {
         state.holders.remove(holder);
         holder->owner = nullptr;
         holder->two_phase_pending = false;
-        // Kept for the ref: with auto-release for the orphan time at most, without for its lease.
-        if (keep) {
-          orphan_holder(*holder, state.ref,
-                        auto_release ? std::optional<Instant>(until) : std::nullopt);
-        }
       }
     }
     sessions.erase(it);
