@@ -32,6 +32,7 @@ table.txt and results.json to --out.
     bench/tools/cluster_bench.py                  # 5 x (probe, 1 worker, 100 workers), 10 s runs
     bench/tools/cluster_bench.py --quick          # smoke run, about 20 s
     bench/tools/cluster_bench.py --dir /var/tmp --repeats 3 --out /tmp/cl
+    bench/tools/cluster_bench.py --server-threads 1 --server-args "--idle-poll-us 0"
 
 Exit status: 0 when every bench run was clean (no unexpected reply, fences monotonic), else 1.
 Meeting the targets or not does not change it.
@@ -39,6 +40,7 @@ Meeting the targets or not does not change it.
 
 import json
 import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -68,6 +70,9 @@ def parse_args():
     parser.add_argument("--probe-count", type=int, help="fdatasync rounds per probe run (1000)")
     parser.add_argument("--server-threads", type=int, default=2, help="turnstiled --threads (2)")
     parser.add_argument("--bench-threads", type=int, default=2, help="turnstile-bench --threads")
+    parser.add_argument("--server-args", default="",
+                        help="more turnstiled flags for every node, one string "
+                        "(e.g. \"--idle-poll-us 0\")")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: 1 repeat, 2 s runs, 200 probe rounds")
@@ -174,6 +179,7 @@ class Cluster:
                         str(self.http_ports[i]), "--raft-dir", raft_dir, "--node-id", str(i + 1),
                         "--raft-addr", f"127.0.0.1:{self.raft_ports[i]}", "--cluster-peers",
                         peers, "--cluster-bootstrap", "--cluster-secret", SECRET]
+                argv += shlex.split(args.server_args)
                 self.nodes.append(LoggedProcess(argv, os.path.join(args.out, f"node{i + 1}.log"),
                                                 LISTENING.search, f"turnstiled node {i + 1}"))
         except BaseException:
@@ -368,7 +374,8 @@ def main():
         verdicts.append(f"100 workers: {ops:.0f} ops/s (target >= 20000): "
                         f"{'met' if ops >= 20000 else 'NOT met'}; p99 {p99:.0f} us "
                         f"(target <= 10000): {'met' if p99 <= 10000 else 'NOT met'}")
-    settings = (f"3-node turnstiled cluster on loopback, --threads {args.server_threads}; "
+    extra = f" {args.server_args}" if args.server_args else ""
+    settings = (f"3-node turnstiled cluster on loopback, --threads {args.server_threads}{extra}; "
                 f"turnstile-bench uncontended, --threads {args.bench_threads}, "
                 f"{args.warmup:g} s warm-up + {args.duration:g} s, {args.repeats} repetitions; "
                 f"disk: {disk.get('device')} ({disk.get('fstype')}) at {disk.get('mount_point')} "
