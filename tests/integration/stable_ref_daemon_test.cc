@@ -234,6 +234,180 @@ TEST(StableRef, WithoutAnOrphanTimeACloseReleasesAtOnce) {
   EXPECT_FALSE(token_of(other.request("l", "k", "0")).empty());
 }
 
+TEST(StableRef, OrphansEndWithTheirTime) {
+  Daemon server({"--orphan-ttl", "2", "--threads", "1"});
+  const int port = server.port();
+  // A holder: kept 2 s (not its 60 s lease), then the next waiter has it.
+  {
+    Client a = with_ref(port, "x");
+    ASSERT_FALSE(token_of(a.request("l", "k", "0 60")).empty());
+    Client d(port);
+    ASSERT_TRUE(d.send(frame("l", "k", "30")));
+    ASSERT_TRUE(eventually([&] { return waiters_of(port, "k") == 1; }, 5s));
+    a.close();
+    EXPECT_FALSE(d.read_line(500ms)) << "released at once, not kept";
+    const std::optional<std::string> granted = d.read_line(10s);
+    ASSERT_TRUE(granted);
+    EXPECT_FALSE(token_of(*granted).empty()) << *granted;
+    Client late = with_ref(port, "x");
+    EXPECT_EQ(late.request("l", "k", "0"), "timeout");  // nothing left to take back
+  }
+  ASSERT_TRUE(connections_drop_to(port, 0));
+  // A place in the queue: dropped after 2 s, and the queue moves on without it.
+  Client holder(port);
+  const std::string token = token_of(holder.request("l", "q", "0"));
+  ASSERT_FALSE(token.empty());
+  Client a = with_ref(port, "y");
+  ASSERT_TRUE(a.send(frame("l", "q", "100")));
+  ASSERT_TRUE(eventually([&] { return waiters_of(port, "q") == 1; }, 5s));
+  Client d(port);
+  ASSERT_TRUE(d.send(frame("l", "q", "100")));
+  ASSERT_TRUE(eventually([&] { return waiters_of(port, "q") == 2; }, 5s));
+  a.close();
+  ASSERT_TRUE(connections_drop_to(port, 2));
+  EXPECT_EQ(waiters_of(port, "q"), 2);
+  EXPECT_TRUE(eventually([&] { return waiters_of(port, "q") == 1; }, 10s));
+  EXPECT_EQ(holder.request("r", "q", token), "ok");
+  const std::optional<std::string> granted = d.read_line(5s);
+  ASSERT_TRUE(granted);
+  EXPECT_FALSE(token_of(*granted).empty()) << *granted;
+}
+
+TEST(StableRef, AnOrphanedPlaceThatReachesTheHeadKeepsTheSlotForItsRef) {
+  Daemon server({"--orphan-ttl", "2", "--threads", "1"});
+  const int port = server.port();
+  Client holder(port);
+  const std::string token = token_of(holder.request("l", "k", "0"));
+  ASSERT_FALSE(token.empty());
+  {
+    Client a = with_ref(port, "z");
+    ASSERT_TRUE(a.send(frame("l", "k", "100")));
+    ASSERT_TRUE(eventually([&] { return waiters_of(port, "k") == 1; }, 5s));
+    a.close();
+  }
+  Client d(port);
+  ASSERT_TRUE(d.send(frame("l", "k", "100")));
+  ASSERT_TRUE(eventually([&] { return waiters_of(port, "k") == 2; }, 5s));
+  ASSERT_TRUE(connections_drop_to(port, 2));
+  // The release hands the slot to the orphaned place: d still waits, until the orphan time ends.
+  EXPECT_EQ(holder.request("r", "k", token), "ok");
+  EXPECT_FALSE(d.read_line(500ms)) << "the orphaned place was skipped";
+  const std::optional<std::string> granted = d.read_line(10s);
+  ASSERT_TRUE(granted);
+  EXPECT_FALSE(token_of(*granted).empty()) << *granted;
+
+  // Within the orphan time the ref takes the granted slot: the token of the grant, ahead of e.
+  const std::string token2 = token_of(holder.request("l", "k2", "0"));
+  ASSERT_FALSE(token2.empty());
+  {
+    Client a = with_ref(port, "z2");
+    ASSERT_TRUE(a.send(frame("l", "k2", "100")));
+    ASSERT_TRUE(eventually([&] { return waiters_of(port, "k2") == 1; }, 5s));
+    a.close();
+  }
+  Client e(port);
+  ASSERT_TRUE(e.send(frame("l", "k2", "100")));
+  ASSERT_TRUE(eventually([&] { return waiters_of(port, "k2") == 2; }, 5s));
+  ASSERT_TRUE(connections_drop_to(port, 3));  // holder, d, e
+  EXPECT_EQ(holder.request("r", "k2", token2), "ok");
+  Client a2 = with_ref(port, "z2");
+  const std::string taken = a2.request("l", "k2", "0");
+  const std::string taken_token = token_of(taken);
+  ASSERT_FALSE(taken_token.empty()) << taken;
+  EXPECT_GT(fence_of(taken_token), fence_of(token2));  // granted at the release, not before
+  EXPECT_FALSE(e.read_line(300ms));
+  EXPECT_EQ(a2.request("r", "k2", taken_token), "ok");
+  EXPECT_TRUE(e.read_line(5s));
+}
+
+TEST(StableRef, ASemaphoreHolderIsTakenBackWithItsToken) {
+  Daemon server({"--orphan-ttl", "30", "--threads", "1"});
+  const int port = server.port();
+  Client other(port);
+  ASSERT_FALSE(token_of(other.request("sl", "s", "0 2")).empty());
+  std::string token;
+  {
+    Client a = with_ref(port, "sem");
+    token = token_of(a.request("sl", "s", "0 2"));
+    ASSERT_FALSE(token.empty());
+    a.close();
+  }
+  ASSERT_TRUE(connections_drop_to(port, 1));
+  Client third(port);
+  EXPECT_EQ(third.request("sl", "s", "0 2"), "timeout");  // both slots still held
+  Client a2 = with_ref(port, "sem");
+  EXPECT_EQ(a2.request("sl", "s", "0 2 7"), "ok " + token + " 7");
+  EXPECT_EQ(a2.request("sr", "s", token), "ok");
+  EXPECT_FALSE(token_of(third.request("sl", "s", "0 2")).empty());
+}
+
+TEST(StableRef, EnqueueTakesBackAHolderAndAPlace) {
+  Daemon server({"--orphan-ttl", "30", "--threads", "1"});
+  const int port = server.port();
+  // A holder granted to `e`: a new `e` with the ref answers `acquired` with the same token.
+  {
+    Client a = with_ref(port, "e1");
+    const std::string acquired = a.request("e", "k", "60");
+    ASSERT_EQ(acquired.rfind("acquired ", 0), 0u) << acquired;
+    const std::string token = acquired.substr(9, 32);
+    a.close();
+    ASSERT_TRUE(connections_drop_to(port, 0));
+    Client a2 = with_ref(port, "e1");
+    EXPECT_EQ(a2.request("e", "k", "20"), "acquired " + token + " 20");
+    EXPECT_EQ(a2.request("w", "k", "1"), "ok " + token + " 20");
+    EXPECT_EQ(a2.request("r", "k", token), "ok");
+  }
+  ASSERT_TRUE(connections_drop_to(port, 0));
+  // A place taken by `e`: a new `e` with the ref answers `queued` and keeps it, ahead of d.
+  Client holder(port);
+  const std::string token = token_of(holder.request("l", "q", "0"));
+  ASSERT_FALSE(token.empty());
+  Client a = with_ref(port, "e2");
+  EXPECT_EQ(a.request("e", "q", ""), "queued");
+  Client d(port);
+  ASSERT_TRUE(d.send(frame("l", "q", "100")));
+  ASSERT_TRUE(eventually([&] { return waiters_of(port, "q") == 2; }, 5s));
+  a.close();
+  ASSERT_TRUE(connections_drop_to(port, 2));
+  Client a2 = with_ref(port, "e2");
+  EXPECT_EQ(a2.request("e", "q", ""), "queued");
+  EXPECT_EQ(waiters_of(port, "q"), 2);
+  EXPECT_EQ(holder.request("r", "q", token), "ok");
+  const std::string waited = a2.request("w", "q", "5");
+  const std::string a2_token = token_of(waited);
+  EXPECT_FALSE(a2_token.empty()) << waited;
+  EXPECT_FALSE(d.read_line(300ms)) << "d was granted before a2";
+  EXPECT_EQ(a2.request("r", "q", a2_token), "ok");
+  EXPECT_TRUE(d.read_line(5s));
+}
+
+TEST(StableRef, WithoutAutoReleaseAHolderIsKeptForItsWholeLease) {
+  Daemon server({"--orphan-ttl", "1", "--auto-release-on-disconnect=false", "--threads", "1"});
+  const int port = server.port();
+  std::string token;
+  {
+    Client a = with_ref(port, "job");
+    token = token_of(a.request("l", "k", "0 60"));
+    ASSERT_FALSE(token.empty());
+    a.close();
+  }
+  ASSERT_TRUE(connections_drop_to(port, 0));
+  // Past the orphan time: still kept (the lease is not cut), and still the ref's to take back.
+  ASSERT_TRUE(eventually(
+      [&] {
+        const Json lock = lock_stats(port, "k");
+        return lock.is_object() && lock["lease_expires_in_s"].get<double>() < 58.5;
+      },
+      5s));
+  const Json lock = lock_stats(port, "k");
+  ASSERT_TRUE(lock.is_object());
+  EXPECT_GT(lock["lease_expires_in_s"].get<double>(), 50.0);
+  Client other(port);
+  EXPECT_EQ(other.request("l", "k", "0"), "timeout");
+  Client a2 = with_ref(port, "job");
+  EXPECT_EQ(token_of(a2.request("l", "k", "0")), token);
+}
+
 TEST(StableRef, ProtocolRefBindingAndBarrier) {
   Daemon server;
   const int port = server.port();
