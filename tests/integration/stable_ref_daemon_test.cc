@@ -484,6 +484,62 @@ TEST(StableRef, HttpSessionsTakeAStableRef) {
   EXPECT_EQ(refused.json().value("status", ""), "timeout") << refused.body;
 }
 
+TEST(StableRef, AnHttpLongPollKeepsItsPlaceForItsRef) {
+  HttpDaemon server({"--orphan-ttl", "30", "--threads", "1"});
+  const int port = server.daemon->port();
+  const int http_port = server.http_port;
+  Client holder(port);
+  const std::string token = token_of(holder.request("l", "k", "0"));
+  ASSERT_FALSE(token.empty());
+  const std::string first = http_call(http_port, "POST", "/v1/sessions", R"({"stable_ref":"poll"})")
+                                .json()
+                                .value("session_id", "");
+  ASSERT_EQ(first.size(), 32u);
+  // A lock with a 60 s lease: its lease drops to the orphan time when the close reaches the
+  // engine (one shard: the waiter is orphaned in the same step).
+  ASSERT_EQ(http_call(http_port, "POST", "/v1/locks/signal",
+                      R"({"acquire_timeout_s":0,"lease_ttl_s":60})", first)
+                .json()
+                .value("status", ""),
+            "ok");
+  Client poll(http_port);
+  const std::string body = R"({"acquire_timeout_s":60})";
+  ASSERT_TRUE(poll.send("POST /v1/locks/k HTTP/1.1\r\nHost: x\r\nX-Dflockd-Session: " + first +
+                        "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body));
+  ASSERT_TRUE(eventually([&] { return waiters_of(port, "k") == 1; }, 5s));
+  Client d(port);  // TCP, no ref, behind the long poll
+  ASSERT_TRUE(d.send(frame("l", "k", "100")));
+  ASSERT_TRUE(eventually([&] { return waiters_of(port, "k") == 2; }, 5s));
+  EXPECT_EQ(http_call(http_port, "DELETE", "/v1/sessions/" + first).status, 204);
+  ASSERT_TRUE(eventually(
+      [&] {
+        const Json lock = lock_stats(port, "signal");
+        return lock.is_object() && lock["lease_expires_in_s"].get<double>() <= 30.5;
+      },
+      5s));
+  EXPECT_EQ(waiters_of(port, "k"), 2);
+  const std::string second =
+      http_call(http_port, "POST", "/v1/sessions", R"({"stable_ref":"poll"})")
+          .json()
+          .value("session_id", "");
+  ASSERT_EQ(second.size(), 32u);
+  Client poll2(http_port);
+  ASSERT_TRUE(poll2.send("POST /v1/locks/k HTTP/1.1\r\nHost: x\r\nX-Dflockd-Session: " + second +
+                         "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body));
+  ASSERT_TRUE(eventually([&] { return waiters_of(port, "k") == 2; }, 5s));
+  EXPECT_EQ(holder.request("r", "k", token), "ok");
+  std::string answer;
+  ASSERT_TRUE(eventually(
+      [&] {
+        answer += poll2.pending(100ms);
+        return answer.find("\"token\"") != std::string::npos;
+      },
+      5s))
+      << answer;
+  EXPECT_NE(answer.find("\"status\":\"ok\""), std::string::npos) << answer;
+  EXPECT_FALSE(d.read_line(300ms)) << "d was granted before the ref's place";
+}
+
 // ---- a cluster of three ------------------------------------------------------------------------
 
 constexpr std::size_t kNodes = 3;
