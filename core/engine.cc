@@ -617,6 +617,30 @@ struct Engine::Impl {
     return nullptr;
   }
 
+  // A client that came back before its old session was seen to close is already waiting on the
+  // key under the same ref (behind its own slot): the orphan goes to it at once, as its adoption
+  // would, instead of making it wait out the orphan time.
+  void hand_to_waiting_ref(Holder& holder, std::vector<Delivery>& out) {
+    Resource& resource = *holder.resource;
+    Waiter* waiter = resource.waiters.front();
+    while (waiter != nullptr && (waiter->owner == nullptr || waiter->owner->ref != holder.ref)) {
+      waiter = decltype(resource.waiters)::next(waiter);
+    }
+    if (waiter == nullptr) return;
+    SessionState& state = *waiter->owner;
+    adopt_holder(holder, waiter->session, state, waiter->lease_s);
+    if (waiter->parked) {
+      out.push_back(
+          Delivery{waiter->session, Reply::granted(Status::kOk, holder.token, holder.lease_s)});
+      if (waiter->two_phase) erase_record(state, resource);
+    } else {
+      holder.two_phase_pending = true;
+      state.records.at(&resource) =
+          TwoPhaseRecord{TwoPhaseRecord::State::kGranted, nullptr, &holder};
+    }
+    remove_waiter(waiter);
+  }
+
   // The session takes the orphaned holder back: the same token, a fresh lease.
   void adopt_holder(Holder& holder, SessionId session, SessionState& state, std::int64_t lease_s) {
     holder.ref.clear();
@@ -975,6 +999,7 @@ struct Engine::Impl {
         holder->two_phase_pending = false;
         orphan_holder(*holder, state.ref,
                       auto_release ? std::optional<Instant>(until) : std::nullopt);
+        hand_to_waiting_ref(*holder, out);
       }
     }
     while (!state.holders.empty()) {

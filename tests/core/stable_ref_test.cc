@@ -218,6 +218,33 @@ TEST_F(StableRefTest, OrphansAreMadeInTheSameOrderAfterARestore) {
   EXPECT_EQ(restored.save(), engine_->save());
 }
 
+// A client that reconnects before its old session is seen to close queues behind its own slot
+// under the same ref: the close hands the slot to it at once, same token.
+TEST_F(StableRefTest, AComebackAlreadyWaitingGetsTheSlotAtTheClose) {
+  const Reply first = lock(1, "job");
+  ASSERT_TRUE(first.is_grant());
+  EXPECT_EQ(lock(3, "", 100).status, Status::kParked);  // a stranger, first in the queue
+  EXPECT_EQ(lock(2, "job", 100).status, Status::kParked);
+  EXPECT_FALSE(close(1));
+  const std::vector<Delivery> granted = take();
+  ASSERT_EQ(granted.size(), 1u);
+  EXPECT_EQ(granted[0].session, SessionId{2});
+  ASSERT_TRUE(granted[0].reply.is_grant());
+  EXPECT_EQ(*granted[0].reply.token, *first.token);
+  EXPECT_EQ(waiters(), (std::vector<SessionId>{SessionId{3}}));
+}
+
+TEST_F(StableRefTest, AComebackQueuedTwoPhaseGetsTheSlotForItsWait) {
+  const Reply first = lock(1, "job");
+  ASSERT_TRUE(first.is_grant());
+  EXPECT_EQ(send(2, Command::kEnqueue, "k", "job").status, Status::kQueued);
+  close(1);
+  EXPECT_TRUE(take().empty());
+  const Reply waited = send(2, Command::kWait, "k", "job", 5);
+  ASSERT_TRUE(waited.is_grant());
+  EXPECT_EQ(*waited.token, *first.token);
+}
+
 TEST_F(StableRefTest, BarrierIsAnsweredOkAndChangesNothing) {
   ASSERT_TRUE(lock(1, "").is_grant());
   const std::string before = engine_->save();
