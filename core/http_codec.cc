@@ -99,6 +99,24 @@ std::optional<HttpBadRequest> read_int(const Json& body, const char* field, std:
 }
 
 // Parses and validates the body of a lock or semaphore endpoint into the engine request.
+// The JSON object of a body (an empty or blank body is {}), or why it is not one.
+std::variant<HttpBadRequest, Json> parse_object(std::string_view body) {
+  if (body.size() > kHttpBodyMax) return HttpBadRequest{"request body larger than 1 MiB"};
+  if (std::all_of(body.begin(), body.end(), is_space_byte)) return Json::object();
+  if (const std::optional<std::size_t> bad = first_invalid_utf8(body)) {
+    return HttpBadRequest{"request body is not valid UTF-8 (byte " + std::to_string(*bad) + ")"};
+  }
+  Json json;
+  try {
+    // Strict: a second value after the first is an error.
+    json = Json::parse(body.begin(), body.end());
+  } catch (const Json::exception& e) {
+    return HttpBadRequest{e.what()};
+  }
+  if (!json.is_object()) return HttpBadRequest{"request body must be a JSON object"};
+  return json;
+}
+
 std::optional<HttpBadRequest> parse_body(HttpEndpoint endpoint, std::string_view body,
                                          Request& request) {
   std::array<std::string_view, 3> allowed{};  // the fields this endpoint takes; unused slots empty
@@ -140,22 +158,12 @@ std::optional<HttpBadRequest> parse_body(HttpEndpoint endpoint, std::string_view
     default:
       TS_ASSERT(false);  // only the endpoints with a {key} come here
   }
-  Json json = Json::object();
-  const bool blank = std::all_of(body.begin(), body.end(), is_space_byte);
-  if (blank) {
-    if (!body_optional) return HttpBadRequest{"request body must be a JSON object"};
-  } else {
-    if (const std::optional<std::size_t> bad = first_invalid_utf8(body)) {
-      return HttpBadRequest{"request body is not valid UTF-8 (byte " + std::to_string(*bad) + ")"};
-    }
-    try {
-      // Strict: a second value after the first is an error.
-      json = Json::parse(body.begin(), body.end());
-    } catch (const Json::exception& e) {
-      return HttpBadRequest{e.what()};
-    }
-    if (!json.is_object()) return HttpBadRequest{"request body must be a JSON object"};
+  if (!body_optional && std::all_of(body.begin(), body.end(), is_space_byte)) {
+    return HttpBadRequest{"request body must be a JSON object"};
   }
+  std::variant<HttpBadRequest, Json> parsed = parse_object(body);
+  if (auto* bad = std::get_if<HttpBadRequest>(&parsed)) return std::move(*bad);
+  const Json json = std::move(std::get<Json>(parsed));
   for (const auto& field : json.items()) {
     const std::string& name = field.key();
     if (std::none_of(allowed.begin(), allowed.end(),
@@ -191,23 +199,6 @@ std::optional<HttpBadRequest> parse_body(HttpEndpoint endpoint, std::string_view
     request.token = Token::parse(text);  // not one we could issue: never matches (404)
   }
   return std::nullopt;
-}
-
-// The JSON object of a body (an empty or blank body is {}), or why it is not one.
-std::variant<HttpBadRequest, Json> parse_object(std::string_view body) {
-  if (body.size() > kHttpBodyMax) return HttpBadRequest{"request body larger than 1 MiB"};
-  if (std::all_of(body.begin(), body.end(), is_space_byte)) return Json::object();
-  if (const std::optional<std::size_t> bad = first_invalid_utf8(body)) {
-    return HttpBadRequest{"request body is not valid UTF-8 (byte " + std::to_string(*bad) + ")"};
-  }
-  Json json;
-  try {
-    json = Json::parse(body.begin(), body.end());
-  } catch (const Json::exception& e) {
-    return HttpBadRequest{e.what()};
-  }
-  if (!json.is_object()) return HttpBadRequest{"request body must be a JSON object"};
-  return json;
 }
 
 bool is_release_or_renew(Command command) {
@@ -463,6 +454,7 @@ std::variant<HttpBadRequest, AdminVoterAdd> decode_admin_voter_add(std::string_v
   }
   Json json;
   try {
+    // Strict: a second value after the first is an error.
     json = Json::parse(body.begin(), body.end());
   } catch (const Json::exception& e) {
     return HttpBadRequest{e.what()};
