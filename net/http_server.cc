@@ -168,6 +168,16 @@ struct HttpServer::Pending {
   event* timer = nullptr;  // kAuthDelay
   std::unique_ptr<std::pair<HttpServer*, std::uint64_t>> timer_arg;
   core::SessionId stats_session;  // kStats, kMetrics, kReadIndex: the request's own session
+
+  static Pending of(Kind kind, std::string_view method, std::string_view route,
+                    core::Instant started) {
+    Pending pending;
+    pending.kind = kind;
+    pending.method = method;
+    pending.route = route;
+    pending.started = started;
+    return pending;
+  }
 };
 
 // ---- HttpShared ------------------------------------------------------------------------------
@@ -630,11 +640,7 @@ void HttpServer::handle(evhttp_request* request) {
 
 void HttpServer::reply_unauthorized_later(evhttp_request* request, std::string_view route,
                                           std::string_view method, core::Instant started) {
-  Pending pending;
-  pending.kind = Pending::Kind::kAuthDelay;
-  pending.method = method;
-  pending.route = route;
-  pending.started = started;
+  Pending pending = Pending::of(Pending::Kind::kAuthDelay, method, route, started);
   const std::uint64_t ticket = add_pending(request, std::move(pending));
   Pending& added = *pending_[ticket];
   added.timer_arg = std::make_unique<std::pair<HttpServer*, std::uint64_t>>(this, ticket);
@@ -669,12 +675,10 @@ void HttpServer::dispatch_route(evhttp_request* request, const core::HttpEndpoin
       return;
     case core::HttpEndpoint::kStats:
     case core::HttpEndpoint::kMetrics: {
-      Pending pending;
-      pending.kind = spec.endpoint == core::HttpEndpoint::kStats ? Pending::Kind::kStats
-                                                                 : Pending::Kind::kMetrics;
-      pending.method = method;
-      pending.route = route;
-      pending.started = started;
+      Pending pending =
+          Pending::of(spec.endpoint == core::HttpEndpoint::kStats ? Pending::Kind::kStats
+                                                                  : Pending::Kind::kMetrics,
+                      method, route, started);
       pending.stats_session = host_.router().new_session_id();
       const core::SessionId stats_session = pending.stats_session;
       const std::uint64_t ticket = add_pending(request, std::move(pending));
@@ -691,11 +695,7 @@ void HttpServer::dispatch_route(evhttp_request* request, const core::HttpEndpoin
                     started);
         return;
       }
-      Pending pending;
-      pending.kind = Pending::Kind::kReadIndex;
-      pending.method = method;
-      pending.route = route;
-      pending.started = started;
+      Pending pending = Pending::of(Pending::Kind::kReadIndex, method, route, started);
       pending.stats_session = host_.router().new_session_id();
       const core::SessionId session = pending.stats_session;
       stats_tickets_[session.value] = add_pending(request, std::move(pending));
@@ -796,11 +796,7 @@ void HttpServer::handle_admin(evhttp_request* request, const core::HttpEndpointS
     }
     remove_id = std::get<std::uint64_t>(decoded);
   }
-  Pending pending;
-  pending.kind = Pending::Kind::kAdmin;
-  pending.method = method;
-  pending.route = route;
-  pending.started = started;
+  Pending pending = Pending::of(Pending::Kind::kAdmin, method, route, started);
   const std::uint64_t ticket = add_pending(request, std::move(pending));
   // The answer comes on the raft thread (or at once): it is brought back to this shard's thread.
   // The server outlives the raft node (Server::run stops it before the shards are destroyed).
@@ -867,11 +863,7 @@ void HttpServer::handle_session_request(evhttp_request* request, const core::Htt
 template <typename Run>
 void HttpServer::run_session_request(evhttp_request* request, std::string_view route,
                                      std::string_view method, core::Instant started, Run run) {
-  Pending pending;
-  pending.kind = Pending::Kind::kSession;
-  pending.method = method;
-  pending.route = route;
-  pending.started = started;
+  Pending pending = Pending::of(Pending::Kind::kSession, method, route, started);
   run(add_pending(request, std::move(pending)));
   flush();  // answers at once what needs no engine and no other shard
 }
