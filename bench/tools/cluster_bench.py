@@ -24,7 +24,7 @@ Then, --repeats times, interleaved:
 The floor of one acquire+release is two commits: 2 x (the parallel round's p50 + 2 loopback
 round trips: client-leader and leader-follower). The script reports each worker count's
 medians (min-max), the floor, the ratio of the 1-worker p50 to the floor (the median of the
-per-repetition ratios), and the targets of /work/shared/design/performance.md:
+per-repetition ratios), and the cluster targets (docs/benchmarks.md, "Targets"):
   1 worker: p50 <= 1.5 x floor; 100 workers: >= 20,000 ops/s and p99 <= 10 ms.
 It stops the cluster and removes the folder at the end (--keep keeps it), and writes
 table.txt and results.json to --out.
