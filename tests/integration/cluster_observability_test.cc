@@ -23,21 +23,6 @@ namespace {
 using Json = nlohmann::json;
 
 constexpr std::size_t kNodes = 3;
-struct HttpResponse {
-  int status = 0;  // 0: no response
-  std::string body;
-};
-
-// One HTTP/1.1 GET on its own connection, read until the server closes it.
-HttpResponse http_get(int port, const std::string& path) {
-  Client http(port);
-  if (!http.send("GET " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")) return {};
-  const std::string whole = http.pending(3s);
-  const std::size_t head_end = whole.find("\r\n\r\n");
-  if (whole.size() < 12 || head_end == std::string::npos) return {};
-  return HttpResponse{std::stoi(whole.substr(9, 3)), whole.substr(head_end + 4)};
-}
-
 // The samples of a Prometheus text page without labels ("name value"), by name.
 std::map<std::string, double> samples(const std::string& text) {
   std::map<std::string, double> out;
@@ -113,7 +98,7 @@ TEST_F(ClusterObservabilityTest, StatsCarryTheClusterObjectOnEveryNode) {
   }
   // The HTTP stats route answers the same object.
   const std::size_t follower = (*leader_index + 1) % kNodes;
-  const HttpResponse response = http_get(cluster_.http_port(follower), "/v1/stats");
+  const HttpResult response = http_request(cluster_.http_port(follower), "GET", "/v1/stats");
   ASSERT_EQ(response.status, 200) << response.body;
   const Json cluster = Json::parse(response.body)["cluster"];
   EXPECT_EQ(cluster["node_id"], follower + 1);
@@ -130,11 +115,11 @@ TEST_F(ClusterObservabilityTest, MetricsShowRaftOnEveryNode) {
   for (std::size_t i = 0; i < kNodes; ++i) {
     SCOPED_TRACE("node " + std::to_string(i + 1));
     // A follower applies the leader's probe once a heartbeat tells it the commit index.
-    HttpResponse response;
+    HttpResult response;
     std::map<std::string, double> metrics;
     eventually(
         [&] {
-          response = http_get(cluster_.http_port(i), "/metrics");
+          response = http_request(cluster_.http_port(i), "GET", "/metrics");
           metrics = samples(response.body);
           return metrics["turnstile_raft_entries_applied_total"] >= 1;
         },
@@ -187,8 +172,8 @@ TEST_F(ClusterObservabilityTest, ReadyOnlyWhileALeaderIsKnown) {
   const std::optional<std::size_t> leader_index = cluster_.leader();
   ASSERT_TRUE(leader_index);
   for (std::size_t i = 0; i < kNodes; ++i) {
-    EXPECT_TRUE(
-        eventually([&] { return http_get(cluster_.http_port(i), "/ready").status == 200; }, 10s))
+    EXPECT_TRUE(eventually(
+        [&] { return http_request(cluster_.http_port(i), "GET", "/ready").status == 200; }, 10s))
         << "node " << i + 1;
   }
 
@@ -199,17 +184,17 @@ TEST_F(ClusterObservabilityTest, ReadyOnlyWhileALeaderIsKnown) {
     if (i == survivor) continue;
     ASSERT_TRUE(cluster_.kill(i));
   }
-  HttpResponse ready;
+  HttpResult ready;
   EXPECT_TRUE(eventually(
       [&] {
-        ready = http_get(cluster_.http_port(survivor), "/ready");
+        ready = http_request(cluster_.http_port(survivor), "GET", "/ready");
         return ready.status == 503;
       },
       15s));
   EXPECT_EQ(Json::parse(ready.body), Json({{"status", "no_leader"}}));
   // /health does not depend on raft; stats and metrics still answer and say why.
-  EXPECT_EQ(http_get(cluster_.http_port(survivor), "/health").status, 200);
-  const HttpResponse metrics = http_get(cluster_.http_port(survivor), "/metrics");
+  EXPECT_EQ(http_request(cluster_.http_port(survivor), "GET", "/health").status, 200);
+  const HttpResult metrics = http_request(cluster_.http_port(survivor), "GET", "/metrics");
   ASSERT_EQ(metrics.status, 200);
   std::map<std::string, double> values = samples(metrics.body);
   EXPECT_EQ(values["turnstile_ready"], 0);
@@ -229,8 +214,9 @@ TEST(SingleNodeObservability, StatsAndMetricsHaveNoClusterParts) {
   const Json stats = tcp_stats(daemon.port());
   ASSERT_TRUE(stats.is_object());
   EXPECT_FALSE(stats.contains("cluster")) << stats;
-  EXPECT_TRUE(eventually([&] { return http_get(http_port, "/ready").status == 200; }, 5s));
-  const HttpResponse metrics = http_get(http_port, "/metrics");
+  EXPECT_TRUE(
+      eventually([&] { return http_request(http_port, "GET", "/ready").status == 200; }, 5s));
+  const HttpResult metrics = http_request(http_port, "GET", "/metrics");
   ASSERT_EQ(metrics.status, 200);
   EXPECT_EQ(metrics.body.find("turnstile_raft_"), std::string::npos);
   EXPECT_EQ(samples(metrics.body)["turnstile_ready"], 1);

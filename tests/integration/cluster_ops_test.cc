@@ -28,26 +28,13 @@ namespace fs = std::filesystem;
 constexpr std::size_t kMaxNodes = 5;
 const std::string kAdminToken = "integration-admin-token";
 
-struct HttpResult {
-  int status = 0;
-  std::string raw;  // the whole response
-  bool has(const std::string& text) const { return raw.find(text) != std::string::npos; }
-};
-
 // One HTTP/1.1 request on its own connection; `token` empty: no Authorization header.
 HttpResult http(int port, const std::string& method, const std::string& path,
                 const std::string& body, const std::string& token,
                 std::chrono::milliseconds timeout = 5s) {
-  Client connection(port);
-  std::string request = method + " " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n";
-  if (!token.empty()) request += "Authorization: Bearer " + token + "\r\n";
-  request += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
-             "\r\n\r\n" + body;
-  HttpResult result;
-  if (!connection.send(request)) return result;
-  result.raw = connection.pending(timeout);
-  if (result.raw.rfind("HTTP/1.1 ", 0) == 0) result.status = std::stoi(result.raw.substr(9, 3));
-  return result;
+  std::vector<std::string> headers;
+  if (!token.empty()) headers.push_back("Authorization: Bearer " + token);
+  return http_request(port, method, path, body, headers, timeout);
 }
 
 class ClusterOpsTest : public ::testing::Test {

@@ -19,18 +19,6 @@ namespace {
 
 constexpr std::size_t kNodes = 3;
 
-// One HTTP/1.1 POST on its own connection; the whole response (status line, headers, body).
-std::string http_post(int port, const std::string& path, const std::string& body,
-                      const std::string& session) {
-  Client http(port);
-  std::string request = "POST " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n";
-  if (!session.empty()) request += "X-Dflockd-Session: " + session + "\r\n";
-  request += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
-             "\r\n\r\n" + body;
-  if (!http.send(request)) return "<send failed>";
-  return http.pending(3s);
-}
-
 class ClusterTest : public ::testing::Test {
  protected:
   LoopbackCluster cluster_;
@@ -51,12 +39,14 @@ TEST_F(ClusterTest, FollowersRedirectToTheLeaderWhichGrants) {
       EXPECT_EQ(client.request("ping", "_", "_"), "ok");
       // HTTP: 503 not_leader, with the leader's address in X-Dflockd-Leader. Sessions are
       // local: a follower makes one.
-      const std::string created = http_post(cluster_.http_port(i), "/v1/sessions", "", "");
+      const std::string created = http_request(cluster_.http_port(i), "POST", "/v1/sessions").raw;
       const std::size_t at = created.find("\"session_id\":\"");
       ASSERT_NE(at, std::string::npos) << created;
       const std::string session = created.substr(at + 14, 32);
       const std::string response =
-          http_post(cluster_.http_port(i), "/v1/locks/job", R"({"acquire_timeout_s":0})", session);
+          http_request(cluster_.http_port(i), "POST", "/v1/locks/job", R"({"acquire_timeout_s":0})",
+                       {"X-Dflockd-Session: " + session})
+              .raw;
       EXPECT_EQ(response.substr(0, 12), "HTTP/1.1 503") << response;
       EXPECT_NE(response.find("X-Dflockd-Leader: " + cluster_.address(*leader_index)),
                 std::string::npos)

@@ -12,14 +12,11 @@
 // shows the lower count comes after the close.
 #include <gtest/gtest.h>
 
-#include <cctype>
 #include <chrono>
-#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <regex>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -83,10 +80,7 @@ Client with_ref(int port, const std::string& ref) {
   return client;
 }
 
-struct HttpResponse {
-  int status = 0;                              // 0: no response
-  std::map<std::string, std::string> headers;  // names lower-cased
-  std::string body;
+struct HttpResponse : HttpResult {
   Json json() const {
     try {
       return Json::parse(body);
@@ -99,35 +93,9 @@ struct HttpResponse {
 // One HTTP/1.1 request on its own connection (Connection: close), read until the server closes.
 HttpResponse http_call(int port, const std::string& method, const std::string& path,
                        const std::string& body = "", const std::string& session = "") {
-  Client http(port);
-  std::string request = method + " " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n";
-  if (!session.empty()) request += "X-Dflockd-Session: " + session + "\r\n";
-  if (method == "POST" || !body.empty()) {
-    request +=
-        "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
-  }
-  request += "\r\n" + body;
-  HttpResponse response;
-  if (!http.send(request)) return response;
-  const std::string whole = http.pending(5s);
-  const std::size_t head_end = whole.find("\r\n\r\n");
-  if (whole.size() < 12 || head_end == std::string::npos) return response;
-  response.status = std::stoi(whole.substr(9, 3));
-  std::istringstream head(whole.substr(0, head_end));
-  std::string line;
-  std::getline(head, line);
-  while (std::getline(head, line)) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    const std::size_t colon = line.find(':');
-    if (colon == std::string::npos) continue;
-    std::string name = line.substr(0, colon);
-    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    std::string value = line.substr(colon + 1);
-    while (!value.empty() && value.front() == ' ') value.erase(0, 1);
-    response.headers[name] = value;
-  }
-  response.body = whole.substr(head_end + 4);
-  return response;
+  std::vector<std::string> headers;
+  if (!session.empty()) headers.push_back("X-Dflockd-Session: " + session);
+  return HttpResponse{http_request(port, method, path, body, headers)};
 }
 
 // A daemon with the HTTP API on a free port (retried if another process takes it meanwhile).
