@@ -3,24 +3,18 @@
 // /metrics the turnstile_raft_* families, and /ready is 200 only while the node knows a leader.
 // One node alone keeps its stats line and its metrics as they were.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <signal.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <array>
 #include <chrono>
 #include <cstdint>
 #include <map>
-#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
-#include <stdexcept>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "tests/integration/cluster_harness.h"
 #include "tests/integration/harness.h"
 
 namespace turnstile::integration {
@@ -29,39 +23,6 @@ namespace {
 using Json = nlohmann::json;
 
 constexpr std::size_t kNodes = 3;
-const std::string kNoToken(32, '0');
-
-// A port nobody listens on now (the kernel's pick for port 0, released at once).
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof address;
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-    throw std::runtime_error("no free port");
-  }
-  const int port = ntohs(address.sin_port);
-  ::close(fd);
-  return port;
-}
-
-struct HttpResponse {
-  int status = 0;  // 0: no response
-  std::string body;
-};
-
-// One HTTP/1.1 GET on its own connection, read until the server closes it.
-HttpResponse http_get(int port, const std::string& path) {
-  Client http(port);
-  if (!http.send("GET " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")) return {};
-  const std::string whole = http.pending(3s);
-  const std::size_t head_end = whole.find("\r\n\r\n");
-  if (whole.size() < 12 || head_end == std::string::npos) return {};
-  return HttpResponse{std::stoi(whole.substr(9, 3)), whole.substr(head_end + 4)};
-}
-
 // The samples of a Prometheus text page without labels ("name value"), by name.
 std::map<std::string, double> samples(const std::string& text) {
   std::map<std::string, double> out;
@@ -86,58 +47,6 @@ Json tcp_stats(int port) {
 
 class ClusterObservabilityTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string peers;
-    for (std::size_t i = 0; i < kNodes; ++i) {
-      client_ports_[i] = free_port();
-      raft_ports_[i] = free_port();
-      http_ports_[i] = free_port();
-      if (!peers.empty()) peers += ",";
-      peers += std::to_string(i + 1) + "=127.0.0.1:" + std::to_string(raft_ports_[i]) +
-               "@127.0.0.1:" + std::to_string(client_ports_[i]);
-    }
-    for (std::size_t i = 0; i < kNodes; ++i) {
-      DaemonOptions options;
-      options.args = {"--port",
-                      std::to_string(client_ports_[i]),
-                      "--threads",
-                      "2",
-                      "--raft-dir",
-                      dirs_[i].path(),
-                      "--node-id",
-                      std::to_string(i + 1),
-                      "--raft-addr",
-                      "127.0.0.1:" + std::to_string(raft_ports_[i]),
-                      "--cluster-peers",
-                      peers,
-                      "--cluster-bootstrap",
-                      "--cluster-secret",
-                      "integration-secret",
-                      "--http-port",
-                      std::to_string(http_ports_[i])};
-      nodes_[i] = std::make_unique<Daemon>(options);
-    }
-  }
-
-  std::string address(std::size_t i) const {
-    return "127.0.0.1:" + std::to_string(client_ports_[i]);
-  }
-
-  // The node that takes a mutating request (a renew of no token: `error`, changing nothing),
-  // waiting up to 15 s for one. Its probe is an entry this leader proposed and applied.
-  std::optional<std::size_t> leader() {
-    const auto deadline = std::chrono::steady_clock::now() + 15s;
-    while (std::chrono::steady_clock::now() < deadline) {
-      for (std::size_t i = 0; i < kNodes; ++i) {
-        if (nodes_[i] == nullptr) continue;
-        Client client(client_ports_[i]);
-        if (client.request("n", "probe", kNoToken) == "error") return i;
-      }
-      std::this_thread::sleep_for(100ms);
-    }
-    return std::nullopt;
-  }
-
   // Every node's stats `cluster` object, once every node names `leader` as its leader and has
   // applied something (waiting up to 10 s for each).
   std::array<Json, kNodes> clusters_agreeing_on(std::size_t leader_index) {
@@ -145,7 +54,7 @@ class ClusterObservabilityTest : public ::testing::Test {
     for (std::size_t i = 0; i < kNodes; ++i) {
       eventually(
           [&] {
-            const Json stats = tcp_stats(client_ports_[i]);
+            const Json stats = tcp_stats(cluster_.client_port(i));
             if (!stats.is_object() || !stats.contains("cluster")) return false;
             clusters[i] = stats["cluster"];
             // A follower learns the commit index with the leader's next heartbeat.
@@ -157,15 +66,11 @@ class ClusterObservabilityTest : public ::testing::Test {
     return clusters;
   }
 
-  std::array<TempDir, kNodes> dirs_;
-  std::array<int, kNodes> client_ports_{};
-  std::array<int, kNodes> raft_ports_{};
-  std::array<int, kNodes> http_ports_{};
-  std::array<std::unique_ptr<Daemon>, kNodes> nodes_;
+  LoopbackCluster cluster_;
 };
 
 TEST_F(ClusterObservabilityTest, StatsCarryTheClusterObjectOnEveryNode) {
-  const std::optional<std::size_t> leader_index = leader();
+  const std::optional<std::size_t> leader_index = cluster_.leader();
   ASSERT_TRUE(leader_index);
   const std::array<Json, kNodes> clusters = clusters_agreeing_on(*leader_index);
   for (std::size_t i = 0; i < kNodes; ++i) {
@@ -175,7 +80,7 @@ TEST_F(ClusterObservabilityTest, StatsCarryTheClusterObjectOnEveryNode) {
     EXPECT_EQ(cluster["node_id"], i + 1);
     EXPECT_EQ(cluster["role"], i == *leader_index ? "leader" : "follower");
     EXPECT_EQ(cluster["leader_id"], *leader_index + 1);
-    EXPECT_EQ(cluster["leader_address"], address(*leader_index));
+    EXPECT_EQ(cluster["leader_address"], cluster_.address(*leader_index));
     EXPECT_EQ(cluster["voters"], Json::array({1, 2, 3}));
     EXPECT_GE(cluster["term"].get<std::uint64_t>(), 1u);
     EXPECT_EQ(cluster["term"], clusters[*leader_index]["term"]);
@@ -185,7 +90,7 @@ TEST_F(ClusterObservabilityTest, StatsCarryTheClusterObjectOnEveryNode) {
     EXPECT_GE(cluster["applied_index"].get<std::uint64_t>(), 1u);
     EXPECT_TRUE(cluster["snapshot_index"].is_number_unsigned()) << cluster;
     // The cluster object comes after dflockd's fields, which stay as they were.
-    const Json stats = tcp_stats(client_ports_[i]);
+    const Json stats = tcp_stats(cluster_.client_port(i));
     for (const char* field :
          {"connections", "locks", "semaphores", "idle_locks", "idle_semaphores", "truncated"}) {
       EXPECT_TRUE(stats.contains(field)) << field;
@@ -193,28 +98,28 @@ TEST_F(ClusterObservabilityTest, StatsCarryTheClusterObjectOnEveryNode) {
   }
   // The HTTP stats route answers the same object.
   const std::size_t follower = (*leader_index + 1) % kNodes;
-  const HttpResponse response = http_get(http_ports_[follower], "/v1/stats");
+  const HttpResult response = http_request(cluster_.http_port(follower), "GET", "/v1/stats");
   ASSERT_EQ(response.status, 200) << response.body;
   const Json cluster = Json::parse(response.body)["cluster"];
   EXPECT_EQ(cluster["node_id"], follower + 1);
   EXPECT_EQ(cluster["role"], "follower");
   EXPECT_EQ(cluster["leader_id"], *leader_index + 1);
-  EXPECT_EQ(cluster["leader_address"], address(*leader_index));
+  EXPECT_EQ(cluster["leader_address"], cluster_.address(*leader_index));
 }
 
 TEST_F(ClusterObservabilityTest, MetricsShowRaftOnEveryNode) {
-  const std::optional<std::size_t> leader_index = leader();
+  const std::optional<std::size_t> leader_index = cluster_.leader();
   ASSERT_TRUE(leader_index);
   clusters_agreeing_on(*leader_index);
   double leaders = 0;
   for (std::size_t i = 0; i < kNodes; ++i) {
     SCOPED_TRACE("node " + std::to_string(i + 1));
     // A follower applies the leader's probe once a heartbeat tells it the commit index.
-    HttpResponse response;
+    HttpResult response;
     std::map<std::string, double> metrics;
     eventually(
         [&] {
-          response = http_get(http_ports_[i], "/metrics");
+          response = http_request(cluster_.http_port(i), "GET", "/metrics");
           metrics = samples(response.body);
           return metrics["turnstile_raft_entries_applied_total"] >= 1;
         },
@@ -264,10 +169,11 @@ TEST_F(ClusterObservabilityTest, MetricsShowRaftOnEveryNode) {
 }
 
 TEST_F(ClusterObservabilityTest, ReadyOnlyWhileALeaderIsKnown) {
-  const std::optional<std::size_t> leader_index = leader();
+  const std::optional<std::size_t> leader_index = cluster_.leader();
   ASSERT_TRUE(leader_index);
   for (std::size_t i = 0; i < kNodes; ++i) {
-    EXPECT_TRUE(eventually([&] { return http_get(http_ports_[i], "/ready").status == 200; }, 10s))
+    EXPECT_TRUE(eventually(
+        [&] { return http_request(cluster_.http_port(i), "GET", "/ready").status == 200; }, 10s))
         << "node " << i + 1;
   }
 
@@ -276,27 +182,25 @@ TEST_F(ClusterObservabilityTest, ReadyOnlyWhileALeaderIsKnown) {
   const std::size_t survivor = (*leader_index + 1) % kNodes;
   for (std::size_t i = 0; i < kNodes; ++i) {
     if (i == survivor) continue;
-    nodes_[i]->signal(SIGKILL);
-    ASSERT_TRUE(nodes_[i]->wait_exit(5s));
-    nodes_[i].reset();
+    ASSERT_TRUE(cluster_.kill(i));
   }
-  HttpResponse ready;
+  HttpResult ready;
   EXPECT_TRUE(eventually(
       [&] {
-        ready = http_get(http_ports_[survivor], "/ready");
+        ready = http_request(cluster_.http_port(survivor), "GET", "/ready");
         return ready.status == 503;
       },
       15s));
   EXPECT_EQ(Json::parse(ready.body), Json({{"status", "no_leader"}}));
   // /health does not depend on raft; stats and metrics still answer and say why.
-  EXPECT_EQ(http_get(http_ports_[survivor], "/health").status, 200);
-  const HttpResponse metrics = http_get(http_ports_[survivor], "/metrics");
+  EXPECT_EQ(http_request(cluster_.http_port(survivor), "GET", "/health").status, 200);
+  const HttpResult metrics = http_request(cluster_.http_port(survivor), "GET", "/metrics");
   ASSERT_EQ(metrics.status, 200);
   std::map<std::string, double> values = samples(metrics.body);
   EXPECT_EQ(values["turnstile_ready"], 0);
   EXPECT_EQ(values["turnstile_raft_leader_known"], 0);
   EXPECT_EQ(values["turnstile_raft_is_leader"], 0);
-  const Json stats = tcp_stats(client_ports_[survivor]);
+  const Json stats = tcp_stats(cluster_.client_port(survivor));
   ASSERT_TRUE(stats.contains("cluster")) << stats;
   EXPECT_EQ(stats["cluster"]["leader_id"], 0);
   EXPECT_EQ(stats["cluster"]["leader_address"], "");
@@ -305,13 +209,14 @@ TEST_F(ClusterObservabilityTest, ReadyOnlyWhileALeaderIsKnown) {
 
 // One node alone: no cluster object, no raft metrics, /ready as before.
 TEST(SingleNodeObservability, StatsAndMetricsHaveNoClusterParts) {
-  const int http_port = free_port();
+  const int http_port = unused_loopback_port();
   Daemon daemon({"--http-port", std::to_string(http_port)});
   const Json stats = tcp_stats(daemon.port());
   ASSERT_TRUE(stats.is_object());
   EXPECT_FALSE(stats.contains("cluster")) << stats;
-  EXPECT_TRUE(eventually([&] { return http_get(http_port, "/ready").status == 200; }, 5s));
-  const HttpResponse metrics = http_get(http_port, "/metrics");
+  EXPECT_TRUE(
+      eventually([&] { return http_request(http_port, "GET", "/ready").status == 200; }, 5s));
+  const HttpResult metrics = http_request(http_port, "GET", "/metrics");
   ASSERT_EQ(metrics.status, 200);
   EXPECT_EQ(metrics.body.find("turnstile_raft_"), std::string::npos);
   EXPECT_EQ(samples(metrics.body)["turnstile_ready"], 1);

@@ -3,11 +3,7 @@
 // one change at a time; a leader that removes itself steps down and the removed nodes leave the
 // others' terms alone; SIGTERM on the leader hands leadership over before the process exits 0.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <array>
 #include <chrono>
@@ -16,12 +12,12 @@
 #include <functional>
 #include <future>
 #include <map>
-#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "tests/integration/cluster_harness.h"
 #include "tests/integration/harness.h"
 
 namespace turnstile::integration {
@@ -30,113 +26,27 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr std::size_t kMaxNodes = 5;
-const std::string kNoToken(32, '0');
 const std::string kAdminToken = "integration-admin-token";
-
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof address;
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-    throw std::runtime_error("no free port");
-  }
-  const int port = ntohs(address.sin_port);
-  ::close(fd);
-  return port;
-}
-
-struct HttpResult {
-  int status = 0;
-  std::string raw;  // the whole response
-  bool has(const std::string& text) const { return raw.find(text) != std::string::npos; }
-};
 
 // One HTTP/1.1 request on its own connection; `token` empty: no Authorization header.
 HttpResult http(int port, const std::string& method, const std::string& path,
                 const std::string& body, const std::string& token,
                 std::chrono::milliseconds timeout = 5s) {
-  Client connection(port);
-  std::string request = method + " " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n";
-  if (!token.empty()) request += "Authorization: Bearer " + token + "\r\n";
-  request += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
-             "\r\n\r\n" + body;
-  HttpResult result;
-  if (!connection.send(request)) return result;
-  result.raw = connection.pending(timeout);
-  if (result.raw.rfind("HTTP/1.1 ", 0) == 0) result.status = std::stoi(result.raw.substr(9, 3));
-  return result;
+  std::vector<std::string> headers;
+  if (!token.empty()) headers.push_back("Authorization: Bearer " + token);
+  return http_request(port, method, path, body, headers, timeout);
 }
 
 class ClusterOpsTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    for (std::size_t i = 0; i < kMaxNodes; ++i) {
-      client_ports_[i] = free_port();
-      raft_ports_[i] = free_port();
-      http_ports_[i] = free_port();
-    }
-    std::string peers;
-    for (std::size_t i = 0; i < 3; ++i) {
-      if (!peers.empty()) peers += ",";
-      peers += std::to_string(i + 1) + "=" + raft_address(i) + "@" + address(i);
-    }
-    peers_ = peers;
-    for (std::size_t i = 0; i < 3; ++i) start(i, true);
-  }
-
-  // Nodes 0..2 are the initial voters (bootstrapped); the others start empty, to be added.
-  void start(std::size_t i, bool initial, bool wait = true) {
-    DaemonOptions options;
-    options.args = {"--port",           std::to_string(client_ports_[i]),
-                    "--threads",        "2",
-                    "--raft-dir",       dirs_[i].path(),
-                    "--node-id",        std::to_string(i + 1),
-                    "--raft-addr",      raft_address(i),
-                    "--cluster-secret", "integration-secret",
-                    "--admin-token",    kAdminToken,
-                    "--http-port",      std::to_string(http_ports_[i])};
-    if (initial) {
-      options.args.insert(options.args.end(), {"--cluster-peers", peers_, "--cluster-bootstrap"});
-    }
-    options.wait_until_listening = wait;
-    nodes_[i] = std::make_unique<Daemon>(options);
-    stopped_[i] = false;
-  }
-
-  std::string address(std::size_t i) const {
-    return "127.0.0.1:" + std::to_string(client_ports_[i]);
-  }
-  std::string raft_address(std::size_t i) const {
-    return "127.0.0.1:" + std::to_string(raft_ports_[i]);
-  }
-
-  // The live node that takes a mutating request (a renew of no token: `error`, changing
-  // nothing), waiting up to `timeout` for one.
-  std::optional<std::size_t> leader(std::chrono::milliseconds timeout = 15s,
-                                    std::chrono::milliseconds poll = 100ms) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (std::chrono::steady_clock::now() < deadline) {
-      for (std::size_t i = 0; i < kMaxNodes; ++i) {
-        if (nodes_[i] == nullptr || stopped_[i] || removed_[i]) continue;
-        Client client(client_ports_[i]);
-        if (client.request("n", "probe", kNoToken, 2s) == "error") return i;
-      }
-      std::this_thread::sleep_for(poll);
-    }
-    return std::nullopt;
-  }
-
   // Waits until node i answers a lock request `error_not_leader <leader's address>`.
   bool follows(std::size_t i, std::size_t leader_index, std::chrono::milliseconds timeout = 15s) {
     std::string reply;
     const bool ok = eventually(
         [&] {
-          Client client(client_ports_[i]);
+          Client client(cluster_.client_port(i));
           reply = client.request("l", "follow-probe", "0 30");
-          return reply == "error_not_leader " + address(leader_index);
+          return reply == "error_not_leader " + cluster_.address(leader_index);
         },
         timeout);
     EXPECT_TRUE(ok) << "node " << i + 1 << ": " << reply;
@@ -144,14 +54,14 @@ class ClusterOpsTest : public ::testing::Test {
   }
 
   std::string add_body(std::size_t i) const {
-    return R"({"id":)" + std::to_string(i + 1) + R"(,"raft_address":")" + raft_address(i) +
-           R"(","client_address":")" + address(i) + R"("})";
+    return R"({"id":)" + std::to_string(i + 1) + R"(,"raft_address":")" + cluster_.raft_address(i) +
+           R"(","client_address":")" + cluster_.address(i) + R"("})";
   }
 
   // Lines that say an election happened on node i, from line `from` on.
   std::size_t elections_since(std::size_t i, std::size_t from) const {
     std::size_t count = 0;
-    const std::vector<std::string> lines = nodes_[i]->log();
+    const std::vector<std::string> lines = cluster_.node(i).log();
     for (std::size_t k = from; k < lines.size(); ++k) {
       if (lines[k].find("leads in term") != std::string::npos ||
           lines[k].find("no longer leads") != std::string::npos) {
@@ -161,14 +71,9 @@ class ClusterOpsTest : public ::testing::Test {
     return count;
   }
 
-  std::array<TempDir, kMaxNodes> dirs_;
-  std::array<int, kMaxNodes> client_ports_{};
-  std::array<int, kMaxNodes> raft_ports_{};
-  std::array<int, kMaxNodes> http_ports_{};
-  std::string peers_;
-  std::array<std::unique_ptr<Daemon>, kMaxNodes> nodes_;
-  std::array<bool, kMaxNodes> stopped_{};
-  std::array<bool, kMaxNodes> removed_{};
+  // Nodes 0..2 are the initial voters (bootstrapped); the others start empty, to be added.
+  LoopbackCluster cluster_{
+      {.nodes = kMaxNodes, .voters = 3, .extra_args = {"--admin-token", kAdminToken}}};
 };
 
 // ---- a damaged raft directory ------------------------------------------------------------------
@@ -187,18 +92,17 @@ void corrupt_middle(const fs::path& path) {
 }
 
 TEST_F(ClusterOpsTest, ADamagedRaftDirectoryRefusesToStartAndSaysWhatToDo) {
-  const std::optional<std::size_t> leader_index = leader();
+  const std::optional<std::size_t> leader_index = cluster_.leader();
   ASSERT_TRUE(leader_index);
-  Client client(client_ports_[*leader_index]);
+  Client client(cluster_.client_port(*leader_index));
   for (int i = 0; i < 20; ++i) {
     ASSERT_EQ(client.request("l", "k" + std::to_string(i), "0 30").substr(0, 3), "ok ");
   }
   const std::size_t follower = (*leader_index + 1) % 3;
   ASSERT_TRUE(follows(follower, *leader_index));
-  const std::optional<int> stopped = nodes_[follower]->stop();
+  const std::optional<int> stopped = cluster_.stop(follower);
   ASSERT_TRUE(stopped);
-  stopped_[follower] = true;
-  const fs::path dir = dirs_[follower].path();
+  const fs::path dir = cluster_.raft_dir(follower);
   const fs::path saved = dir.string() + "-saved";
   fs::copy(dir, saved);
 
@@ -233,11 +137,11 @@ TEST_F(ClusterOpsTest, ADamagedRaftDirectoryRefusesToStartAndSaysWhatToDo) {
     for (const fs::directory_entry& entry : fs::directory_iterator(dir)) {
       before[entry.path().filename().string()] = entry.file_size();
     }
-    start(follower, true, false);
-    const std::optional<int> status = nodes_[follower]->wait_exit(15s);
-    ASSERT_TRUE(status) << nodes_[follower]->log_text();
+    cluster_.start(follower, false);
+    const std::optional<int> status = cluster_.node(follower).wait_exit(15s);
+    ASSERT_TRUE(status) << cluster_.node(follower).log_text();
     EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) != 0) << *status;
-    const std::string log = nodes_[follower]->log_text();
+    const std::string log = cluster_.node(follower).log_text();
     EXPECT_NE(log.find("is damaged or unreadable"), std::string::npos) << log;
     EXPECT_NE(log.find("restore it from a backup"), std::string::npos) << log;
     EXPECT_NE(log.find("re-add it with an empty directory"), std::string::npos) << log;
@@ -247,70 +151,76 @@ TEST_F(ClusterOpsTest, ADamagedRaftDirectoryRefusesToStartAndSaysWhatToDo) {
       after[entry.path().filename().string()] = entry.file_size();
     }
     EXPECT_EQ(before, after);
-    stopped_[follower] = true;
   }
 
   // Restored from the copy (a backup of a stopped node), it starts and follows again.
   fs::remove_all(dir);
   fs::copy(saved, dir);
   fs::remove_all(saved);
-  start(follower, true);
+  cluster_.start(follower);
   EXPECT_TRUE(follows(follower, *leader_index));
 }
 
 // ---- adding and removing voters ----------------------------------------------------------------
 
 TEST_F(ClusterOpsTest, AddsAndRemovesVotersOneChangeAtATime) {
-  const std::optional<std::size_t> first = leader();
+  const std::optional<std::size_t> first = cluster_.leader();
   ASSERT_TRUE(first);
   const std::size_t follower = (*first + 1) % 3;
   const std::size_t other = (*first + 2) % 3;
-  Client holder(client_ports_[*first]);
+  Client holder(cluster_.client_port(*first));
   const std::string grant = holder.request("l", "job", "0 60");
   ASSERT_EQ(grant.substr(0, 3), "ok ") << grant;
   const std::string token = grant.substr(3, 32);
 
   // The token is checked first: missing or wrong, 401.
-  EXPECT_EQ(http(http_ports_[*first], "POST", "/v1/admin/voters", add_body(3), "").status, 401);
-  EXPECT_EQ(http(http_ports_[*first], "POST", "/v1/admin/voters", add_body(3), "wrong").status,
+  EXPECT_EQ(http(cluster_.http_port(*first), "POST", "/v1/admin/voters", add_body(3), "").status,
             401);
-  EXPECT_EQ(http(http_ports_[*first], "DELETE", "/v1/admin/voters/2", "", "wrong").status, 401);
+  EXPECT_EQ(
+      http(cluster_.http_port(*first), "POST", "/v1/admin/voters", add_body(3), "wrong").status,
+      401);
+  EXPECT_EQ(http(cluster_.http_port(*first), "DELETE", "/v1/admin/voters/2", "", "wrong").status,
+            401);
   // Bad bodies and ids: 400.
+  EXPECT_EQ(http(cluster_.http_port(*first), "POST", "/v1/admin/voters", R"({"id":0})", kAdminToken)
+                .status,
+            400);
   EXPECT_EQ(
-      http(http_ports_[*first], "POST", "/v1/admin/voters", R"({"id":0})", kAdminToken).status,
-      400);
-  EXPECT_EQ(
-      http(http_ports_[*first], "POST", "/v1/admin/voters",
+      http(cluster_.http_port(*first), "POST", "/v1/admin/voters",
            R"({"id":4,"raft_address":"127.0.0.1","client_address":"127.0.0.1:1"})", kAdminToken)
           .status,
       400);
-  EXPECT_EQ(http(http_ports_[*first], "DELETE", "/v1/admin/voters/x1", "", kAdminToken).status,
-            400);
-  EXPECT_EQ(http(http_ports_[*first], "DELETE", "/v1/admin/voters/9", "", kAdminToken).status, 404);
+  EXPECT_EQ(
+      http(cluster_.http_port(*first), "DELETE", "/v1/admin/voters/x1", "", kAdminToken).status,
+      400);
+  EXPECT_EQ(
+      http(cluster_.http_port(*first), "DELETE", "/v1/admin/voters/9", "", kAdminToken).status,
+      404);
   // A follower sends the client to the leader.
   const HttpResult on_follower =
-      http(http_ports_[follower], "POST", "/v1/admin/voters", add_body(3), kAdminToken);
+      http(cluster_.http_port(follower), "POST", "/v1/admin/voters", add_body(3), kAdminToken);
   EXPECT_EQ(on_follower.status, 503) << on_follower.raw;
-  EXPECT_TRUE(on_follower.has("X-Dflockd-Leader: " + address(*first))) << on_follower.raw;
+  EXPECT_TRUE(on_follower.has("X-Dflockd-Leader: " + cluster_.address(*first))) << on_follower.raw;
   EXPECT_TRUE(on_follower.has("not_leader")) << on_follower.raw;
 
   // Node 4 is added before it runs: its promotion waits for it, and meanwhile any other change
   // is refused with 409.
   std::future<HttpResult> adding = std::async(std::launch::async, [&] {
-    return http(http_ports_[*first], "POST", "/v1/admin/voters", add_body(3), kAdminToken, 60s);
+    return http(cluster_.http_port(*first), "POST", "/v1/admin/voters", add_body(3), kAdminToken,
+                60s);
   });
-  ASSERT_TRUE(nodes_[*first]->wait_for_log("admin request: add voter 4", 5s).has_value());
+  ASSERT_TRUE(cluster_.node(*first).wait_for_log("admin request: add voter 4", 5s).has_value());
   std::this_thread::sleep_for(200ms);
   const HttpResult second_add =
-      http(http_ports_[*first], "POST", "/v1/admin/voters", add_body(4), kAdminToken);
+      http(cluster_.http_port(*first), "POST", "/v1/admin/voters", add_body(4), kAdminToken);
   EXPECT_EQ(second_add.status, 409) << second_add.raw;
   const HttpResult second_removal =
-      http(http_ports_[*first], "DELETE", "/v1/admin/voters/" + std::to_string(follower + 1), "",
-           kAdminToken);
+      http(cluster_.http_port(*first), "DELETE", "/v1/admin/voters/" + std::to_string(follower + 1),
+           "", kAdminToken);
   EXPECT_EQ(second_removal.status, 409) << second_removal.raw;
   EXPECT_TRUE(second_removal.has("change_pending")) << second_removal.raw;
 
-  start(3, false);
+  cluster_.start(3);
   ASSERT_EQ(adding.wait_for(60s), std::future_status::ready);
   const HttpResult added = adding.get();
   EXPECT_EQ(added.status, 200) << added.raw;
@@ -321,71 +231,69 @@ TEST_F(ClusterOpsTest, AddsAndRemovesVotersOneChangeAtATime) {
   EXPECT_TRUE(follows(3, *first));
   EXPECT_TRUE(eventually(
       [&] {
-        Client client(client_ports_[3]);
+        Client client(cluster_.client_port(3));
         return client.request("stats", "_", "_").find("\"job\"") != std::string::npos;
       },
       10s));
 
   // A follower is removed, and left running: it does not disturb the others.
   const HttpResult removed =
-      http(http_ports_[*first], "DELETE", "/v1/admin/voters/" + std::to_string(follower + 1), "",
-           kAdminToken, 30s);
+      http(cluster_.http_port(*first), "DELETE", "/v1/admin/voters/" + std::to_string(follower + 1),
+           "", kAdminToken, 30s);
   EXPECT_EQ(removed.status, 200) << removed.raw;
-  removed_[follower] = true;
+  cluster_.mark_removed(follower);
   std::array<std::size_t, kMaxNodes> lines{};
-  for (std::size_t i : {*first, other, std::size_t{3}}) lines[i] = nodes_[i]->log_size();
+  for (std::size_t i : {*first, other, std::size_t{3}}) lines[i] = cluster_.node(i).log_size();
   std::this_thread::sleep_for(4s);  // a few election timeouts (1 to 2 s each)
   for (std::size_t i : {*first, other, std::size_t{3}}) {
     EXPECT_EQ(elections_since(i, lines[i]), 0u) << "node " << i + 1;
   }
-  ASSERT_EQ(leader(), first);
+  ASSERT_EQ(cluster_.leader(), first);
 
   // The three voters left keep the state through a kill of the leader: node 4 is one of the two
   // that elect the next.
-  nodes_[*first]->signal(SIGKILL);
-  ASSERT_TRUE(nodes_[*first]->wait_exit(5s));
-  stopped_[*first] = true;
-  const std::optional<std::size_t> next = leader();
+  ASSERT_TRUE(cluster_.kill(*first));
+  const std::optional<std::size_t> next = cluster_.leader();
   ASSERT_TRUE(next);
   EXPECT_TRUE(*next == other || *next == 3) << *next;
-  Client renewer(client_ports_[*next]);
+  Client renewer(cluster_.client_port(*next));
   EXPECT_EQ(renewer.request("n", "job", token + " 30"), "ok 30");
 }
 
 TEST_F(ClusterOpsTest, ALeaderThatRemovesItselfStepsDownAndStaysQuiet) {
-  const std::optional<std::size_t> first = leader();
+  const std::optional<std::size_t> first = cluster_.leader();
   ASSERT_TRUE(first);
-  Client holder(client_ports_[*first]);
+  Client holder(cluster_.client_port(*first));
   const std::string grant = holder.request("l", "job", "0 60");
   ASSERT_EQ(grant.substr(0, 3), "ok ") << grant;
   const std::string token = grant.substr(3, 32);
 
   const HttpResult removed =
-      http(http_ports_[*first], "DELETE", "/v1/admin/voters/" + std::to_string(*first + 1), "",
-           kAdminToken, 30s);
+      http(cluster_.http_port(*first), "DELETE", "/v1/admin/voters/" + std::to_string(*first + 1),
+           "", kAdminToken, 30s);
   EXPECT_EQ(removed.status, 200) << removed.raw;
-  removed_[*first] = true;
-  EXPECT_TRUE(nodes_[*first]->wait_for_log("no longer leads", 5s).has_value());
+  cluster_.mark_removed(*first);
+  EXPECT_TRUE(cluster_.node(*first).wait_for_log("no longer leads", 5s).has_value());
 
   // The other two elect a leader among themselves, with the state.
-  const std::optional<std::size_t> next = leader();
+  const std::optional<std::size_t> next = cluster_.leader();
   ASSERT_TRUE(next);
   ASSERT_NE(*next, *first);
-  Client renewer(client_ports_[*next]);
+  Client renewer(cluster_.client_port(*next));
   EXPECT_EQ(renewer.request("n", "job", token + " 30"), "ok 30");
 
   // The removed node runs on, and the others' terms stay as they are.
   std::array<std::size_t, kMaxNodes> lines{};
-  for (std::size_t i = 0; i < 3; ++i) lines[i] = nodes_[i]->log_size();
+  for (std::size_t i = 0; i < 3; ++i) lines[i] = cluster_.node(i).log_size();
   std::this_thread::sleep_for(5s);
-  EXPECT_TRUE(nodes_[*first]->running());
+  EXPECT_TRUE(cluster_.node(*first).running());
   for (std::size_t i = 0; i < 3; ++i) {
     if (i == *first) continue;
     EXPECT_EQ(elections_since(i, lines[i]), 0u) << "node " << i + 1;
   }
-  EXPECT_EQ(leader(), next);
+  EXPECT_EQ(cluster_.leader(), next);
   // It no longer takes writes.
-  Client stray(client_ports_[*first]);
+  Client stray(cluster_.client_port(*first));
   EXPECT_EQ(stray.request("l", "other", "0 30").substr(0, 16), "error_not_leader");
 }
 
@@ -413,14 +321,14 @@ CliResult cli(const std::string& arguments, const std::string& environment = "")
 }
 
 TEST_F(ClusterOpsTest, TheCliAddsAndRemovesAVoter) {
-  const std::optional<std::size_t> first = leader();
+  const std::optional<std::size_t> first = cluster_.leader();
   ASSERT_TRUE(first);
   const std::size_t follower = (*first + 1) % 3;
   auto server = [&](std::size_t i) {
-    return "--server 127.0.0.1:" + std::to_string(http_ports_[i]);
+    return "--server 127.0.0.1:" + std::to_string(cluster_.http_port(i));
   };
-  const std::string add = "cluster add-voter --id 4 --raft-address " + raft_address(3) +
-                          " --client-address " + address(3);
+  const std::string add = "cluster add-voter --id 4 --raft-address " + cluster_.raft_address(3) +
+                          " --client-address " + cluster_.address(3);
 
   const CliResult wrong = cli(add + " " + server(*first) + " --admin-token wrong");
   EXPECT_EQ(wrong.code, 77) << wrong.output;
@@ -428,9 +336,10 @@ TEST_F(ClusterOpsTest, TheCliAddsAndRemovesAVoter) {
   EXPECT_EQ(missing.code, 64) << missing.output;
   const CliResult on_follower = cli(add + " " + server(follower) + " --admin-token " + kAdminToken);
   EXPECT_EQ(on_follower.code, 1) << on_follower.output;
-  EXPECT_NE(on_follower.output.find(address(*first)), std::string::npos) << on_follower.output;
+  EXPECT_NE(on_follower.output.find(cluster_.address(*first)), std::string::npos)
+      << on_follower.output;
 
-  start(3, false);
+  cluster_.start(3);
   const CliResult added = cli(add + " " + server(*first) + " --admin-token " + kAdminToken);
   EXPECT_EQ(added.code, 0) << added.output;
   EXPECT_EQ(added.output, "voters: 1 2 3 4\n");
@@ -445,9 +354,9 @@ TEST_F(ClusterOpsTest, TheCliAddsAndRemovesAVoter) {
 // ---- SIGTERM on the leader ---------------------------------------------------------------------
 
 TEST_F(ClusterOpsTest, SigtermOnTheLeaderHandsLeadershipOverBeforeItExits) {
-  const std::optional<std::size_t> first = leader();
+  const std::optional<std::size_t> first = cluster_.leader();
   ASSERT_TRUE(first);
-  Client holder(client_ports_[*first]);
+  Client holder(cluster_.client_port(*first));
   const std::string grant = holder.request("l", "job", "0 60");
   ASSERT_EQ(grant.substr(0, 3), "ok ") << grant;
   const std::string token = grant.substr(3, 32);
@@ -455,20 +364,19 @@ TEST_F(ClusterOpsTest, SigtermOnTheLeaderHandsLeadershipOverBeforeItExits) {
   // leading, so the lock outlives it (closing it first would race its release with the signal).
 
   const auto signalled = std::chrono::steady_clock::now();
-  nodes_[*first]->signal(SIGTERM);
-  stopped_[*first] = true;
-  const std::optional<std::size_t> next = leader(10s, 10ms);
+  cluster_.terminate(*first);
+  const std::optional<std::size_t> next = cluster_.leader(10s, 10ms);
   const auto took = std::chrono::steady_clock::now() - signalled;
   ASSERT_TRUE(next);
   EXPECT_NE(*next, *first);
   // A kill -9 costs at least one election timeout (1 s here) before anyone even stands.
   EXPECT_LT(took, 1000ms) << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
                           << " ms";
-  const std::optional<int> status = nodes_[*first]->wait_exit(10s);
+  const std::optional<int> status = cluster_.node(*first).wait_exit(10s);
   ASSERT_TRUE(status);
   EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << *status;
-  EXPECT_TRUE(nodes_[*first]->wait_for_log("leadership handed over", 0s).has_value());
-  Client renewer(client_ports_[*next]);
+  EXPECT_TRUE(cluster_.node(*first).wait_for_log("leadership handed over", 0s).has_value());
+  Client renewer(cluster_.client_port(*next));
   EXPECT_EQ(renewer.request("n", "job", token + " 30"), "ok 30");
 }
 

@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -23,6 +24,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <stdexcept>
 #include <utility>
 
@@ -646,6 +648,45 @@ std::optional<unsigned long long> fence_of(const std::string& token) {
     if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return std::nullopt;
   }
   return std::stoull(token.substr(0, 16), nullptr, 16);
+}
+
+HttpResult http_request(int port, std::string_view method, std::string_view path,
+                        std::string_view body, const std::vector<std::string>& headers,
+                        milliseconds timeout) {
+  Client http(port);
+  std::string request = std::string(method) + " " + std::string(path) +
+                        " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n";
+  for (const std::string& header : headers) request += header + "\r\n";
+  if (method != "GET" || !body.empty()) {
+    request +=
+        "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+  }
+  request += "\r\n";
+  request += body;
+  HttpResult reply;
+  if (!http.send(request)) return reply;
+  reply.raw = http.pending(timeout);
+  const std::size_t head_end = reply.raw.find("\r\n\r\n");
+  if (reply.raw.rfind("HTTP/1.1 ", 0) != 0 || reply.raw.size() < 12 ||
+      head_end == std::string::npos) {
+    return reply;
+  }
+  reply.status = std::stoi(reply.raw.substr(9, 3));
+  std::istringstream head(reply.raw.substr(0, head_end));
+  std::string line;
+  std::getline(head, line);  // the status line
+  while (std::getline(head, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    const std::size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string name = line.substr(0, colon);
+    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    std::string value = line.substr(colon + 1);
+    while (!value.empty() && value.front() == ' ') value.erase(0, 1);
+    reply.headers[name] = value;
+  }
+  reply.body = reply.raw.substr(head_end + 4);
+  return reply;
 }
 
 std::uint16_t unused_loopback_port() {

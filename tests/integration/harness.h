@@ -29,6 +29,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <regex>
@@ -209,6 +210,22 @@ std::vector<std::string> fields(const std::string& reply);
 
 // The fence of a 32-hex token (its first 16 hex digits, big-endian); nullopt if malformed.
 std::optional<unsigned long long> fence_of(const std::string& token);
+
+// The answer to one HTTP/1.1 request (http_request).
+struct HttpResult {
+  int status = 0;                              // 0: no complete response head
+  std::map<std::string, std::string> headers;  // names lower-cased
+  std::string body;                            // everything after the head
+  std::string raw;                             // every byte received
+  bool has(std::string_view text) const { return raw.find(text) != std::string::npos; }
+};
+
+// One HTTP/1.1 request to 127.0.0.1:port on its own connection (`Connection: close`), read until
+// the server closes it or `timeout` passes. `headers` are extra "Name: value" lines. A request
+// that is not a GET, or has a body, carries `Content-Type: application/json` and its length.
+HttpResult http_request(int port, std::string_view method, std::string_view path,
+                        std::string_view body = "", const std::vector<std::string>& headers = {},
+                        milliseconds timeout = 5s);
 
 // A loopback port nothing listens on right now (bound, then closed). Another process may take it
 // before the caller does; callers that bind it retry.

@@ -11,26 +11,18 @@
 // then closes the session in the engine before the connection count drops, so a `stats` that
 // shows the lower count comes after the close.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <signal.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
-#include <array>
-#include <cctype>
 #include <chrono>
-#include <cstdio>
-#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <regex>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "tests/integration/cluster_harness.h"
 #include "tests/integration/harness.h"
 
 namespace turnstile::integration {
@@ -88,10 +80,7 @@ Client with_ref(int port, const std::string& ref) {
   return client;
 }
 
-struct HttpResponse {
-  int status = 0;                              // 0: no response
-  std::map<std::string, std::string> headers;  // names lower-cased
-  std::string body;
+struct HttpResponse : HttpResult {
   Json json() const {
     try {
       return Json::parse(body);
@@ -104,35 +93,9 @@ struct HttpResponse {
 // One HTTP/1.1 request on its own connection (Connection: close), read until the server closes.
 HttpResponse http_call(int port, const std::string& method, const std::string& path,
                        const std::string& body = "", const std::string& session = "") {
-  Client http(port);
-  std::string request = method + " " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n";
-  if (!session.empty()) request += "X-Dflockd-Session: " + session + "\r\n";
-  if (method == "POST" || !body.empty()) {
-    request +=
-        "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
-  }
-  request += "\r\n" + body;
-  HttpResponse response;
-  if (!http.send(request)) return response;
-  const std::string whole = http.pending(5s);
-  const std::size_t head_end = whole.find("\r\n\r\n");
-  if (whole.size() < 12 || head_end == std::string::npos) return response;
-  response.status = std::stoi(whole.substr(9, 3));
-  std::istringstream head(whole.substr(0, head_end));
-  std::string line;
-  std::getline(head, line);
-  while (std::getline(head, line)) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    const std::size_t colon = line.find(':');
-    if (colon == std::string::npos) continue;
-    std::string name = line.substr(0, colon);
-    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    std::string value = line.substr(colon + 1);
-    while (!value.empty() && value.front() == ' ') value.erase(0, 1);
-    response.headers[name] = value;
-  }
-  response.body = whole.substr(head_end + 4);
-  return response;
+  std::vector<std::string> headers;
+  if (!session.empty()) headers.push_back("X-Dflockd-Session: " + session);
+  return HttpResponse{http_request(port, method, path, body, headers)};
 }
 
 // A daemon with the HTTP API on a free port (retried if another process takes it meanwhile).
@@ -544,122 +507,21 @@ TEST(StableRef, AnHttpLongPollKeepsItsPlaceForItsRef) {
 
 constexpr std::size_t kNodes = 3;
 
-// A port nobody listens on now (the kernel's pick for port 0, released at once).
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof address;
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-    throw std::runtime_error("no free port");
-  }
-  const int port = ntohs(address.sin_port);
-  ::close(fd);
-  return port;
-}
-
 class StableRefClusterTest : public ::testing::Test {
  protected:
-  // Ports are picked free and bound later by the daemons: another process on the machine may take
-  // one meanwhile, and the node then fails to start. Such a start is retried with new ports and
-  // new directories.
-  void SetUp() override {
-    for (int attempt = 1;; ++attempt) {
-      std::string peers;
-      for (std::size_t i = 0; i < kNodes; ++i) {
-        client_ports_[i] = free_port();
-        raft_ports_[i] = free_port();
-        http_ports_[i] = free_port();
-        if (!peers.empty()) peers += ",";
-        peers += std::to_string(i + 1) + "=127.0.0.1:" + std::to_string(raft_ports_[i]) +
-                 "@127.0.0.1:" + std::to_string(client_ports_[i]);
-      }
-      peers_ = peers;
-      try {
-        for (std::size_t i = 0; i < kNodes; ++i) {
-          dirs_[i] = std::make_unique<TempDir>();
-          start(i);
-        }
-        for (std::size_t i = 0; i < kNodes; ++i) {
-          // The HTTP port is bound after the client port's listening line.
-          if (!nodes_[i]->wait_for_log("HTTP API listening", 10s)) {
-            throw std::runtime_error("node " + std::to_string(i + 1) + ": no HTTP API");
-          }
-        }
-        return;
-      } catch (const std::runtime_error& e) {
-        if (attempt == 3) throw;
-        std::fprintf(stderr, "cluster start failed (attempt %d), retrying: %s\n", attempt,
-                     e.what());
-        for (std::unique_ptr<Daemon>& node : nodes_) node.reset();
-      }
-    }
-  }
-
-  void start(std::size_t i) {
-    DaemonOptions options;
-    options.args = {"--port",
-                    std::to_string(client_ports_[i]),
-                    "--threads",
-                    "2",
-                    "--raft-dir",
-                    dirs_[i]->path(),
-                    "--node-id",
-                    std::to_string(i + 1),
-                    "--raft-addr",
-                    "127.0.0.1:" + std::to_string(raft_ports_[i]),
-                    "--cluster-peers",
-                    peers_,
-                    "--cluster-bootstrap",
-                    "--cluster-secret",
-                    "integration-secret",
-                    "--http-port",
-                    std::to_string(http_ports_[i]),
-                    "--orphan-ttl",
-                    "30"};
-    nodes_[i] = std::make_unique<Daemon>(options);
-  }
-
-  std::string address(std::size_t i) const {
-    return "127.0.0.1:" + std::to_string(client_ports_[i]);
-  }
-
-  // The live node whose `barrier` is answered `ok` (applied through the log), polling up to
-  // `timeout`.
-  std::optional<std::size_t> leader(std::chrono::milliseconds timeout = 20s) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (std::chrono::steady_clock::now() < deadline) {
-      for (std::size_t i = 0; i < kNodes; ++i) {
-        if (nodes_[i] == nullptr || stopped_[i]) continue;
-        Client client(client_ports_[i]);
-        if (client.request("barrier", "_", "_", 3s) == "ok") return i;
-      }
-      std::this_thread::sleep_for(100ms);
-    }
-    return std::nullopt;
-  }
-
-  std::array<std::unique_ptr<TempDir>, kNodes> dirs_;
-  std::array<int, kNodes> client_ports_{};
-  std::array<int, kNodes> raft_ports_{};
-  std::array<int, kNodes> http_ports_{};
-  std::string peers_;
-  std::array<std::unique_ptr<Daemon>, kNodes> nodes_;
-  std::array<bool, kNodes> stopped_{};
+  LoopbackCluster cluster_{{.extra_args = {"--orphan-ttl", "30"}}};
 };
 
 TEST_F(StableRefClusterTest, BarrierAndReadIndexAnswerOnTheLeaderAndRedirectOnFollowers) {
-  const std::optional<std::size_t> leader_index = leader();
+  const std::optional<std::size_t> leader_index = cluster_.leader(20s);
   ASSERT_TRUE(leader_index);
-  const std::string expected = "error_not_leader " + address(*leader_index);
+  const std::string expected = "error_not_leader " + cluster_.address(*leader_index);
   for (std::size_t i = 0; i < kNodes; ++i) {
     SCOPED_TRACE("node " + std::to_string(i + 1));
     if (i == *leader_index) {
-      Client client(client_ports_[i]);
+      Client client(cluster_.client_port(i));
       EXPECT_EQ(client.request("barrier", "_", "_"), "ok");
-      const HttpResponse response = http_call(http_ports_[i], "GET", "/v1/readindex");
+      const HttpResponse response = http_call(cluster_.http_port(i), "GET", "/v1/readindex");
       EXPECT_EQ(response.status, 200) << response.body;
       EXPECT_EQ(response.json().value("status", ""), "ok") << response.body;
       continue;
@@ -668,7 +530,7 @@ TEST_F(StableRefClusterTest, BarrierAndReadIndexAnswerOnTheLeaderAndRedirectOnFo
     std::string reply;
     EXPECT_TRUE(eventually(
         [&] {
-          Client client(client_ports_[i]);
+          Client client(cluster_.client_port(i));
           reply = client.request("barrier", "_", "_");
           return reply == expected;
         },
@@ -677,20 +539,20 @@ TEST_F(StableRefClusterTest, BarrierAndReadIndexAnswerOnTheLeaderAndRedirectOnFo
     HttpResponse response;
     EXPECT_TRUE(eventually(
         [&] {
-          response = http_call(http_ports_[i], "GET", "/v1/readindex");
+          response = http_call(cluster_.http_port(i), "GET", "/v1/readindex");
           return response.status == 503;
         },
         10s))
         << response.status << " " << response.body;
     EXPECT_EQ(response.json().value("error", ""), "not_leader") << response.body;
-    EXPECT_EQ(response.headers["x-dflockd-leader"], address(*leader_index));
+    EXPECT_EQ(response.headers["x-dflockd-leader"], cluster_.address(*leader_index));
   }
 }
 
 TEST_F(StableRefClusterTest, RefsTakeBackHoldersAndPlacesFromTheNewLeader) {
-  const std::optional<std::size_t> first = leader();
+  const std::optional<std::size_t> first = cluster_.leader(20s);
   ASSERT_TRUE(first);
-  const int old_port = client_ports_[*first];
+  const int old_port = cluster_.client_port(*first);
   Client a = with_ref(old_port, "r1");
   const std::string grant = a.request("l", "k", "0 60");
   const std::string token = token_of(grant);
@@ -700,13 +562,11 @@ TEST_F(StableRefClusterTest, RefsTakeBackHoldersAndPlacesFromTheNewLeader) {
   // Applied on the leader, so committed: the next leader has it.
   ASSERT_TRUE(eventually([&] { return waiters_of(old_port, "k") == 1; }, 5s));
 
-  nodes_[*first]->signal(SIGKILL);
-  ASSERT_TRUE(nodes_[*first]->wait_exit(5s));
-  stopped_[*first] = true;
-  const std::optional<std::size_t> next = leader();
+  ASSERT_TRUE(cluster_.kill(*first));
+  const std::optional<std::size_t> next = cluster_.leader(20s);
   ASSERT_TRUE(next);
   ASSERT_NE(*next, *first);
-  const int port = client_ports_[*next];
+  const int port = cluster_.client_port(*next);
 
   // a's holder was kept for r1 (with its lease): the ref takes it back, same token.
   Client a2 = with_ref(port, "r1");
@@ -733,14 +593,13 @@ TEST_F(StableRefClusterTest, RefsTakeBackHoldersAndPlacesFromTheNewLeader) {
   EXPECT_FALSE(token_of(*last).empty()) << *last;
 
   // The killed node restarts from its directory (orphans in its log and snapshots) and follows.
-  start(*first);
-  stopped_[*first] = false;
+  cluster_.start(*first);
   std::string reply;
   EXPECT_TRUE(eventually(
       [&] {
-        Client client(client_ports_[*first]);
+        Client client(cluster_.client_port(*first));
         reply = client.request("barrier", "_", "_");
-        return reply == "error_not_leader " + address(*next);
+        return reply == "error_not_leader " + cluster_.address(*next);
       },
       15s))
       << reply;
