@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds turnstile and runs the whole test suite, then each libFuzzer harness for 60 s. Installs
-# what is missing first (needs root on a fresh machine). About 10 minutes from a fresh clone on two
-# cores, 5 of them fuzzing: TURNSTILE_FUZZ_SECONDS=0 skips the fuzzers, =N runs each for N s.
+# what is missing first (needs root on a fresh machine). About 20 minutes from a fresh clone on two
+# cores, 7 of them fuzzing: TURNSTILE_FUZZ_SECONDS=0 skips the fuzzers, =N runs each for N s.
 # Usage: scripts/test.sh [extra ctest arguments]
 set -euo pipefail
 cd "$(dirname "$0")/.."
