@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
+#include <span>
 
 #include "core/assert.h"
 #include "core/http_sessions.h"
@@ -98,10 +99,16 @@ std::optional<HttpBadRequest> read_int(const Json& body, const char* field, std:
   return std::nullopt;
 }
 
-// The JSON object of a body (an empty or blank body is {}), or why it is not one.
-std::variant<HttpBadRequest, Json> parse_object(std::string_view body) {
+// The JSON object of a body whose fields are all among `allowed` (empty entries are unused), or
+// why it is not one. A blank body is {} when `blank_allowed`, else not an object.
+std::variant<HttpBadRequest, Json> parse_object(std::string_view body,
+                                                std::span<const std::string_view> allowed,
+                                                bool blank_allowed) {
   if (body.size() > kHttpBodyMax) return HttpBadRequest{"request body larger than 1 MiB"};
-  if (std::all_of(body.begin(), body.end(), is_space_byte)) return Json::object();
+  if (std::all_of(body.begin(), body.end(), is_space_byte)) {
+    if (!blank_allowed) return HttpBadRequest{"request body must be a JSON object"};
+    return Json::object();
+  }
   if (const std::optional<std::size_t> bad = first_invalid_utf8(body)) {
     return HttpBadRequest{"request body is not valid UTF-8 (byte " + std::to_string(*bad) + ")"};
   }
@@ -113,6 +120,13 @@ std::variant<HttpBadRequest, Json> parse_object(std::string_view body) {
     return HttpBadRequest{e.what()};
   }
   if (!json.is_object()) return HttpBadRequest{"request body must be a JSON object"};
+  for (const auto& field : json.items()) {
+    const std::string& name = field.key();
+    if (std::none_of(allowed.begin(), allowed.end(),
+                     [&](std::string_view a) { return !a.empty() && name == a; })) {
+      return HttpBadRequest{"unknown field \"" + name + "\""};
+    }
+  }
   return json;
 }
 
@@ -158,19 +172,9 @@ std::optional<HttpBadRequest> parse_body(HttpEndpoint endpoint, std::string_view
     default:
       TS_ASSERT(false);  // only the endpoints with a {key} come here
   }
-  if (!body_optional && std::all_of(body.begin(), body.end(), is_space_byte)) {
-    return HttpBadRequest{"request body must be a JSON object"};
-  }
-  std::variant<HttpBadRequest, Json> parsed = parse_object(body);
+  std::variant<HttpBadRequest, Json> parsed = parse_object(body, allowed, body_optional);
   if (auto* bad = std::get_if<HttpBadRequest>(&parsed)) return std::move(*bad);
   const Json json = std::move(std::get<Json>(parsed));
-  for (const auto& field : json.items()) {
-    const std::string& name = field.key();
-    if (std::none_of(allowed.begin(), allowed.end(),
-                     [&](std::string_view a) { return !a.empty() && name == a; })) {
-      return HttpBadRequest{"unknown field \"" + name + "\""};
-    }
-  }
   std::int64_t value = 0;
   if (json.contains("acquire_timeout_s") || json.contains("timeout_s")) {
     const char* field = json.contains("timeout_s") ? "timeout_s" : "acquire_timeout_s";
@@ -304,12 +308,10 @@ std::variant<HttpBadRequest, HttpSessionRequest> decode_http_session_request(
 }
 
 std::variant<HttpBadRequest, std::string> decode_http_session_create(std::string_view body) {
-  std::variant<HttpBadRequest, Json> parsed = parse_object(body);
+  constexpr std::array<std::string_view, 1> kFields = {"stable_ref"};
+  std::variant<HttpBadRequest, Json> parsed = parse_object(body, kFields, /*blank_allowed=*/true);
   if (auto* bad = std::get_if<HttpBadRequest>(&parsed)) return std::move(*bad);
   const Json& json = std::get<Json>(parsed);
-  for (const auto& field : json.items()) {
-    if (field.key() != "stable_ref") return HttpBadRequest{"unknown field \"" + field.key() + "\""};
-  }
   auto it = json.find("stable_ref");
   if (it == json.end()) return std::string();
   if (!it->is_string()) return HttpBadRequest{"field \"stable_ref\" must be a string"};
@@ -448,18 +450,10 @@ AdminAccess admin_access(const std::optional<std::string>& admin_token,
 }
 
 std::variant<HttpBadRequest, AdminVoterAdd> decode_admin_voter_add(std::string_view body) {
-  if (std::all_of(body.begin(), body.end(), is_space_byte)) {
-    return HttpBadRequest{"request body must be a JSON object"};
-  }
-  std::variant<HttpBadRequest, Json> parsed = parse_object(body);
+  constexpr std::array<std::string_view, 3> kFields = {"id", "raft_address", "client_address"};
+  std::variant<HttpBadRequest, Json> parsed = parse_object(body, kFields, /*blank_allowed=*/false);
   if (auto* bad = std::get_if<HttpBadRequest>(&parsed)) return std::move(*bad);
   const Json json = std::move(std::get<Json>(parsed));
-  for (const auto& field : json.items()) {
-    const std::string& name = field.key();
-    if (name != "id" && name != "raft_address" && name != "client_address") {
-      return HttpBadRequest{"unknown field \"" + name + "\""};
-    }
-  }
   AdminVoterAdd add;
   auto id = json.find("id");
   if (id == json.end() || !id->is_number_unsigned() || id->get<std::uint64_t>() == 0 ||
