@@ -4,7 +4,23 @@
 
 #include "core/assert.h"
 
+#ifdef TURNSTILE_CANARY_ACK_BEFORE_COMMIT
+#include <memory>
+#include <unordered_map>
+#endif
+
 namespace turnstile::core {
+
+#ifdef TURNSTILE_CANARY_ACK_BEFORE_COMMIT
+namespace {
+// CANARY (turnstile-sim-canary-cluster): each leader's replica as it would be once the entries it
+// proposed apply, kept beside the leader (the class's layout stays the same in every build).
+std::unordered_map<const void*, std::unique_ptr<Replica>>& speculations() {
+  static std::unordered_map<const void*, std::unique_ptr<Replica>> replicas;
+  return replicas;
+}
+}  // namespace
+#endif
 
 ClusterLeader::ClusterLeader(const ClusterLeaderConfig& config, const Replica& replica)
     : config_(config), replica_(replica) {
@@ -120,6 +136,23 @@ std::optional<LogEntry> ClusterLeader::take_entry(Instant clock, std::uint64_t s
     batch.origins.push_back(pending_.front().origin);
     pending_.pop_front();
   }
+#ifdef TURNSTILE_CANARY_ACK_BEFORE_COMMIT
+  // CANARY: the leader answers an entry's requests as soon as it proposes it, from what applying
+  // it to its own replica would give, instead of once the entry is committed and applied. While
+  // it keeps leading nobody can tell; when it loses an entry that never reached a majority, a
+  // client holds a grant the cluster never made.
+  std::unique_ptr<Replica>& speculative = speculations()[this];
+  if (!speculative || in_flight_.empty()) {
+    speculative = std::make_unique<Replica>(EngineConfig{});
+    TS_ASSERT(speculative->restore(replica_.save()));
+  }
+  const AppliedEntry guessed = speculative->apply(speculative->applied_index() + 1, entry);
+  for (std::size_t i = 0; i < batch.origins.size(); ++i) {
+    if (batch.origins[i].kind == Origin::Kind::kTick) continue;
+    answer(batch.origins[i], guessed.results[i]);
+    batch.origins[i].kind = Origin::Kind::kTakeover;  // answered: nothing more when it applies
+  }
+#endif
   in_flight_.push_back(std::move(batch));
   return entry;
 }

@@ -920,11 +920,15 @@ struct Engine::Impl {
     TS_ASSERT(false);
   }
 
-  Reply release(Namespace ns, const Request& request, std::vector<Delivery>& out) {
+  Reply release(SessionId session, Namespace ns, const Request& request,
+                std::vector<Delivery>& out) {
     Resource* resource = find(ns, request.key);
     if (resource == nullptr || !request.token) return Reply::of(Status::kError);
     Holder* holder = find_holder(*resource, *request.token);
     if (holder == nullptr) return Reply::of(Status::kError);
+    // A give-back takes back only what its closed session still holds: not a slot its close
+    // handed to a waiter with its stable ref, nor one another session adopted since.
+    if (request.give_back && holder->session != session) return Reply::of(Status::kError);
     if (holder->two_phase_pending && holder->owner != nullptr) {
       erase_record(*holder->owner, *resource);
     }
@@ -1516,7 +1520,7 @@ struct Engine::Impl {
     std::vector<ResourceView> views;
     for (const ResourceMap& map : resources) {
       map.for_each([&](const std::string& key, const Resource& resource) {
-        ResourceView view{resource.ns, key, resource.limit, {}, {}};
+        ResourceView view{resource.ns, key, resource.limit, {}, {}, {}, {}};
         for (const Holder* h = resource.holders.front(); h != nullptr;
              h = decltype(resource.holders)::next(h)) {
           view.holders.push_back(HolderView{resource.ns, key, h->token, h->session, h->deadline});
@@ -1524,6 +1528,8 @@ struct Engine::Impl {
         for (const Waiter* w = resource.waiters.front(); w != nullptr;
              w = decltype(resource.waiters)::next(w)) {
           view.waiters.push_back(w->session);
+          view.waiters_orphaned.push_back(w->owner == nullptr);
+          view.waiter_refs.push_back(w->owner != nullptr ? w->owner->ref : w->ref);
         }
         views.push_back(std::move(view));
       });
@@ -1554,7 +1560,7 @@ Reply Engine::handle(Instant now, SessionId session, const Request& request,
       return impl_->acquire(session, ns, request);
     case Command::kRelease:
     case Command::kSemRelease:
-      return impl_->release(ns, request, out);
+      return impl_->release(session, ns, request, out);
     case Command::kRenew:
     case Command::kSemRenew:
       return impl_->renew(ns, request);

@@ -179,6 +179,10 @@ class Engine {
     std::int64_t limit;
     std::vector<HolderView> holders;
     std::vector<SessionId> waiters;  // queue order
+    // Per waiter: orphaned (its session closed; kept for an acquire or enqueue with its ref).
+    std::vector<bool> waiters_orphaned;
+    // Per waiter: its stable ref (its session's, or the orphan's), empty when it has none.
+    std::vector<std::string> waiter_refs;
   };
   std::vector<ResourceView> inspect() const;
 

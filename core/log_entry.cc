@@ -23,9 +23,11 @@ void write_request(ByteWriter& w, const Request& request) {
     w.u64(request.token->salt);
   }
   w.bytes(request.ref);
+  w.u8(request.give_back ? 1 : 0);
 }
 
-bool read_request(ByteReader& r, Request& request) {
+// `version`: of the entry; version 2 had no give-back flag.
+bool read_request(ByteReader& r, std::uint8_t version, Request& request) {
   std::uint8_t command = 0;
   std::uint8_t has_token = 0;
   if (!r.u8(command) || command > static_cast<std::uint8_t>(Command::kStableRef)) return false;
@@ -49,6 +51,16 @@ bool read_request(ByteReader& r, Request& request) {
   }
   if (!r.bytes(request.ref) || (!request.ref.empty() && !is_valid_stable_ref(request.ref))) {
     return false;
+  }
+  if (version >= 3) {
+    std::uint8_t give_back = 0;
+    if (!r.u8(give_back) || give_back > 1) return false;
+    // Only a release gives back.
+    if (give_back == 1 && request.command != Command::kRelease &&
+        request.command != Command::kSemRelease) {
+      return false;
+    }
+    request.give_back = give_back == 1;
   }
   return true;
 }
@@ -89,7 +101,8 @@ std::string encode_entry(const LogEntry& entry) {
 std::optional<LogEntry> decode_entry(std::string_view bytes) {
   ByteReader r(bytes);
   std::uint8_t version = 0;
-  if (!r.u8(version) || version != kLogEntryVersion) return std::nullopt;
+  // Version 2 (before the give-back flag) is still read: a log written by it applies alike.
+  if (!r.u8(version) || version < 2 || version > kLogEntryVersion) return std::nullopt;
   LogEntry entry;
   std::int64_t time = 0;
   std::uint64_t count = 0;
@@ -105,7 +118,7 @@ std::optional<LogEntry> decode_entry(std::string_view bytes) {
       case Tag::kSubmit: {
         command::Submit submit;
         if (!r.u64(submit.session.value) || submit.session.value == 0 ||
-            !read_request(r, submit.request)) {
+            !read_request(r, version, submit.request)) {
           return std::nullopt;
         }
         entry.commands.emplace_back(std::move(submit));

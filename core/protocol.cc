@@ -60,6 +60,7 @@ Request release_of(const Request& granted_request, const Token& token) {
                         : Command::kSemRelease;
   release.key = granted_request.key;
   release.token = token;
+  release.give_back = true;
   return release;
 }
 

@@ -62,12 +62,18 @@ struct Request {
   // it the engine keeps the session's slots for a while after it closes (--orphan-ttl), and an
   // acquire or enqueue with the same ref takes them back (docs/semantics.md, "Stable refs").
   std::string ref;
+  // r, sr: a give-back (release_of) by a session that closed before its grant reached it. It
+  // releases the token only while the giving session still holds it: a slot its close already
+  // handed on (to a waiter with its stable ref) or that another session adopted stays where it
+  // is. Never on the wire.
+  bool give_back = false;
 
   bool operator==(const Request&) const = default;
 };
 
-// The release (`r` or `sr`) of the grant `token` that answered `granted_request`: how a session
-// hands back a grant nobody will receive (its client left, or its request was abandoned).
+// The release (`r` or `sr`, a give-back) of the grant `token` that answered `granted_request`: how
+// a session hands back a grant nobody will receive (its client left, or its request was
+// abandoned).
 Request release_of(const Request& granted_request, const Token& token);
 
 enum class Status : std::uint8_t {

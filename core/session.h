@@ -31,7 +31,8 @@
 //    begins, so shutdown never waits for idle clients.
 //  * After close (peer EOF or a closing error) a request still in flight stays accounted for:
 //    when its reply arrives it is dropped, and if it was a grant the session asks the driver to
-//    give the token back (a release), so a grant that raced the close goes to the next waiter.
+//    give the token back (release_of, a release marked give_back), so a grant that raced the close
+//    goes to the next waiter; the engine ignores it if the slot has moved on to another session.
 //
 // Thread affinity: one session belongs to one thread (its connection's).
 #pragma once

@@ -58,7 +58,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       }
       continue;
     }
-    check(encode_entry(*entry) == piece, "a decoded entry re-encodes to other bytes");
+    // An entry of the current version re-encodes to its bytes (an older one to the current
+    // encoding).
+    if (static_cast<std::uint8_t>(piece[0]) == kLogEntryVersion) {
+      check(encode_entry(*entry) == piece, "a decoded entry re-encodes to other bytes");
+    }
     ++index;
     const AppliedEntry a = replica.apply(index, *entry);
     const AppliedEntry b = replayed.apply(index, *entry);

@@ -91,6 +91,8 @@ void Checker::check_engine(std::size_t shard, const core::Engine& engine, std::i
         return;
       }
       KeySnapshot& snapshot = current[key];
+      snapshot.orphaned = view.waiters_orphaned;
+      snapshot.refs = view.waiter_refs;
       for (SessionId waiter : view.waiters) {
         if (forgotten_.count(waiter.value) != 0) {
           fail_("leak", key_name(key) + " has a waiter of forgotten session " +
@@ -153,8 +155,18 @@ void Checker::check_engine(std::size_t shard, const core::Engine& engine, std::i
         break;
       }
     }
+    // A close hands its slot to a waiter with the same stable ref, wherever it waits: a waiter
+    // granted behind the first that still waits is in order if a waiter of its ref ahead of it
+    // left the queue in the same step.
+    auto handed_on = [&](std::size_t i) {
+      if (i >= before.refs.size() || before.refs[i].empty()) return false;
+      for (std::size_t j = 0; j < i; ++j) {
+        if (still.count(w[j]) == 0 && before.refs[j] == before.refs[i]) return true;
+      }
+      return false;
+    };
     for (std::size_t i = first_still + 1; i < w.size(); ++i) {
-      if (still.count(w[i]) == 0 && granted.count(w[i]) != 0) {
+      if (still.count(w[i]) == 0 && granted.count(w[i]) != 0 && !handed_on(i)) {
         fail_("fifo", key_name(key) + ": session " + std::to_string(w[i]) +
                           " was granted while session " + std::to_string(w[first_still]) +
                           ", ahead of it, still waits; queue before " + join(w) + " after " +
@@ -162,8 +174,14 @@ void Checker::check_engine(std::size_t shard, const core::Engine& engine, std::i
         return;
       }
     }
+    // A newcomer may have adopted an orphaned waiter's place ahead of the first that still waits
+    // (docs/semantics.md, "Stable refs and orphans"): then its grant keeps the queue's order.
+    bool orphan_left_ahead = false;
+    for (std::size_t i = 0; i < first_still && i < before.orphaned.size(); ++i) {
+      orphan_left_ahead = orphan_left_ahead || before.orphaned[i];
+    }
     for (std::uint64_t session : granted) {
-      if (first_still < w.size() && distinct.count(session) == 0) {
+      if (first_still < w.size() && distinct.count(session) == 0 && !orphan_left_ahead) {
         fail_("fifo", key_name(key) + ": newcomer session " + std::to_string(session) +
                           " was granted while session " + std::to_string(w[first_still]) +
                           " still waits");

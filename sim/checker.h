@@ -52,6 +52,8 @@ class Checker {
  private:
   struct KeySnapshot {
     std::vector<std::uint64_t> waiters;
+    std::vector<bool> orphaned;     // per waiter
+    std::vector<std::string> refs;  // per waiter: its stable ref, if any
   };
 
   const Settings& settings_;

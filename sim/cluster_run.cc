@@ -1,7 +1,11 @@
 #include "sim/cluster_run.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <iterator>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -9,10 +13,15 @@
 #include <utility>
 #include <vector>
 
+#include "core/cluster_leader.h"
 #include "core/log_entry.h"
 #include "core/protocol.h"
+#include "core/wire.h"
 #include "sim/checker.h"
+#include "sim/client_view.h"
+#include "sim/cluster_node.h"
 #include "sim/digest.h"
+#include "sim/history.h"
 #include "sim/prng.h"
 #include "sim/raft_cluster.h"
 #include "sim/settings.h"
@@ -22,24 +31,85 @@ namespace turnstile::sim {
 namespace {
 
 using core::Command;
+using core::Namespace;
 using core::Request;
 using core::SessionId;
 
-constexpr std::uint64_t kSessions = 8;  // sessions 1..8
+constexpr std::uint64_t kClients = 10;
+constexpr std::int64_t kNsPerMs = 1'000'000;
+// Node i's client address, as error_not_leader names it.
+constexpr int kClientPortBase = 7000;
+constexpr unsigned kHealedWaitMs = 20'000;  // after the heal, every request must be answered
 
-class ClusterRun {
+std::string client_address(unsigned node) {
+  return "127.0.0.1:" + std::to_string(kClientPortBase + static_cast<int>(node));
+}
+
+std::optional<unsigned> node_of_address(const std::string& address, unsigned nodes) {
+  const std::size_t colon = address.rfind(':');
+  if (colon == std::string::npos) return std::nullopt;
+  const int port = std::atoi(address.c_str() + colon + 1);
+  if (port < kClientPortBase || port >= kClientPortBase + static_cast<int>(nodes)) {
+    return std::nullopt;
+  }
+  return static_cast<unsigned>(port - kClientPortBase);
+}
+
+// The per-node engine checker's settings: one engine (the replica's), auto-release as the run.
+Settings replica_checker_settings(bool auto_release) {
+  Settings settings;
+  settings.shards = 1;
+  settings.auto_release = auto_release;
+  return settings;
+}
+
+class ClusterRun final : public RaftCluster::Host {
  public:
   explicit ClusterRun(const Options& options)
       : options_(options),
         nodes_(options.profile == "cluster-5" ? 5U : 3U),
         work_(options.seed, kWorkload),
         faults_(options.seed, kFaults),
-        cluster_(nodes_, options.seed) {}
+        salts_(options.seed, kSalts),
+        cluster_(nodes_, options.seed) {
+    // Drawn from the seed, not its streams: auto-release on three seeds in four; orphans kept
+    // for 0, 1 or 2 s.
+    leader_config_.auto_release = options.seed % 4 != 0;
+    leader_config_.orphan_ttl =
+        core::Duration::seconds(static_cast<std::int64_t>(options.seed / 4 % 3));
+    checker_settings_.auto_release = leader_config_.auto_release;
+    for (unsigned node = 0; node < nodes_; ++node) {
+      lives_.push_back(0);
+      processes_.push_back(start_process(node));
+      checkers_.push_back(make_checker());
+    }
+    clients_.resize(kClients);
+    for (std::uint64_t i = 0; i < kClients; ++i) {
+      clients_[i].id = i;
+      // Clients 0 to 5 carry a stable ref, two clients to a ref, so that one client's orphans can
+      // be adopted by the other (docs/semantics.md, "Stable refs and orphans"); 6 to 9 carry none.
+      if (i < 6) clients_[i].ref = "ref-" + std::to_string(i % 3);
+    }
+    cluster_.set_host(this);
+  }
 
   Result run() {
-    result_.settings = "nodes=" + std::to_string(nodes_);
+    result_.settings =
+        "nodes=" + std::to_string(nodes_) +
+        " auto_release=" + (leader_config_.auto_release ? "1" : "0") +
+        " orphan_ttl_s=" + std::to_string(leader_config_.orphan_ttl.ns() / 1'000'000'000);
     for (std::uint64_t step = 0; step < options_.events && result_.ok; ++step) {
+      // Clients ask first; a fault, if any, strikes 0 to 40 ms later, while their entries may
+      // still be on their way to a majority.
+      const std::int64_t acting = work_.between(1, 3);
+      for (std::int64_t i = 0; i < acting && result_.ok; ++i) {
+        client_act(clients_[work_.below(kClients)]);
+      }
+      cluster_.propose_barriers();
+      const unsigned span = static_cast<unsigned>(work_.between(0, 300));
       const std::uint64_t dice = faults_.below(1000);
+      const unsigned before = dice < 80 ? static_cast<unsigned>(faults_.between(0, 40)) : 0;
+      cluster_.step_for(std::min(before, span));
       if (dice < 20) {
         kill_one();
       } else if (dice < 45) {
@@ -48,26 +118,168 @@ class ClusterRun {
         cut_one();
       } else if (dice < 80) {
         heal_links();
-      } else {
-        propose();
       }
-      cluster_.step_for(static_cast<unsigned>(work_.between(0, 300)));
+      cluster_.step_for(span - std::min(before, span));
       ++result_.events_run;
       check();
     }
     if (result_.ok) heal_and_converge();
+    if (result_.ok) check_history();
     result_.coverage["snapshot-taken"] = cluster_.snapshots_taken();
     result_.coverage["snapshot-restored"] = cluster_.snapshots_restored();
     result_.digest = digest_.value();
     return result_;
   }
 
+  // ---- RaftCluster::Host ---------------------------------------------------------------------
+
+  void on_applied(unsigned node, const core::LogEntry& entry,
+                  const core::AppliedEntry& applied) override {
+    if (processes_[node]) processes_[node]->applied(entry, applied);
+    if (options_.trace && cluster_.ready(node)) trace_applied(node, entry);
+    // FIFO, live holders within the limit and rising fences, entry by entry, on every replica.
+    checkers_[node]->check_engine(0, cluster_.replica(node).engine(), now_ns());
+  }
+
+  // --trace: what the leader applied, and then every resource's holders and waiters.
+  void trace_applied(unsigned node, const core::LogEntry& entry) const {
+    std::string text;
+    for (const core::LogCommand& command : entry.commands) {
+      if (const auto* submit = std::get_if<core::command::Submit>(&command)) {
+        text += " submit " + std::to_string(submit->session.value) + " " +
+                std::string(core::command_name(submit->request.command)) + " " +
+                submit->request.key;
+      } else if (const auto* close = std::get_if<core::command::Close>(&command)) {
+        text += " close " + std::to_string(close->session.value);
+      } else {
+        text += std::holds_alternative<core::command::Tick>(command) ? " tick" : " cancel";
+      }
+      text += ";";
+    }
+    for (const core::Engine::ResourceView& view : cluster_.replica(node).engine().inspect()) {
+      text += " | " + key_name({view.ns, view.key}) + " held";
+      for (const core::Engine::HolderView& holder : view.holders) {
+        text += " " + std::to_string(holder.token.fence.value) + "@" +
+                std::to_string(holder.session.value) + " until " +
+                std::to_string(holder.deadline.ns() / kNsPerMs);
+      }
+      text += " waiting";
+      for (SessionId waiter : view.waiters) text += " " + std::to_string(waiter.value);
+    }
+    std::printf("%lld node %u applies entry at %lld:%s\n",
+                static_cast<long long>(now_ns() / kNsPerMs), node,
+                static_cast<long long>(entry.time.ns() / kNsPerMs), text.c_str());
+  }
+
+  void on_restored(unsigned node) override {
+    // The state jumped ahead: the FIFO check starts again from it.
+    checkers_[node] = make_checker();
+  }
+
+  void after_step() override {
+    if (!result_.ok) return;
+    for (unsigned node = 0; node < nodes_; ++node) drive(node);
+  }
+
  private:
+  struct Outstanding {
+    Request request;
+    bool ref_line = false;  // the stable-ref line, answered `ok`
+    std::uint64_t op = 0;   // the History's operation; 0: not recorded
+    std::int64_t sent_ns = 0;
+  };
+  struct Client {
+    std::uint64_t id = 0;
+    std::string ref;               // empty: none
+    std::optional<unsigned> node;  // connected to
+    SessionId session;
+    std::uint64_t connection = 0;  // the History's id of the connection
+    std::string input;
+    std::optional<Outstanding> pending;
+    ClientView view;                               // tokens held, keys enqueued
+    std::map<ResourceKey, std::uint64_t> held_on;  // the connection each grant came on
+    std::optional<unsigned> hint;                  // the leader an error_not_leader named
+    bool stopped = false;                          // healed: nothing new
+  };
+
+  std::int64_t now_ns() const { return cluster_.now().ns(); }
+
   void fail(const std::string& invariant, const std::string& detail) {
     if (!result_.ok) return;
     result_.ok = false;
     result_.invariant = invariant;
     result_.detail = detail;
+  }
+
+  std::unique_ptr<Checker> make_checker() {
+    auto checker =
+        std::make_unique<Checker>(checker_settings_, checker_failed_, result_.grants_seen,
+                                  [this](const std::string& invariant, const std::string& detail) {
+                                    checker_failed_ = true;
+                                    fail(invariant, detail);
+                                  });
+    checker->new_life(0, true);  // a cluster has one life
+    return checker;
+  }
+
+  // A new life of `node`'s process: its sessions carry a tag no other life of any node has.
+  std::unique_ptr<NodeProcess> start_process(unsigned node) {
+    const std::uint32_t tag = 1 + node + nodes_ * static_cast<std::uint32_t>(lives_[node]++);
+    return std::make_unique<NodeProcess>(tag, cluster_.replica(node), leader_config_);
+  }
+
+  // ---- the nodes' processes ------------------------------------------------------------------
+
+  // What raft says reaches the node's process; its messages move; the entries it takes are
+  // proposed; its replies reach its clients.
+  void drive(unsigned node) {
+    NodeProcess* process = processes_[node].get();
+    if (process == nullptr) return;
+    const core::Instant now = cluster_.now();
+    if (cluster_.ready(node)) {
+      const std::uint64_t term = cluster_.term(node);
+      if (process->leading_term() != term) {
+        process->lead(now, term);
+        if (process->leading_term() == term) {
+          if (options_.trace)
+            std::printf("%lld node %u leads term %llu\n",
+                        static_cast<long long>(now_ns() / kNsPerMs), node,
+                        static_cast<unsigned long long>(term));
+          ++result_.coverage["lead"];
+          digest_.add(0x1ead00 + node);
+        }
+      }
+    } else {
+      const std::optional<unsigned> leader = cluster_.leader();
+      process->follow(leader && *leader != node ? client_address(*leader) : std::string());
+    }
+    process->pump(now);
+    while (std::optional<core::LogEntry> entry = process->take_entry(now, salts_.next())) {
+      const std::uint64_t index = cluster_.propose(node, *entry);
+      if (index == 0) {
+        // Raft refused: the node no longer leads, whatever it was told last.
+        ++result_.coverage["refused"];
+        process->follow({});
+        break;
+      }
+      digest_.add(index);
+      ++result_.coverage["proposed"];
+    }
+    process->pump(now);
+    for (SessionId closed : process->take_closed()) {
+      auto it = history_connections_.find(closed.value);
+      if (it != history_connections_.end()) history_.connection_closed(it->second, now_ns());
+    }
+    for (Client& client : clients_) {
+      if (client.node != node || !result_.ok) continue;
+      client.input += process->take_output(client.session);
+      std::size_t newline = 0;
+      while (client.node == node && (newline = client.input.find('\n')) != std::string::npos) {
+        const std::string line = client.input.substr(0, newline);
+        client.input.erase(0, newline + 1);
+        client_line(client, line);
+      }
+    }
   }
 
   unsigned alive_count() const {
@@ -76,23 +288,32 @@ class ClusterRun {
     return alive;
   }
 
-  // Kills a live node (the leader half the time), keeping a majority alive most of the time.
+  // Kills a live node (the leader half the time), keeping a majority alive most of the time. Its
+  // process dies with it: its clients' connections break.
   void kill_one() {
     const unsigned majority = nodes_ / 2 + 1;
     if (alive_count() <= majority && !faults_.chance(100)) return;
     std::optional<unsigned> victim = cluster_.leader();
     if (!victim || faults_.chance(500)) victim = static_cast<unsigned>(faults_.below(nodes_));
     if (!cluster_.alive(*victim)) return;
+    ++result_.coverage[cluster_.ready(*victim) ? "kill-leader" : "kill-follower"];
     cluster_.kill(*victim);
+    if (options_.trace)
+      std::printf("%lld node %u killed\n", static_cast<long long>(now_ns() / kNsPerMs), *victim);
+    processes_[*victim].reset();
+    for (Client& client : clients_) {
+      if (client.node == *victim) connection_lost(client);
+    }
     digest_.add(0xdead00 + *victim);
-    ++result_.coverage[*victim == leader_seen_ ? "kill-leader" : "kill-follower"];
     ++result_.crashes;
   }
 
-  void revive_one() {
-    const unsigned node = static_cast<unsigned>(faults_.below(nodes_));
+  void revive_one() { revive(static_cast<unsigned>(faults_.below(nodes_))); }
+
+  void revive(unsigned node) {
     if (cluster_.alive(node)) return;
     cluster_.revive(node);
+    processes_[node] = start_process(node);
     digest_.add(0xa11e00 + node);
     ++result_.coverage["revive"];
   }
@@ -113,107 +334,229 @@ class ClusterRun {
     cut_.clear();
   }
 
-  std::string pick_key(bool semaphore) {
-    return (semaphore ? "s" : "k") + std::to_string(work_.below(3));
+  // ---- the clients ---------------------------------------------------------------------------
+
+  ResourceKey pick_key(bool semaphore) {
+    return {semaphore ? Namespace::kSemaphore : Namespace::kLock,
+            (semaphore ? "s" : "k") + std::to_string(work_.below(3))};
   }
 
-  // Commands of one entry, as the leader's sessions would send them: at most one per session, and
-  // none from a session whose request is parked (its session layer holds them back).
-  std::vector<core::LogCommand> pick_commands(unsigned leader) {
-    std::vector<core::LogCommand> commands;
-    const core::Replica& replica = cluster_.replica(leader);
-    if (const auto wake = replica.next_wake(); wake && *wake <= cluster_.now()) {
-      commands.emplace_back(core::command::Tick{});
-      ++result_.coverage["tick"];
+  void client_act(Client& client) {
+    if (client.stopped) return;
+    if (!client.node) {
+      connect(client);
+      return;
     }
-    std::set<std::uint64_t> used;
-    const std::int64_t count = work_.between(1, 4);
-    for (std::int64_t i = 0; i < count; ++i) {
-      const SessionId session{work_.below(kSessions) + 1};
-      if (!used.insert(session.value).second) continue;
-      const bool parked = replica.engine().has_parked(session);
-      const std::uint64_t dice = work_.below(1000);
-      if (parked) {
-        if (dice < 300) {
-          commands.emplace_back(core::command::Cancel{session});
-          ++result_.coverage["cancel"];
-        } else if (dice < 400) {
-          commands.emplace_back(close_of(session, work_.chance(700)));
+    if (client.pending) {
+      if (work_.chance(30)) {
+        ++result_.coverage["vanish-while-waiting"];
+        disconnect(client);
+      }
+      return;
+    }
+    if (work_.chance(40)) {
+      disconnect(client);
+      return;
+    }
+    Outstanding out;
+    Request& request = out.request;
+    const std::uint64_t dice = work_.below(1000);
+    const bool semaphore = work_.chance(350);
+    const std::int64_t lease = work_.between(1, 5);
+    auto any_held = [&]() -> std::optional<std::pair<ResourceKey, core::Token>> {
+      if (client.view.held.empty()) return std::nullopt;
+      auto it = client.view.held.begin();
+      std::advance(it, static_cast<long>(work_.below(client.view.held.size())));
+      return *it;
+    };
+    if (dice < 40) {
+      request.command = Command::kStats;
+    } else if (dice < 450) {
+      ResourceKey key = pick_key(semaphore);
+      // A client with a ref comes back for what it held on an earlier connection: the same
+      // token, if its slot was kept (adoption), or a new grant, or none.
+      if (!client.ref.empty() && work_.chance(400)) {
+        for (const auto& [held_key, token] : client.view.held) {
+          if (client.held_on[held_key] != client.connection) {
+            key = held_key;
+            ++result_.coverage["adopt-try"];
+            break;
+          }
         }
-        continue;
       }
-      if (dice < 40) {
-        commands.emplace_back(close_of(session, work_.chance(700)));
-        continue;
-      }
-      const bool semaphore = work_.chance(350);
-      Request request;
-      request.key = pick_key(semaphore);
-      request.limit = semaphore ? 2 : 1;
-      if (dice < 550) {
-        request.command = semaphore ? Command::kSemLock : Command::kLock;
-        request.timeout_s = work_.chance(400) ? 0 : work_.between(1, 3);
-        request.lease_s = work_.between(1, 5);
-      } else if (dice < 750 && !tokens_.empty()) {
-        const auto& [key, token] = tokens_[work_.below(tokens_.size())];
-        request.key = key;
-        request.command = key[0] == 's' ? Command::kSemRelease : Command::kRelease;
-        request.token = token;
-      } else if (dice < 850 && !tokens_.empty()) {
-        const auto& [key, token] = tokens_[work_.below(tokens_.size())];
-        request.key = key;
-        request.command = key[0] == 's' ? Command::kSemRenew : Command::kRenew;
-        request.token = token;
-        request.lease_s = work_.between(1, 5);
-      } else if (dice < 930) {
-        request.command = semaphore ? Command::kSemEnqueue : Command::kEnqueue;
-        request.lease_s = work_.between(1, 5);
+      request.command = key.first == Namespace::kSemaphore ? Command::kSemLock : Command::kLock;
+      request.key = key.second;
+      request.limit = key.first == Namespace::kSemaphore ? 2 : 1;
+      request.timeout_s = work_.chance(300) ? 0 : work_.between(1, 3);
+      request.lease_s = lease;
+    } else if (dice < 650) {
+      // Release: mostly a token held, now and then a stale or foreign one.
+      std::optional<std::pair<ResourceKey, core::Token>> held = any_held();
+      ResourceKey key;
+      core::Token token;
+      if (held && work_.chance(850)) {
+        key = held->first;
+        token = held->second;
+      } else if (!token_pool_.empty()) {
+        key = pick_key(semaphore);
+        token = token_pool_[work_.below(token_pool_.size())];
       } else {
-        request.command = semaphore ? Command::kSemWait : Command::kWait;
-        request.timeout_s = work_.between(0, 2);
+        return;
       }
-      request.ref = stable_ref_of(session);
-      commands.emplace_back(core::command::Submit{session, request});
+      request.command =
+          key.first == Namespace::kSemaphore ? Command::kSemRelease : Command::kRelease;
+      request.key = key.second;
+      request.token = token;
+    } else if (dice < 780) {
+      // Renew a token held, from whichever connection the client has now.
+      std::optional<std::pair<ResourceKey, core::Token>> held = any_held();
+      if (!held) return;
+      request.command =
+          held->first.first == Namespace::kSemaphore ? Command::kSemRenew : Command::kRenew;
+      request.key = held->first.second;
+      request.token = held->second;
+      request.lease_s = lease;
+    } else if (dice < 900) {
+      const ResourceKey key = pick_key(semaphore);
+      request.command = semaphore ? Command::kSemEnqueue : Command::kEnqueue;
+      request.key = key.second;
+      request.limit = semaphore ? 2 : 1;
+      request.lease_s = lease;
+    } else {
+      ResourceKey key = pick_key(semaphore);
+      if (!client.view.enqueued.empty() && work_.chance(900)) {
+        auto it = client.view.enqueued.begin();
+        std::advance(it, static_cast<long>(work_.below(client.view.enqueued.size())));
+        key = it->first;
+      }
+      request.command = key.first == Namespace::kSemaphore ? Command::kSemWait : Command::kWait;
+      request.key = key.second;
+      request.timeout_s = work_.between(0, 2);
     }
-    return commands;
+    request.ref = client.ref;  // the session's, for the History (the wire does not carry it)
+    send(client, std::move(out));
   }
 
-  // Sessions 1 to 4 carry a stable ref, two sessions to a ref, so that one session's orphans are
-  // adopted by the other (docs/semantics.md, "Stable refs and orphans"); 5 to 8 carry none. Drawn
-  // from the session, not the seed's streams.
-  static std::string stable_ref_of(SessionId session) {
-    return session.value <= 4 ? "ref " + std::to_string(session.value % 2) : std::string();
-  }
-
-  // A close with the leader's orphan time: 0 to 2 s, by session (0 keeps nothing).
-  core::LogCommand close_of(SessionId session, bool auto_release) {
-    ++result_.coverage["close"];
-    if (!stable_ref_of(session).empty() && session.value % 3 != 0) ++result_.coverage["orphan"];
-    return core::command::Close{
-        session, auto_release,
-        core::Duration::seconds(static_cast<std::int64_t>(session.value % 3))};
-  }
-
-  void propose() {
-    const std::optional<unsigned> leader = cluster_.elect(1'000);
-    if (!leader) {
-      ++result_.coverage["no-leader"];
+  void connect(Client& client) {
+    unsigned node = client.hint.value_or(static_cast<unsigned>(work_.below(nodes_)));
+    client.hint.reset();
+    if (!processes_[node]) {
+      ++result_.coverage["connect-refused"];
       return;
     }
-    if (leader_seen_ != *leader) {
-      leader_seen_ = *leader;
-      ++result_.coverage["leader-change"];
-      digest_.add(0x1ead00 + *leader);
+    client.node = node;
+    client.session = processes_[node]->connect(cluster_.now());
+    client.connection = ++connections_;
+    history_connections_[client.session.value] = client.connection;
+    ++result_.coverage["connect"];
+    digest_.add(0xc0ec00 + node);
+    if (!client.ref.empty()) {
+      Outstanding out;
+      out.ref_line = true;
+      out.request.command = Command::kStableRef;
+      out.request.ref = client.ref;
+      send(client, std::move(out));
     }
-    std::vector<core::LogCommand> commands = pick_commands(*leader);
-    if (commands.empty()) return;
-    const std::uint64_t index = cluster_.propose(std::move(commands), work_.next());
-    if (index == 0) {
-      ++result_.coverage["refused"];
+  }
+
+  void send(Client& client, Outstanding out) {
+    std::string bytes;
+    core::encode_request(out.request, bytes);
+    out.sent_ns = now_ns();
+    if (core::is_engine_command(out.request.command)) {
+      out.op = history_.call(client.id, client.connection, out.request, out.sent_ns);
+    }
+    digest_.add(bytes);
+    if (options_.trace) {
+      std::printf(
+          "%lld client %llu node %u session %llx sends %s %s\n",
+          static_cast<long long>(now_ns() / kNsPerMs), static_cast<unsigned long long>(client.id),
+          *client.node, static_cast<unsigned long long>(client.session.value),
+          std::string(core::command_name(out.request.command)).c_str(), out.request.key.c_str());
+    }
+    client.pending = std::move(out);
+    processes_[*client.node]->send(cluster_.now(), client.session, bytes);
+    drive(*client.node);  // the node proposes its entry at once, as turnstiled does
+  }
+
+  // The client closes its connection; what it held stays its own (by token) as the node's
+  // --auto-release-on-disconnect and --orphan-ttl say.
+  void disconnect(Client& client) {
+    if (!client.node) return;
+    if (NodeProcess* process = processes_[*client.node].get()) {
+      process->disconnect(cluster_.now(), client.session);
+    }
+    if (options_.trace)
+      std::printf("%lld client %llu disconnects\n", static_cast<long long>(now_ns() / kNsPerMs),
+                  static_cast<unsigned long long>(client.id));
+    connection_lost(client);
+    digest_.add(0xd15c00 + client.id);
+  }
+
+  // The connection is gone (closed, or the node died): a request in flight stays indefinite.
+  void connection_lost(Client& client) {
+    client.node.reset();
+    client.pending.reset();
+    client.input.clear();
+    client.view.forget_enqueued();
+  }
+
+  void client_line(Client& client, const std::string& line) {
+    if (!client.pending) {
+      fail("protocol",
+           "client " + std::to_string(client.id) + " got an unsolicited reply: " + line);
       return;
     }
-    digest_.add(index);
-    ++result_.coverage["proposed"];
+    const Outstanding out = std::move(*client.pending);
+    client.pending.reset();
+    if (options_.trace) {
+      std::printf("%lld client %llu node %u gets %s (op %llu)\n",
+                  static_cast<long long>(now_ns() / kNsPerMs),
+                  static_cast<unsigned long long>(client.id), client.node.value_or(99),
+                  line.c_str(), static_cast<unsigned long long>(out.op));
+    }
+    const Request& request = out.request;
+    if (out.ref_line) {
+      if (line != "ok") fail("protocol", "stable-ref answered " + line);
+      return;
+    }
+    const std::optional<core::Reply> reply = core::decode_reply(request.command, line);
+    if (!reply) {
+      fail("protocol", std::string(core::command_name(request.command)) + " answered " + line +
+                           ", which is no reply to it");
+      return;
+    }
+    if (reply->status == core::Status::kErrorNotLeader) {
+      // Its outcome is unknown (an entry in flight may still commit): it stays indefinite. The
+      // client goes to the leader named, if any.
+      ++result_.coverage["not-leader"];
+      if (!reply->payload.empty()) ++result_.coverage["not-leader-named"];
+      client.hint = node_of_address(reply->payload, nodes_);
+      disconnect(client);
+      return;
+    }
+    const ResourceKey key{core::command_namespace(request.command), request.key};
+    const std::optional<core::Token> before = held_token(client, key);
+    const std::optional<core::Token> granted =
+        client.view.on_reply(request, *reply, out.sent_ns, out.op, history_);
+    if (granted) {
+      if (before == granted && client.held_on[key] != client.connection) {
+        ++result_.coverage["adopted"];
+      }
+      client.held_on[key] = client.connection;
+      token_pool_.push_back(*granted);
+      if (token_pool_.size() > 64) token_pool_.erase(token_pool_.begin(), token_pool_.begin() + 32);
+    }
+    if (out.op != 0) {
+      history_.complete(out.op, now_ns(), std::string(core::status_name(reply->status)),
+                        reply->token, reply->seconds);
+    }
+  }
+
+  static std::optional<core::Token> held_token(const Client& client, const ResourceKey& key) {
+    auto it = client.view.held.find(key);
+    if (it == client.view.held.end()) return std::nullopt;
+    return it->second;
   }
 
   // Checks every live replica after a step.
@@ -250,6 +593,12 @@ class ClusterRun {
         check_holder_fences(node, view);
       }
       observe_grants(node);
+    }
+    for (unsigned node = 0; node < nodes_ && result_.ok; ++node) {
+      if (processes_[node] && !processes_[node]->anomalies().empty()) {
+        fail("driver-contract",
+             "node " + std::to_string(node) + ": " + processes_[node]->anomalies().front());
+      }
     }
   }
 
@@ -289,7 +638,6 @@ class ClusterRun {
       ++result_.grants_seen;
       digest_.add(token.fence.value);
       digest_.add(token.salt);
-      if (node == leader_seen_) remember_token(token);
     }
   }
 
@@ -312,53 +660,114 @@ class ClusterRun {
     }
   }
 
-  void remember_token(const core::Token& token) {
-    // Which key it is for is not in the token: the workload releases and renews it on a key of
-    // the same kind, so a stale or foreign token is tried too.
-    const bool semaphore = work_.chance(350);
-    tokens_.push_back({pick_key(semaphore), token});
-    if (tokens_.size() > 64) tokens_.erase(tokens_.begin(), tokens_.begin() + 32);
-  }
-
-  // Every fault heals; the replicas must all reach the same state.
+  // Every fault heals and clients stop asking: within kHealedWaitMs every request is answered,
+  // and every replica reaches the same state.
   void heal_and_converge() {
     heal_links();
-    for (unsigned node = 0; node < nodes_; ++node) {
-      if (!cluster_.alive(node)) cluster_.revive(node);
-    }
-    // A revived node can unseat the leader once more while the cluster settles, and the entry
-    // that leader proposed is then lost: a new leader gets the next of three tries.
-    bool applied = false;
-    for (int attempt = 0; attempt < 3 && !applied; ++attempt) {
-      if (!cluster_.elect(30'000)) {
-        fail("liveness", "no leader 30 s after every fault healed");
-        return;
-      }
-      const std::uint64_t index = cluster_.propose({core::command::Tick{}}, work_.next());
-      applied = index != 0 && cluster_.step_until_applied(index, 30'000);
-    }
-    if (!applied) {
-      fail("liveness", "a healed cluster did not apply an entry within 30 s, three times");
+    for (unsigned node = 0; node < nodes_; ++node) revive(node);
+    for (Client& client : clients_) client.stopped = true;
+    const std::optional<unsigned> ready = cluster_.step_until_ready(30'000);
+    if (!ready) {
+      fail("liveness", "no leader ready 30 s after every fault healed");
       return;
     }
+    for (unsigned waited = 0; waited < kHealedWaitMs && waiting_client(); waited += 100) {
+      cluster_.step_for(100);
+    }
+    if (const Client* client = waiting_client()) {
+      const Outstanding& out = *client->pending;
+      fail("liveness", "client " + std::to_string(client->id) + " still waits for " +
+                           (out.ref_line ? std::string("stable-ref")
+                                         : std::string(core::command_name(out.request.command)) +
+                                               " " + out.request.key) +
+                           " (sent at " + std::to_string(out.sent_ns / kNsPerMs) + " ms) on node " +
+                           std::to_string(*client->node) + " " +
+                           std::to_string(kHealedWaitMs / 1000) + " s after the heal");
+      return;
+    }
+    // A revived node can unseat the leader once more while the cluster settles: three tries for
+    // every replica to apply what a ready leader has.
+    bool caught_up = false;
+    for (int attempt = 0; attempt < 3 && !caught_up; ++attempt) {
+      const std::optional<unsigned> leader = cluster_.step_until_ready(30'000);
+      caught_up = leader && cluster_.step_until_applied(cluster_.last_index(*leader), 30'000) &&
+                  cluster_.ready(*leader);
+    }
+    if (!caught_up) {
+      std::string state;
+      for (unsigned node = 0; node < nodes_; ++node) {
+        state += "; node " + std::to_string(node) + (cluster_.alive(node) ? "" : " down") +
+                 (cluster_.ready(node) ? " ready" : "") + " term " +
+                 std::to_string(cluster_.term(node)) + " applied " +
+                 std::to_string(cluster_.applied(node)) + " last " +
+                 std::to_string(cluster_.last_index(node));
+      }
+      fail("liveness",
+           "a healed cluster's replicas did not catch up with a leader in 30 s, three times" +
+               state);
+      return;
+    }
+    // Every replica at the leader's last entry (the leader may still be proposing ticks: a few
+    // rounds until they all stand at one index) holds the same state.
+    bool level = false;
+    for (int round = 0; round < 5 && !level && result_.ok; ++round) {
+      std::uint64_t target = 0;
+      for (unsigned node = 0; node < nodes_; ++node) {
+        target = std::max(target, cluster_.last_index(node));
+      }
+      cluster_.step_until_applied(target, 10'000);
+      level = true;
+      for (unsigned node = 1; node < nodes_; ++node) {
+        level = level && cluster_.applied(node) == cluster_.applied(0);
+      }
+    }
+    if (!level) ++result_.coverage["converge-moving"];
     check();
     const std::uint64_t digest = cluster_.replica(0).digest();
     for (unsigned node = 1; node < nodes_ && result_.ok; ++node) {
-      if (cluster_.replica(node).digest() != digest) {
+      if (cluster_.applied(node) == cluster_.applied(0) &&
+          cluster_.replica(node).digest() != digest) {
         fail("replica-divergence", "node " + std::to_string(node) + " differs after the heal");
       }
     }
     digest_.add(digest);
   }
 
+  const Client* waiting_client() const {
+    for (const Client& client : clients_) {
+      if (client.node && client.pending) return &client;
+    }
+    return nullptr;
+  }
+
+  // What the clients saw, key by key, linearizes against the lock model (sim/history.h).
+  void check_history() {
+    const History::Outcome outcome = history_.check();
+    result_.keys_checked = outcome.keys_checked;
+    result_.inconclusive = outcome.inconclusive;
+    result_.operations_checked = outcome.operations;
+    if (!outcome.violation.empty()) fail("linearizability", outcome.violation);
+  }
+
   Options options_;
   unsigned nodes_;
   Prng work_;
   Prng faults_;
+  Prng salts_;
   RaftCluster cluster_;
+  core::ClusterLeaderConfig leader_config_;
+  Settings checker_settings_ = replica_checker_settings(true);
+  bool checker_failed_ = false;
+  std::vector<std::unique_ptr<NodeProcess>> processes_;  // null while the node is down
+  std::vector<std::uint64_t> lives_;                     // per node: processes started
+  std::vector<std::unique_ptr<Checker>> checkers_;       // per node: its replica's engine
+  std::vector<Client> clients_;
+  std::vector<core::Token> token_pool_;  // tokens seen, for stale and foreign releases
+  History history_;
+  std::uint64_t connections_ = 0;
+  std::map<std::uint64_t, std::uint64_t> history_connections_;  // session id -> connection
   Digest digest_;
   Result result_;
-  std::optional<unsigned> leader_seen_;
   std::set<std::pair<unsigned, unsigned>> cut_;
   std::map<std::uint64_t, std::uint64_t> digests_;  // applied index -> digest
   std::map<unsigned, std::uint64_t> grants_checked_;
@@ -372,7 +781,6 @@ class ClusterRun {
     std::set<std::uint64_t> seen;
   };
   std::map<std::tuple<unsigned, core::Namespace, std::string>, KeyFences> key_fences_;
-  std::vector<std::pair<std::string, core::Token>> tokens_;
 };
 
 }  // namespace

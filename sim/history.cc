@@ -25,13 +25,15 @@ struct LinOp {
   core::Token token;
   std::int64_t lease_ns = 0;
   std::int64_t limit = 1;                 // capacity a grant needs (kNever: unchecked)
-  std::int64_t owner_closed_at = kNever;  // the granting connection's close, if any
+  std::int64_t owner_closed_at = kNever;  // the granting (or adopting) connection's close
+  bool adoption = false;  // a renewal that also moves the holder to the op's connection
   std::uint64_t id = 0;
 };
 
 struct Holder {
   core::Token token;
-  std::int64_t removable_from = kNever;  // the holder may vanish at or after this instant
+  std::int64_t removable_from = kNever;   // the holder may vanish at or after this instant
+  std::int64_t owner_closed_at = kNever;  // its owner's connection closed then (auto-release)
   bool operator<(const Holder& other) const {
     return std::pair(token.fence.value, token.salt) <
            std::pair(other.token.fence.value, other.token.salt);
@@ -83,6 +85,7 @@ class Search {
       append(holder.token.fence.value);
       append(holder.token.salt);
       append(static_cast<std::uint64_t>(holder.removable_from));
+      append(static_cast<std::uint64_t>(holder.owner_closed_at));
     }
     return key;
   }
@@ -130,9 +133,9 @@ class Search {
         if (op.kind == Kind::kReleaseOk) {
           next.erase(held);
         } else {
-          held->removable_from =
-              std::min(removable(held->token, saturating_add(point, op.lease_ns)),
-                       owner_close_of(held->token));
+          if (op.adoption) held->owner_closed_at = op.owner_closed_at;
+          held->removable_from = std::min(
+              removable(held->token, saturating_add(point, op.lease_ns)), held->owner_closed_at);
         }
         return dfs(next, point, remaining - 1);
       }
@@ -150,11 +153,6 @@ class Search {
     return false;
   }
 
-  std::int64_t owner_close_of(const core::Token& token) const {
-    auto it = owner_close_.find({token.fence.value, token.salt});
-    return it == owner_close_.end() ? kNever : it->second;
-  }
-
   bool grant(const LinOp& op, std::int64_t point, State& state, std::size_t remaining) {
     if (op.limit == kNever || static_cast<std::int64_t>(state.size()) < op.limit) {
       State next = state;
@@ -162,7 +160,7 @@ class Search {
       holder.token = op.token;
       holder.removable_from =
           std::min(removable(op.token, saturating_add(point, op.lease_ns)), op.owner_closed_at);
-      owner_close_[{op.token.fence.value, op.token.salt}] = op.owner_closed_at;
+      holder.owner_closed_at = op.owner_closed_at;
       next.insert(std::upper_bound(next.begin(), next.end(), holder), holder);
       return dfs(next, point, remaining - 1);
     }
@@ -179,7 +177,6 @@ class Search {
 
   std::vector<LinOp> ops_;
   const std::map<std::pair<std::uint64_t, std::uint64_t>, std::int64_t>& lost_release_at_;
-  std::map<std::pair<std::uint64_t, std::uint64_t>, std::int64_t> owner_close_;
   std::vector<bool> done_;
   std::set<std::string> failed_;
   std::uint64_t steps_ = 0;
@@ -232,6 +229,15 @@ void History::connection_closed(std::uint64_t connection, std::int64_t now_ns) {
   closed_at_.emplace(connection, now_ns);
 }
 
+bool History::adopted(
+    const Operation& operation, std::size_t index,
+    const std::map<std::pair<std::uint64_t, std::uint64_t>, std::size_t>& first_grant) const {
+  auto it = first_grant.find({operation.token->fence.value, operation.token->salt});
+  if (it == first_grant.end() || it->second == index) return false;
+  const Operation& first = operations_[it->second];
+  return !operation.request.ref.empty() && first.request.ref == operation.request.ref;
+}
+
 History::Outcome History::check() const {
   Outcome outcome;
   using Partition = std::pair<std::uint64_t, std::pair<core::Namespace, std::string>>;
@@ -241,27 +247,67 @@ History::Outcome History::check() const {
   std::map<Partition, std::set<std::pair<std::uint64_t, std::uint64_t>>> granted;
   // Tokens `e` answered `acquired`: the `w` that follows returns the same token and restarts its
   // lease, which is a renewal, not a second grant.
+  // (Only an `e` that was the token's first grant: a later `e` that returns it adopted it.)
   std::set<std::pair<std::uint64_t, std::uint64_t>> acquired_by_enqueue;
+  // The first answered acquire that returned each token. A later acquire returning the same
+  // token under the same stable ref adopted the orphaned slot: a renewal with a fresh lease.
+  std::map<std::pair<std::uint64_t, std::uint64_t>, std::size_t> first_grant;
   for (std::size_t i = 0; i < operations_.size(); ++i) {
     const Operation& operation = operations_[i];
     const Partition partition{
         operation.life,
         {core::command_namespace(operation.request.command), operation.request.key}};
     if (!operation.return_ns) {
-      if (is_release(operation.request.command) && operation.request.token) {
+      // An unanswered release may have released its token from its call on; an unanswered renew
+      // may have shortened its lease to what it asked for, from its call on.
+      std::optional<std::int64_t> from;
+      if (is_release(operation.request.command)) {
+        from = operation.call_ns;
+      } else if (is_renew(operation.request.command)) {
+        const std::int64_t lease_s =
+            operation.request.lease_s > 0 ? operation.request.lease_s : kDefaultLeaseS;
+        from = saturating_add(operation.call_ns, lease_s * kNsPerS);
+      }
+      if (from && operation.request.token) {
         const auto token =
             std::pair(operation.request.token->fence.value, operation.request.token->salt);
-        auto [it, inserted] = lost_release_at.emplace(token, operation.call_ns);
-        if (!inserted) it->second = std::min(it->second, operation.call_ns);
+        auto [it, inserted] = lost_release_at.emplace(token, *from);
+        if (!inserted) it->second = std::min(it->second, *from);
       }
       continue;
     }
     if (is_acquire(operation.request.command) && operation.token) {
       granted[partition].insert({operation.token->fence.value, operation.token->salt});
+      const bool first =
+          first_grant.emplace(std::pair(operation.token->fence.value, operation.token->salt), i)
+              .second;
       const core::Command command = operation.request.command;
-      if (command == core::Command::kEnqueue || command == core::Command::kSemEnqueue) {
+      if (first && (command == core::Command::kEnqueue || command == core::Command::kSemEnqueue)) {
         acquired_by_enqueue.insert({operation.token->fence.value, operation.token->salt});
       }
+    }
+  }
+  // An unanswered acquire under a stable ref may have adopted any slot of its ref on its key,
+  // with the lease it asked for (docs/semantics.md, "Stable refs and orphans"): those holders may
+  // vanish from its call plus that lease on.
+  for (const Operation& unanswered : operations_) {
+    if (unanswered.return_ns || unanswered.request.ref.empty() ||
+        !is_acquire(unanswered.request.command)) {
+      continue;
+    }
+    const std::int64_t lease_s =
+        unanswered.request.lease_s > 0 ? unanswered.request.lease_s : kDefaultLeaseS;
+    const std::int64_t from = saturating_add(unanswered.call_ns, lease_s * kNsPerS);
+    for (const auto& [token, index] : first_grant) {
+      const Operation& granted_op = operations_[index];
+      if (granted_op.request.ref != unanswered.request.ref ||
+          granted_op.request.key != unanswered.request.key ||
+          core::command_namespace(granted_op.request.command) !=
+              core::command_namespace(unanswered.request.command)) {
+        continue;
+      }
+      auto [it, inserted] = lost_release_at.emplace(token, from);
+      if (!inserted) it->second = std::min(it->second, from);
     }
   }
   for (std::size_t i = 0; i < operations_.size(); ++i) {
@@ -276,8 +322,16 @@ History::Outcome History::check() const {
     op.id = i + 1;
     const core::Command command = operation.request.command;
     const bool is_wait = command == core::Command::kWait || command == core::Command::kSemWait;
-    if (is_wait && operation.token &&
-        acquired_by_enqueue.count({operation.token->fence.value, operation.token->salt}) != 0) {
+    if (operation.token && is_acquire(command) && adopted(operation, i, first_grant)) {
+      op.kind = Kind::kRenewOk;
+      op.adoption = true;
+      op.token = *operation.token;
+      op.lease_ns = (operation.lease_s > 0 ? operation.lease_s : kDefaultLeaseS) * kNsPerS;
+      auto closed = closed_at_.find(operation.connection);
+      if (closed != closed_at_.end()) op.owner_closed_at = closed->second;
+    } else if (is_wait && operation.token &&
+               acquired_by_enqueue.count({operation.token->fence.value, operation.token->salt}) !=
+                   0) {
       op.kind = Kind::kRenewOk;
       op.token = *operation.token;
       op.lease_ns = (operation.lease_s > 0 ? operation.lease_s : kDefaultLeaseS) * kNsPerS;
@@ -315,26 +369,36 @@ History::Outcome History::check() const {
     ++outcome.keys_checked;
     outcome.operations += ops.size();
     const std::size_t count = ops.size();
-    std::string listing;
-    for (const LinOp& op : ops) {
-      if (listing.size() > 2'000) break;
-      static const char* const kNames[] = {"grant", "release-ok", "release-error", "renew-ok",
-                                           "renew-error"};
-      listing += "\n  op " + std::to_string(op.id) + " " + kNames[static_cast<int>(op.kind)] +
-                 " [" + std::to_string(op.call) + ", " + std::to_string(op.ret) + "] fence " +
-                 std::to_string(op.token.fence.value) + " lease_ns " + std::to_string(op.lease_ns) +
-                 " limit " + std::to_string(op.limit) + " owner_closed_at " +
-                 std::to_string(op.owner_closed_at);
-    }
-    Search search(std::move(ops), lost_release_at);
-    const int verdict = search.run();
+    const int verdict = Search(ops, lost_release_at).run();
     if (verdict < 0) {
       ++outcome.inconclusive;
     } else if (verdict == 0) {
+      // The shortest prefix (by call) that does not linearize ends at the operation that broke
+      // it: list the operations just before it, up to it.
+      std::size_t good = 0;  // a prefix that linearizes (or is undecided)
+      std::size_t bad = count;
+      while (bad - good > 1) {
+        const std::size_t middle = good + (bad - good) / 2;
+        const std::vector<LinOp> prefix(ops.begin(), ops.begin() + static_cast<long>(middle));
+        (Search(prefix, lost_release_at).run() == 0 ? bad : good) = middle;
+      }
+      std::string listing;
+      for (std::size_t i = bad > 24 ? bad - 24 : 0; i < bad; ++i) {
+        const LinOp& op = ops[i];
+        static const char* const kNames[] = {"grant", "release-ok", "release-error", "renew-ok",
+                                             "renew-error"};
+        listing += "\n  op " + std::to_string(op.id) + " " + kNames[static_cast<int>(op.kind)] +
+                   (op.adoption ? " (adoption)" : "") + " [" + std::to_string(op.call) + ", " +
+                   std::to_string(op.ret) + "] fence " + std::to_string(op.token.fence.value) +
+                   " lease_ns " + std::to_string(op.lease_ns) + " limit " +
+                   std::to_string(op.limit) + " owner_closed_at " +
+                   std::to_string(op.owner_closed_at);
+      }
       outcome.violation =
           std::string(partition.second.first == core::Namespace::kLock ? "lock:" : "sem:") +
           partition.second.second + " in life " + std::to_string(partition.first) + ": " +
-          std::to_string(count) + " operations do not linearize:" + listing;
+          std::to_string(count) + " operations do not linearize; the first " + std::to_string(bad) +
+          " already do not, ending with:" + listing;
       return outcome;
     }
   }

@@ -6,14 +6,21 @@
 //  * a grant adds its token (capacity permitting); release/renew `ok` need the token held;
 //    release/renew `error` need it not held;
 //  * a holder MAY vanish (never must) once its lease can have ended (earliest grant point +
-//    lease), once its session's close reached the server (auto-release), or once an unanswered
-//    release of its token was sent: the model allows, it never forces, so it has no false alarms;
+//    lease), once its session's close reached the server (auto-release), once an unanswered
+//    release of its token was sent, or once the lease an unanswered renew asked for (maybe a
+//    shorter one) can have ended: the model allows, it never forces, so it has no false alarms;
 //  * an unanswered (indefinite) acquire is left out: a holder nobody knows the token of can only
 //    make grants harder, so leaving it out only widens what the model accepts;
 //  * an acquire answered without a token (`timeout`, `queued`, or `error`: a full queue, the
 //    lock budget, no durable fence from the fence journal) is a definite non-grant: it changes
 //    no holder, and the model asks nothing of it;
-//  * a crash ends a life: its histories are checked separately.
+//  * an acquire that returns a token an earlier acquire under the same stable ref was granted
+//    adopted that orphaned slot (docs/semantics.md, "Stable refs and orphans"): a renewal of
+//    the token with a fresh lease, not a second grant; under another ref or none it would be a
+//    second grant, which the model refuses;
+//  * an unanswered acquire under a stable ref may have adopted a slot of its ref on its key with
+//    the lease it asked for: such a holder may vanish from that acquire's call plus its lease;
+//  * a crash ends a life: its histories are checked separately (a cluster is one life).
 //
 // Thread affinity: single-threaded, owned by one simulation run.
 #pragma once
@@ -22,6 +29,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/protocol.h"
@@ -63,6 +71,12 @@ class History {
   Outcome check() const;
 
  private:
+  // Whether `operation` (the index-th) returned a token that an earlier acquire under the same
+  // stable ref was granted: it adopted that orphaned slot.
+  bool adopted(
+      const Operation& operation, std::size_t index,
+      const std::map<std::pair<std::uint64_t, std::uint64_t>, std::size_t>& first_grant) const;
+
   std::uint64_t life_ = 0;
   std::vector<Operation> operations_;  // index = id - 1
   std::map<std::uint64_t, std::int64_t> closed_at_;

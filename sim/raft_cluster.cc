@@ -46,6 +46,21 @@ struct RaftCluster::Node {
   std::unique_ptr<core::Replica> replica;
   std::map<std::uint64_t, core::AppliedEntry> results;  // by raft index
   std::uint64_t barrier_term = 0;  // the last term in which it led and proposed a barrier
+  std::uint64_t ready_term = 0;    // the last term whose barrier it applied as leader
+  std::uint64_t life = 0;  // bumped by kill and revive: a barrier of an earlier life is void
+
+  void new_life() {
+    ++life;
+    ready_term = 0;
+    barrier_term = 0;
+  }
+};
+
+// A barrier in flight: whose, of which term and life.
+struct BarrierRequestOf {
+  BarrierRequest raft{};  // first: the callback gets its address
+  std::uint64_t term = 0;
+  std::uint64_t life = 0;
 };
 
 struct RaftCluster::Callbacks {
@@ -62,7 +77,10 @@ struct RaftCluster::Callbacks {
       ++node.cluster->rejected_;
       return 0;
     }
-    node.results[index] = node.replica->apply(node.replica->applied_index() + 1, *entry);
+    const core::AppliedEntry& applied = node.results[index] =
+        node.replica->apply(node.replica->applied_index() + 1, *entry);
+    if (node.cluster->host_ != nullptr)
+      node.cluster->host_->on_applied(node.index, *entry, applied);
     while (node.results.size() > kResultsKept) node.results.erase(node.results.begin());
     return 0;
   }
@@ -98,6 +116,7 @@ struct RaftCluster::Callbacks {
     raft_free(buf->base);
     node.results.clear();  // entries it did not apply itself have no results here
     ++node.cluster->snapshots_restored_;
+    if (node.cluster->host_ != nullptr) node.cluster->host_->on_restored(node.index);
     return 0;
   }
   // The fixture's in-memory disk (libraft 0.15) keeps its persisted entries in an array that it
@@ -110,27 +129,33 @@ struct RaftCluster::Callbacks {
   static int keep_persisted_entries(raft_io*, raft_index) { return 0; }
   // After every fixture step: a node that has just begun to lead (a new term) proposes a barrier
   // at once, as turnstiled's nodes do. It is the entry of its own term that commits the entries
-  // of earlier terms in its log under Raft's commit rule (net/raft_commit_rule.h).
+  // of earlier terms in its log under Raft's commit rule (net/raft_commit_rule.h). Then the
+  // driver moves its messages.
   static void on_step(raft_fixture* f, raft_fixture_event*) {
     static_assert(std::is_standard_layout_v<Fixture>);
     RaftCluster& cluster = *reinterpret_cast<Fixture*>(f)->cluster;
-    for (auto& node : cluster.nodes_) {
-      raft* r = raft_fixture_get(f, node->index);
-      if (!raft_fixture_alive(f, node->index) || raft_state(r) != RAFT_LEADER ||
-          r->current_term == node->barrier_term) {
-        continue;
-      }
-      auto* barrier = new BarrierRequest();
-      if (raft_barrier(r, barrier, &barrier_done) != 0) {
-        delete barrier;
-        continue;  // tried again after the next step
-      }
-      node->barrier_term = r->current_term;
-    }
+#ifndef TURNSTILE_CANARY_SKIP_COMMIT_RULE
+    // CANARY: turnstile-sim-canary-raft's leaders propose their barrier only when the driver
+    // asks, once per simulation step (propose_barriers).
+    cluster.propose_barriers();
+#endif
+    if (cluster.host_ != nullptr) cluster.host_->after_step();
   }
   // raft_apply's and raft_barrier's completion: the request was ours to free.
   static void applied(ApplyRequest* request, int, void*) { delete request; }
-  static void barrier_done(BarrierRequest* request, int) { delete request; }
+  // A leader's barrier applied (status 0): it is ready, if it still leads in the barrier's term
+  // and was not killed since.
+  static void barrier_done(BarrierRequest* request, int status) {
+    static_assert(std::is_standard_layout_v<BarrierRequestOf>);
+    auto* of = reinterpret_cast<BarrierRequestOf*>(request);
+    auto* node = static_cast<Node*>(request->data);
+    raft* r = raft_fixture_get(&node->cluster->fixture_->f, node->index);
+    if (status == 0 && node->life == of->life && raft_state(r) == RAFT_LEADER &&
+        r->current_term == of->term) {
+      node->ready_term = of->term;
+    }
+    delete of;
+  }
 };
 
 RaftCluster::RaftCluster(unsigned nodes, std::uint64_t seed, const core::EngineConfig& engine)
@@ -161,7 +186,7 @@ RaftCluster::RaftCluster(unsigned nodes, std::uint64_t seed, const core::EngineC
     r->io->truncate = &Callbacks::keep_persisted_entries;
 #ifndef TURNSTILE_CANARY_SKIP_COMMIT_RULE
     // CANARY: only turnstile-sim-canary-raft runs libraft 0.15 as it is: without the commit
-    // rule, and with leaders that propose a barrier only when elect() asks for one (below).
+    // rule, and with leaders that propose their barrier only once per simulation step (below).
     net::install_commit_rule(r);
 #endif
     raft_set_snapshot_threshold(r, kSnapshotThreshold);
@@ -171,9 +196,7 @@ RaftCluster::RaftCluster(unsigned nodes, std::uint64_t seed, const core::EngineC
     raft_fixture_set_network_latency(f, i, 5 + static_cast<unsigned>((seed + i * 7) % 20));
   }
   fixture_->cluster = this;
-#ifndef TURNSTILE_CANARY_SKIP_COMMIT_RULE
   raft_fixture_hook(f, &Callbacks::on_step);
-#endif
   TS_ASSERT(raft_fixture_start(f) == 0);
 }
 
@@ -191,91 +214,67 @@ std::optional<unsigned> RaftCluster::leader() const {
   return index;
 }
 
-void RaftCluster::follow_leadership() {
-  // A leader that lost its office and won it back is a new leader of a new term: it has no entry
-  // of that term until it commits a barrier again (and, under the commit rule, commits nothing
-  // before that).
-  if (ready_leader_ &&
-      (leader() != ready_leader_ ||
-       raft_fixture_get(&fixture_->f, *ready_leader_)->current_term != ready_term_)) {
-    ready_leader_.reset();
-  }
+bool RaftCluster::ready(unsigned node) const {
+  if (!alive(node)) return false;
+  raft* r = raft_fixture_get(&fixture_->f, node);
+  return raft_state(r) == RAFT_LEADER && r->current_term == nodes_.at(node)->ready_term;
 }
 
-void debug_dump(raft_fixture* f, unsigned n) {
-  for (unsigned i = 0; i < n; ++i) {
-    raft* r = raft_fixture_get(f, i);
-    raft_id id = 0;
-    const char* a = nullptr;
-    raft_leader(r, &id, &a);
-    fprintf(stderr,
-            "node %u alive %d state %d term %llu leader %llu last %llu applied %llu commit %llu "
-            "snap %llu time %llu timer %llu\n",
-            i, raft_fixture_alive(f, i), raft_state(r), (unsigned long long)r->current_term,
-            (unsigned long long)id, (unsigned long long)raft_last_index(r),
-            (unsigned long long)raft_last_applied(r), (unsigned long long)r->commit_index,
-            (unsigned long long)r->log.snapshot.last_index,
-            (unsigned long long)raft_fixture_time(f), (unsigned long long)r->election_timer_start);
-    for (unsigned j = 0; j < n; ++j)
-      if (j != i) fprintf(stderr, "   sat %u->%u %d\n", i, j, raft_fixture_saturated(f, i, j));
-  }
+std::uint64_t RaftCluster::term(unsigned node) const {
+  return raft_fixture_get(&fixture_->f, node)->current_term;
 }
-std::optional<unsigned> RaftCluster::elect(unsigned max_ms) {
+
+std::uint64_t RaftCluster::last_index(unsigned node) const {
+  return raft_last_index(raft_fixture_get(&fixture_->f, node));
+}
+
+void RaftCluster::propose_barriers() {
+#ifdef TURNSTILE_CANARY_SKIP_COMMIT_RULE
+  // CANARY: a leader's barrier comes late (on one call in 8, about a second of the simulation's
+  // steps), as when a leader proposes one only when a request first needs it.
+  if (++barrier_calls_ % 8 != 0) return;
+#endif
   raft_fixture* f = &fixture_->f;
-  follow_leadership();
-  if (ready_leader_) return ready_leader_;
-  auto has_live_leader = [](raft_fixture*, void* arg) -> bool {
-    return static_cast<const RaftCluster*>(arg)->leader().has_value();
-  };
-  const raft_time start = raft_fixture_time(f);
-  auto left = [&] {
-    const raft_time spent = raft_fixture_time(f) - start;
-    return spent >= max_ms ? 0U : max_ms - static_cast<unsigned>(spent);
-  };
-  // The fixture names a leader only while every live node connected to it follows it, so a node
-  // revived a moment ago can unseat it until it has heard from the leader: try again while there
-  // is time.
-  while (left() > 0) {
-    if (!has_live_leader(f, this) && !raft_fixture_step_until(f, has_live_leader, this, left())) {
-      if (max_ms >= 30000) debug_dump(f, nodes());
-      return std::nullopt;
-    }
-    const unsigned index = *leader();
-    raft* r = raft_fixture_get(f, index);
-    auto* barrier = new BarrierRequest();
-    if (raft_barrier(r, barrier, &Callbacks::barrier_done) != 0) {
-      delete barrier;
-      raft_fixture_step(f);
+  for (auto& node : nodes_) {
+    raft* r = raft_fixture_get(f, node->index);
+    if (!raft_fixture_alive(f, node->index) || raft_state(r) != RAFT_LEADER ||
+        r->current_term == node->barrier_term) {
       continue;
     }
-    const raft_index barrier_index = raft_last_index(r);
-    if (!raft_fixture_step_until_applied(f, index, barrier_index, left())) return std::nullopt;
-    if (leader() != index) continue;
-    // Every entry of earlier terms is applied here now: the log's clock goes on from the last.
-    clock_ = core::LogClock{};
-    clock_.take_over(now(), nodes_[index]->replica->time());
-    ready_leader_ = index;
-    ready_term_ = r->current_term;
-    return index;
+    auto* barrier = new BarrierRequestOf();
+    barrier->raft.data = node.get();
+    barrier->term = r->current_term;
+    barrier->life = node->life;
+    if (raft_barrier(r, &barrier->raft, &Callbacks::barrier_done) != 0) {
+      delete barrier;
+      continue;  // tried again after the next step
+    }
+    node->barrier_term = r->current_term;
   }
-  if (max_ms >= 30000) debug_dump(f, nodes());
-  return std::nullopt;
 }
 
-std::uint64_t RaftCluster::propose(std::vector<core::LogCommand> commands, std::uint64_t salt) {
-  follow_leadership();
-  if (!ready_leader_) return 0;
-  core::LogEntry entry;
-  entry.time = clock_.next(now());
-  entry.salt = salt;
-  entry.commands = std::move(commands);
+std::optional<unsigned> RaftCluster::step_until_ready(unsigned max_ms) {
+  // In steps of 50 ms, proposing the barriers of new leaders before each (the builds without the
+  // commit rule propose them only here).
+  for (unsigned waited = 0;; waited += 50) {
+    for (unsigned i = 0; i < nodes(); ++i) {
+      if (ready(i)) return i;
+    }
+    if (waited >= max_ms) return std::nullopt;
+    propose_barriers();
+    step_for(50);
+  }
+}
+
+std::uint64_t RaftCluster::propose(unsigned node, const core::LogEntry& entry) {
+  if (!alive(node)) return 0;
   const std::string bytes = core::encode_entry(entry);
   raft_buffer buffer;
   buffer.len = bytes.size();
   buffer.base = raft_malloc(bytes.size());
   TS_ASSERT(buffer.base != nullptr);
   std::memcpy(buffer.base, bytes.data(), bytes.size());
-  raft* r = raft_fixture_get(&fixture_->f, *ready_leader_);
+  raft* r = raft_fixture_get(&fixture_->f, node);
   auto* request = new ApplyRequest();
   if (raft_apply(r, request, &buffer, 1, &Callbacks::applied) != 0) {
     raft_free(buffer.base);
@@ -297,23 +296,23 @@ bool RaftCluster::step_until_applied(std::uint64_t index, unsigned max_ms) {
     }
     return true;
   };
-  const bool done =
-      reached(&fixture_->f, &goal) || raft_fixture_step_until(&fixture_->f, reached, &goal, max_ms);
-  follow_leadership();
-  return done;
+  return reached(&fixture_->f, &goal) ||
+         raft_fixture_step_until(&fixture_->f, reached, &goal, max_ms);
 }
 
-void RaftCluster::step_for(unsigned ms) {
-  raft_fixture_step_until_elapsed(&fixture_->f, ms);
-  follow_leadership();
-}
+void RaftCluster::step_for(unsigned ms) { raft_fixture_step_until_elapsed(&fixture_->f, ms); }
 
+// A killed node's process is gone: what it was ready for, and any barrier it had in flight, is
+// forgotten; a revived one proposes a barrier of its own before it is ready again.
 void RaftCluster::kill(unsigned node) {
   raft_fixture_kill(&fixture_->f, node);
-  follow_leadership();
+  nodes_.at(node)->new_life();
 }
 
-void RaftCluster::revive(unsigned node) { raft_fixture_revive(&fixture_->f, node); }
+void RaftCluster::revive(unsigned node) {
+  raft_fixture_revive(&fixture_->f, node);
+  nodes_.at(node)->new_life();
+}
 
 void RaftCluster::disconnect(unsigned a, unsigned b) {
   raft_fixture_disconnect(&fixture_->f, a, b);

@@ -2,13 +2,13 @@
 // (raft/fixture.h): N nodes, each a raft instance with an in-memory log and network and a
 // core::Replica as its state machine (snapshotted with Replica::save), all stepped in one thread in
 // fixture time. It is the first part of the cluster simulation of docs/cluster.md: the consensus,
-// the elections and the log are the library's; what this adds is the state machine, the leader's
-// proposals (each with its LogClock time and a token salt) and the faults a caller asks for (kill
-// and revive, disconnect and reconnect).
+// the elections and the log are the library's; what this adds is the state machine,
+// the leaders' barriers, the entries a driver proposes on a node and the faults it asks for (kill
+// and revive, disconnect and reconnect). Who makes the entries is the driver's business: in the
+// cluster profiles, each node's core::ClusterLeader (sim/cluster_node.h), as in turnstiled.
 //
 // A node that becomes leader first commits a barrier, so that it has applied every entry of
-// earlier terms, and only then takes over the log's clock from the last applied entry: time in
-// the log pauses while there is no leader and never goes backwards.
+// earlier terms; only then is it ready() to take requests.
 //
 // Thread affinity: single-threaded; the fixture is not thread-safe.
 #pragma once
@@ -27,6 +27,20 @@ namespace turnstile::sim {
 
 class RaftCluster {
  public:
+  // What the driver of the nodes' processes (sim/cluster_run.cc) hears from the cluster.
+  class Host {
+   public:
+    virtual ~Host() = default;
+    // `node`'s replica applied `entry`, which gave `applied` (barriers are not reported).
+    virtual void on_applied(unsigned node, const core::LogEntry& entry,
+                            const core::AppliedEntry& applied) = 0;
+    // `node`'s replica restored a snapshot (its state jumped ahead).
+    virtual void on_restored(unsigned node) = 0;
+    // After every step of the fixture (a message delivered, a timer fired, a disk write done):
+    // the driver moves its processes' messages and proposes their entries.
+    virtual void after_step() = 0;
+  };
+
   // `nodes` voters (1 to 5), every one running a Replica of `engine`; the nodes' message latencies
   // (5 to 24 ms) are drawn from `seed`.
   RaftCluster(unsigned nodes, std::uint64_t seed, const core::EngineConfig& engine = {});
@@ -34,19 +48,29 @@ class RaftCluster {
   RaftCluster(const RaftCluster&) = delete;
   RaftCluster& operator=(const RaftCluster&) = delete;
 
+  // Who hears of applied entries and steps (null: nobody). Set before the first step.
+  void set_host(Host* host) { host_ = host; }
+
   unsigned nodes() const { return static_cast<unsigned>(nodes_.size()); }
   // The fixture's global time as an Instant (every node's clock).
   core::Instant now() const;
 
-  // Steps until some node is leader and has applied a barrier of its term (at most `max_ms` of
-  // fixture time); the leader's index, or nullopt.
-  std::optional<unsigned> elect(unsigned max_ms = 10'000);
-  // The current leader's index, if any.
+  // The node raft names leader, if it is alive.
   std::optional<unsigned> leader() const;
+  // Whether `node` leads and has applied a barrier of its current term: every entry committed
+  // before is applied on it, so it may take requests (core::ClusterLeader::lead).
+  bool ready(unsigned node) const;
+  std::uint64_t term(unsigned node) const;
+  std::uint64_t last_index(unsigned node) const;
+  // Every live leader that has not proposed a barrier in its current term proposes one (the
+  // commit rule's builds do so after every step as well).
+  void propose_barriers();
 
-  // Proposes one entry of `commands` on the leader, at its log clock's time, with token salt
-  // `salt`. Returns its index, or 0 when there is no ready leader or raft refused it.
-  std::uint64_t propose(std::vector<core::LogCommand> commands, std::uint64_t salt);
+  // Appends `entry` to `node`'s log. Returns its index, or 0 when raft refused it (the node does
+  // not lead).
+  std::uint64_t propose(unsigned node, const core::LogEntry& entry);
+  // Steps until some node is ready (at most `max_ms` of fixture time); that node, or nullopt.
+  std::optional<unsigned> step_until_ready(unsigned max_ms);
   // Steps until every live node has applied `index` (at most `max_ms` of fixture time).
   bool step_until_applied(std::uint64_t index, unsigned max_ms = 10'000);
   // Steps the fixture for `ms` of its time.
@@ -77,15 +101,11 @@ class RaftCluster {
   struct Node;
   struct Fixture;
   struct Callbacks;  // the state machine's C callbacks
-  // The leader or its term changed: forget the ready one; a new one becomes ready once its
-  // barrier applied.
-  void follow_leadership();
 
   std::unique_ptr<Fixture> fixture_;
   std::vector<std::unique_ptr<Node>> nodes_;
-  std::optional<unsigned> ready_leader_;  // the leader whose barrier is applied
-  std::uint64_t ready_term_ = 0;          // the term in which it committed that barrier
-  core::LogClock clock_;
+  Host* host_ = nullptr;
+  std::uint64_t barrier_calls_ = 0;  // propose_barriers calls (the raft canary's pace)
   std::uint64_t rejected_ = 0;
   std::uint64_t snapshots_taken_ = 0;
   std::uint64_t snapshots_restored_ = 0;

@@ -8,6 +8,7 @@
 
 #include "core/protocol.h"
 #include "core/wire.h"
+#include "sim/client_view.h"
 
 namespace turnstile::sim {
 
@@ -27,8 +28,7 @@ struct Workload::Client {
   bool half_closed = false;
   std::string input;  // reply bytes not yet split into lines
   std::deque<Outstanding> pending;
-  std::map<std::pair<Namespace, std::string>, core::Token> held;
-  std::map<std::pair<Namespace, std::string>, std::int64_t> enqueued;  // -> call time of `e`
+  ClientView view;       // tokens held, keys enqueued
   bool stopped = false;  // liveness phase: no new work
 };
 
@@ -120,8 +120,8 @@ void Workload::client_connection_lost(Client& client) {
   // Whatever was pending may or may not have happened.
   // Whatever was pending stays indefinite in the history.
   client.pending.clear();
-  client.held.clear();
-  client.enqueued.clear();
+  client.view.held.clear();
+  client.view.forget_enqueued();
   client.input.clear();
   client.connection = 0;
   client.half_closed = false;
@@ -201,9 +201,9 @@ void Workload::client_act(Client& client) {
     // Release: mostly a token we hold, sometimes a stale, foreign or malformed one.
     ResourceKey key;
     std::optional<core::Token> token;
-    if (!client.held.empty() && prng_.chance(800)) {
-      auto it = client.held.begin();
-      std::advance(it, static_cast<long>(prng_.below(client.held.size())));
+    if (!client.view.held.empty() && prng_.chance(800)) {
+      auto it = client.view.held.begin();
+      std::advance(it, static_cast<long>(prng_.below(client.view.held.size())));
       key = it->first;
       token = it->second;
     } else {
@@ -222,11 +222,11 @@ void Workload::client_act(Client& client) {
     }
   } else if (dice < 720) {
     // Renew (sometimes too late: leases are short and think time is long).
-    if (client.held.empty()) {
+    if (client.view.held.empty()) {
       request.command = core::Command::kPing;
     } else {
-      auto it = client.held.begin();
-      std::advance(it, static_cast<long>(prng_.below(client.held.size())));
+      auto it = client.view.held.begin();
+      std::advance(it, static_cast<long>(prng_.below(client.view.held.size())));
       request.command = it->first.first == Namespace::kSemaphore ? core::Command::kSemRenew
                                                                  : core::Command::kRenew;
       request.key = it->first.second;
@@ -243,9 +243,9 @@ void Workload::client_act(Client& client) {
   } else {
     // Two-phase step two: mostly for a key we enqueued.
     ResourceKey key;
-    if (!client.enqueued.empty() && prng_.chance(900)) {
-      auto it = client.enqueued.begin();
-      std::advance(it, static_cast<long>(prng_.below(client.enqueued.size())));
+    if (!client.view.enqueued.empty() && prng_.chance(900)) {
+      auto it = client.view.enqueued.begin();
+      std::advance(it, static_cast<long>(prng_.below(client.view.enqueued.size())));
       key = it->first;
     } else {
       key = pick_key(semaphore);
@@ -279,56 +279,14 @@ void Workload::client_line(Client& client, std::string_view line) {
                               std::string(line) + ", which is no reply to it");
     return;
   }
-  const std::string status(core::status_name(reply->status));
-  const std::optional<core::Token> token = reply->token;
-  const ResourceKey key{core::command_namespace(request.command), request.key};
-  using core::Command;
-  switch (request.command) {
-    case Command::kLock:
-    case Command::kSemLock:
-    case Command::kWait:
-    case Command::kSemWait:
-      if (request.command == Command::kWait || request.command == Command::kSemWait) {
-        auto it = client.enqueued.find(key);
-        if (it != client.enqueued.end()) {
-          // A two-phase grant may have happened any time after its `e`.
-          if (outstanding.op != 0) history_.widen_call(outstanding.op, it->second);
-          client.enqueued.erase(it);
-        }
-      }
-      if (token) {
-        client.held[key] = *token;
-        token_pool_.push_back(*token);
-      }
-      break;
-    case Command::kEnqueue:
-    case Command::kSemEnqueue:
-      if (status == "acquired" && token) {
-        client.held[key] = *token;
-        token_pool_.push_back(*token);
-      } else if (status == "queued") {
-        client.enqueued[key] = outstanding.sent_at;
-      }
-      break;
-    case Command::kRelease:
-    case Command::kSemRelease:
-      if (status == "ok") {
-        auto it = client.held.find(key);
-        if (it != client.held.end() && request.token && it->second == *request.token) {
-          client.held.erase(it);
-        }
-      }
-      break;
-    case Command::kRenew:
-    case Command::kSemRenew:
-      if (status != "ok") client.held.erase(key);  // the lease ended
-      break;
-    default:
-      break;
-  }
+  const std::optional<core::Token> granted =
+      client.view.on_reply(request, *reply, outstanding.sent_at, outstanding.op, history_);
+  if (granted) token_pool_.push_back(*granted);
   if (token_pool_.size() > 256) token_pool_.erase(token_pool_.begin(), token_pool_.begin() + 128);
-  const std::int64_t seconds = reply->seconds;
-  if (outstanding.op != 0) history_.complete(outstanding.op, run_.now, status, token, seconds);
+  if (outstanding.op != 0) {
+    history_.complete(outstanding.op, run_.now, std::string(core::status_name(reply->status)),
+                      reply->token, reply->seconds);
+  }
 }
 
 // ---- checks -------------------------------------------------------------------------------------

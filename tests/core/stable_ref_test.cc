@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/engine.h"
+#include "core/protocol.h"
 #include "core/random.h"
 
 namespace turnstile::core {
@@ -62,6 +63,12 @@ class StableRefTest : public ::testing::Test {
     return 0;
   }
   std::vector<Delivery> take() { return std::exchange(out_, {}); }
+  static Request lock_request() {
+    Request request;
+    request.command = Command::kLock;
+    request.key = "k";
+    return request;
+  }
 
   SplitMix64 salts_{11};
   std::unique_ptr<Engine> engine_;
@@ -232,6 +239,33 @@ TEST_F(StableRefTest, AComebackAlreadyWaitingGetsTheSlotAtTheClose) {
   ASSERT_TRUE(granted[0].reply.is_grant());
   EXPECT_EQ(*granted[0].reply.token, *first.token);
   EXPECT_EQ(waiters(), (std::vector<SessionId>{SessionId{3}}));
+}
+
+// The race the simulator's cluster profiles found: a grant reaches a session that has just
+// closed, its close hands the slot to a waiter with the same ref, and then the closed session's
+// give-back (release_of) arrives. It must not take the slot from the new owner, who was told it
+// holds the lock.
+TEST_F(StableRefTest, AGiveBackDoesNotTakeASlotTheCloseHandedOn) {
+  const Reply first = lock(1, "job");
+  ASSERT_TRUE(first.is_grant());
+  EXPECT_EQ(lock(2, "job", 100).status, Status::kParked);
+  EXPECT_FALSE(close(1));
+  ASSERT_EQ(take().size(), 1u);  // handed to session 2, same token
+  const Request give_back = release_of(lock_request(), *first.token);
+  EXPECT_TRUE(give_back.give_back);
+  EXPECT_EQ(engine_->handle(now_, SessionId{1}, give_back, out_).status, Status::kError);
+  EXPECT_EQ(holders(), 1u);
+  // The token itself still works for its holder, from any session.
+  EXPECT_EQ(release(7, *first.token).status, Status::kOk);
+  EXPECT_EQ(holders(), 0u);
+}
+
+TEST_F(StableRefTest, AGiveBackReleasesWhatItsSessionStillHolds) {
+  const Reply first = lock(1, "job");
+  ASSERT_TRUE(first.is_grant());
+  const Request give_back = release_of(lock_request(), *first.token);
+  EXPECT_EQ(engine_->handle(now_, SessionId{1}, give_back, out_).status, Status::kOk);
+  EXPECT_EQ(holders(), 0u);
 }
 
 TEST_F(StableRefTest, AComebackQueuedTwoPhaseGetsTheSlotForItsWait) {

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,11 +25,47 @@ using core::Status;
 using test::lock_request;
 using test::renew_request;
 
+// What a leader's core::ClusterLeader does, as these tests need it: wait until a node is ready
+// (it leads and applied its barrier), take over the log's clock from its replica, and propose
+// entries of commands at that clock's time.
+class Proposer {
+ public:
+  explicit Proposer(RaftCluster& cluster) : cluster_(cluster) {}
+
+  std::optional<unsigned> elect() {
+    if (leader_ && cluster_.ready(*leader_) && cluster_.term(*leader_) == term_) return leader_;
+    leader_ = cluster_.step_until_ready(10'000);
+    if (leader_) {
+      term_ = cluster_.term(*leader_);
+      clock_ = core::LogClock{};
+      clock_.take_over(cluster_.now(), cluster_.replica(*leader_).time());
+    }
+    return leader_;
+  }
+
+  // The entry's index, or 0 when no node is ready or raft refused it.
+  std::uint64_t propose(std::vector<LogCommand> commands, std::uint64_t salt) {
+    if (!elect()) return 0;
+    core::LogEntry entry;
+    entry.time = clock_.next(cluster_.now());
+    entry.salt = salt;
+    entry.commands = std::move(commands);
+    return cluster_.propose(*leader_, entry);
+  }
+
+ private:
+  RaftCluster& cluster_;
+  std::optional<unsigned> leader_;
+  std::uint64_t term_ = 0;
+  core::LogClock clock_;
+};
+
 // Proposes and waits until every live node applied it; the leader's result.
-const core::CommandResult& run(RaftCluster& cluster, LogCommand command, std::uint64_t salt) {
-  const std::optional<unsigned> leader = cluster.elect();
+const core::CommandResult& run(RaftCluster& cluster, Proposer& proposer, LogCommand command,
+                               std::uint64_t salt) {
+  const std::optional<unsigned> leader = proposer.elect();
   EXPECT_TRUE(leader);
-  const std::uint64_t index = cluster.propose({std::move(command)}, salt);
+  const std::uint64_t index = proposer.propose({std::move(command)}, salt);
   EXPECT_NE(index, 0U);
   EXPECT_TRUE(cluster.step_until_applied(index));
   const core::AppliedEntry* applied = cluster.result(*leader, index);
@@ -49,36 +86,38 @@ void expect_replicas_agree(const RaftCluster& cluster) {
 
 TEST(RaftCluster, ThreeReplicasAgreeAtEveryIndex) {
   RaftCluster cluster(3, 1);
+  Proposer proposer(cluster);
   for (std::uint64_t i = 1; i <= 30; ++i) {
     const std::string key = "k" + std::to_string(i % 4);
-    run(cluster, core::command::Submit{SessionId{i % 5 + 1}, lock_request(key, 0, 5)}, i);
+    run(cluster, proposer, core::command::Submit{SessionId{i % 5 + 1}, lock_request(key, 0, 5)}, i);
     expect_replicas_agree(cluster);
   }
 }
 
 TEST(RaftCluster, AHolderKeepsItsLockAndTokenThroughALeaderCrash) {
   RaftCluster cluster(3, 2);
+  Proposer proposer(cluster);
   const core::CommandResult granted =
-      run(cluster, core::command::Submit{SessionId{1}, lock_request("job", 0, 10)}, 7);
+      run(cluster, proposer, core::command::Submit{SessionId{1}, lock_request("job", 0, 10)}, 7);
   ASSERT_EQ(granted.reply.status, Status::kOk);
   ASSERT_TRUE(granted.reply.token);
   const core::Token token = *granted.reply.token;
   // Another session waits for the lock.
-  run(cluster, core::command::Submit{SessionId{2}, lock_request("job", 60, 10)}, 8);
+  run(cluster, proposer, core::command::Submit{SessionId{2}, lock_request("job", 60, 10)}, 8);
 
   const unsigned old_leader = *cluster.leader();
   cluster.kill(old_leader);
   // The election takes its time; log time stands still meanwhile.
   const core::Instant log_time_before = cluster.replica((old_leader + 1) % 3).time();
   const core::Instant killed_at = cluster.now();
-  const std::optional<unsigned> next = cluster.elect();
+  const std::optional<unsigned> next = proposer.elect();
   ASSERT_TRUE(next);
   ASSERT_NE(*next, old_leader);
   const core::Duration gap = cluster.now() - killed_at;
   ASSERT_GT(gap, core::Duration::seconds(1));
   // The holder renews with the new leader, with the token it got from the old one.
-  const core::CommandResult renewed =
-      run(cluster, core::command::Submit{SessionId{1}, renew_request("job", token, 10)}, 9);
+  const core::CommandResult renewed = run(
+      cluster, proposer, core::command::Submit{SessionId{1}, renew_request("job", token, 10)}, 9);
   EXPECT_EQ(renewed.reply.status, Status::kOk);
   const core::Replica& replica = cluster.replica(*next);
   EXPECT_LT(replica.time() - log_time_before, core::Duration::milliseconds(500))
@@ -96,7 +135,7 @@ TEST(RaftCluster, AHolderKeepsItsLockAndTokenThroughALeaderCrash) {
 
   // The old leader comes back and catches up to the same state.
   cluster.revive(old_leader);
-  const std::uint64_t index = cluster.propose({core::command::Tick{}}, 10);
+  const std::uint64_t index = proposer.propose({core::command::Tick{}}, 10);
   ASSERT_NE(index, 0U);
   ASSERT_TRUE(cluster.step_until_applied(index));
   expect_replicas_agree(cluster);
@@ -104,15 +143,16 @@ TEST(RaftCluster, AHolderKeepsItsLockAndTokenThroughALeaderCrash) {
 
 TEST(RaftCluster, AWaiterThatTimesOutLeavesTheQueueOnEveryReplica) {
   RaftCluster cluster(3, 3);
-  run(cluster, core::command::Submit{SessionId{1}, lock_request("q", 0, 30)}, 1);
+  Proposer proposer(cluster);
+  run(cluster, proposer, core::command::Submit{SessionId{1}, lock_request("q", 0, 30)}, 1);
   const core::CommandResult parked =
-      run(cluster, core::command::Submit{SessionId{2}, lock_request("q", 1, 30)}, 2);
+      run(cluster, proposer, core::command::Submit{SessionId{2}, lock_request("q", 1, 30)}, 2);
   ASSERT_EQ(parked.reply.status, Status::kParked);
   // The leader proposes a tick at the engine's next deadline.
-  const unsigned leader = *cluster.elect();
+  const unsigned leader = *proposer.elect();
   const core::Instant due = *cluster.replica(leader).next_wake();
   while (cluster.now() < due) cluster.step_for(100);
-  const std::uint64_t index = cluster.propose({core::command::Tick{}}, 3);
+  const std::uint64_t index = proposer.propose({core::command::Tick{}}, 3);
   ASSERT_TRUE(cluster.step_until_applied(index));
   const core::AppliedEntry* tick = cluster.result(leader, index);
   ASSERT_NE(tick, nullptr);
@@ -128,7 +168,8 @@ TEST(RaftCluster, AWaiterThatTimesOutLeavesTheQueueOnEveryReplica) {
 
 TEST(RaftCluster, AMinorityCannotCommitAndTheMajorityGoesOn) {
   RaftCluster cluster(5, 4);
-  const unsigned leader = *cluster.elect();
+  Proposer proposer(cluster);
+  const unsigned leader = *proposer.elect();
   // Cut the leader and one other node off from the other three.
   const unsigned buddy = (leader + 1) % 5;
   for (unsigned i = 0; i < 5; ++i) {
@@ -137,7 +178,7 @@ TEST(RaftCluster, AMinorityCannotCommitAndTheMajorityGoesOn) {
     cluster.disconnect(buddy, i);
   }
   const std::uint64_t stuck =
-      cluster.propose({core::command::Submit{SessionId{1}, lock_request("m", 0, 5)}}, 1);
+      proposer.propose({core::command::Submit{SessionId{1}, lock_request("m", 0, 5)}}, 1);
   cluster.step_for(3000);
   // The majority side may have elected a leader meanwhile, whose barrier takes the same index:
   // what must never be applied anywhere is the minority's entry.
@@ -153,7 +194,7 @@ TEST(RaftCluster, AMinorityCannotCommitAndTheMajorityGoesOn) {
       if (i != j) cluster.reconnect(i, j);
     }
   }
-  run(cluster, core::command::Submit{SessionId{2}, lock_request("m", 0, 5)}, 2);
+  run(cluster, proposer, core::command::Submit{SessionId{2}, lock_request("m", 0, 5)}, 2);
   expect_replicas_agree(cluster);
 }
 
@@ -165,13 +206,14 @@ namespace {
 
 TEST(RaftCluster, ANodeFarBehindCatchesUpFromASnapshot) {
   RaftCluster cluster(3, 3);
-  ASSERT_TRUE(cluster.elect());
+  Proposer proposer(cluster);
+  ASSERT_TRUE(proposer.elect());
   const unsigned behind = (*cluster.leader() + 1) % 3;
   cluster.kill(behind);
   // More entries than a snapshot's threshold and trailing together: the leader's log no longer
   // holds what the dead node lacks.
   for (std::uint64_t i = 1; i <= 200; ++i) {
-    run(cluster,
+    run(cluster, proposer,
         core::command::Submit{SessionId{i % 7 + 1},
                               lock_request("k" + std::to_string(i % 5), 0, 30)},
         i);
@@ -179,7 +221,7 @@ TEST(RaftCluster, ANodeFarBehindCatchesUpFromASnapshot) {
   ASSERT_GT(cluster.snapshots_taken(), 0U);
   EXPECT_EQ(cluster.snapshots_restored(), 0U);
   cluster.revive(behind);
-  const std::uint64_t index = cluster.propose({core::command::Tick{}}, 999);
+  const std::uint64_t index = proposer.propose({core::command::Tick{}}, 999);
   ASSERT_NE(index, 0U);
   ASSERT_TRUE(cluster.step_until_applied(index));
   EXPECT_GT(cluster.snapshots_restored(), 0U);

@@ -1,0 +1,33 @@
+// ClientView: what a simulated client knows from the replies it read: the tokens it holds, per
+// key, and the keys it enqueued (two-phase) and when. The single-node workload (sim/workload.h)
+// and the cluster profiles' clients (sim/cluster_run.cc) both keep one and hand it every reply.
+//
+// Thread affinity: a plain value.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+
+#include "core/protocol.h"
+#include "sim/checker.h"
+#include "sim/history.h"
+
+namespace turnstile::sim {
+
+struct ClientView {
+  std::map<ResourceKey, core::Token> held;
+  std::map<ResourceKey, std::int64_t> enqueued;  // -> call time of its `e`
+
+  // The reply to `request` (sent at `sent_ns`, History operation `op`, 0 when not recorded):
+  // a grant is held, an `ok` release lets go, a renew that fails means the lease ended, a
+  // `queued` enqueue is remembered, and a two-phase wait's call is widened to its `e` (the grant
+  // may have happened any time after it). Returns the token the reply granted, if any.
+  std::optional<core::Token> on_reply(const core::Request& request, const core::Reply& reply,
+                                      std::int64_t sent_ns, std::uint64_t op, History& history);
+
+  // The connection is gone: what was enqueued on it is too.
+  void forget_enqueued() { enqueued.clear(); }
+};
+
+}  // namespace turnstile::sim
