@@ -218,6 +218,11 @@ struct HttpResult {
   std::string body;                            // everything after the head
   std::string raw;                             // every byte received
   bool has(std::string_view text) const { return raw.find(text) != std::string::npos; }
+  // The value of header `name` (lower-case), "" when absent.
+  std::string header(const std::string& name) const {
+    const auto found = headers.find(name);
+    return found == headers.end() ? "" : found->second;
+  }
 };
 
 // One HTTP/1.1 request to 127.0.0.1:port on its own connection (`Connection: close`), read until

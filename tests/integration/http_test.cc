@@ -1,6 +1,6 @@
 // Integration tests of the HTTP API (docs/http-api.md; reference section 3): a real turnstiled
-// with --http-port on 127.0.0.1, real HTTP/1.1 over loopback through the small client below.
-// Every endpoint, status code and error body; TCP and HTTP sessions on one FIFO queue; long
+// with --http-port on 127.0.0.1, real HTTP/1.1 over loopback through the small keep-alive client
+// below. Every endpoint, status code and error body; TCP and HTTP sessions on one FIFO queue; long
 // polls woken by a release, a timeout and a session delete; a client leaving during a long poll;
 // the reaper; auth, rate limit, CORS; oversized and malformed bodies; /metrics as Prometheus
 // text; and the OpenAPI drift check against docs/openapi.json and core/http_codec.h.
@@ -25,6 +25,7 @@
 #include <sstream>
 #include <string>
 
+#include "client/http_response.h"
 #include "core/http_codec.h"
 #include "tests/integration/harness.h"
 
@@ -33,15 +34,9 @@ namespace {
 
 using Json = nlohmann::json;
 
-struct Response {
-  int status = 0;                              // 0: no response (timeout, closed)
-  std::map<std::string, std::string> headers;  // names lower-cased
-  std::string body;
+// HttpResult with its body parsed as JSON (null when the body is empty).
+struct Response : HttpResult {
   Json json() const { return body.empty() ? Json() : Json::parse(body); }
-  std::string header(const std::string& name) const {
-    auto it = headers.find(name);
-    return it == headers.end() ? "" : it->second;
-  }
 };
 
 // One HTTP/1.1 connection (keep-alive) with a deadline on every call.
@@ -85,40 +80,27 @@ class Http {
     return true;
   }
 
+  // The next response, its body framed by Content-Length; status 0 when it is not complete within
+  // `timeout`.
   Response read_response(milliseconds timeout = 10s) {
-    Response response;
     const auto deadline = std::chrono::steady_clock::now() + timeout;
-    std::size_t header_end = std::string::npos;
-    while ((header_end = buffer_.find("\r\n\r\n")) == std::string::npos) {
-      if (!fill(deadline)) return response;
+    while (buffer_.find("\r\n\r\n") == std::string::npos) {
+      if (!fill(deadline)) return Response{};
     }
-    std::istringstream head(buffer_.substr(0, header_end));
-    std::string line;
-    std::getline(head, line);
-    if (line.size() < 12) return response;
-    response.status = std::stoi(line.substr(9, 3));
-    while (std::getline(head, line)) {
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      const std::size_t colon = line.find(':');
-      if (colon == std::string::npos) continue;
-      std::string name = line.substr(0, colon);
-      for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      std::string value = line.substr(colon + 1);
-      while (!value.empty() && value.front() == ' ') value.erase(0, 1);
-      response.headers[name] = value;
+    std::optional<client::HttpResponseHead> head = client::parse_http_response_head(buffer_);
+    if (!head) return Response{};
+    const auto length_header = head->headers.find("content-length");
+    const std::size_t size =
+        head->size + (length_header != head->headers.end() ? std::stoul(length_header->second) : 0);
+    while (buffer_.size() < size) {
+      if (!fill(deadline)) return Response{};
     }
-    buffer_.erase(0, header_end + 4);
-    const std::size_t length = response.headers.count("content-length")
-                                   ? std::stoul(response.headers["content-length"])
-                                   : 0;
-    while (buffer_.size() < length) {
-      if (!fill(deadline)) {
-        response.status = 0;
-        return response;
-      }
-    }
-    response.body = buffer_.substr(0, length);
-    buffer_.erase(0, length);
+    Response response;
+    response.status = head->status;
+    response.headers = std::move(head->headers);
+    response.raw = buffer_.substr(0, size);
+    response.body = response.raw.substr(head->size);
+    buffer_.erase(0, size);
     return response;
   }
 
