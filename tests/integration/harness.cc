@@ -675,6 +675,21 @@ HttpResult http_request(int port, std::string_view method, std::string_view path
   return reply;
 }
 
+HttpDaemon::HttpDaemon(std::vector<std::string> args) {
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    http_port = unused_loopback_port();
+    std::vector<std::string> all = args;
+    all.push_back("--http-port=" + std::to_string(http_port));
+    daemon = std::make_unique<Daemon>(all);
+    if (daemon->wait_for_log("HTTP API listening on 127\\.0\\.0\\.1:" + std::to_string(http_port),
+                             10s)) {
+      return;
+    }
+    daemon.reset();
+  }
+  throw std::runtime_error("the HTTP API did not start");
+}
+
 std::uint16_t unused_loopback_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) throw std::runtime_error("socket() failed");
