@@ -22,7 +22,6 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -30,6 +29,7 @@
 #include "client/cluster.h"
 #include "client/connection.h"
 #include "client/guard.h"
+#include "client/http_response.h"
 
 extern char** environ;
 
@@ -519,22 +519,15 @@ Result<HttpAnswer> http_call(const Endpoint& server, const std::string& method,
       break;
     }
   }
-  HttpAnswer answer;
-  const std::size_t head_end = response.find("\r\n\r\n");
-  if (response.rfind("HTTP/1.", 0) != 0 || head_end == std::string::npos || response.size() < 12) {
+  const std::optional<HttpResponseHead> head = parse_http_response_head(response);
+  if (!head) {
     return Error{ErrorCode::kProtocol, "not an HTTP answer (is --server the HTTP address?)"};
   }
-  answer.status = std::atoi(response.c_str() + 9);
-  answer.body = response.substr(head_end + 4);
-  std::istringstream head(response.substr(0, head_end));
-  std::string line;
-  while (std::getline(head, line)) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    const std::size_t colon = line.find(':');
-    if (colon == std::string::npos) continue;
-    std::string name = line.substr(0, colon);
-    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    if (name == "x-dflockd-leader") answer.leader = trim(line.substr(colon + 1));
+  HttpAnswer answer;
+  answer.status = head->status;
+  answer.body = response.substr(head->size);
+  if (const auto leader = head->headers.find("x-dflockd-leader"); leader != head->headers.end()) {
+    answer.leader = leader->second;
   }
   return answer;
 }

@@ -24,9 +24,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <stdexcept>
 #include <utility>
+
+#include "client/http_response.h"
 
 extern char** environ;
 
@@ -666,27 +667,27 @@ HttpResult http_request(int port, std::string_view method, std::string_view path
   HttpResult reply;
   if (!http.send(request)) return reply;
   reply.raw = http.pending(timeout);
-  const std::size_t head_end = reply.raw.find("\r\n\r\n");
-  if (reply.raw.rfind("HTTP/1.1 ", 0) != 0 || reply.raw.size() < 12 ||
-      head_end == std::string::npos) {
-    return reply;
-  }
-  reply.status = std::stoi(reply.raw.substr(9, 3));
-  std::istringstream head(reply.raw.substr(0, head_end));
-  std::string line;
-  std::getline(head, line);  // the status line
-  while (std::getline(head, line)) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    const std::size_t colon = line.find(':');
-    if (colon == std::string::npos) continue;
-    std::string name = line.substr(0, colon);
-    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    std::string value = line.substr(colon + 1);
-    while (!value.empty() && value.front() == ' ') value.erase(0, 1);
-    reply.headers[name] = value;
-  }
-  reply.body = reply.raw.substr(head_end + 4);
+  std::optional<client::HttpResponseHead> head = client::parse_http_response_head(reply.raw);
+  if (!head) return reply;
+  reply.status = head->status;
+  reply.headers = std::move(head->headers);
+  reply.body = reply.raw.substr(head->size);
   return reply;
+}
+
+HttpDaemon::HttpDaemon(std::vector<std::string> args) {
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    http_port = unused_loopback_port();
+    std::vector<std::string> all = args;
+    all.push_back("--http-port=" + std::to_string(http_port));
+    daemon = std::make_unique<Daemon>(all);
+    if (daemon->wait_for_log("HTTP API listening on 127\\.0\\.0\\.1:" + std::to_string(http_port),
+                             10s)) {
+      return;
+    }
+    daemon.reset();
+  }
+  throw std::runtime_error("the HTTP API did not start");
 }
 
 std::uint16_t unused_loopback_port() {

@@ -30,6 +30,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <regex>
@@ -218,6 +219,11 @@ struct HttpResult {
   std::string body;                            // everything after the head
   std::string raw;                             // every byte received
   bool has(std::string_view text) const { return raw.find(text) != std::string::npos; }
+  // The value of header `name` (lower-case), "" when absent.
+  std::string header(const std::string& name) const {
+    const auto found = headers.find(name);
+    return found == headers.end() ? "" : found->second;
+  }
 };
 
 // One HTTP/1.1 request to 127.0.0.1:port on its own connection (`Connection: close`), read until
@@ -226,6 +232,15 @@ struct HttpResult {
 HttpResult http_request(int port, std::string_view method, std::string_view path,
                         std::string_view body = "", const std::vector<std::string>& headers = {},
                         milliseconds timeout = 5s);
+
+// A daemon with the HTTP API on a loopback port: `args` and `--http-port=<a free port>`, started
+// again on another port (five times at most) when another process takes the port meanwhile.
+// Throws std::runtime_error when the HTTP API never starts.
+struct HttpDaemon {
+  explicit HttpDaemon(std::vector<std::string> args = {});
+  int http_port = 0;
+  std::unique_ptr<Daemon> daemon;  // TCP on daemon->port()
+};
 
 // A loopback port nothing listens on right now (bound, then closed). Another process may take it
 // before the caller does; callers that bind it retry.

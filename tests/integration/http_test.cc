@@ -1,6 +1,6 @@
 // Integration tests of the HTTP API (docs/http-api.md; reference section 3): a real turnstiled
-// with --http-port on 127.0.0.1, real HTTP/1.1 over loopback through the small client below.
-// Every endpoint, status code and error body; TCP and HTTP sessions on one FIFO queue; long
+// with --http-port on 127.0.0.1, real HTTP/1.1 over loopback through the small keep-alive client
+// below. Every endpoint, status code and error body; TCP and HTTP sessions on one FIFO queue; long
 // polls woken by a release, a timeout and a session delete; a client leaving during a long poll;
 // the reaper; auth, rate limit, CORS; oversized and malformed bodies; /metrics as Prometheus
 // text; and the OpenAPI drift check against docs/openapi.json and core/http_codec.h.
@@ -25,6 +25,7 @@
 #include <sstream>
 #include <string>
 
+#include "client/http_response.h"
 #include "core/http_codec.h"
 #include "tests/integration/harness.h"
 
@@ -33,15 +34,9 @@ namespace {
 
 using Json = nlohmann::json;
 
-struct Response {
-  int status = 0;                              // 0: no response (timeout, closed)
-  std::map<std::string, std::string> headers;  // names lower-cased
-  std::string body;
+// HttpResult with its body parsed as JSON (null when the body is empty).
+struct Response : HttpResult {
   Json json() const { return body.empty() ? Json() : Json::parse(body); }
-  std::string header(const std::string& name) const {
-    auto it = headers.find(name);
-    return it == headers.end() ? "" : it->second;
-  }
 };
 
 // One HTTP/1.1 connection (keep-alive) with a deadline on every call.
@@ -85,40 +80,27 @@ class Http {
     return true;
   }
 
+  // The next response, its body framed by Content-Length; status 0 when it is not complete within
+  // `timeout`.
   Response read_response(milliseconds timeout = 10s) {
-    Response response;
     const auto deadline = std::chrono::steady_clock::now() + timeout;
-    std::size_t header_end = std::string::npos;
-    while ((header_end = buffer_.find("\r\n\r\n")) == std::string::npos) {
-      if (!fill(deadline)) return response;
+    while (buffer_.find("\r\n\r\n") == std::string::npos) {
+      if (!fill(deadline)) return Response{};
     }
-    std::istringstream head(buffer_.substr(0, header_end));
-    std::string line;
-    std::getline(head, line);
-    if (line.size() < 12) return response;
-    response.status = std::stoi(line.substr(9, 3));
-    while (std::getline(head, line)) {
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      const std::size_t colon = line.find(':');
-      if (colon == std::string::npos) continue;
-      std::string name = line.substr(0, colon);
-      for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      std::string value = line.substr(colon + 1);
-      while (!value.empty() && value.front() == ' ') value.erase(0, 1);
-      response.headers[name] = value;
+    std::optional<client::HttpResponseHead> head = client::parse_http_response_head(buffer_);
+    if (!head) return Response{};
+    const auto length_header = head->headers.find("content-length");
+    const std::size_t size =
+        head->size + (length_header != head->headers.end() ? std::stoul(length_header->second) : 0);
+    while (buffer_.size() < size) {
+      if (!fill(deadline)) return Response{};
     }
-    buffer_.erase(0, header_end + 4);
-    const std::size_t length = response.headers.count("content-length")
-                                   ? std::stoul(response.headers["content-length"])
-                                   : 0;
-    while (buffer_.size() < length) {
-      if (!fill(deadline)) {
-        response.status = 0;
-        return response;
-      }
-    }
-    response.body = buffer_.substr(0, length);
-    buffer_.erase(0, length);
+    Response response;
+    response.status = head->status;
+    response.headers = std::move(head->headers);
+    response.raw = buffer_.substr(0, size);
+    response.body = response.raw.substr(head->size);
+    buffer_.erase(0, size);
     return response;
   }
 
@@ -146,22 +128,13 @@ class Http {
   std::string buffer_;
 };
 
-// A daemon with the HTTP API on a free port (retried if another process takes it meanwhile).
-struct HttpDaemon {
-  explicit HttpDaemon(std::vector<std::string> args = {}) {
-    for (int attempt = 0; attempt < 5; ++attempt) {
-      http_port = unused_loopback_port();
-      std::vector<std::string> all = args;
-      all.push_back("--http-port=" + std::to_string(http_port));
-      all.push_back("--debug");
-      daemon = std::make_unique<Daemon>(all);
-      if (daemon->wait_for_log("HTTP API listening on 127\\.0\\.0\\.1:" + std::to_string(http_port),
-                               10s)) {
-        return;
-      }
-      daemon.reset();
-    }
-    throw std::runtime_error("the HTTP API did not start");
+// The harness's HttpDaemon with --debug, and calls to its API each on a connection of its own.
+struct HttpServer : HttpDaemon {
+  explicit HttpServer(std::vector<std::string> args = {})
+      : HttpDaemon(with_debug(std::move(args))) {}
+  static std::vector<std::string> with_debug(std::vector<std::string> args) {
+    args.push_back("--debug");
+    return args;
   }
   Response call(const std::string& method, const std::string& path, const std::string& body = "",
                 const std::vector<std::string>& headers = {}, milliseconds timeout = 10s) const {
@@ -181,9 +154,6 @@ struct HttpDaemon {
     }
     return 0;
   }
-
-  int http_port = 0;
-  std::unique_ptr<Daemon> daemon;
 };
 
 std::string session_header(const std::string& id) { return "X-Dflockd-Session: " + id; }
@@ -207,7 +177,7 @@ std::string read_file(const std::string& path) {
 // ---- endpoints ---------------------------------------------------------------------------------
 
 TEST(HttpApi, HealthReadyStatsNotFoundAndMethodNotAllowed) {
-  HttpDaemon server;
+  HttpServer server;
   Response health = server.call("GET", "/health");
   EXPECT_EQ(health.status, 200);
   EXPECT_EQ(health.body, "{\"status\":\"ok\"}\n");
@@ -231,7 +201,7 @@ TEST(HttpApi, HealthReadyStatsNotFoundAndMethodNotAllowed) {
 }
 
 TEST(HttpApi, SessionCreatePingDelete) {
-  HttpDaemon server({"--http-session-idle-timeout=7"});
+  HttpServer server({"--http-session-idle-timeout=7"});
   const Response created = server.call("POST", "/v1/sessions");
   ASSERT_EQ(created.status, 200);
   const std::string id = created.json()["session_id"];
@@ -254,7 +224,7 @@ TEST(HttpApi, SessionCreatePingDelete) {
 }
 
 TEST(HttpApi, LockAcquireRenewReleaseAndTimeout) {
-  HttpDaemon server({"--default-lease-ttl=40"});
+  HttpServer server({"--default-lease-ttl=40"});
   const std::string a = server.new_session();
   const std::string b = server.new_session();
   Response acquired =
@@ -301,7 +271,7 @@ TEST(HttpApi, LockAcquireRenewReleaseAndTimeout) {
 }
 
 TEST(HttpApi, TwoPhaseEnqueueAndWait) {
-  HttpDaemon server;
+  HttpServer server;
   const std::string a = server.new_session();
   const std::string b = server.new_session();
   Response first = server.call("POST", "/v1/locks/k/enqueue", "", {session_header(a)});
@@ -335,7 +305,7 @@ TEST(HttpApi, TwoPhaseEnqueueAndWait) {
 }
 
 TEST(HttpApi, SemaphoresLimitsAndMismatch) {
-  HttpDaemon server;
+  HttpServer server;
   const std::string a = server.new_session();
   const std::string body = "{\"acquire_timeout_s\":0,\"limit\":2}";
   EXPECT_EQ(server.call("POST", "/v1/semaphores/s", body, {session_header(a)}).json()["status"],
@@ -365,7 +335,7 @@ TEST(HttpApi, SemaphoresLimitsAndMismatch) {
 }
 
 TEST(HttpApi, MaxLocksAndMaxWaitersAre503) {
-  HttpDaemon server({"--max-locks=1", "--max-waiters=1"});
+  HttpServer server({"--max-locks=1", "--max-waiters=1"});
   const std::string a = server.new_session();
   const std::string b = server.new_session();
   const std::string c = server.new_session();
@@ -381,7 +351,7 @@ TEST(HttpApi, MaxLocksAndMaxWaitersAre503) {
 // 503 fence_persistence (reference 3.5); acquires resume once a write succeeds.
 TEST(HttpApi, NoDurableFenceIs503FencePersistence) {
   TempDir dir;
-  HttpDaemon server({"--fence-state-file", dir.file("fences"), "--test-fence-range", "4",
+  HttpServer server({"--fence-state-file", dir.file("fences"), "--test-fence-range", "4",
                      "--test-fence-write-failures", "1000"});
   const std::string a = server.new_session();
   int granted = 0;
@@ -408,7 +378,7 @@ TEST(HttpApi, NoDurableFenceIs503FencePersistence) {
 // ---- validation --------------------------------------------------------------------------------
 
 TEST(HttpApi, MalformedBodiesFieldsKeysAndTokensAre400WithDetail) {
-  HttpDaemon server;
+  HttpServer server;
   const std::string a = server.new_session();
   const std::vector<std::string> session = {session_header(a)};
   auto bad = [&](const std::string& path, const std::string& body, const std::string& detail) {
@@ -446,7 +416,7 @@ TEST(HttpApi, MalformedBodiesFieldsKeysAndTokensAre400WithDetail) {
 // detail, and nothing caught it), taking every lock holder with it. Each body of the report is now
 // a 400 with a detail, changes nothing, and the daemon and its lock holders live on.
 TEST(HttpApi, InvalidUtf8InABodyIsA400AndTheServerLivesOn) {
-  HttpDaemon server({"--auth-token", "s3cret"});
+  HttpServer server({"--auth-token", "s3cret"});
   const std::vector<std::string> auth = {"Authorization: Bearer s3cret"};
   Client tcp(server.daemon->port());
   ASSERT_EQ(tcp.request("auth", "_", "s3cret"), "ok");
@@ -489,7 +459,7 @@ TEST(HttpApi, InvalidUtf8InABodyIsA400AndTheServerLivesOn) {
 // ---- TCP and HTTP share one FIFO queue -------------------------------------------------------
 
 TEST(HttpApi, TcpAndHttpSessionsInterleaveInFifoOrder) {
-  HttpDaemon server({"--threads=2"});
+  HttpServer server({"--threads=2"});
   Client tcp_holder(server.daemon->port());
   const std::vector<std::string> held = fields(tcp_holder.request("l", "shared", "0"));
   ASSERT_EQ(held.at(0), "ok");
@@ -533,7 +503,7 @@ TEST(HttpApi, TcpAndHttpSessionsInterleaveInFifoOrder) {
 // ---- long polls --------------------------------------------------------------------------------
 
 TEST(HttpApi, LongPollEndsOnTimeoutWith200) {
-  HttpDaemon server;
+  HttpServer server;
   const std::string a = server.new_session();
   const std::string b = server.new_session();
   ASSERT_EQ(server.call("POST", "/v1/locks/k", "{}", {session_header(a)}).json()["status"], "ok");
@@ -547,7 +517,7 @@ TEST(HttpApi, LongPollEndsOnTimeoutWith200) {
 }
 
 TEST(HttpApi, DeletingTheSessionWakesItsLongPollAtOnceAndReleasesItsLocks) {
-  HttpDaemon server;
+  HttpServer server;
   const std::string a = server.new_session();
   const std::string b = server.new_session();
   const std::string c = server.new_session();
@@ -575,7 +545,7 @@ TEST(HttpApi, DeletingTheSessionWakesItsLongPollAtOnceAndReleasesItsLocks) {
 }
 
 TEST(HttpApi, RequestsOnOneSessionAreSerialized) {
-  HttpDaemon server;
+  HttpServer server;
   const std::string a = server.new_session();
   const std::string b = server.new_session();
   ASSERT_EQ(server.call("POST", "/v1/locks/k", "{}", {session_header(a)}).json()["status"], "ok");
@@ -600,7 +570,7 @@ TEST(HttpApi, RequestsOnOneSessionAreSerialized) {
 }
 
 TEST(HttpApi, ClientLeavingALongPollLeavesTheQueue) {
-  HttpDaemon server({"--threads=2"});
+  HttpServer server({"--threads=2"});
   const std::string a = server.new_session();
   const std::string b = server.new_session();
   const std::string c = server.new_session();
@@ -635,7 +605,7 @@ TEST(HttpApi, ClientLeavingALongPollLeavesTheQueue) {
 // leaving its long poll, a long poll woken by a delete sent on yet another connection) behaves
 // as on one shard, and /metrics counts the forwarded requests.
 TEST(HttpApi, SessionsWorkFromConnectionsOnEveryShard) {
-  HttpDaemon server({"--threads=4"});
+  HttpServer server({"--threads=4"});
   const std::string a = server.new_session();
   const std::string b = server.new_session();
   const std::string c = server.new_session();
@@ -694,7 +664,7 @@ TEST(HttpApi, SessionsWorkFromConnectionsOnEveryShard) {
 }
 
 TEST(HttpApi, ClientLeavingAfterAnEnqueueGivesThePlaceBack) {
-  HttpDaemon server;
+  HttpServer server;
   const std::string a = server.new_session();
   const std::string b = server.new_session();
   const Response held = server.call("POST", "/v1/locks/k", "{}", {session_header(a)});
@@ -709,7 +679,7 @@ TEST(HttpApi, ClientLeavingAfterAnEnqueueGivesThePlaceBack) {
 }
 
 TEST(HttpApi, ReaperClosesIdleSessionsButNotOnesInALongPoll) {
-  HttpDaemon server({"--http-session-idle-timeout=1"});
+  HttpServer server({"--http-session-idle-timeout=1"});
   const std::string idle = server.new_session();
   const std::string holder = server.new_session();
   const std::string polling = server.new_session();
@@ -735,7 +705,7 @@ TEST(HttpApi, ReaperClosesIdleSessionsButNotOnesInALongPoll) {
 // ---- auth, rate limit, caps, CORS ------------------------------------------------------------
 
 TEST(HttpApi, BearerAuthOnEveryRouteButHealthReadyAndOpenApi) {
-  HttpDaemon server({"--auth-token=s3cret"});
+  HttpServer server({"--auth-token=s3cret"});
   EXPECT_EQ(server.call("GET", "/health").status, 200);
   EXPECT_EQ(server.call("GET", "/ready").status, 200);
   EXPECT_EQ(server.call("GET", "/v1/openapi.json").status, 200);
@@ -754,7 +724,7 @@ TEST(HttpApi, BearerAuthOnEveryRouteButHealthReadyAndOpenApi) {
 }
 
 TEST(HttpApi, PerIpRateLimitAnswers429AndExemptsHealth) {
-  HttpDaemon server({"--http-rate-limit-per-ip=1", "--http-rate-limit-burst=3"});
+  HttpServer server({"--http-rate-limit-per-ip=1", "--http-rate-limit-burst=3"});
   Http http(server.http_port);
   int limited = 0;
   for (int i = 0; i < 20; ++i) {
@@ -771,7 +741,7 @@ TEST(HttpApi, PerIpRateLimitAnswers429AndExemptsHealth) {
 }
 
 TEST(HttpApi, SessionCapsAre503) {
-  HttpDaemon server({"--http-max-sessions=2", "--http-max-sessions-per-ip=1"});
+  HttpServer server({"--http-max-sessions=2", "--http-max-sessions-per-ip=1"});
   const std::string a = server.new_session();
   expect_error(server.call("POST", "/v1/sessions"), 503, "max_sessions_per_ip");
   EXPECT_EQ(server.call("DELETE", "/v1/sessions/" + a).status, 204);
@@ -779,7 +749,7 @@ TEST(HttpApi, SessionCapsAre503) {
 }
 
 TEST(HttpApi, CorsPreflightAndHeaders) {
-  HttpDaemon server(
+  HttpServer server(
       {"--http-cors-allowed-origins=https://a.example, https://b.example", "--auth-token=s3cret"});
   // Preflight: 204 at once, before auth.
   const Response preflight =
@@ -798,13 +768,13 @@ TEST(HttpApi, CorsPreflightAndHeaders) {
   const Response simple = server.call("GET", "/health", "", {"Origin: https://b.example"});
   EXPECT_EQ(simple.header("access-control-allow-origin"), "https://b.example");
 
-  HttpDaemon any({"--http-cors-allowed-origins=*"});
+  HttpServer any({"--http-cors-allowed-origins=*"});
   const Response wildcard = any.call("GET", "/health", "", {"Origin: https://x.example"});
   EXPECT_EQ(wildcard.header("access-control-allow-origin"), "*");
 }
 
 TEST(HttpApi, PerIpConnectionCap) {
-  HttpDaemon server({"--http-max-connections-per-ip=1"});
+  HttpServer server({"--http-max-connections-per-ip=1"});
   auto first = std::make_unique<Http>(server.http_port);
   EXPECT_EQ(first->request("GET", "/health").status, 200);  // kept open (keep-alive)
   Http second(server.http_port);
@@ -818,7 +788,7 @@ TEST(HttpApi, PerIpConnectionCap) {
 TEST(HttpApi, TlsUsesTheSameCertificate) {
   TempDir directory;
   const CertificateFiles files = write_self_signed_certificate(directory.path());
-  HttpDaemon server({"--tls-cert", files.certificate_path, "--tls-key", files.key_path});
+  HttpServer server({"--tls-cert", files.certificate_path, "--tls-key", files.key_path});
   ASSERT_TRUE(server.daemon->wait_for_log("HTTP API listening on .* \\(https\\)", 1s));
   ClientOptions options;
   options.tls = true;
@@ -839,7 +809,7 @@ TEST(HttpApi, TlsUsesTheSameCertificate) {
 }
 
 TEST(HttpApi, DrainAnswersReadyAndNewSessions503ThenStops) {
-  HttpDaemon server;
+  HttpServer server;
   const std::string a = server.new_session();
   ASSERT_EQ(server.call("POST", "/v1/locks/k", "{}", {session_header(a)}).json()["status"], "ok");
   // A TCP request in flight keeps the daemon draining for up to 6 s.
@@ -871,7 +841,7 @@ TEST(HttpApi, DrainAnswersReadyAndNewSessions503ThenStops) {
 // ---- metrics and OpenAPI ---------------------------------------------------------------------
 
 TEST(HttpApi, MetricsParseAsPrometheusText) {
-  HttpDaemon server;
+  HttpServer server;
   Client tcp(server.daemon->port());
   ASSERT_EQ(fields(tcp.request("l", "m", "0")).at(0), "ok");
   const std::string a = server.new_session();
@@ -907,7 +877,7 @@ TEST(HttpApi, MetricsParseAsPrometheusText) {
 }
 
 TEST(HttpApi, OpenApiServedLiveMatchesDocsAndTheRoutes) {
-  HttpDaemon server;
+  HttpServer server;
   const Response served = server.call("GET", "/v1/openapi.json");
   ASSERT_EQ(served.status, 200);
   EXPECT_EQ(served.header("cache-control"), "public, max-age=60");

@@ -98,26 +98,6 @@ HttpResponse http_call(int port, const std::string& method, const std::string& p
   return HttpResponse{http_request(port, method, path, body, headers)};
 }
 
-// A daemon with the HTTP API on a free port (retried if another process takes it meanwhile).
-struct HttpDaemon {
-  explicit HttpDaemon(std::vector<std::string> args) {
-    for (int attempt = 0; attempt < 5; ++attempt) {
-      http_port = unused_loopback_port();
-      std::vector<std::string> all = args;
-      all.push_back("--http-port=" + std::to_string(http_port));
-      daemon = std::make_unique<Daemon>(all);
-      if (daemon->wait_for_log("HTTP API listening on 127\\.0\\.0\\.1:" + std::to_string(http_port),
-                               10s)) {
-        return;
-      }
-      daemon.reset();
-    }
-    throw std::runtime_error("the HTTP API did not start");
-  }
-  int http_port = 0;
-  std::unique_ptr<Daemon> daemon;
-};
-
 // ---- one node ----------------------------------------------------------------------------------
 
 TEST(StableRef, AHolderIsKeptForItsRefAndTakenBackWithTheSameToken) {
