@@ -20,6 +20,11 @@ core::ClusterLeaderConfig leader_config(const Config& config, std::uint32_t sess
   leader.session_tag = session_tag;
   leader.auto_release = config.auto_release_on_disconnect;
   leader.orphan_ttl = core::Duration::seconds(config.cluster.orphan_ttl_s);
+  // One entry in flight: what arrives meanwhile waits and goes in the next entry. Each entry
+  // costs every node an append, an fsync and the messages and thread hand-offs between them, so
+  // under load fewer, bigger entries cost less CPU per request (docs/benchmarks.md, "Cluster");
+  // a request that finds nothing in flight is proposed at once.
+  leader.max_in_flight = 1;
   return leader;
 }
 
