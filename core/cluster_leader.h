@@ -108,6 +108,11 @@ class ClusterLeader {
   std::optional<Instant> next_tick_clock() const;
   // Entries taken but not applied yet.
   std::size_t in_flight() const { return in_flight_.size(); }
+  // max_in_flight entries are in flight: take_entry() gives nothing before the next applied()
+  // (or follow()), so the driver need not look for new commands before then.
+  bool in_flight_full() const {
+    return config_.max_in_flight != 0 && in_flight_.size() >= config_.max_in_flight;
+  }
 
   // ---- applied entries (every node, in log order) ---------------------------------------------
   // The replica applied `entry` and it gave `applied`.
@@ -135,9 +140,6 @@ class ClusterLeader {
     Origin origin;
   };
 
-  bool in_flight_full() const {
-    return config_.max_in_flight != 0 && in_flight_.size() >= config_.max_in_flight;
-  }
   bool own(SessionId session) const { return session_tag(session) == config_.session_tag; }
   void to_owner(SessionId session, RouterMessage message);
   void not_leader(SessionId session);
