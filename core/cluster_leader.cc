@@ -117,6 +117,7 @@ void ClusterLeader::receive(RouterMessage message) {
 
 std::optional<LogEntry> ClusterLeader::take_entry(Instant clock, std::uint64_t salt) {
   if (!leading_) return std::nullopt;
+  if (in_flight_full()) return std::nullopt;
   const std::optional<Instant> wake = replica_.next_wake();
   const bool tick = !tick_in_flight_ && wake && *wake <= clock_.peek(clock);
   if (pending_.empty() && !tick) return std::nullopt;
@@ -158,7 +159,9 @@ std::optional<LogEntry> ClusterLeader::take_entry(Instant clock, std::uint64_t s
 }
 
 std::optional<Instant> ClusterLeader::next_tick_clock() const {
-  if (!leading_ || tick_in_flight_) return std::nullopt;
+  // With the in-flight entries at their limit, the next take_entry() after an applied() brings
+  // the Tick if it is due by then.
+  if (!leading_ || tick_in_flight_ || in_flight_full()) return std::nullopt;
   const std::optional<Instant> wake = replica_.next_wake();
   if (!wake) return std::nullopt;
   return clock_.clock_at(*wake);

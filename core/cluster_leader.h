@@ -17,6 +17,11 @@
 //    the last entry (at most max_commands) into one entry, so that many requests share one
 //    append and one fsync. It adds a Tick when a deadline of the replica is due at the entry's
 //    time, so that leases, wait timeouts and GC happen at the same log position on every node.
+//  * At most max_in_flight entries are proposed and not yet applied: while that many are, the
+//    commands wait, and the next entry takes all of them. Each entry costs every node a fixed
+//    amount of work (an append, its fsync, the messages between the nodes, the hand-offs between
+//    threads), so under load fewer, bigger entries cost less CPU per request; with nothing in
+//    flight a command is proposed at once, so a lone request waits for nothing.
 //  * The entries this node proposes come back applied in the order it proposed them; each is
 //    recognised by its salt and time. Every other applied entry (an earlier leader's) only
 //    produces the replies to parked requests of this node's sessions that are still waiting.
@@ -61,6 +66,7 @@ struct ClusterLeaderConfig {
   bool auto_release = true;                // --auto-release-on-disconnect
   Duration orphan_ttl = Duration::zero();  // --orphan-ttl (carried in every Close)
   std::size_t max_commands = 1024;         // per entry (>= 1)
+  std::size_t max_in_flight = 0;           // entries taken and not applied; 0: no limit
   std::size_t stats_entries_max = EngineConfig{}.stats_entries_max;
 };
 
@@ -93,14 +99,20 @@ class ClusterLeader {
   // ---- proposals
   // --------------------------------------------------------------------------------- The next
   // entry to propose, when this node leads and has commands, or a deadline of the replica is due by
-  // the entry's time; `salt` seeds its tokens (a fresh random number). nullopt otherwise. The
-  // driver proposes it at once.
+  // the entry's time; `salt` seeds its tokens (a fresh random number). nullopt otherwise, and while
+  // max_in_flight entries are in flight. The driver proposes it at once, and asks again after each
+  // applied(): an entry applied may let the next one go.
   std::optional<LogEntry> take_entry(Instant clock, std::uint64_t salt);
   // The clock reading at which take_entry() will have a Tick to propose (nullopt: no deadline,
-  // or not leading, or a Tick is in flight).
+  // or not leading, or a Tick is in flight, or max_in_flight entries are).
   std::optional<Instant> next_tick_clock() const;
   // Entries taken but not applied yet.
   std::size_t in_flight() const { return in_flight_.size(); }
+  // max_in_flight entries are in flight: take_entry() gives nothing before the next applied()
+  // (or follow()), so the driver need not look for new commands before then.
+  bool in_flight_full() const {
+    return config_.max_in_flight != 0 && in_flight_.size() >= config_.max_in_flight;
+  }
 
   // ---- applied entries (every node, in log order) ---------------------------------------------
   // The replica applied `entry` and it gave `applied`.

@@ -52,8 +52,8 @@ class ClusterNode final : public RaftStateMachine, public ReplicatedEndpoint {
   std::optional<std::string> start();
   void stop();
 
-  // Any thread: a message of a shard's router for the replicated endpoint.
-  void post(core::RouterMessage message) override;
+  // Any thread: messages of a shard's router for the replicated endpoint (ReplicatedEndpoint).
+  void post(std::vector<core::RouterMessage>& messages) override;
 
   RaftStatus status() const { return raft_->status(); }
   ClusterMetrics metrics() const override;
@@ -88,7 +88,10 @@ class ClusterNode final : public RaftStateMachine, public ReplicatedEndpoint {
   bool refuse_change(AdminDone& done);
   RaftNode::ErrorDone change_done(std::uint64_t id, AdminDone done);
 
-  void drain();  // the mailbox, then flush()
+  // The mailbox, then flush(); every turn of the raft thread that may change what ClusterLeader
+  // has to propose ends here (a post, an applied entry, a change of leadership, the deadline
+  // wake-up).
+  void drain();
   // The raft status as stats replies show it.
   core::ClusterStatus cluster_status() const;
   // Records the apply latency when `salt` is an entry this node proposed.
@@ -108,6 +111,16 @@ class ClusterNode final : public RaftStateMachine, public ReplicatedEndpoint {
 
   std::mutex mailbox_mutex_;
   std::vector<core::RouterMessage> mailbox_;  // guarded by mailbox_mutex_
+  // Whether a post to an empty mailbox must wake the raft thread. False while this node leads
+  // with its in-flight entries at the limit (ClusterLeader::in_flight_full): nothing it receives
+  // could be proposed before one of them applies, and that apply (or stepping down) drains the
+  // mailbox anyway. So under load the shards do not wake the raft thread once per request, only
+  // the apply does, once per entry. Written by drain() before its last look at the mailbox; post()
+  // reads it after queueing (both sequentially consistent), so either drain() sees the message or
+  // post() sees true and wakes it.
+  std::atomic<bool> wake_on_post_{true};
+  // flush()'s messages for each shard, handed over one batch per shard.
+  std::vector<std::vector<core::RouterMessage>> to_shards_;
 
   // The entries this node proposed and has not seen applied, oldest first: each one's salt and
   // the monotonic time it was proposed (for the apply latency). Cleared when it stops leading.

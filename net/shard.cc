@@ -202,11 +202,27 @@ void Shard::post(Message message) {
     was_empty = mailbox_.empty();
     mailbox_.push_back(std::move(message));
   }
+  if (was_empty) wake();
+}
+
+void Shard::post(std::vector<core::RouterMessage>& messages) {
+  if (messages.empty()) return;
+  bool was_empty = false;
+  {
+    std::lock_guard<std::mutex> lock(mailbox_mutex_);
+    was_empty = mailbox_.empty();
+    for (core::RouterMessage& message : messages) mailbox_.emplace_back(std::move(message));
+  }
+  messages.clear();
+  if (was_empty) wake();
+}
+
+void Shard::wake() {
   // The shard sets asleep_ before its last look at the mailbox and sleeps only if that look found
   // it empty; both sides use sequentially consistent operations, so either the shard sees this
   // message or this thread sees asleep_ and wakes it. An awake shard drains the mailbox every
   // turn, and it drains all of it, so one eventfd write per batch suffices.
-  if (was_empty && asleep_.load()) {
+  if (asleep_.load()) {
     const std::uint64_t one = 1;
     ssize_t written = ::write(wake_fd_, &one, sizeof one);
     (void)written;  // EAGAIN means the counter is already non-zero: the shard will wake anyway
@@ -265,11 +281,13 @@ void Shard::handle(message::Run& m) {
 void Shard::deliver_router_output(core::Instant now) {
   for (core::Envelope& envelope : router_.take_outbox()) {
     if (envelope.to == router_.replicated_endpoint()) {
-      shared_.cluster->post(std::move(envelope.message));
+      to_cluster_.push_back(std::move(envelope.message));
     } else {
       shared_.shards[envelope.to]->post(std::move(envelope.message));
     }
   }
+  // One lock and at most one wake-up of the raft thread for all of them.
+  if (!to_cluster_.empty()) shared_.cluster->post(to_cluster_);
   for (core::SessionEvent& event : router_.take_events()) {
     if (tcp_.owns(event.session)) {
       tcp_.on_session_event(now, event);

@@ -82,6 +82,8 @@ class Shard final : public ShardLoop {
 
   // Any thread: queue a message and wake the shard.
   void post(Message message);
+  // Any thread: queue every message of `messages` (left empty), in order, and wake the shard once.
+  void post(std::vector<core::RouterMessage>& messages);
 
   // Connections (sockets) still open on this shard; read by the server during drain.
   std::int64_t sockets_open() const { return tcp_.sockets_open(); }
@@ -101,6 +103,7 @@ class Shard final : public ShardLoop {
   // --pin-threads: restricts this thread to the index_-th CPU of those the process may use.
   void pin_to_cpu();
   void drain_mailbox();  // handles every queued message, then settles
+  void wake();           // after a post to an empty mailbox: the eventfd, if the shard sleeps
   static void on_mailbox(evutil_socket_t fd, short events, void* self);
   static void on_engine_timer(evutil_socket_t fd, short events, void* self);
   void handle(Message& message);
@@ -129,7 +132,8 @@ class Shard final : public ShardLoop {
   std::mutex mailbox_mutex_;
   std::vector<Message> mailbox_;  // guarded by mailbox_mutex_
   std::vector<Message> processing_;
-  std::atomic<bool> asleep_{true};  // the loop may be blocked in epoll_wait (run())
+  std::vector<core::RouterMessage> to_cluster_;  // deliver_router_output()'s, posted together
+  std::atomic<bool> asleep_{true};               // the loop may be blocked in epoll_wait (run())
   bool stopped_ = false;
   // Inside a loop turn: settle() leaves the connections' writes for the end of the turn (run()).
   bool defer_writes_ = false;

@@ -70,7 +70,9 @@ struct ClusterMetrics {
 class ReplicatedEndpoint {
  public:
   virtual ~ReplicatedEndpoint() = default;
-  virtual void post(core::RouterMessage message) = 0;
+  // Takes every message of `messages` (left empty), in order: one lock, and at most one wake-up
+  // of the endpoint's thread, for all of them.
+  virtual void post(std::vector<core::RouterMessage>& messages) = 0;
   virtual ClusterMetrics metrics() const = 0;
   // A leader is known (RaftStatus::leader_id != 0): what /ready asks.
   virtual bool leader_known() const = 0;

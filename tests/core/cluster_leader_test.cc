@@ -182,6 +182,71 @@ TEST(ClusterLeader, AnEntryHoldsAtMostMaxCommands) {
   EXPECT_EQ(node.leader.in_flight(), 3U);
 }
 
+// With max_in_flight entries in flight, commands wait and the next entry takes all of them once
+// one applies: under load, fewer and bigger entries. A lone command goes at once.
+TEST(ClusterLeader, CommandsWaitWhileMaxInFlightEntriesAreInFlight) {
+  ClusterLeaderConfig config;
+  config.max_in_flight = 1;
+  Node node(1, config);
+  node.leader.lead(kStart);
+  std::vector<SessionId> sessions;
+  for (int i = 0; i < 5; ++i) sessions.push_back(node.routers[i % 2]->new_session_id());
+  node.routers[0]->submit(kStart, sessions[0], lock_request("k0", 0));
+  node.pump();
+  const std::optional<LogEntry> first = node.leader.take_entry(kStart, 1);
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->commands.size(), 1U);
+  for (int i = 1; i < 5; ++i) {
+    node.routers[i % 2]->submit(kStart, sessions[i], lock_request("k" + std::to_string(i), 0));
+  }
+  node.pump();
+  EXPECT_FALSE(node.leader.take_entry(kStart, 2));  // one in flight: the four wait
+  EXPECT_EQ(node.leader.in_flight(), 1U);
+  node.apply(*first);
+  EXPECT_EQ(node.events(0).size(), 1U);
+  const std::optional<LogEntry> second = node.leader.take_entry(kStart, 3);
+  ASSERT_TRUE(second);
+  EXPECT_EQ(second->commands.size(), 4U);
+  EXPECT_FALSE(node.leader.take_entry(kStart, 4));
+  node.apply(*second);
+  EXPECT_EQ(node.events(0).size(), 2U);
+  EXPECT_EQ(node.events(1).size(), 2U);
+  EXPECT_EQ(node.leader.in_flight(), 0U);
+}
+
+// A deadline due while the limit holds comes with the next entry: no wake-up is asked for meanwhile
+// (the driver takes the next entry after each applied()).
+TEST(ClusterLeader, ATickDueWhileMaxInFlightEntriesAreInFlightComesWithTheNextEntry) {
+  ClusterLeaderConfig config;
+  config.max_in_flight = 1;
+  Node node(1, config);
+  node.leader.lead(kStart);
+  const SessionId holder = node.routers[0]->new_session_id();
+  const SessionId waiter = node.routers[0]->new_session_id();
+  node.routers[0]->submit(kStart, holder, lock_request("k", 0, 30));
+  node.routers[0]->submit(kStart, waiter, lock_request("k", 2));
+  node.step(kStart);
+  node.events(0);
+  ASSERT_EQ(node.leader.next_tick_clock(), kStart + Duration::seconds(2));
+  node.routers[0]->submit(kStart, node.routers[0]->new_session_id(), lock_request("other", 0));
+  node.pump();
+  const std::optional<LogEntry> busy = node.leader.take_entry(kStart + Duration::seconds(1), 9);
+  ASSERT_TRUE(busy);
+  EXPECT_FALSE(node.leader.next_tick_clock());
+  EXPECT_FALSE(node.leader.take_entry(kStart + Duration::seconds(3), 10));
+  node.apply(*busy);
+  node.events(0);
+  const std::optional<LogEntry> tick = node.leader.take_entry(kStart + Duration::seconds(3), 11);
+  ASSERT_TRUE(tick);
+  ASSERT_EQ(tick->commands.size(), 1U);
+  EXPECT_TRUE(std::holds_alternative<command::Tick>(tick->commands[0]));
+  node.apply(*tick);
+  const std::vector<SessionEvent> events = node.events(0);
+  ASSERT_EQ(events.size(), 1U);
+  EXPECT_EQ(events[0].session, waiter);
+  EXPECT_EQ(events[0].reply.status, Status::kTimeout);
+}
+
 TEST(ClusterLeader, DeadlinesComeAsATickAtTheReplicasNextDeadline) {
   Node node(1);
   node.leader.lead(kStart);
