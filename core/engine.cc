@@ -1523,7 +1523,8 @@ struct Engine::Impl {
         ResourceView view{resource.ns, key, resource.limit, {}, {}, {}, {}};
         for (const Holder* h = resource.holders.front(); h != nullptr;
              h = decltype(resource.holders)::next(h)) {
-          view.holders.push_back(HolderView{resource.ns, key, h->token, h->session, h->deadline});
+          view.holders.push_back(HolderView{resource.ns, key, h->token, h->session, h->deadline,
+                                            h->owner != nullptr ? h->owner->ref : h->ref});
         }
         for (const Waiter* w = resource.waiters.front(); w != nullptr;
              w = decltype(resource.waiters)::next(w)) {

@@ -172,6 +172,7 @@ class Engine {
     Token token;
     SessionId session;
     Instant deadline;
+    std::string ref;  // its session's stable ref (or the orphan's); empty when it has none
   };
   struct ResourceView {
     Namespace ns;

@@ -54,6 +54,7 @@ void Checker::check_engine(std::size_t shard, const core::Engine& engine, std::i
   std::map<ResourceKey, std::vector<core::Token>> fresh;
   std::map<std::uint64_t, std::string> source;  // fence -> where the checker saw it first
   std::map<ResourceKey, std::set<std::uint64_t>> fresh_holders;  // sessions granted this call
+  std::map<ResourceKey, std::map<std::uint64_t, std::string>> fresh_refs;  // their stable refs
   for (std::size_t i = 0; i < observed_.size(); ++i) {
     const auto& [key, token] = observed_[i];
     if (seen_tokens_.count({token.fence.value, token.salt}) == 0) {
@@ -78,6 +79,7 @@ void Checker::check_engine(std::size_t shard, const core::Engine& engine, std::i
           source[holder.token.fence.value] =
               "a holder of session " + std::to_string(holder.session.value);
           fresh_holders[key].insert(holder.session.value);
+          fresh_refs[key][holder.session.value] = holder.ref;
         }
         if (forgotten_.count(holder.session.value) != 0 && settings_.auto_release) {
           fail_("leak", key_name(key) + " held by forgotten session " +
@@ -180,8 +182,19 @@ void Checker::check_engine(std::size_t shard, const core::Engine& engine, std::i
     for (std::size_t i = 0; i < first_still && i < before.orphaned.size(); ++i) {
       orphan_left_ahead = orphan_left_ahead || before.orphaned[i];
     }
+    // A newcomer may have been handed a slot granted this step to a waiter of its own stable ref
+    // whose session then closed.
+    auto ref_left = [&](std::uint64_t session) {
+      const std::string& ref = fresh_refs[key][session];
+      if (ref.empty()) return false;
+      for (std::size_t j = 0; j < w.size() && j < before.refs.size(); ++j) {
+        if (still.count(w[j]) == 0 && before.refs[j] == ref) return true;
+      }
+      return false;
+    };
     for (std::uint64_t session : granted) {
-      if (first_still < w.size() && distinct.count(session) == 0 && !orphan_left_ahead) {
+      if (first_still < w.size() && distinct.count(session) == 0 && !orphan_left_ahead &&
+          !ref_left(session)) {
         fail_("fifo", key_name(key) + ": newcomer session " + std::to_string(session) +
                           " was granted while session " + std::to_string(w[first_still]) +
                           " still waits");

@@ -78,6 +78,7 @@ class ClusterRun final : public RaftCluster::Host {
     leader_config_.orphan_ttl =
         core::Duration::seconds(static_cast<std::int64_t>(options.seed / 4 % 3));
     checker_settings_.auto_release = leader_config_.auto_release;
+    leader_config_.max_in_flight = 1;  // as turnstiled's nodes (net/cluster_node.cc)
     for (unsigned node = 0; node < nodes_; ++node) {
       lives_.push_back(0);
       processes_.push_back(start_process(node));

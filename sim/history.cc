@@ -287,12 +287,17 @@ History::Outcome History::check() const {
       }
     }
   }
-  // An unanswered acquire under a stable ref may have adopted any slot of its ref on its key,
-  // with the lease it asked for (docs/semantics.md, "Stable refs and orphans"): those holders may
-  // vanish from its call plus that lease on.
+  // An unanswered acquire under a stable ref, or an enqueue answered `queued` (a close can hand
+  // its ref's slot to it for its `w`), may have adopted any slot of its ref on its key with the
+  // lease it asked for (docs/semantics.md, "Stable refs and orphans"): those holders may vanish
+  // from its call plus that lease on.
   for (const Operation& unanswered : operations_) {
-    if (unanswered.return_ns || unanswered.request.ref.empty() ||
-        !is_acquire(unanswered.request.command)) {
+    const core::Command command = unanswered.request.command;
+    const bool queued =
+        (command == core::Command::kEnqueue || command == core::Command::kSemEnqueue) &&
+        unanswered.status == "queued";
+    if ((unanswered.return_ns && !queued) || unanswered.request.ref.empty() ||
+        !is_acquire(command)) {
       continue;
     }
     const std::int64_t lease_s =

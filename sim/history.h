@@ -18,8 +18,9 @@
 //    adopted that orphaned slot (docs/semantics.md, "Stable refs and orphans"): a renewal of
 //    the token with a fresh lease, not a second grant; under another ref or none it would be a
 //    second grant, which the model refuses;
-//  * an unanswered acquire under a stable ref may have adopted a slot of its ref on its key with
-//    the lease it asked for: such a holder may vanish from that acquire's call plus its lease;
+//  * an unanswered acquire under a stable ref, or an enqueue under one answered `queued`, may
+//    have adopted a slot of its ref on its key with the lease it asked for: such a holder may
+//    vanish from that acquire's call plus its lease;
 //  * a crash ends a life: its histories are checked separately (a cluster is one life).
 //
 // Thread affinity: single-threaded, owned by one simulation run.

@@ -498,8 +498,8 @@ std::vector<core::Engine::ResourceView> ReferenceModel::inspect() const {
     view.key = resource.key;
     view.limit = resource.limit;
     for (const Holder& holder : resource.holders) {
-      view.holders.push_back(core::Engine::HolderView{resource.ns, resource.key, holder.token,
-                                                      holder.session, holder.deadline});
+      view.holders.push_back(core::Engine::HolderView{
+          resource.ns, resource.key, holder.token, holder.session, holder.deadline, {}});
     }
     for (const Waiter& waiter : resource.waiters) view.waiters.push_back(waiter.session);
     views.push_back(std::move(view));
