@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds turnstile and runs the whole test suite, then each libFuzzer harness for 60 s. Installs
-# what is missing first (needs root on a fresh machine). About 20 minutes from a fresh clone on two
+# what is missing first (needs root on a fresh machine). About 23 minutes from a fresh clone on two
 # cores, 7 of them fuzzing: TURNSTILE_FUZZ_SECONDS=0 skips the fuzzers, =N runs each for N s.
 # Usage: scripts/test.sh [extra ctest arguments]
 set -euo pipefail
