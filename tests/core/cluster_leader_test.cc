@@ -182,12 +182,17 @@ TEST(ClusterLeader, AnEntryHoldsAtMostMaxCommands) {
   EXPECT_EQ(node.leader.in_flight(), 3U);
 }
 
+// A leader that keeps one entry in flight, as turnstiled's nodes do.
+ClusterLeaderConfig one_in_flight() {
+  ClusterLeaderConfig config;
+  config.max_in_flight = 1;
+  return config;
+}
+
 // With max_in_flight entries in flight, commands wait and the next entry takes all of them once
 // one applies: under load, fewer and bigger entries. A lone command goes at once.
 TEST(ClusterLeader, CommandsWaitWhileMaxInFlightEntriesAreInFlight) {
-  ClusterLeaderConfig config;
-  config.max_in_flight = 1;
-  Node node(1, config);
+  Node node(1, one_in_flight());
   node.leader.lead(kStart);
   std::vector<SessionId> sessions;
   for (int i = 0; i < 5; ++i) sessions.push_back(node.routers[i % 2]->new_session_id());
@@ -214,19 +219,31 @@ TEST(ClusterLeader, CommandsWaitWhileMaxInFlightEntriesAreInFlight) {
   EXPECT_EQ(node.leader.in_flight(), 0U);
 }
 
-// A deadline due while the limit holds comes with the next entry: no wake-up is asked for meanwhile
-// (the driver takes the next entry after each applied()).
-TEST(ClusterLeader, ATickDueWhileMaxInFlightEntriesAreInFlightComesWithTheNextEntry) {
-  ClusterLeaderConfig config;
-  config.max_in_flight = 1;
-  Node node(1, config);
-  node.leader.lead(kStart);
+// A holder of "k" for 30 s and a waiter on it for 2 s, both proposed and applied: the replica's
+// next deadline is the waiter's timeout. Returns the waiter.
+SessionId holder_and_waiter(Node& node) {
   const SessionId holder = node.routers[0]->new_session_id();
   const SessionId waiter = node.routers[0]->new_session_id();
   node.routers[0]->submit(kStart, holder, lock_request("k", 0, 30));
   node.routers[0]->submit(kStart, waiter, lock_request("k", 2));
   node.step(kStart);
   node.events(0);
+  return waiter;
+}
+
+// The only event is `waiter`'s timeout.
+void expect_timed_out(const std::vector<SessionEvent>& events, SessionId waiter) {
+  ASSERT_EQ(events.size(), 1U);
+  EXPECT_EQ(events[0].session, waiter);
+  EXPECT_EQ(events[0].reply.status, Status::kTimeout);
+}
+
+// A deadline due while the limit holds comes with the next entry: no wake-up is asked for meanwhile
+// (the driver takes the next entry after each applied()).
+TEST(ClusterLeader, ATickDueWhileMaxInFlightEntriesAreInFlightComesWithTheNextEntry) {
+  Node node(1, one_in_flight());
+  node.leader.lead(kStart);
+  const SessionId waiter = holder_and_waiter(node);
   ASSERT_EQ(node.leader.next_tick_clock(), kStart + Duration::seconds(2));
   node.routers[0]->submit(kStart, node.routers[0]->new_session_id(), lock_request("other", 0));
   node.pump();
@@ -241,28 +258,17 @@ TEST(ClusterLeader, ATickDueWhileMaxInFlightEntriesAreInFlightComesWithTheNextEn
   ASSERT_EQ(tick->commands.size(), 1U);
   EXPECT_TRUE(std::holds_alternative<command::Tick>(tick->commands[0]));
   node.apply(*tick);
-  const std::vector<SessionEvent> events = node.events(0);
-  ASSERT_EQ(events.size(), 1U);
-  EXPECT_EQ(events[0].session, waiter);
-  EXPECT_EQ(events[0].reply.status, Status::kTimeout);
+  expect_timed_out(node.events(0), waiter);
 }
 
 TEST(ClusterLeader, DeadlinesComeAsATickAtTheReplicasNextDeadline) {
   Node node(1);
   node.leader.lead(kStart);
-  const SessionId holder = node.routers[0]->new_session_id();
-  const SessionId waiter = node.routers[0]->new_session_id();
-  node.routers[0]->submit(kStart, holder, lock_request("k", 0, 30));
-  node.routers[0]->submit(kStart, waiter, lock_request("k", 2));
-  node.step(kStart);
-  node.events(0);
+  const SessionId waiter = holder_and_waiter(node);
   ASSERT_EQ(node.leader.next_tick_clock(), kStart + Duration::seconds(2));
   EXPECT_EQ(node.step(kStart + Duration::seconds(1)), 0U);  // nothing due yet
   ASSERT_NE(node.step(kStart + Duration::seconds(2)), 0U);
-  const std::vector<SessionEvent> events = node.events(0);
-  ASSERT_EQ(events.size(), 1U);
-  EXPECT_EQ(events[0].session, waiter);
-  EXPECT_EQ(events[0].reply.status, Status::kTimeout);
+  expect_timed_out(node.events(0), waiter);
 }
 
 TEST(ClusterLeader, SteppingDownAnswersWhatIsInFlightAndParked) {
