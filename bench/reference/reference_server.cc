@@ -26,6 +26,12 @@
 // microseconds, yielding the CPU between polls, before it sleeps (turnstiled's shards do the same,
 // 100 us by default); 0, the default, sleeps at once.
 //
+// --journal DIR [--replicate-to HOST:PORT,...] (with --threads 1): the do-nothing replicated
+// server. Replies wait until the batch of requests they answer is durable: appended and
+// fdatasynced in DIR, and, with --replicate-to, also held by a majority of the cluster those
+// replicas and this leader make. --replica DIR runs such a replica on --port instead
+// (reference_replication.h says what each does and what none of them does).
+//
 // Threads: --threads event loops, each with its own epoll set; they share the listening socket
 // (EPOLLEXCLUSIVE) and a connection stays on the thread that accepted it. Loopback only. Prints
 // "listening on ADDR:PORT" on stdout once it accepts (use --port 0 for an ephemeral port).
@@ -45,10 +51,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "bench/reference/reference_replication.h"
 #include "bench/reference/reference_server_args.h"
 
 namespace turnstile::bench {
@@ -66,9 +74,16 @@ struct Connection {
   int holds = 0;        // grants this connection holds
   int queued = 0;       // its places in the line
   std::string granted;  // grants issued to it by another connection's release, not yet sent
+  // --journal only:
+  int replica = -1;  // >= 0: not a client but the link to that replica; kJournalDone: see below
+  std::uint64_t acked = 0;     // replica links: batches the replica has acknowledged
+  std::string held;            // replies to requests of the batch being gathered
+  std::string held_in_flight;  // replies to requests of the batch in flight
 };
 
 constexpr std::uint8_t kCommandMax = sizeof(Connection::command);
+// Connection::replica of the journal thread's eventfd (not a connection; --journal only).
+constexpr int kJournalDone = -2;
 
 // Appends a grant with the next fence: "<status> <token> 33\n".
 void append_grant(std::string& out, std::string_view status) {
@@ -111,7 +126,16 @@ class Loop {
   Loop(int listen_fd, const ReferenceServerArgs& args)
       : listen_fd_(listen_fd),
         hand_off_limit_(args.hand_off),
-        idle_poll_ns_(std::int64_t{args.idle_poll_us} * 1000) {}
+        idle_poll_ns_(std::int64_t{args.idle_poll_us} * 1000) {
+    if (!args.journal_dir.empty()) journal_.emplace(args.journal_dir);
+    for (const int fd : connect_replicas(args.replicate_to)) {
+      auto* link = new Connection;
+      link->fd = fd;
+      link->replica = static_cast<int>(replicas_.size());
+      replicas_.push_back(link);
+    }
+    majority_of_replicas_ = static_cast<int>(replicas_.size() + 1) / 2;
+  }
 
   void run() {
     epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
@@ -121,6 +145,18 @@ class Loop {
     if (epoll_fd_ < 0 || epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &event) != 0) {
       std::perror("turnstile-refserver: epoll");
       std::exit(1);
+    }
+    for (Connection* link : replicas_) {
+      event.events = EPOLLIN;
+      event.data.ptr = link;
+      epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, link->fd, &event);
+    }
+    if (journal_) {
+      journal_done_.fd = journal_->done_fd();
+      journal_done_.replica = kJournalDone;
+      event.events = EPOLLIN;
+      event.data.ptr = &journal_done_;
+      epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, journal_done_.fd, &event);
     }
     epoll_event events[256];
     std::int64_t last_event = monotonic_ns();
@@ -138,11 +174,17 @@ class Loop {
           accept_all();
         } else if (events[i].events & EPOLLOUT && !connection->pending.empty()) {
           flush_pending(*connection);
+        } else if (connection->replica >= 0) {
+          read_acks(*connection);
+        } else if (connection->replica == kJournalDone) {
+          journal_durable_ = journal_->take_done() || journal_durable_;
+          commit_if_replicated();
         } else {
           serve(*connection);
         }
       }
       send_grants();
+      if (journal_) start_batch();
     }
   }
 
@@ -171,10 +213,59 @@ class Loop {
         return;
       }
       if (got < 0) break;
+      if (journal_) gathering_.append(buffer_, static_cast<std::size_t>(got));
       frame(connection, buffer_, static_cast<std::size_t>(got));
       if (static_cast<std::size_t>(got) < sizeof buffer_) break;
     }
-    deliver(connection, out_);
+    if (!journal_) {
+      deliver(connection, out_);
+    } else if (!out_.empty()) {
+      if (connection.held.empty()) gathered_.push_back(&connection);
+      connection.held += out_;  // to be sent when the batch these requests go in commits
+    }
+  }
+
+  // --journal: sends the requests gathered since the last batch started to every replica and
+  // makes them durable here, unless a batch is still in flight.
+  void start_batch() {
+    if (batch_in_flight_ || gathered_.empty()) return;
+    const std::string frame = batch_frame(gathering_);
+    gathering_.clear();
+    ++batches_started_;
+    for (Connection* link : replicas_) deliver(*link, frame);
+    journal_durable_ = false;
+    journal_->append(frame);
+    for (Connection* connection : gathered_) connection->held_in_flight.swap(connection->held);
+    in_flight_.swap(gathered_);
+    gathered_.clear();
+    batch_in_flight_ = true;
+    commit_if_replicated();
+  }
+
+  // Sends the replies of the batch in flight once it is durable here and a majority of the
+  // replicas has it.
+  void commit_if_replicated() {
+    int have = 0;
+    for (const Connection* link : replicas_) have += link->acked >= batches_started_ ? 1 : 0;
+    if (!batch_in_flight_ || !journal_durable_ || have < majority_of_replicas_) return;
+    batch_in_flight_ = false;
+    std::vector<Connection*> answered;
+    answered.swap(in_flight_);
+    for (Connection* connection : answered) {
+      std::string replies;
+      replies.swap(connection->held_in_flight);
+      deliver(*connection, replies);  // a close here erases it from in_flight_, now empty
+    }
+  }
+
+  // A replica's acknowledgements: one byte per batch.
+  void read_acks(Connection& link) {
+    char acks[256];
+    const ssize_t got = ::recv(link.fd, acks, sizeof acks, 0);
+    if (got < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    if (got <= 0) replication_failure("lost replica " + std::to_string(link.replica));
+    link.acked += static_cast<std::uint64_t>(got);
+    commit_if_replicated();
   }
 
   // Sends `bytes` to the connection, after whatever it still has pending; what the socket does
@@ -296,7 +387,13 @@ class Loop {
   }
 
   void close_connection(Connection& connection) {
+    if (connection.replica >= 0) replication_failure("lost replica link");
     ::close(connection.fd);  // also removes it from the epoll set
+    if (journal_) {
+      const auto is_this = [&connection](const Connection* c) { return c == &connection; };
+      std::erase_if(gathered_, is_this);
+      std::erase_if(in_flight_, is_this);
+    }
     if (hand_off_limit_ > 0) {
       const auto is_this = [&connection](const Connection* c) { return c == &connection; };
       if (connection.queued > 0) std::erase_if(waiting_, is_this);
@@ -317,6 +414,17 @@ class Loop {
   int held_ = 0;                     // grants held over all connections
   std::deque<Connection*> waiting_;  // acquires waiting, in arrival order
   std::vector<Connection*> woken_;   // connections with grants to send at the end of the pass
+  // --journal only:
+  std::optional<JournalThread> journal_;
+  Connection journal_done_;             // stands for the journal thread's eventfd in epoll
+  bool journal_durable_ = false;        // the batch in flight is durable here
+  std::vector<Connection*> replicas_;   // the links to --replicate-to, in its order
+  int majority_of_replicas_ = 0;        // acknowledgements a batch needs besides the journal
+  std::string gathering_;               // request bytes of the batch being gathered
+  std::vector<Connection*> gathered_;   // clients with replies in `held`
+  std::vector<Connection*> in_flight_;  // clients with replies in `held_in_flight`
+  std::uint64_t batches_started_ = 0;
+  bool batch_in_flight_ = false;
 };
 
 }  // namespace
@@ -326,6 +434,7 @@ int main(int argc, char** argv) {
   return turnstile::bench::run_reference_server(
       argc, argv, "turnstile-refserver", 6389, /*lock_options=*/true,
       [](int fd, const turnstile::bench::ReferenceServerArgs& args) {
+        if (!args.replica_dir.empty()) turnstile::bench::run_replica(fd, args.replica_dir);
         turnstile::bench::Loop(fd, args).run();
       });
 }

@@ -1,7 +1,8 @@
 // The command line of the two do-nothing reference servers (turnstile-refserver,
 // turnstile-http-refserver): --host (loopback only), --port, --threads, their listening
 // socket, and the threads that serve it; turnstile-refserver also takes --hand-off and
-// --idle-poll-us (reference_server.cc).
+// --idle-poll-us and the replicated server's --journal, --replicate-to, --replica
+// (reference_server.cc).
 //
 // Thread affinity: call from main before any thread starts.
 #pragma once
@@ -28,17 +29,47 @@ struct ReferenceServerArgs {
   std::string host = "127.0.0.1";
   int port = 0;
   int threads = 1;
-  int hand_off = 0;            // turnstile-refserver only: grant at most this many at once; 0 = off
-  int idle_poll_us = 0;        // turnstile-refserver only: poll this long before sleeping
+  int hand_off = 0;      // turnstile-refserver only: grant at most this many at once; 0 = off
+  int idle_poll_us = 0;  // turnstile-refserver only: poll this long before sleeping
+  // turnstile-refserver only, the do-nothing replicated server (reference_replication.h):
+  std::string journal_dir;   // --journal: answer once each batch is appended and fdatasynced here
+  std::string replicate_to;  // --replicate-to H:P,...: ... and a majority of these replicas has it
+  std::string replica_dir;   // --replica: be a replica, journaling the leader's batches here
   sockaddr_storage address{};  // host:port
   socklen_t address_length = 0;
 };
+
+// Fills `address` with host:port when host is a loopback address (127.x.y.z or ::1); false if not.
+inline bool loopback_address(const std::string& host, int port, sockaddr_storage* address,
+                             socklen_t* length) {
+  *address = {};
+  auto* v4 = reinterpret_cast<sockaddr_in*>(address);
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(address);
+  if (inet_pton(AF_INET, host.c_str(), &v4->sin_addr) == 1 &&
+      (ntohl(v4->sin_addr.s_addr) >> 24) == 127) {
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(static_cast<std::uint16_t>(port));
+    *length = sizeof(sockaddr_in);
+    return true;
+  }
+  if (inet_pton(AF_INET6, host.c_str(), &v6->sin6_addr) == 1 &&
+      IN6_IS_ADDR_LOOPBACK(&v6->sin6_addr)) {
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(static_cast<std::uint16_t>(port));
+    *length = sizeof(sockaddr_in6);
+    return true;
+  }
+  return false;
+}
 
 [[noreturn]] inline void reference_usage_error(const char* name, int default_port,
                                                bool lock_options, const std::string& message) {
   std::fprintf(stderr, "%s: %s\nusage: %s [--host 127.0.0.1] [--port %d] [--threads 1]%s\n", name,
                message.c_str(), name, default_port,
-               lock_options ? " [--hand-off L] [--idle-poll-us 0]" : "");
+               lock_options
+                   ? " [--hand-off L] [--idle-poll-us 0]\n"
+                     "       [--journal DIR [--replicate-to HOST:PORT,...] | --replica DIR]"
+                   : "");
   std::exit(2);
 }
 
@@ -71,6 +102,12 @@ inline ReferenceServerArgs parse_reference_server_args(int argc, char** argv, co
       args.hand_off = number(value);
     } else if (lock_options && flag == "--idle-poll-us") {
       args.idle_poll_us = number(value);
+    } else if (lock_options && flag == "--journal") {
+      args.journal_dir = value;
+    } else if (lock_options && flag == "--replicate-to") {
+      args.replicate_to = value;
+    } else if (lock_options && flag == "--replica") {
+      args.replica_dir = value;
     } else {
       reference_usage_error(name, default_port, lock_options, "unknown option " + flag);
     }
@@ -87,22 +124,21 @@ inline ReferenceServerArgs parse_reference_server_args(int argc, char** argv, co
   if (args.hand_off > 0 && args.threads != 1) {
     reference_usage_error(name, default_port, lock_options, "--hand-off needs --threads 1");
   }
+  const bool replicated = !args.journal_dir.empty() || !args.replica_dir.empty();
+  if (replicated && (args.threads != 1 || args.hand_off > 0)) {
+    reference_usage_error(name, default_port, lock_options,
+                          "--journal and --replica need --threads 1 and no --hand-off");
+  }
+  if (!args.replicate_to.empty() && args.journal_dir.empty()) {
+    reference_usage_error(name, default_port, lock_options, "--replicate-to needs --journal");
+  }
+  if (!args.replica_dir.empty() && !args.journal_dir.empty()) {
+    reference_usage_error(name, default_port, lock_options, "--replica excludes --journal");
+  }
   if (args.idle_poll_us < 0 || args.idle_poll_us > 1000000) {
     reference_usage_error(name, default_port, lock_options, "--idle-poll-us must be 0..1000000");
   }
-  auto* v4 = reinterpret_cast<sockaddr_in*>(&args.address);
-  auto* v6 = reinterpret_cast<sockaddr_in6*>(&args.address);
-  if (inet_pton(AF_INET, args.host.c_str(), &v4->sin_addr) == 1 &&
-      (ntohl(v4->sin_addr.s_addr) >> 24) == 127) {
-    v4->sin_family = AF_INET;
-    v4->sin_port = htons(static_cast<std::uint16_t>(args.port));
-    args.address_length = sizeof(sockaddr_in);
-  } else if (inet_pton(AF_INET6, args.host.c_str(), &v6->sin6_addr) == 1 &&
-             IN6_IS_ADDR_LOOPBACK(&v6->sin6_addr)) {
-    v6->sin6_family = AF_INET6;
-    v6->sin6_port = htons(static_cast<std::uint16_t>(args.port));
-    args.address_length = sizeof(sockaddr_in6);
-  } else {
+  if (!loopback_address(args.host, args.port, &args.address, &args.address_length)) {
     reference_usage_error(name, default_port, lock_options,
                           "--host must be a loopback address: " + args.host);
   }

@@ -21,10 +21,19 @@ Then, --repeats times, interleaved:
     turnstile_raft_proposals_total and turnstile_raft_apply_calls_total (entries per op and raft
     appends per op: fewer appends than entries is batching).
 
+It also starts the do-nothing replicated server (turnstile-refserver --journal on a leader,
+--replica on two more, their journals in three more directories of the folder: the requests that
+arrive while a batch is in flight form the next batch, each batch is appended and fdatasynced on
+the leader and sent to both replicas, and its canned replies go out once one replica has it
+durable too), and runs the same turnstile-bench right after or right before (alternating by
+repetition) each turnstiled run: the cluster floor of this machine at that worker count, measured
+in the same run (--no-reference leaves it out).
+
 The floor of one acquire+release is two commits: 2 x (the parallel round's p50 + 2 loopback
 round trips: client-leader and leader-follower). The script reports each worker count's
 medians (min-max), the floor, the ratio of the 1-worker p50 to the floor (the median of the
-per-repetition ratios), and the cluster targets (docs/benchmarks.md, "Targets"):
+per-repetition ratios), turnstiled against the reference cluster (ops/s, p50 and p99, medians of
+the per-repetition ratios), and the cluster targets (docs/benchmarks.md, "Targets"):
   1 worker: p50 <= 1.5 x floor; 100 workers: >= 20,000 ops/s and p99 <= 10 ms.
 It stops the cluster and removes the folder at the end (--keep keeps it), and writes
 table.txt and results.json to --out.
@@ -60,6 +69,10 @@ def parse_args():
     parser = bench_parser(__doc__)
     parser.add_argument("--probe", help="turnstile-fdatasync-probe "
                         "(default BUILD_DIR/bench/turnstile-fdatasync-probe)")
+    parser.add_argument("--refserver", help="turnstile-refserver "
+                        "(default BUILD_DIR/bench/turnstile-refserver)")
+    parser.add_argument("--no-reference", action="store_true",
+                        help="leave out the do-nothing replicated server")
     parser.add_argument("--dir", default="/tmp",
                         help="where the temporary raft and probe directories go: the disk "
                         "measured (default /tmp)")
@@ -85,6 +98,7 @@ def parse_args():
             setattr(args, name, value)
     resolve_common(args, "cluster")
     args.probe = args.probe or os.path.join(args.build_dir, "bench", "turnstile-fdatasync-probe")
+    args.refserver = args.refserver or os.path.join(args.build_dir, "bench", "turnstile-refserver")
     args.workers = [int(w) for w in args.workers.split(",") if w]
     return args
 
@@ -202,6 +216,39 @@ class Cluster:
             node.stop()
 
 
+class ReferenceCluster:
+    """The do-nothing replicated server: two turnstile-refserver --replica and a leader with
+    --journal and --replicate-to, each journaling in its own directory under `base`."""
+
+    def __init__(self, args, base):
+        self.nodes = []
+        try:
+            replicas = []
+            for name in ("ref-replica1", "ref-replica2"):
+                directory = os.path.join(base, name)
+                os.mkdir(directory)
+                node = LoggedProcess([args.refserver, "--port", "0", "--replica", directory],
+                                     os.path.join(args.out, f"{name}.log"), LISTENING.search,
+                                     f"turnstile-refserver {name}")
+                self.nodes.append(node)
+                replicas.append(f"127.0.0.1:{node.ready.group(2)}")
+            directory = os.path.join(base, "ref-leader")
+            os.mkdir(directory)
+            leader = LoggedProcess([args.refserver, "--port", "0", "--journal", directory,
+                                    "--replicate-to", ",".join(replicas)],
+                                   os.path.join(args.out, "ref-leader.log"), LISTENING.search,
+                                   "turnstile-refserver leader")
+            self.nodes.append(leader)
+            self.port, self.pid = int(leader.ready.group(2)), leader.pid
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self):
+        for node in self.nodes:
+            node.stop()
+
+
 def run_probe(args, dirs, preallocate):
     argv = [args.probe, "--dir", dirs[0], "--dir", dirs[1], "--count", str(args.probe_count),
             "--json"]
@@ -224,13 +271,97 @@ def machine_cpu():
     return total - idle, total, fields[7]
 
 
+def measure(args, workers, port, pid, node_pids, http_port):
+    """One turnstile-bench run against the leader at `port` (process `pid`; `node_pids` all the
+    cluster's processes; the leader's /metrics at `http_port`, or None): its result, and the
+    fields to add to it (the raft counters per op when /metrics is there, the nodes' CPU per op,
+    the machine's busy share)."""
+    before = metrics(http_port) if http_port else {}
+    nodes_cpu_before = sum(cpu_seconds(p) for p in node_pids)
+    machine_before = machine_cpu()
+    argv = [args.bench, "--host", "127.0.0.1", "--port", str(port), "--mode", "uncontended",
+            "--workers", str(workers), "--threads", str(min(args.bench_threads, workers)),
+            "--duration", str(args.duration), "--warmup", str(args.warmup), "--json",
+            "--no-progress"]
+    result = run_bench_json(argv, pid, args.warmup + args.duration * 4 + 60)
+    after = metrics(http_port) if http_port else {}
+    nodes_cpu_after = sum(cpu_seconds(p) for p in node_pids)
+    machine_after = machine_cpu()
+    ops_all = result.get("ops_all") or 0
+    fields = {"workers": workers, "load_avg_1m": os.getloadavg()[0]}
+    for name, short in (("turnstile_raft_proposals_total", "entries_per_op"),
+                        ("turnstile_raft_apply_calls_total", "appends_per_op")):
+        if ops_all and name in before and name in after:
+            fields[short] = (after[name] - before[name]) / ops_all
+    if ops_all:
+        fields["nodes_cpu_us_per_op"] = (nodes_cpu_after - nodes_cpu_before) * 1e6 / ops_all
+    busy = machine_after[0] - machine_before[0]
+    total = machine_after[1] - machine_before[1]
+    if total:
+        # Of the machine's CPUs together: 1.0 = every CPU busy the whole run.
+        fields["machine_busy"] = busy / total
+        fields["machine_steal"] = (machine_after[2] - machine_before[2]) / total
+    count = "turnstile_raft_apply_latency_seconds_count"
+    total_s = "turnstile_raft_apply_latency_seconds_sum"
+    if count in before and count in after and after[count] > before[count]:
+        fields["entry_commit_ms"] = (after[total_s] - before[total_s]) * 1e3 / \
+            (after[count] - before[count])
+        fields["entries_per_s"] = (after[count] - before[count]) / (args.warmup + args.duration)
+    snap = "turnstile_raft_snapshot_index"
+    if snap in before and snap in after:
+        fields["snapshot_advanced"] = after[snap] != before[snap]
+    return result, fields
+
+
+def reference_against(runs, worker_counts):
+    """The reference cluster's rows, each with turnstiled's ratios to it: medians (min-max) of
+    the per-repetition ratios, a repetition's turnstiled run against its reference run."""
+    rows, lines = [], []
+    for workers in worker_counts:
+        ours = {r["repeat"]: r for r in runs
+                if r["workers"] == workers and r["server"] == "turnstiled"}
+        refs = {r["repeat"]: r for r in runs
+                if r["workers"] == workers and r["server"] == "reference"}
+        if not refs:
+            continue
+        pairs = [(ours[k], refs[k]) for k in sorted(refs) if k in ours]
+
+        def ratios(get):
+            return summary([get(a) / get(b) for a, b in pairs if get(a) and get(b)])
+
+        ref = list(refs.values())
+        row = {"workers": workers,
+               "ops_per_s": summary([r["ops_per_s"] for r in ref]),
+               "p50_us": summary([r["latency_us"].get("p50") for r in ref]),
+               "p99_us": summary([r["latency_us"].get("p99") for r in ref]),
+               "cpu_us_per_op": summary([r.get("server_cpu_us_per_op") for r in ref]),
+               "nodes_cpu_us_per_op": summary([r.get("nodes_cpu_us_per_op") for r in ref]),
+               "ratio_ops_per_s": ratios(lambda r: r["ops_per_s"]),
+               "ratio_p50": ratios(lambda r: r["latency_us"].get("p50")),
+               "ratio_p99": ratios(lambda r: r["latency_us"].get("p99")),
+               "ratio_nodes_cpu": ratios(lambda r: r.get("nodes_cpu_us_per_op")),
+               "errors": sum(r["errors"] + r["fence_violations"] for r in ref)}
+        rows.append(row)
+
+        def two(v):
+            return f"{v:.2f}"
+        lines.append([str(workers), cell(row["ops_per_s"], kops), cell(row["p50_us"], us),
+                      cell(row["p99_us"], us), cell(row["cpu_us_per_op"], lambda v: f"{v:.0f}"),
+                      cell(row["nodes_cpu_us_per_op"], lambda v: f"{v:.0f}"),
+                      cell(row["ratio_ops_per_s"], two), cell(row["ratio_p50"], two),
+                      cell(row["ratio_p99"], two), cell(row["ratio_nodes_cpu"], two)])
+    return rows, lines
+
+
 def us(v):
     return f"{v:.0f}"
 
 
 def main():
     args = parse_args()
-    for path in (args.turnstiled, args.bench, args.probe):
+    needed = (args.turnstiled, args.bench, args.probe) + (() if args.no_reference else
+                                                          (args.refserver,))
+    for path in needed:
         if not os.access(path, os.X_OK):
             raise SystemExit(f"cluster_bench: {path} not found; build it first (bench/README.md)")
     os.makedirs(args.out, exist_ok=True)
@@ -247,7 +378,10 @@ def main():
     probes = []
     leaders = []
     cluster = None
+    reference = None
     try:
+        if not args.no_reference:
+            reference = ReferenceCluster(args, base)
         cluster = Cluster(args, base)
         leader = cluster.leader()
         print(f"cluster_bench: node {leader + 1} leads", file=sys.stderr)
@@ -257,51 +391,30 @@ def main():
                      "preallocated": run_probe(args, probe_dirs, True)}
             probes.append(probe)
             for workers in args.workers:
-                leader = cluster.leader()
-                leaders.append(leader + 1)
-                port, pid = cluster.client_ports[leader], cluster.nodes[leader].pid
-                before = metrics(cluster.http_ports[leader])
-                nodes_cpu_before = sum(cpu_seconds(n.pid) for n in cluster.nodes)
-                machine_before = machine_cpu()
-                argv = [args.bench, "--host", "127.0.0.1", "--port", str(port), "--mode",
-                        "uncontended", "--workers", str(workers), "--threads",
-                        str(min(args.bench_threads, workers)), "--duration", str(args.duration),
-                        "--warmup", str(args.warmup), "--json", "--no-progress"]
-                result = run_bench_json(argv, pid, args.warmup + args.duration * 4 + 60)
-                after = metrics(cluster.http_ports[leader])
-                nodes_cpu_after = sum(cpu_seconds(n.pid) for n in cluster.nodes)
-                machine_after = machine_cpu()
-                ops_all = result.get("ops_all") or 0
-                fields = {"workers": workers, "repeat": repeat, "leader": leader + 1,
-                          "load_avg_1m": os.getloadavg()[0]}
-                for name, short in (("turnstile_raft_proposals_total", "entries_per_op"),
-                                    ("turnstile_raft_apply_calls_total", "appends_per_op")):
-                    if ops_all and name in before and name in after:
-                        fields[short] = (after[name] - before[name]) / ops_all
-                if ops_all:
-                    fields["nodes_cpu_us_per_op"] = (nodes_cpu_after - nodes_cpu_before) * 1e6 \
-                        / ops_all
-                busy = machine_after[0] - machine_before[0]
-                total = machine_after[1] - machine_before[1]
-                if total:
-                    # Of the machine's CPUs together: 1.0 = every CPU busy the whole run.
-                    fields["machine_busy"] = busy / total
-                    fields["machine_steal"] = (machine_after[2] - machine_before[2]) / total
-                count = "turnstile_raft_apply_latency_seconds_count"
-                total_s = "turnstile_raft_apply_latency_seconds_sum"
-                if count in before and count in after and after[count] > before[count]:
-                    fields["entry_commit_ms"] = (after[total_s] - before[total_s]) * 1e3 / \
-                        (after[count] - before[count])
-                    fields["entries_per_s"] = (after[count] - before[count]) / \
-                        (args.warmup + args.duration)
-                snap = "turnstile_raft_snapshot_index"
-                if snap in before and snap in after:
-                    fields["snapshot_advanced"] = after[snap] != before[snap]
-                log.add(result, f"workers {workers} repeat {repeat}", **fields)
+                order = ("turnstiled", "reference") if repeat % 2 == 0 else \
+                    ("reference", "turnstiled")
+                for server in order:
+                    if server == "turnstiled":
+                        leader = cluster.leader()
+                        leaders.append(leader + 1)
+                        result, fields = measure(args, workers, cluster.client_ports[leader],
+                                                 cluster.nodes[leader].pid,
+                                                 [n.pid for n in cluster.nodes],
+                                                 cluster.http_ports[leader])
+                        fields["leader"] = leader + 1
+                    elif reference:
+                        result, fields = measure(args, workers, reference.port, reference.pid,
+                                                 [n.pid for n in reference.nodes], None)
+                    else:
+                        continue
+                    log.add(result, f"{server} workers {workers} repeat {repeat}",
+                            server=server, repeat=repeat, **fields)
             log.repetition_done(repeat, args.repeats)
     finally:
         if cluster:
             cluster.stop()
+        if reference:
+            reference.stop()
         if args.keep:
             print(f"cluster_bench: kept {base}", file=sys.stderr)
         else:
@@ -323,7 +436,7 @@ def main():
     rows = []
     lines = []
     for workers in args.workers:
-        runs = [r for r in log.runs if r["workers"] == workers]
+        runs = [r for r in log.runs if r["workers"] == workers and r["server"] == "turnstiled"]
         ratios = [r["latency_us"]["p50"] / floors[r["repeat"]]["floor_us"]
                   for r in runs if r["latency_us"].get("p50")]
         row = {"workers": workers,
@@ -351,6 +464,12 @@ def main():
                             "raft entries/op", "raft appends/op", "entry commit ms",
                             "leader CPU µs/op", "3 nodes CPU µs/op", "machine busy", "errors"],
                            lines)
+    reference_rows, reference_lines = reference_against(log.runs, args.workers)
+    if reference_rows:
+        table += "\n\n" + markdown_table(
+            ["workers", "reference ops/s", "p50 µs", "p99 µs", "leader CPU µs/op",
+             "3 nodes CPU µs/op", "turnstiled / reference: ops/s", "p50", "p99",
+             "3 nodes CPU"], reference_lines)
     floor = {k: summary([f[k] for f in floors]) for k in floors[0]} if floors else {}
     floor_lines = [[name, cell(floor[key], us)] for name, key in (
         ("parallel fsync round p50 (2 writers, 4 KiB append + fdatasync)", "fsync_round_p50_us"),
@@ -374,6 +493,14 @@ def main():
         verdicts.append(f"100 workers: {ops:.0f} ops/s (target >= 20000): "
                         f"{'met' if ops >= 20000 else 'NOT met'}; p99 {p99:.0f} us "
                         f"(target <= 10000): {'met' if p99 <= 10000 else 'NOT met'}")
+        reference_100 = next((r for r in reference_rows if r["workers"] == 100), None)
+        if reference_100 and reference_100["ratio_ops_per_s"]:
+            ref_ops = reference_100["ops_per_s"]["median"]
+            ref_p99 = reference_100["p99_us"]["median"]
+            ratio = reference_100["ratio_ops_per_s"]["median"]
+            verdicts.append(f"100 workers, the do-nothing replicated server in the same run: "
+                            f"{ref_ops:.0f} ops/s, p99 {ref_p99:.0f} us; turnstiled / reference "
+                            f"ops/s = {ratio:.2f}")
     extra = f" {args.server_args}" if args.server_args else ""
     settings = (f"3-node turnstiled cluster on loopback, --threads {args.server_threads}{extra}; "
                 f"turnstile-bench uncontended, --threads {args.bench_threads}, "
@@ -394,7 +521,8 @@ def main():
     args.load_avg_before = load_before
     args.load_avg_after = load_after
     status = log.finish(args, title, full_table, {"rows": rows, "floors": floors,
-                                                  "probes": probes}, None)
+                                                  "probes": probes,
+                                                  "reference_rows": reference_rows}, None)
     return status
 
 

@@ -3,7 +3,8 @@
 # turnstile-refserver on ephemeral loopback ports, runs every mode briefly against each, closed
 # and open loop, and fails unless every run exits 0 (no unexpected reply, fences monotonic).
 # Then the lock and semaphore modes against the hand-off floor (turnstile-refserver --hand-off),
-# with every fence check. Then the HTTP transport against a turnstiled with --http-port on a free
+# with every fence check. Then the do-nothing replicated server (a leader and two replicas): the
+# load against it, and a reply waits until a majority holds its batch. Then the HTTP transport against a turnstiled with --http-port on a free
 # loopback port: the lock and semaphore modes must exit 0 and leave no HTTP session behind; and
 # the HTTP load against turnstile-http-refserver, the do-nothing evhttp server.
 # Usage: bench/tools/smoke_test.sh TURNSTILED TURNSTILE_REFSERVER TURNSTILE_BENCH \
@@ -119,6 +120,58 @@ PY
   failed=1
 else
   echo "ok floor: a second acquire waits for the release"
+fi
+
+# The do-nothing replicated server (turnstile-refserver --journal --replicate-to, and --replica):
+# the load runs against its leader, every journal grows, and a reply waits for a majority: with
+# one replica paused requests are still answered, with both paused none is until one resumes.
+mkdir "$work/ref-leader" "$work/ref-r1" "$work/ref-r2"
+"$refserver" --host 127.0.0.1 --port 0 --replica "$work/ref-r1" >"$work/ref-r1.log" 2>&1 &
+replica1=$!
+pids+=($!)
+"$refserver" --host 127.0.0.1 --port 0 --replica "$work/ref-r2" >"$work/ref-r2.log" 2>&1 &
+replica2=$!
+pids+=($!)
+r1_port=$(port_from "$work/ref-r1.log")
+r2_port=$(port_from "$work/ref-r2.log")
+"$refserver" --host 127.0.0.1 --port 0 --journal "$work/ref-leader" \
+  --replicate-to "127.0.0.1:$r1_port,127.0.0.1:$r2_port" >"$work/ref-leader.log" 2>&1 &
+pids+=($!)
+replicated_port=$(port_from "$work/ref-leader.log")
+run replicated "$replicated_port" --mode uncontended --workers 20 --duration 0.4 --no-exclusion
+run replicated "$replicated_port" --mode pipelined --workers 4 --keys-per-connection 8 --duration 0.4 --no-exclusion
+for dir in ref-leader ref-r1 ref-r2; do
+  if [ "$(cat "$work/$dir"/journal-*.dat | wc -c)" -lt 1000 ]; then
+    echo "FAILED: the replicated reference's journal in $dir did not grow" >&2
+    failed=1
+  fi
+done
+if ! /usr/bin/python3 - "$replicated_port" "$replica1" "$replica2" <<'PY'; then
+import os, signal, socket, sys
+port, r1, r2 = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+c = socket.create_connection(("127.0.0.1", port), timeout=5)
+def answered(wait_s):
+    c.sendall(b"ping\n_\n_\n")
+    c.settimeout(wait_s)
+    try:
+        return c.recv(100) == b"ok\n"
+    except socket.timeout:
+        return False
+os.kill(r1, signal.SIGSTOP)
+assert answered(5), "no reply with one replica of two paused"
+os.kill(r2, signal.SIGSTOP)
+try:
+    assert not answered(0.3), "a reply with both replicas paused"
+finally:
+    os.kill(r1, signal.SIGCONT)
+    os.kill(r2, signal.SIGCONT)
+c.settimeout(5)
+assert c.recv(100) == b"ok\n", "no reply once the replicas resumed"
+PY
+  echo "FAILED: the replicated reference does not wait for a majority" >&2
+  failed=1
+else
+  echo "ok replicated: a reply waits for a majority"
 fi
 
 # --- HTTP transport ------------------------------------------------------------------------------
