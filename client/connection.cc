@@ -212,7 +212,8 @@ struct Connection::Impl {
   int fd = -1;
   SSL_CTX* tls_context = nullptr;
   SSL* tls = nullptr;
-  std::string buffer;  // received bytes not yet returned as a line
+  std::string buffer;                   // received bytes not yet returned as a line
+  std::optional<Endpoint> leader_hint;  // from the last `error_not_leader <addr>`
 
   ~Impl() { close(); }
 
@@ -484,6 +485,10 @@ struct Connection::Impl {
     if (auto error = status_error(reply->status)) {
       if (error->code == ErrorCode::kAuth || error->code == ErrorCode::kDraining) close();
       if (error->code == ErrorCode::kNotLeader) {
+        leader_hint.reset();
+        if (auto named = parse_endpoint(reply->payload); named && !reply->payload.empty()) {
+          leader_hint = *std::move(named);
+        }
         error->message =
             reply->payload.empty()
                 ? "server replied 'error_not_leader': no leader is known"
@@ -713,6 +718,23 @@ Result<Grant> Connection::sem_wait(std::string_view key, Seconds timeout) {
 
 Result<void> Connection::ping() {
   return do_release(open_impl(), make_request(core::Command::kPing, {}));
+}
+
+Result<void> Connection::stable_ref(std::string_view ref) {
+  if (!core::is_valid_stable_ref(ref)) {
+    return make_error(ErrorCode::kInvalidArgument, "a stable ref is 1..64 bytes of 0x20-0x7E");
+  }
+  core::Request request = make_request(core::Command::kStableRef, {});
+  request.ref = std::string(ref);
+  return do_release(open_impl(), request);
+}
+
+Result<void> Connection::barrier() {
+  return do_release(open_impl(), make_request(core::Command::kBarrier, {}));
+}
+
+std::optional<Endpoint> Connection::leader_hint() const {
+  return impl_ == nullptr ? std::nullopt : impl_->leader_hint;
 }
 
 Result<StatsResult> Connection::stats() {

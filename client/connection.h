@@ -133,6 +133,16 @@ class Connection {
   Result<void> ping();
   Result<StatsResult> stats();
 
+  // Cluster surface (docs/cluster.md), answered by one node too. `stable-ref <ref>`: binds the
+  // connection's stable ref, once (1..64 bytes of 0x20-0x7E; anything else is kInvalidArgument
+  // and sends nothing). `barrier`: ok once everything answered before it has taken effect; a
+  // follower answers kNotLeader.
+  Result<void> stable_ref(std::string_view ref);
+  Result<void> barrier();
+  // The leader named by the last `error_not_leader <host:port>` reply on this connection; nullopt
+  // when none named one (or the address did not parse).
+  std::optional<Endpoint> leader_hint() const;
+
   // Sends raw request bytes and reads one reply line, with a reply deadline of `timeout`. For
   // tests and tools; it does no validation.
   Result<std::string> raw_request(std::string_view bytes, Milliseconds timeout);

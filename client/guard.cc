@@ -11,6 +11,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// A failure that says the node could not answer, not that it refused: with
+// GuardOptions::reconnect the guard looks for the leader and takes its slot back there.
+bool node_could_not_answer(ErrorCode code) {
+  return code == ErrorCode::kIo || code == ErrorCode::kNotLeader || code == ErrorCode::kDraining ||
+         code == ErrorCode::kConnect;
+}
+
 }  // namespace
 
 std::string_view loss_reason_name(LossReason reason) {
@@ -85,6 +92,38 @@ struct Guard::State {
     if (options.on_lost) options.on_lost(event);
   }
 
+  // After a node could not answer a renew: finds the leader (GuardOptions::reconnect) and renews
+  // there by token, until `deadline` (the end of the lease). A holder's slot outlives its
+  // connection and its leader (docs/cluster.md, "Failover"), so a lease renewed in time is kept.
+  // Returns when that renew was sent and the lease it granted, having moved `connection` to the
+  // new node; or the error that ends the guard.
+  Result<std::pair<Clock::time_point, Seconds>> renew_after_failover(Clock::time_point deadline) {
+    Error last = make_error(ErrorCode::kIo, "no leader answered");
+    while (Clock::now() < deadline) {
+      auto fresh = options.reconnect(deadline);
+      if (!fresh) return fresh.error();
+      const Clock::time_point sent_at = Clock::now();
+      if (sent_at >= deadline) break;
+      fresh->set_reply_timeout(
+          std::max(Milliseconds{1}, std::chrono::ceil<Milliseconds>(deadline - sent_at)));
+      auto renewed = space == core::Namespace::kLock
+                         ? fresh->renew(key, grant.token, grant.lease)
+                         : fresh->sem_renew(key, grant.token, grant.lease);
+      if (renewed) {
+        {
+          std::lock_guard guard(mutex);
+          connection = std::move(fresh).value();
+        }
+        if (options.on_failover) options.on_failover(connection.endpoint());
+        return std::pair{sent_at, *renewed};
+      }
+      if (!node_could_not_answer(renewed.error().code)) return renewed.error();
+      last = renewed.error();
+    }
+    return Error{ErrorCode::kIo,
+                 "the lease ended before a leader renewed it (" + last.to_string() + ")"};
+  }
+
   void renew_loop() {
     std::mt19937_64 random{std::random_device{}()};
     std::unique_lock lock(mutex);
@@ -106,11 +145,24 @@ struct Guard::State {
       // else's whatever the server says later. Rounded up, so that a reply that never comes is
       // noticed at or after the deadline and reported as the lease expiring (truncating made it
       // end up to a millisecond early, and read as a connection failure).
-      connection.set_reply_timeout(
-          std::max(Milliseconds{1}, std::chrono::ceil<Milliseconds>(deadline - sent_at)));
+      // With failover riding, half of it: the other half is for finding the next leader.
+      const auto reply_wait =
+          std::max(Milliseconds{1}, std::chrono::ceil<Milliseconds>(deadline - sent_at));
+      connection.set_reply_timeout(options.reconnect ? std::max(Milliseconds{1}, reply_wait / 2)
+                                                     : reply_wait);
       auto renewed = space == core::Namespace::kLock
                          ? connection.renew(key, grant.token, grant.lease)
                          : connection.sem_renew(key, grant.token, grant.lease);
+      if (!renewed && options.reconnect && node_could_not_answer(renewed.error().code)) {
+        auto moved = renew_after_failover(deadline);
+        if (moved) {
+          lock.lock();
+          renewed_at = moved->first;
+          lease_deadline = moved->first + moved->second;
+          continue;
+        }
+        renewed = moved.error();
+      }
       if (!renewed) {
         const Error& error = renewed.error();
         LossReason reason = LossReason::kConnectionFailed;
@@ -149,7 +201,10 @@ const core::Token& Guard::token() const { return state_->grant.token; }
 std::string Guard::token_string() const { return state_->grant.token.to_string(); }
 std::uint64_t Guard::fence() const { return state_->grant.fence(); }
 Seconds Guard::lease() const { return state_->grant.lease; }
-const Endpoint& Guard::endpoint() const { return state_->connection.endpoint(); }
+Endpoint Guard::endpoint() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->connection.endpoint();
+}
 
 GuardState Guard::state() const {
   if (state_ == nullptr) return GuardState::kReleased;

@@ -22,6 +22,15 @@
 // arrived. On loss the state becomes kLost and `on_lost` is called once, on the renewal thread.
 // The guard then does nothing more (no reconnect, no release).
 //
+// Failover (GuardOptions::reconnect, set by Members::lock and Members::semaphore, members.h): a
+// renew waits for its reply at most half the time left on the lease. When it fails because the
+// node could not answer (the connection failed or timed out, the node stopped leading or is
+// draining), the guard asks `reconnect` for a connection to the leader and renews there by token:
+// in a cluster a holder's slot outlives its connection and its leader, so a lease renewed in time
+// is kept, same token and fence (docs/cluster.md, "Failover"). The guard goes on over the new
+// connection and calls `on_failover`. A refused renew there is kRenewRefused; no leader before
+// the lease ends, kLeaseExpired. Either way the loss is reported once, never silently.
+//
 // Thread affinity: a guard's methods are called from one thread at a time; state(), held() and
 // loss() may be called from any thread. `on_lost` runs on the renewal thread and must not call
 // release() or destroy the guard.
@@ -69,6 +78,12 @@ struct GuardOptions {
   // Called after each successful renew with the lease the server granted, on the renewal thread
   // (for logs and metrics; it must not call the guard's methods).
   std::function<void(Seconds lease)> on_renewed;
+  // A connection to the cluster's leader with the guard's stable ref bound, or the error once
+  // `deadline` passes; empty: no failover riding (the header comment says what it does).
+  std::function<Result<Connection>(std::chrono::steady_clock::time_point deadline)> reconnect;
+  // Called on the renewal thread each time the guard moved to a new connection after a failover
+  // and kept its slot (same token), with the node it is on now.
+  std::function<void(const Endpoint& node)> on_failover;
 };
 
 class Guard {
@@ -84,7 +99,7 @@ class Guard {
   std::string token_string() const;
   std::uint64_t fence() const;  // the fencing number: strictly increasing per key
   Seconds lease() const;        // the lease granted (and asked for on every renew)
-  const Endpoint& endpoint() const;
+  Endpoint endpoint() const;    // the node the guard is on (it changes after a failover)
 
   GuardState state() const;
   bool held() const { return state() == GuardState::kHeld; }

@@ -1,0 +1,171 @@
+#include "client/members.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <utility>
+
+#include "core/assert.h"
+
+namespace turnstile::client {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string random_ref() {
+  std::random_device device;
+  const std::uint64_t bits = (std::uint64_t{device()} << 32) ^ device();
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(bits));
+  return std::string("turnstile-client-") + hex;
+}
+
+// An error that says the node could not answer, not that the request was refused: the request
+// may go to the next leader.
+bool leader_may_answer_elsewhere(ErrorCode code) {
+  return code == ErrorCode::kIo || code == ErrorCode::kNotLeader || code == ErrorCode::kDraining ||
+         code == ErrorCode::kConnect;
+}
+
+}  // namespace
+
+struct Members::Shared {
+  std::vector<Endpoint> members;
+  ConnectOptions options;
+  FailoverOptions failover;
+  mutable std::mutex mutex;
+  std::optional<Endpoint> leader;                  // guarded by mutex
+  std::mt19937_64 random{std::random_device{}()};  // guarded by mutex
+
+  // One node: connect, bind the ref, `barrier`. `hint` gets the leader a follower named.
+  Result<Connection> try_node(const Endpoint& node, Clock::time_point deadline,
+                              std::optional<Endpoint>& hint) const {
+    ConnectOptions bounded = options;
+    const auto left = std::chrono::ceil<Milliseconds>(deadline - Clock::now());
+    bounded.connect_timeout = std::clamp(left, Milliseconds{1}, options.connect_timeout);
+    bounded.reply_timeout = std::clamp(left, Milliseconds{1}, options.reply_timeout);
+    auto connection = Connection::connect(node, bounded);
+    if (!connection) return connection.error();
+    if (auto bound = connection->stable_ref(failover.stable_ref); !bound) return bound.error();
+    if (auto barrier = connection->barrier(); !barrier) {
+      if (barrier.error().code == ErrorCode::kNotLeader) hint = connection->leader_hint();
+      return barrier.error();
+    }
+    connection->set_reply_timeout(options.reply_timeout);
+    return connection;
+  }
+
+  Result<Connection> connect_leader(Clock::time_point deadline) {
+    Error last = make_error(ErrorCode::kConnect, "no member was tried");
+    Milliseconds backoff = failover.first_backoff;
+    for (;;) {
+      std::vector<Endpoint> order;
+      {
+        std::lock_guard lock(mutex);
+        if (leader) order.push_back(*leader);
+      }
+      for (const Endpoint& member : members) {
+        if (std::find(order.begin(), order.end(), member) == order.end()) order.push_back(member);
+      }
+      for (std::size_t i = 0; i < order.size() && Clock::now() < deadline; ++i) {
+        std::optional<Endpoint> hint;
+        auto connection = try_node(order[i], deadline, hint);
+        if (connection) {
+          std::lock_guard lock(mutex);
+          leader = order[i];
+          return connection;
+        }
+        last = connection.error();
+        if (hint && std::find(order.begin() + static_cast<std::ptrdiff_t>(i) + 1, order.end(),
+                              *hint) == order.end()) {
+          order.insert(order.begin() + static_cast<std::ptrdiff_t>(i) + 1, *hint);
+        } else if (hint) {
+          // Already due later in this round: move it next.
+          auto at =
+              std::find(order.begin() + static_cast<std::ptrdiff_t>(i) + 1, order.end(), *hint);
+          std::rotate(order.begin() + static_cast<std::ptrdiff_t>(i) + 1, at, at + 1);
+        }
+      }
+      const Clock::time_point now = Clock::now();
+      if (now >= deadline) return last;
+      Milliseconds sleep;
+      {
+        std::lock_guard lock(mutex);
+        leader.reset();
+        std::uniform_int_distribution<std::int64_t> half_to_all(backoff.count() / 2,
+                                                                backoff.count());
+        sleep = Milliseconds{half_to_all(random)};
+      }
+      std::this_thread::sleep_until(std::min(deadline, now + sleep));
+      backoff = std::min(failover.max_backoff, backoff * 2);
+    }
+  }
+
+  // GuardOptions::reconnect for the guards made here: shares this state, so it outlives Members.
+  static GuardOptions riding(const std::shared_ptr<Shared>& shared, GuardOptions options) {
+    options.reconnect = [shared](Clock::time_point deadline) {
+      return shared->connect_leader(deadline);
+    };
+    return options;
+  }
+
+  // Connects to the leader and runs `acquire` there, again on the next leader while the outcome
+  // is unknown, until leader_timeout plus the acquire's own timeout have passed.
+  template <typename Acquire>
+  auto acquire_on_leader(Seconds acquire_timeout, Acquire acquire)
+      -> decltype(acquire(std::declval<Connection>())) {
+    const Clock::time_point deadline = Clock::now() + failover.leader_timeout + acquire_timeout;
+    for (;;) {
+      auto connection = connect_leader(deadline);
+      if (!connection) return connection.error();
+      auto acquired = acquire(std::move(*connection));
+      if (acquired || !leader_may_answer_elsewhere(acquired.error().code) ||
+          Clock::now() >= deadline) {
+        return acquired;
+      }
+      std::lock_guard lock(mutex);
+      leader.reset();
+    }
+  }
+};
+
+Members::Members(std::vector<Endpoint> members, ConnectOptions options, FailoverOptions failover)
+    : shared_(std::make_shared<Shared>()) {
+  TS_ASSERT(!members.empty());
+  shared_->members = std::move(members);
+  shared_->options = std::move(options);
+  shared_->failover = std::move(failover);
+  if (shared_->failover.stable_ref.empty()) shared_->failover.stable_ref = random_ref();
+}
+
+const std::vector<Endpoint>& Members::members() const { return shared_->members; }
+const std::string& Members::stable_ref() const { return shared_->failover.stable_ref; }
+
+std::optional<Endpoint> Members::last_leader() const {
+  std::lock_guard lock(shared_->mutex);
+  return shared_->leader;
+}
+
+Result<Connection> Members::connect_leader(Milliseconds timeout) const {
+  return shared_->connect_leader(Clock::now() + timeout);
+}
+
+Result<Lock> Members::lock(std::string key, GuardOptions options) const {
+  options = Shared::riding(shared_, std::move(options));
+  return shared_->acquire_on_leader(options.timeout, [&](Connection connection) {
+    return Lock::acquire(std::move(connection), key, options);
+  });
+}
+
+Result<Semaphore> Members::semaphore(std::string key, std::int64_t limit,
+                                     GuardOptions options) const {
+  options = Shared::riding(shared_, std::move(options));
+  return shared_->acquire_on_leader(options.timeout, [&](Connection connection) {
+    return Semaphore::acquire(std::move(connection), key, limit, options);
+  });
+}
+
+}  // namespace turnstile::client

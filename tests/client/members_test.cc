@@ -1,0 +1,156 @@
+// client::Members against three real turnstiled nodes on loopback (client/members.h): it finds the
+// leader from any member by following `error_not_leader`, binds its stable ref, gives up in time
+// when nothing answers; a lock guard made through it keeps its lock, token and fence through a
+// kill -9 of the leader (it renews with the next one) and reports the loss when no leader comes
+// back before its lease ends.
+#include "client/members.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/integration/cluster_harness.h"
+#include "tests/integration/harness.h"
+
+namespace turnstile::client {
+namespace {
+
+using integration::Client;
+using integration::LoopbackCluster;
+using namespace std::chrono_literals;
+
+Endpoint node(const LoopbackCluster& cluster, std::size_t i) {
+  return Endpoint{"127.0.0.1", static_cast<std::uint16_t>(cluster.client_port(i))};
+}
+
+std::vector<Endpoint> all_nodes(const LoopbackCluster& cluster) {
+  std::vector<Endpoint> nodes;
+  for (std::size_t i = 0; i < cluster.size(); ++i) nodes.push_back(node(cluster, i));
+  return nodes;
+}
+
+// Waits up to `timeout` for `done`.
+template <typename Done>
+bool eventually(Done done, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(20ms);
+  }
+  return true;
+}
+
+TEST(MembersTest, AFollowerNamesTheLeaderAndTheConnectionCarriesTheRef) {
+  LoopbackCluster cluster;
+  const std::optional<std::size_t> leader = cluster.leader();
+  ASSERT_TRUE(leader);
+  const std::size_t follower = (*leader + 1) % cluster.size();
+  // Only a follower is listed: the leader is found through its answer.
+  FailoverOptions failover;
+  failover.stable_ref = "members-test";
+  Members members({node(cluster, follower)}, {}, failover);
+  EXPECT_EQ(members.stable_ref(), "members-test");
+  auto connection = members.connect_leader(10s);
+  ASSERT_TRUE(connection) << connection.error().to_string();
+  EXPECT_EQ(connection->endpoint(), node(cluster, *leader));
+  EXPECT_EQ(members.last_leader(), node(cluster, *leader));
+  // The ref is bound already: a second one is refused.
+  EXPECT_EQ(connection->stable_ref("again").error().code, ErrorCode::kProtocol);
+  EXPECT_TRUE(connection->lock("job", Seconds{0}, Seconds{30}));
+}
+
+TEST(MembersTest, AMemberListWithNobodyListeningGivesUpAtTheDeadline) {
+  FailoverOptions failover;
+  failover.first_backoff = Milliseconds{10};
+  Members members({Endpoint{"127.0.0.1", integration::unused_loopback_port()}}, {}, failover);
+  EXPECT_FALSE(members.stable_ref().empty());  // made once per object
+  const auto start = std::chrono::steady_clock::now();
+  auto connection = members.connect_leader(300ms);
+  const auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_FALSE(connection);
+  EXPECT_EQ(connection.error().code, ErrorCode::kConnect);
+  EXPECT_GE(took, 300ms);
+  EXPECT_LT(took, 5s);
+  EXPECT_NE(Members({Endpoint{}}).stable_ref(), Members({Endpoint{}}).stable_ref());
+}
+
+TEST(MembersTest, ALockGuardKeepsItsLockAndTokenThroughAKillOfTheLeader) {
+  LoopbackCluster cluster;
+  const std::optional<std::size_t> first = cluster.leader();
+  ASSERT_TRUE(first);
+  Members members(all_nodes(cluster));
+  std::mutex mutex;
+  std::vector<Endpoint> moved_to;
+  std::atomic<bool> lost{false};
+  GuardOptions options;
+  options.timeout = Seconds{5};
+  options.lease = Seconds{4};
+  options.on_failover = [&](const Endpoint& to) {
+    std::lock_guard lock(mutex);
+    moved_to.push_back(to);
+  };
+  options.on_lost = [&](const LossEvent&) { lost = true; };
+  auto guard = members.lock("job", options);
+  ASSERT_TRUE(guard) << guard.error().to_string();
+  EXPECT_EQ(guard->endpoint(), node(cluster, *first));
+  const std::string token = guard->token_string();
+
+  ASSERT_TRUE(cluster.kill(*first));
+  const std::optional<std::size_t> next = cluster.leader();
+  ASSERT_TRUE(next);
+  // Within one lease the guard finds the new leader and renews there.
+  ASSERT_TRUE(eventually(
+      [&] {
+        std::lock_guard lock(mutex);
+        return !moved_to.empty();
+      },
+      8s));
+  {
+    std::lock_guard lock(mutex);
+    EXPECT_EQ(moved_to.front(), node(cluster, *next));
+  }
+  EXPECT_TRUE(guard->held());
+  EXPECT_FALSE(lost);
+  EXPECT_EQ(guard->token_string(), token);
+  EXPECT_EQ(guard->endpoint(), node(cluster, *next));
+  // Two more leases later it still holds: nobody else can take the lock.
+  std::this_thread::sleep_for(5s);
+  EXPECT_TRUE(guard->held());
+  Client other(cluster.client_port(*next));
+  EXPECT_EQ(other.request("l", "job", "0 30"), "timeout");
+  ASSERT_TRUE(guard->release());
+  const std::string after = other.request("l", "job", "0 30");
+  ASSERT_EQ(after.substr(0, 3), "ok ") << after;
+  EXPECT_GT(integration::fence_of(after.substr(3, 32)).value(),
+            integration::fence_of(token).value());
+}
+
+TEST(MembersTest, ALockGuardReportsTheLossWhenNoLeaderComesBackInItsLease) {
+  LoopbackCluster cluster;
+  const std::optional<std::size_t> first = cluster.leader();
+  ASSERT_TRUE(first);
+  Members members(all_nodes(cluster));
+  std::atomic<bool> lost{false};
+  GuardOptions options;
+  options.timeout = Seconds{5};
+  options.lease = Seconds{3};
+  options.on_lost = [&](const LossEvent&) { lost = true; };
+  auto guard = members.lock("job", options);
+  ASSERT_TRUE(guard) << guard.error().to_string();
+  // Two of three nodes down: no majority, no leader.
+  ASSERT_TRUE(cluster.kill(*first));
+  ASSERT_TRUE(cluster.kill((*first + 1) % cluster.size()));
+  ASSERT_TRUE(eventually([&] { return lost.load(); }, 6s));
+  EXPECT_EQ(guard->state(), GuardState::kLost);
+  ASSERT_TRUE(guard->loss());
+  EXPECT_EQ(guard->loss()->reason, LossReason::kLeaseExpired) << guard->loss()->error.to_string();
+}
+
+}  // namespace
+}  // namespace turnstile::client
