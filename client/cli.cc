@@ -22,6 +22,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -30,6 +31,7 @@
 #include "client/connection.h"
 #include "client/guard.h"
 #include "client/http_response.h"
+#include "client/members.h"
 
 extern char** environ;
 
@@ -55,8 +57,10 @@ constexpr const char* kUsage =
     "          (--server is then the node's HTTP address; --admin-token or\n"
     "          TURNSTILE_ADMIN_TOKEN)\n"
     "\n"
-    "common options: --server HOST:PORT (repeatable; default 127.0.0.1:6388), --tls,\n"
-    "  --tls-ca PATH, --tls-server-name NAME, --auth-token-file PATH, --connect-timeout S,\n"
+    "common options: --server HOST:PORT (repeatable; default 127.0.0.1:6388), or\n"
+    "  --servers H:P,H:P,... (the nodes of one replicated cluster: the leader is found and\n"
+    "  followed through failovers), --tls, --tls-ca PATH, --tls-server-name NAME, "
+    "--auth-token-file PATH, --connect-timeout S,\n"
     "  --json. `turnstile <command> --help` lists a command's options. See docs/cli.md.\n"
     "\n"
     "exit codes: 0 ok, 1 error, 64 usage, 69 could not connect, 75 timed out waiting,\n"
@@ -84,7 +88,8 @@ int exit_code_for(const Error& error) {
 }
 
 struct Common {
-  std::vector<Endpoint> servers;
+  std::vector<Endpoint> servers;  // --server (each key on one), or the --servers members
+  bool replicated = false;        // --servers: one replicated cluster
   ConnectOptions connect;
   bool json = false;
   std::string command;
@@ -106,7 +111,11 @@ int fail(const Common& common, const Error& error, const std::string& context = 
 void add_common_options(cxxopts::Options& options) {
   options.add_options()("s,server", "server HOST:PORT, repeatable (keys are placed by CRC-32)",
                         cxxopts::value<std::vector<std::string>>())(
-      "tls", "connect with TLS (system trust store unless --tls-ca)")(
+      // With a short name: cxxopts 3.0 keys an option by its long name followed by its short
+      // one, so a bare "servers" would collide with "s,server".
+      "S,servers", "the nodes of one replicated cluster, HOST:PORT,HOST:PORT,...",
+      cxxopts::value<std::string>())("tls",
+                                     "connect with TLS (system trust store unless --tls-ca)")(
       "tls-ca", "PEM file of CA certificates to trust (implies --tls)",
       cxxopts::value<std::string>())("tls-server-name",
                                      "name the certificate must carry (default: the host)",
@@ -131,6 +140,18 @@ Common read_common(const cxxopts::ParseResult& parsed, const std::string& comman
   common.json = parsed.count("json") != 0;
   std::vector<std::string> servers{"127.0.0.1:6388"};
   if (parsed.count("server") != 0) servers = parsed["server"].as<std::vector<std::string>>();
+  if (parsed.count("servers") != 0) {
+    if (parsed.count("server") != 0) {
+      throw UsageError{"--servers (one replicated cluster) and --server exclude each other"};
+    }
+    common.replicated = true;
+    servers.clear();
+    std::stringstream list(parsed["servers"].as<std::string>());
+    for (std::string item; std::getline(list, item, ',');) {
+      if (!item.empty()) servers.push_back(item);
+    }
+    if (servers.empty()) throw UsageError{"--servers lists no server"};
+  }
   for (const std::string& text : servers) {
     auto endpoint = parse_endpoint(text);
     if (!endpoint) throw UsageError{endpoint.error().message};
@@ -171,6 +192,20 @@ std::string required(const cxxopts::ParseResult& parsed, const std::string& name
   return parsed[name].as<std::string>();
 }
 
+// The connection `key` is taken on: the replicated cluster's leader (--servers, found within the
+// connect timeout plus 15 s for an election), or the key's server (--server). `where` names it
+// for error messages.
+Result<Connection> connect_for(const Common& common, std::string_view key, std::string& where) {
+  if (common.replicated) {
+    where = "the cluster's leader";
+    const Members members(common.servers, common.connect);
+    return members.connect_leader(common.connect.connect_timeout + Milliseconds{15000});
+  }
+  const Cluster cluster(common.servers, common.connect);
+  where = cluster.server_for(key).to_string();
+  return cluster.connect_for(key);
+}
+
 // --- acquire, release, renew, stats, ping
 // ---------------------------------------------------------
 
@@ -179,9 +214,9 @@ int do_acquire(const cxxopts::ParseResult& parsed, const Common& common) {
   if (auto valid = validate_key(key); !valid) return fail(common, valid.error());
   const Seconds timeout = seconds_option(parsed, "timeout");
   const Seconds lease = seconds_option(parsed, "lease");
-  Cluster cluster(common.servers, common.connect);
-  auto connection = cluster.connect_for(key);
-  if (!connection) return fail(common, connection.error(), cluster.server_for(key).to_string());
+  std::string where;
+  auto connection = connect_for(common, key, where);
+  if (!connection) return fail(common, connection.error(), where);
   auto grant =
       parsed.count("semaphore") != 0
           ? connection->sem_lock(key, timeout, parsed["semaphore"].as<std::int64_t>(), lease)
@@ -208,9 +243,9 @@ int do_release_or_renew(const cxxopts::ParseResult& parsed, const Common& common
   auto token = parse_token(required(parsed, "token"));
   if (!token) return fail(common, token.error());
   const bool semaphore = parsed.count("semaphore") != 0;
-  Cluster cluster(common.servers, common.connect);
-  auto connection = cluster.connect_for(key);
-  if (!connection) return fail(common, connection.error(), cluster.server_for(key).to_string());
+  std::string where;
+  auto connection = connect_for(common, key, where);
+  if (!connection) return fail(common, connection.error(), where);
   if (!renew) {
     auto released =
         semaphore ? connection->sem_release(key, *token) : connection->release(key, *token);
@@ -320,17 +355,31 @@ int do_run(const Common& common, const RunOptions& run) {
     [[maybe_unused]] const ssize_t written = ::write(lost_fd, &one, sizeof one);
   };
 
+  // With --servers the guard follows the cluster's leader through failovers (members.h); the
+  // command keeps running while the lease holds, and a loss still ends it as below.
+  options.on_failover = [](const Endpoint& node) {
+    std::cerr << "turnstile run: the lock is now renewed with the leader at " << node.to_string()
+              << "\n";
+  };
   // Acquire on a helper thread so that a signal while we wait still ends us at once.
-  Cluster cluster(common.servers, common.connect);
+  const Cluster cluster(common.servers, common.connect);
+  const Members members(common.servers, common.connect);
+  const std::string where = common.replicated ? std::string("the cluster's leader")
+                                              : cluster.server_for(run.key).to_string();
   std::optional<Result<Guard>> acquired;
   std::thread acquirer([&] {
     Result<Guard> result = make_error(ErrorCode::kIo, "not acquired");
-    if (run.limit) {
-      auto guard = cluster.semaphore(run.key, *run.limit, options);
+    const auto take = [&](auto guard) {
       result = guard ? Result<Guard>(Guard(std::move(*guard))) : Result<Guard>(guard.error());
+    };
+    if (run.limit && common.replicated) {
+      take(members.semaphore(run.key, *run.limit, options));
+    } else if (run.limit) {
+      take(cluster.semaphore(run.key, *run.limit, options));
+    } else if (common.replicated) {
+      take(members.lock(run.key, options));
     } else {
-      auto guard = cluster.lock(run.key, options);
-      result = guard ? Result<Guard>(Guard(std::move(*guard))) : Result<Guard>(guard.error());
+      take(cluster.lock(run.key, options));
     }
     acquired.emplace(std::move(result));
     const std::uint64_t one = 1;
@@ -352,8 +401,7 @@ int do_run(const Common& common, const RunOptions& run) {
   }
   acquirer.join();
   if (!acquired->ok()) {
-    return fail(common, acquired->error(),
-                run.key + " on " + cluster.server_for(run.key).to_string());
+    return fail(common, acquired->error(), run.key + " on " + where);
   }
   Guard guard = std::move(acquired->value());
 

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "client/connection.h"
+#include "tests/integration/cluster_harness.h"
 #include "tests/integration/harness.h"
 
 extern char** environ;
@@ -368,6 +369,76 @@ TEST(TurnstileCli, RunOverTls) {
   const Outcome unverified = run_cli(dir, {"ping", "-s", server(daemon), "--tls-ca",
                                            files.certificate_path});  // name 127.0.0.1 not in SAN
   EXPECT_EQ(unverified.code, kExitNoConnection) << unverified.err;
+}
+
+// --servers: the nodes of one replicated cluster (three real nodes on loopback).
+std::string members_of(const integration::LoopbackCluster& cluster) {
+  std::string list;
+  for (std::size_t i = 0; i < cluster.size(); ++i) {
+    list += (i == 0 ? "" : ",") + cluster.address(i);
+  }
+  return list;
+}
+
+TEST(TurnstileCli, ServersFindTheClusterLeader) {
+  // Without auto-release the lock outlives the acquire command's connection.
+  integration::LoopbackCluster cluster({.nodes = 3,
+                                        .voters = 3,
+                                        .extra_args = {"--auto-release-on-disconnect=false"},
+                                        .start_attempts = 3});
+  const std::optional<std::size_t> leader = cluster.leader();
+  ASSERT_TRUE(leader);
+  TempDir dir;
+  const Outcome acquired =
+      run_cli(dir, {"acquire", "--servers", members_of(cluster), "--key", "job", "--json"});
+  ASSERT_EQ(acquired.code, kExitOk) << acquired.err;
+  const Json grant = Json::parse(acquired.out);
+  EXPECT_EQ(grant["server"], cluster.address(*leader));
+  const std::string token = grant["token"];
+  EXPECT_EQ(
+      run_cli(dir, {"renew", "--servers", members_of(cluster), "--key", "job", "--token", token})
+          .code,
+      kExitOk);
+  EXPECT_EQ(
+      run_cli(dir, {"release", "--servers", members_of(cluster), "--key", "job", "--token", token})
+          .code,
+      kExitOk);
+  // Every node answers ping.
+  EXPECT_EQ(run_cli(dir, {"ping", "--servers", members_of(cluster)}).code, kExitOk);
+  EXPECT_EQ(run_cli(dir, {"ping", "--servers", members_of(cluster), "-s", cluster.address(0)}).code,
+            kExitUsage);
+  EXPECT_EQ(run_cli(dir, {"ping", "--servers", ","}).code, kExitUsage);
+}
+
+TEST(TurnstileCli, RunKeepsTheCommandThroughAFailover) {
+  integration::LoopbackCluster cluster;
+  const std::optional<std::size_t> first = cluster.leader();
+  ASSERT_TRUE(first);
+  TempDir dir;
+  const std::string ready = dir.file("ready");
+  const std::string finished = dir.file("finished");
+  Cli cli(dir, {"run", "--servers", members_of(cluster), "-k", "nightly", "--lease", "4", "--",
+                "sh", "-c", "echo > '" + ready + "'; sleep 8; echo > '" + finished + "'"});
+  ASSERT_TRUE(eventually([&] { return exists(ready); }, 20s));
+  ASSERT_TRUE(cluster.kill(*first));
+  EXPECT_EQ(cli.wait(40s), kExitOk) << cli.err();
+  EXPECT_TRUE(exists(finished));
+  EXPECT_NE(cli.err().find("now renewed with the leader"), std::string::npos) << cli.err();
+}
+
+TEST(TurnstileCli, RunEndsTheCommandWhenTheClusterLosesItsMajority) {
+  integration::LoopbackCluster cluster;
+  const std::optional<std::size_t> first = cluster.leader();
+  ASSERT_TRUE(first);
+  TempDir dir;
+  const std::string ready = dir.file("ready");
+  Cli cli(dir, {"run", "--servers", members_of(cluster), "-k", "nightly", "--lease", "3", "--",
+                "sh", "-c", "echo > '" + ready + "'; exec sleep 60"});
+  ASSERT_TRUE(eventually([&] { return exists(ready); }, 20s));
+  ASSERT_TRUE(cluster.kill(*first));
+  ASSERT_TRUE(cluster.kill((*first + 1) % cluster.size()));
+  EXPECT_EQ(cli.wait(30s), kExitLockLost) << cli.err();
+  EXPECT_NE(cli.err().find("lost the lock"), std::string::npos) << cli.err();
 }
 
 }  // namespace

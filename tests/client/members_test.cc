@@ -22,6 +22,7 @@ namespace turnstile::client {
 namespace {
 
 using integration::Client;
+using integration::eventually;
 using integration::LoopbackCluster;
 using namespace std::chrono_literals;
 
@@ -33,17 +34,6 @@ std::vector<Endpoint> all_nodes(const LoopbackCluster& cluster) {
   std::vector<Endpoint> nodes;
   for (std::size_t i = 0; i < cluster.size(); ++i) nodes.push_back(node(cluster, i));
   return nodes;
-}
-
-// Waits up to `timeout` for `done`.
-template <typename Done>
-bool eventually(Done done, std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(20ms);
-  }
-  return true;
 }
 
 TEST(MembersTest, AFollowerNamesTheLeaderAndTheConnectionCarriesTheRef) {
