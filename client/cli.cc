@@ -52,6 +52,8 @@ constexpr const char* kUsage =
     "  ping\n"
     "  run     --key K [--timeout S] [--lease S] [--semaphore LIMIT] [--grace S]\n"
     "          [--no-kill-on-loss] -- command [args...]\n"
+    "  cluster status   (each node's view over its client port: role, term, leader,\n"
+    "          indexes, voters; exits 1 unless every node answers and one leads)\n"
     "  cluster add-voter --id N --raft-address H:P --client-address H:P\n"
     "  cluster remove-voter --id N\n"
     "          (--server is then the node's HTTP address; --admin-token or\n"
@@ -580,6 +582,45 @@ Result<HttpAnswer> http_call(const Endpoint& server, const std::string& method,
   return answer;
 }
 
+// `cluster status`: every node's `stats` cluster object, one line (or JSON object) per node.
+// Exit 0 when every node answered and exactly one of them says it leads; else 1.
+int do_cluster_status(const Common& common) {
+  int worst = kExitOk;
+  int leaders = 0;
+  for (const Endpoint& endpoint : common.servers) {
+    const std::string name = endpoint.to_string();
+    auto connection = Connection::connect(endpoint, common.connect);
+    auto stats = connection ? connection->stats() : Result<StatsResult>(connection.error());
+    if (!stats) {
+      worst = std::max(worst, fail(common, stats.error(), name));
+      continue;
+    }
+    const Json parsed = Json::parse(stats->json, nullptr, false);
+    if (!parsed.is_object() || !parsed.contains("cluster") || !parsed["cluster"].is_object()) {
+      worst = std::max(worst,
+                       fail(common, make_error(ErrorCode::kBadReply, "not a cluster node"), name));
+      continue;
+    }
+    const Json& node = parsed["cluster"];
+    if (node.value("role", std::string()) == "leader") ++leaders;
+    if (common.json) {
+      std::cout << Json{{"ok", true}, {"server", name}, {"cluster", node}}.dump() << "\n";
+      continue;
+    }
+    std::cout << name << " node " << node.value("node_id", 0) << " "
+              << node.value("role", std::string("?")) << " term " << node.value("term", 0)
+              << " leader " << node.value("leader_id", 0) << " ("
+              << node.value("leader_address", std::string()) << ") commit "
+              << node.value("commit_index", 0) << " applied " << node.value("applied_index", 0)
+              << " voters " << node.value("voters", Json::array()).dump() << "\n";
+  }
+  if (worst == kExitOk && leaders != 1) {
+    std::cerr << "turnstile cluster status: " << leaders << " nodes say they lead, not 1\n";
+    worst = kExitError;
+  }
+  return worst;
+}
+
 int do_cluster(const cxxopts::ParseResult& parsed, const Common& common,
                const std::string& subcommand) {
   std::string token;
@@ -692,8 +733,8 @@ int dispatch(int argc, char** argv) {
   int first_option = 2;
   if (command == "cluster") {
     const std::string subcommand = argc > 2 ? argv[2] : "";
-    if (subcommand != "add-voter" && subcommand != "remove-voter") {
-      throw UsageError{"cluster takes add-voter or remove-voter"};
+    if (subcommand != "status" && subcommand != "add-voter" && subcommand != "remove-voter") {
+      throw UsageError{"cluster takes status, add-voter or remove-voter"};
     }
     command += " " + subcommand;
     first_option = 3;
@@ -730,6 +771,7 @@ int dispatch(int argc, char** argv) {
   if (command == "renew") return do_release_or_renew(parsed, common, true);
   if (command == "stats") return do_stats_or_ping(common, true);
   if (command == "ping") return do_stats_or_ping(common, false);
+  if (command == "cluster status") return do_cluster_status(common);
   if (command.starts_with("cluster ")) return do_cluster(parsed, common, command.substr(8));
 
   RunOptions run;

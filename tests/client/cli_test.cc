@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <memory>
@@ -408,6 +409,24 @@ TEST(TurnstileCli, ServersFindTheClusterLeader) {
   EXPECT_EQ(run_cli(dir, {"ping", "--servers", members_of(cluster), "-s", cluster.address(0)}).code,
             kExitUsage);
   EXPECT_EQ(run_cli(dir, {"ping", "--servers", ","}).code, kExitUsage);
+
+  // cluster status: every node's view, one of them leading.
+  const Outcome status = run_cli(dir, {"cluster", "status", "--servers", members_of(cluster)});
+  ASSERT_EQ(status.code, kExitOk) << status.err;
+  EXPECT_NE(status.out.find(cluster.address(*leader) + " node " + std::to_string(*leader + 1) +
+                            " leader term"),
+            std::string::npos)
+      << status.out;
+  EXPECT_EQ(std::count(status.out.begin(), status.out.end(), '\n'), 3) << status.out;
+  const Outcome status_json =
+      run_cli(dir, {"cluster", "status", "-S", members_of(cluster), "--json"});
+  ASSERT_EQ(status_json.code, kExitOk) << status_json.err;
+  EXPECT_EQ(Json::parse(status_json.out.substr(0, status_json.out.find('\n')))["cluster"]["voters"],
+            Json::parse("[1,2,3]"));
+  // A node down: status says so and exits 1.
+  ASSERT_TRUE(cluster.kill((*leader + 1) % cluster.size()));
+  EXPECT_EQ(run_cli(dir, {"cluster", "status", "--servers", members_of(cluster)}).code,
+            kExitNoConnection);
 }
 
 TEST(TurnstileCli, RunKeepsTheCommandThroughAFailover) {
