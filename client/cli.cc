@@ -54,8 +54,9 @@ constexpr const char* kUsage =
     "          [--no-kill-on-loss] -- command [args...]\n"
     "  cluster status   (each node's view over its client port: role, term, leader,\n"
     "          indexes, voters; exits 1 unless every node answers and one leads)\n"
-    "  cluster add-voter --id N --raft-address H:P --client-address H:P\n"
-    "  cluster remove-voter --id N\n"
+    "  cluster add --id N --raft-address H:P --client-address H:P   (or add-voter)\n"
+    "  cluster remove --id N   (or remove-voter)\n"
+    "  cluster transfer   (the leader hands leadership to another voter)\n"
     "          (--server is then the node's HTTP address; --admin-token or\n"
     "          TURNSTILE_ADMIN_TOKEN)\n"
     "\n"
@@ -632,12 +633,15 @@ int do_cluster(const cxxopts::ParseResult& parsed, const Common& common,
   token = trim(token);
   if (token.empty()) throw UsageError{"--admin-token (or TURNSTILE_ADMIN_TOKEN) is required"};
   if (common.connect.tls) throw UsageError{"cluster commands speak plain HTTP: no --tls"};
-  const std::int64_t id = parsed["id"].as<std::int64_t>();
-  if (id < 1) throw UsageError{"--id must be at least 1"};
-  std::string method = "DELETE";
-  std::string path = "/v1/admin/voters/" + std::to_string(id);
+  std::string method = "POST";
+  std::string path = "/v1/admin/leader/transfer";
   std::string body;
-  if (subcommand == "add-voter") {
+  const std::int64_t id = subcommand == "transfer" ? 0 : parsed["id"].as<std::int64_t>();
+  if (subcommand != "transfer" && id < 1) throw UsageError{"--id must be at least 1"};
+  if (subcommand == "remove-voter") {
+    method = "DELETE";
+    path = "/v1/admin/voters/" + std::to_string(id);
+  } else if (subcommand == "add-voter") {
     method = "POST";
     path = "/v1/admin/voters";
     body = Json{{"id", id},
@@ -652,6 +656,16 @@ int do_cluster(const cxxopts::ParseResult& parsed, const Common& common,
                           Milliseconds{static_cast<std::int64_t>(timeout_s * 1000)});
   if (!answer) return fail(common, answer.error(), server.to_string());
   Json json = Json::parse(answer->body, nullptr, false);
+  if (answer->status == 200 && subcommand == "transfer") {
+    const std::string leader = json.value("leader", std::string());
+    if (common.json) {
+      std::cout << Json{{"ok", true}, {"leader", leader}}.dump() << "\n";
+    } else {
+      std::cout << "leader: " << (leader.empty() ? "another node (not known here yet)" : leader)
+                << "\n";
+    }
+    return kExitOk;
+  }
   if (answer->status == 200) {
     if (common.json) {
       std::cout << Json{{"ok", true}, {"voters", json.value("voters", Json::array())}}.dump()
@@ -708,8 +722,11 @@ cxxopts::Options command_options(const std::string& command) {
         cxxopts::value<std::int64_t>()->default_value("0"));
   }
   if (command == "cluster add-voter" || command == "cluster remove-voter") {
-    add("id", "the node's raft id", cxxopts::value<std::int64_t>()->default_value("0"))(
-        "admin-token", "the cluster's admin token (else TURNSTILE_ADMIN_TOKEN)",
+    add("id", "the node's raft id", cxxopts::value<std::int64_t>()->default_value("0"));
+  }
+  if (command == "cluster add-voter" || command == "cluster remove-voter" ||
+      command == "cluster transfer") {
+    add("admin-token", "the cluster's admin token (else TURNSTILE_ADMIN_TOKEN)",
         cxxopts::value<std::string>())(
         "timeout", "seconds to wait for the answer (adding waits for the node to catch up)",
         cxxopts::value<double>()->default_value("60"));
@@ -732,9 +749,12 @@ int dispatch(int argc, char** argv) {
   std::string command = argv[1];
   int first_option = 2;
   if (command == "cluster") {
-    const std::string subcommand = argc > 2 ? argv[2] : "";
-    if (subcommand != "status" && subcommand != "add-voter" && subcommand != "remove-voter") {
-      throw UsageError{"cluster takes status, add-voter or remove-voter"};
+    std::string subcommand = argc > 2 ? argv[2] : "";
+    if (subcommand == "add") subcommand = "add-voter";
+    if (subcommand == "remove") subcommand = "remove-voter";
+    if (subcommand != "status" && subcommand != "add-voter" && subcommand != "remove-voter" &&
+        subcommand != "transfer") {
+      throw UsageError{"cluster takes status, add, remove or transfer"};
     }
     command += " " + subcommand;
     first_option = 3;

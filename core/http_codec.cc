@@ -494,6 +494,8 @@ HttpResponse render_admin_outcome(const AdminChangeOutcome& outcome) {
   switch (outcome.kind) {
     case AdminChangeOutcome::Kind::kDone:
       return {200, json_line(Json{{"voters", outcome.voters}})};
+    case AdminChangeOutcome::Kind::kTransferred:
+      return {200, json_line(Json{{"transferred", true}, {"leader", outcome.leader}})};
     case AdminChangeOutcome::Kind::kNotLeader:
       return {503, http_error_body("not_leader", outcome.leader), outcome.leader};
     case AdminChangeOutcome::Kind::kPending:

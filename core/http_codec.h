@@ -52,6 +52,7 @@ enum class HttpEndpoint {
   kReadIndex,
   kAdminVoterAdd,
   kAdminVoterRemove,
+  kAdminLeaderTransfer,
 };
 
 struct HttpEndpointSpec {
@@ -64,7 +65,7 @@ struct HttpEndpointSpec {
   bool rate_limited;
 };
 
-inline constexpr std::array<HttpEndpointSpec, 21> kHttpEndpoints = {{
+inline constexpr std::array<HttpEndpointSpec, 22> kHttpEndpoints = {{
     {"GET", "/health", HttpEndpoint::kHealth, false, false},
     {"GET", "/ready", HttpEndpoint::kReady, false, false},
     {"GET", "/metrics", HttpEndpoint::kMetrics, true, true},
@@ -86,6 +87,7 @@ inline constexpr std::array<HttpEndpointSpec, 21> kHttpEndpoints = {{
     {"GET", "/v1/readindex", HttpEndpoint::kReadIndex, true, true},
     {"POST", "/v1/admin/voters", HttpEndpoint::kAdminVoterAdd, false, true},
     {"DELETE", "/v1/admin/voters/{id}", HttpEndpoint::kAdminVoterRemove, false, true},
+    {"POST", "/v1/admin/leader/transfer", HttpEndpoint::kAdminLeaderTransfer, false, true},
 }};
 
 inline constexpr std::size_t kHttpBodyMax = 1024 * 1024;  // bytes (reference 3.1)
@@ -176,12 +178,14 @@ std::variant<HttpBadRequest, std::uint64_t> decode_admin_voter_id(std::string_vi
 // A membership change's outcome, as the cluster node reports it.
 struct AdminChangeOutcome {
   enum class Kind {
-    kDone,       // 200, with the voters after the change
-    kNotLeader,  // 503 not_leader (X-Dflockd-Leader: `leader` when known)
-    kPending,    // 409 change_pending: one change at a time
-    kUnknownId,  // 404 unknown_voter: DELETE of a node that is not in the configuration
-    kRefused,    // 400 bad_request: the change makes no sense (an id already a voter, ...)
-    kFailed,     // 500 change_failed: raft could not make it (the detail says why)
+    kDone,         // 200, with the voters after the change
+    kTransferred,  // 200 {"transferred":true,"leader":...}: another node leads (`leader` its
+                   // address)
+    kNotLeader,    // 503 not_leader (X-Dflockd-Leader: `leader` when known)
+    kPending,      // 409 change_pending: one change at a time
+    kUnknownId,    // 404 unknown_voter: DELETE of a node that is not in the configuration
+    kRefused,      // 400 bad_request: the change makes no sense (an id already a voter, ...)
+    kFailed,       // 500 change_failed: raft could not make it (the detail says why)
   };
   Kind kind = Kind::kFailed;
   std::string detail = {};

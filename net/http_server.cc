@@ -746,6 +746,7 @@ void HttpServer::dispatch_route(evhttp_request* request, const core::HttpEndpoin
     }
     case core::HttpEndpoint::kAdminVoterAdd:
     case core::HttpEndpoint::kAdminVoterRemove:
+    case core::HttpEndpoint::kAdminLeaderTransfer:
       handle_admin(request, spec, params, method, started);
       return;
     default:
@@ -777,7 +778,10 @@ void HttpServer::handle_admin(evhttp_request* request, const core::HttpEndpointS
   }
   std::optional<core::AdminVoterAdd> add;
   std::uint64_t remove_id = 0;
-  if (spec.endpoint == core::HttpEndpoint::kAdminVoterAdd) {
+  const bool transfer = spec.endpoint == core::HttpEndpoint::kAdminLeaderTransfer;
+  if (transfer) {
+    // No body to read: the leader picks the most up-to-date voter.
+  } else if (spec.endpoint == core::HttpEndpoint::kAdminVoterAdd) {
     evbuffer* input = evhttp_request_get_input_buffer(request);
     const std::size_t length = evbuffer_get_length(input);
     const std::string_view body(
@@ -810,7 +814,26 @@ void HttpServer::handle_admin(evhttp_request* request, const core::HttpEndpointS
       });
     }});
   };
-  if (add) {
+  if (transfer) {
+    logf(LogLevel::kInfo, "cluster: admin request: hand leadership to another voter");
+    if (node->status().role != "leader") {
+      done(core::AdminChangeOutcome{
+          core::AdminChangeOutcome::Kind::kNotLeader, "", node->leader_client_address(), {}});
+      return;
+    }
+    node->transfer_leadership([node, done](bool ok) {
+      if (ok) {
+        done(core::AdminChangeOutcome{
+            core::AdminChangeOutcome::Kind::kTransferred, "", node->leader_client_address(), {}});
+      } else {
+        done(core::AdminChangeOutcome{
+            core::AdminChangeOutcome::Kind::kFailed,
+            "no other voter took over within an election timeout; this node still leads",
+            "",
+            {}});
+      }
+    });
+  } else if (add) {
     logf(LogLevel::kInfo, "cluster: admin request: add voter %llu (raft %s, clients %s)",
          static_cast<unsigned long long>(add->id), add->raft_address.c_str(),
          add->client_address.c_str());
