@@ -184,6 +184,8 @@ class Cluster:
         peers = ",".join(f"{i + 1}=127.0.0.1:{self.raft_ports[i]}@127.0.0.1:{self.client_ports[i]}"
                          for i in range(3))
         self.nodes = []
+        self.argvs = []
+        self.starts = [1, 1, 1]
         try:
             for i in range(3):
                 raft_dir = os.path.join(base, f"node{i + 1}")
@@ -194,6 +196,7 @@ class Cluster:
                         "--raft-addr", f"127.0.0.1:{self.raft_ports[i]}", "--cluster-peers",
                         peers, "--cluster-bootstrap", "--cluster-secret", SECRET]
                 argv += shlex.split(args.server_args)
+                self.argvs.append(argv)
                 self.nodes.append(LoggedProcess(argv, os.path.join(args.out, f"node{i + 1}.log"),
                                                 LISTENING.search, f"turnstiled node {i + 1}"))
         except BaseException:
@@ -210,6 +213,20 @@ class Cluster:
             time.sleep(0.1)
         raise SystemExit("cluster_bench: no leader within "
                          f"{timeout_s} s; logs in {self.args.out}/node*.log")
+
+    def kill(self, i):
+        """kill -9 of node i, waited for."""
+        process = self.nodes[i].process
+        process.kill()
+        process.wait()
+        self.nodes[i].stop()
+
+    def restart(self, i):
+        """Starts node i again from its raft directory (its log in node<i>-<start>.log)."""
+        self.starts[i] += 1
+        self.nodes[i] = LoggedProcess(self.argvs[i], os.path.join(
+            self.args.out, f"node{i + 1}-{self.starts[i]}.log"), LISTENING.search,
+            f"turnstiled node {i + 1}")
 
     def stop(self):
         for node in self.nodes:

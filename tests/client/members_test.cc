@@ -121,6 +121,50 @@ TEST(MembersTest, ALockGuardKeepsItsLockAndTokenThroughAKillOfTheLeader) {
             integration::fence_of(token).value());
 }
 
+TEST(MembersTest, AnAcquireWaitingWhenTheLeaderDiesIsAnsweredByTheNextLeader) {
+  // With --orphan-ttl the waiter's place is kept for its stable ref, and the acquire sent again to
+  // the next leader takes it back.
+  LoopbackCluster cluster(
+      {.nodes = 3, .voters = 3, .extra_args = {"--orphan-ttl", "30"}, .start_attempts = 3});
+  const std::optional<std::size_t> first = cluster.leader();
+  ASSERT_TRUE(first);
+  Client holder(cluster.client_port(*first));
+  const std::string grant = holder.request("l", "job", "0 30");
+  ASSERT_EQ(grant.substr(0, 3), "ok ") << grant;
+  const std::string token = grant.substr(3, 32);
+
+  Members members(all_nodes(cluster));
+  std::optional<Result<Lock>> waited;
+  std::atomic<bool> done{false};
+  std::thread waiter([&] {
+    GuardOptions options;
+    options.timeout = Seconds{30};
+    options.lease = Seconds{10};
+    waited.emplace(members.lock("job", options));
+    done = true;
+  });
+  // Queued behind the holder on the first leader.
+  ASSERT_TRUE(eventually(
+      [&] {
+        Client probe(cluster.client_port(*first));
+        return probe.request("stats", "_", "_").find("\"waiters\":1") != std::string::npos;
+      },
+      10s));
+  ASSERT_TRUE(cluster.kill(*first));
+  const std::optional<std::size_t> next = cluster.leader();
+  ASSERT_TRUE(next);
+  std::this_thread::sleep_for(1s);
+  EXPECT_FALSE(done) << "the acquire returned before the lock was free";
+  // The holder lets go through the new leader: the waiter gets the lock.
+  Client releaser(cluster.client_port(*next));
+  EXPECT_EQ(releaser.request("r", "job", token), "ok");
+  ASSERT_TRUE(eventually([&] { return done.load(); }, 15s));
+  waiter.join();
+  ASSERT_TRUE(*waited) << waited->error().to_string();
+  EXPECT_EQ((*waited)->endpoint(), node(cluster, *next));
+  EXPECT_GT((*waited)->fence(), integration::fence_of(token).value());
+}
+
 TEST(MembersTest, ALockGuardReportsTheLossWhenNoLeaderComesBackInItsLease) {
   LoopbackCluster cluster;
   const std::optional<std::size_t> first = cluster.leader();

@@ -1,0 +1,214 @@
+#!/usr/bin/python3
+"""How long a 3-node turnstiled cluster on loopback takes to serve again after a kill -9 of its
+leader, --rounds times, and when a lock whose holder died with the leader is granted again.
+
+It starts the cluster as cluster_bench.py does (raft directories in a temporary folder under
+--dir, --cluster-bootstrap, election timeout --election-ms, default turnstiled's 1000 ms). Each
+round:
+  1. waits for a ready leader (`barrier` answered `ok`) and for every node to follow it;
+  2. a holder takes `held-<round>` on the leader with a --lease s lease, over a connection that
+     dies with the leader (the holder never comes back: no renewal, no stable ref);
+  3. kill -9 of the leader, at t0;
+  4. serving: on every surviving node, one connection asks `l probe-<round> 0 30` (a try-once
+     acquire) again and again; the first `ok` is the new leader serving, at t1;
+  5. the dead holder's lock: on the new leader, `l held-<round> 60 30` blocks until that lock is
+     granted, at t2. A holder's lease runs on after a failover (docs/cluster.md, "Failover") and
+     the election gap costs it no lease time, so t2 comes a lease after the grant, plus the gap;
+  6. restarts the killed node from its directory.
+
+It prints and writes (table.txt, results.json in --out) p50, p99 and max of t1 - t0 (the target:
+within two election timeouts) and of t2 - t0 and t2 - the grant, with every round's figures.
+
+    bench/tools/failover_bench.py                      # 20 rounds, lease 3 s, ~2.5 min
+    bench/tools/failover_bench.py --rounds 5 --out /tmp/fo
+
+Exit status: 0 when every round completed, 1 when one did not (no leader, no grant in time).
+"""
+
+import json
+import os
+import shutil
+import socket
+import statistics
+import sys
+import tempfile
+import time
+
+sys.dont_write_bytecode = True  # no __pycache__ in bench/
+from benchlib import bench_parser, markdown_table, resolve_common  # noqa: E402
+from cluster_bench import Cluster, request, which_disk  # noqa: E402
+
+
+def parse_args():
+    parser = bench_parser(__doc__)
+    parser.add_argument("--rounds", type=int, default=20, help="kills of the leader (20)")
+    parser.add_argument("--lease", type=int, default=3, help="the dead holder's lease, s (3)")
+    parser.add_argument("--election-ms", type=int, default=1000,
+                        help="--raft-election-timeout-ms of every node (1000, the default)")
+    parser.add_argument("--dir", default="/tmp", help="where the raft directories go (/tmp)")
+    args = parser.parse_args()
+    resolve_common(args, "failover")
+    # What Cluster reads besides the paths.
+    args.server_threads = 2
+    args.server_args = f"--raft-election-timeout-ms {args.election_ms}"
+    return args
+
+
+class Line:
+    """One wire-protocol connection that sends requests and reads reply lines."""
+
+    def __init__(self, port, timeout_s=2.0):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout_s)
+        self.buffer = b""
+
+    def ask(self, command, key, arg, timeout_s=2.0):
+        self.sock.settimeout(timeout_s)
+        self.sock.sendall(f"{command}\n{key}\n{arg}\n".encode())
+        while b"\n" not in self.buffer:
+            chunk = self.sock.recv(4096)
+            if not chunk:
+                raise OSError("closed")
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return line.decode(errors="replace")
+
+    def close(self):
+        self.sock.close()
+
+
+def follows(port, leader_address, timeout_s=20):
+    """Whether the node at `port` answers `error_not_leader <leader_address>` within timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if request(port, "l", "follow-probe", "0 30") == f"error_not_leader {leader_address}":
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def first_grant(ports, key, timeout_s):
+    """Asks `l key 0 30` on every port in turn until one answers `ok`: (index, time) or None."""
+    lines = {}
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            for i, port in ports.items():
+                try:
+                    if i not in lines:
+                        lines[i] = Line(port, 0.5)
+                    reply = lines[i].ask("l", key, "0 30", 2.0)
+                except OSError:
+                    lines.pop(i, None)
+                    continue
+                if reply.startswith("ok "):
+                    at = time.monotonic()
+                    lines[i].ask("r", key, reply.split()[1])
+                    return i, at
+            time.sleep(0.002)
+        return None
+    finally:
+        for line in lines.values():
+            line.close()
+
+
+def summary_ms(values):
+    values = sorted(values)
+    if not values:
+        return None
+    p99 = values[min(len(values) - 1, int(round(0.99 * (len(values) - 1))))]
+    return {"p50": statistics.median(values), "p99": p99, "max": values[-1],
+            "min": values[0]}
+
+
+def main():
+    args = parse_args()
+    if not os.access(args.turnstiled, os.X_OK):
+        raise SystemExit(f"failover_bench: {args.turnstiled} not found; build it first")
+    os.makedirs(args.out, exist_ok=True)
+    disk = which_disk(args.dir)
+    base = tempfile.mkdtemp(prefix="turnstile-failover-bench-", dir=args.dir)
+    rounds = []
+    failed = 0
+    cluster = None
+    try:
+        cluster = Cluster(args, base)
+        for n in range(args.rounds):
+            leader = cluster.leader()
+            address = f"127.0.0.1:{cluster.client_ports[leader]}"
+            others = [i for i in range(3) if i != leader]
+            if not all(follows(cluster.client_ports[i], address) for i in others):
+                print(f"failover_bench: round {n}: a node does not follow", file=sys.stderr)
+                failed += 1
+                break
+            holder = Line(cluster.client_ports[leader])
+            grant = holder.ask("l", f"held-{n}", f"0 {args.lease}")
+            granted_at = time.monotonic()
+            if not grant.startswith("ok "):
+                print(f"failover_bench: round {n}: holder got {grant!r}", file=sys.stderr)
+                failed += 1
+                break
+            t0 = time.monotonic()
+            cluster.kill(leader)
+            holder.close()
+            serving = first_grant({i: cluster.client_ports[i] for i in others}, f"probe-{n}", 30)
+            if serving is None:
+                print(f"failover_bench: round {n}: no grant within 30 s", file=sys.stderr)
+                failed += 1
+                break
+            new_leader, t1 = serving
+            waiter = Line(cluster.client_ports[new_leader], 5)
+            reply = waiter.ask("l", f"held-{n}", "60 30", 65)
+            t2 = time.monotonic()
+            waiter.close()
+            record = {"round": n, "killed": leader + 1, "new_leader": new_leader + 1,
+                      "serving_ms": (t1 - t0) * 1e3, "held_lock_ms": (t2 - t0) * 1e3,
+                      "held_lock_after_grant_ms": (t2 - granted_at) * 1e3,
+                      "held_lock_reply": reply}
+            rounds.append(record)
+            print(f"failover_bench: round {n + 1}/{args.rounds}: node {leader + 1} killed, node "
+                  f"{new_leader + 1} serving after {record['serving_ms']:.0f} ms, the dead "
+                  f"holder's lock granted after {record['held_lock_ms']:.0f} ms "
+                  f"({record['held_lock_after_grant_ms']:.0f} ms after its grant)",
+                  file=sys.stderr)
+            if not reply.startswith("ok "):
+                failed += 1
+            cluster.restart(leader)
+    finally:
+        if cluster:
+            cluster.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+    serving = summary_ms([r["serving_ms"] for r in rounds])
+    held = summary_ms([r["held_lock_ms"] for r in rounds])
+    held_after = summary_ms([r["held_lock_after_grant_ms"] for r in rounds])
+
+    def cells(s):
+        return [f"{s[k]:.0f}" for k in ("p50", "p99", "max", "min")] if s else ["-"] * 4
+
+    table = markdown_table(
+        ["from the kill -9 of the leader to", "p50 ms", "p99 ms", "max ms", "min ms"],
+        [["the first grant by the new leader"] + cells(serving),
+         ["the grant of a lock whose holder died with the leader"] + cells(held),
+         ["(the same, from that lock's own grant)"] + cells(held_after)])
+    target = 2 * args.election_ms
+    verdict = (f"new leader serving within 2 election timeouts ({target} ms): "
+               f"{'met' if serving and serving['p99'] <= target else 'NOT met'} "
+               f"(p99 {serving['p99']:.0f} ms)" if serving else "no round completed")
+    title = (f"Failover of a 3-node turnstiled cluster on loopback: {len(rounds)} kills of the "
+             f"leader, election timeout {args.election_ms} ms, the dead holder's lease "
+             f"{args.lease} s; disk {disk.get('device')} ({disk.get('fstype')}); "
+             f"{os.cpu_count()} CPUs, {os.uname().release}")
+    text = f"{title}\n{table}\n\n{verdict}\n"
+    print(text)
+    with open(os.path.join(args.out, "table.txt"), "w") as f:
+        f.write(text)
+    with open(os.path.join(args.out, "results.json"), "w") as f:
+        json.dump({"settings": {k: v for k, v in vars(args).items()}, "rounds": rounds,
+                   "serving_ms": serving, "held_lock_ms": held,
+                   "held_lock_after_grant_ms": held_after}, f, indent=1)
+    print(f"failover_bench: wrote {args.out}/table.txt and results.json", file=sys.stderr)
+    return 1 if failed or len(rounds) < args.rounds else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
