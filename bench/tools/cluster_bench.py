@@ -27,7 +27,10 @@ arrive while a batch is in flight form the next batch, each batch is appended an
 the leader and sent to both replicas, and its canned replies go out once one replica has it
 durable too), and runs the same turnstile-bench right after or right before (alternating by
 repetition) each turnstiled run: the cluster floor of this machine at that worker count, measured
-in the same run (--no-reference leaves it out).
+in the same run (--no-reference leaves it out). With --single-node it also measures one
+turnstiled without cluster mode (--threads as the nodes), the same way, for the cluster's cost
+beside one node's. The three series go in plot.png too (ops/s and p99 against workers;
+python3-matplotlib), e.g. `--workers 1,10,100 --single-node`.
 
 The floor of one acquire+release is two commits: 2 x (the parallel round's p50 + 2 loopback
 round trips: client-leader and leader-follower). The script reports each worker count's
@@ -73,6 +76,8 @@ def parse_args():
                         "(default BUILD_DIR/bench/turnstile-refserver)")
     parser.add_argument("--no-reference", action="store_true",
                         help="leave out the do-nothing replicated server")
+    parser.add_argument("--single-node", action="store_true",
+                        help="also measure one turnstiled without cluster mode")
     parser.add_argument("--dir", default="/tmp",
                         help="where the temporary raft and probe directories go: the disk "
                         "measured (default /tmp)")
@@ -330,15 +335,16 @@ def measure(args, workers, port, pid, node_pids, http_port):
     return result, fields
 
 
-def reference_against(runs, worker_counts):
-    """The reference cluster's rows, each with turnstiled's ratios to it: medians (min-max) of
-    the per-repetition ratios, a repetition's turnstiled run against its reference run."""
+def against(runs, worker_counts, server):
+    """The rows of `server` ("reference" or "single"), each with the cluster's ratios to it:
+    medians (min-max) of the per-repetition ratios, a repetition's turnstiled run against that
+    server's run of the same repetition."""
     rows, lines = [], []
     for workers in worker_counts:
         ours = {r["repeat"]: r for r in runs
                 if r["workers"] == workers and r["server"] == "turnstiled"}
         refs = {r["repeat"]: r for r in runs
-                if r["workers"] == workers and r["server"] == "reference"}
+                if r["workers"] == workers and r["server"] == server}
         if not refs:
             continue
         pairs = [(ours[k], refs[k]) for k in sorted(refs) if k in ours]
@@ -370,6 +376,42 @@ def reference_against(runs, worker_counts):
     return rows, lines
 
 
+def plot(rows, reference_rows, single_rows, args, path):
+    """ops/s and p99 against workers for the cluster and the servers beside it: plot.png."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("cluster_bench: python3-matplotlib is not installed; no plot", file=sys.stderr)
+        return False
+    figure, axes = plt.subplots(1, 2, figsize=(10, 4))
+    series = (("3-node turnstiled cluster", rows, "s-"),
+              ("do-nothing replicated server", reference_rows, "o--"),
+              ("one turnstiled, cluster mode off", single_rows, "^:"))
+    for column, (field, scale, label) in enumerate((("ops_per_s", 1e-3, "k ops/s"),
+                                                    ("p99_us", 1e-3, "p99 latency, ms"))):
+        for name, mine, style in series:
+            points = [(r["workers"], r[field]) for r in mine if r.get(field)]
+            if not points:
+                continue
+            x = [p[0] for p in points]
+            y = [p[1]["median"] * scale for p in points]
+            low = [(p[1]["median"] - p[1]["min"]) * scale for p in points]
+            high = [(p[1]["max"] - p[1]["median"]) * scale for p in points]
+            axes[column].errorbar(x, y, yerr=[low, high], fmt=style, capsize=3, label=name)
+        axes[column].set_xlabel("workers (acquire+release, a key each)")
+        axes[column].set_ylabel(label)
+        axes[column].set_xscale("log")
+        axes[column].set_yscale("log")
+        axes[column].grid(True, alpha=0.3)
+        axes[column].legend(fontsize="small")
+    figure.suptitle(f"cluster on loopback, fsync on (median, min-max of {args.repeats})")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    return True
+
+
 def us(v):
     return f"{v:.0f}"
 
@@ -396,7 +438,13 @@ def main():
     leaders = []
     cluster = None
     reference = None
+    single = None
     try:
+        if args.single_node:
+            single = LoggedProcess([args.turnstiled, "--host", "127.0.0.1", "--port", "0",
+                                    "--threads", str(args.server_threads)],
+                                   os.path.join(args.out, "single-node.log"), LISTENING.search,
+                                   "turnstiled single node")
         if not args.no_reference:
             reference = ReferenceCluster(args, base)
         cluster = Cluster(args, base)
@@ -408,9 +456,10 @@ def main():
                      "preallocated": run_probe(args, probe_dirs, True)}
             probes.append(probe)
             for workers in args.workers:
-                order = ("turnstiled", "reference") if repeat % 2 == 0 else \
-                    ("reference", "turnstiled")
-                for server in order:
+                present = ["turnstiled"] + (["reference"] if reference else []) + \
+                    (["single"] if single else [])
+                turn = repeat % len(present)
+                for server in present[turn:] + present[:turn]:
                     if server == "turnstiled":
                         leader = cluster.leader()
                         leaders.append(leader + 1)
@@ -419,11 +468,12 @@ def main():
                                                  [n.pid for n in cluster.nodes],
                                                  cluster.http_ports[leader])
                         fields["leader"] = leader + 1
-                    elif reference:
+                    elif server == "reference":
                         result, fields = measure(args, workers, reference.port, reference.pid,
                                                  [n.pid for n in reference.nodes], None)
                     else:
-                        continue
+                        result, fields = measure(args, workers, int(single.ready.group(2)),
+                                                 single.pid, [single.pid], None)
                     log.add(result, f"{server} workers {workers} repeat {repeat}",
                             server=server, repeat=repeat, **fields)
             log.repetition_done(repeat, args.repeats)
@@ -432,6 +482,8 @@ def main():
             cluster.stop()
         if reference:
             reference.stop()
+        if single:
+            single.stop()
         if args.keep:
             print(f"cluster_bench: kept {base}", file=sys.stderr)
         else:
@@ -481,12 +533,19 @@ def main():
                             "raft entries/op", "raft appends/op", "entry commit ms",
                             "leader CPU µs/op", "3 nodes CPU µs/op", "machine busy", "errors"],
                            lines)
-    reference_rows, reference_lines = reference_against(log.runs, args.workers)
+    reference_rows, reference_lines = against(log.runs, args.workers, "reference")
     if reference_rows:
         table += "\n\n" + markdown_table(
             ["workers", "reference ops/s", "p50 µs", "p99 µs", "leader CPU µs/op",
              "3 nodes CPU µs/op", "turnstiled / reference: ops/s", "p50", "p99",
              "3 nodes CPU"], reference_lines)
+    single_rows, single_lines = against(log.runs, args.workers, "single")
+    if single_rows:
+        table += "\n\n" + markdown_table(
+            ["workers", "single node ops/s", "p50 µs", "p99 µs", "CPU µs/op", "CPU µs/op, again",
+             "cluster / single node: ops/s", "p50", "p99", "CPU"], single_lines)
+    plotted = plot(rows, reference_rows, single_rows, args,
+                   os.path.join(args.out, "plot.png"))
     floor = {k: summary([f[k] for f in floors]) for k in floors[0]} if floors else {}
     floor_lines = [[name, cell(floor[key], us)] for name, key in (
         ("parallel fsync round p50 (2 writers, 4 KiB append + fdatasync)", "fsync_round_p50_us"),
@@ -539,7 +598,9 @@ def main():
     args.load_avg_after = load_after
     status = log.finish(args, title, full_table, {"rows": rows, "floors": floors,
                                                   "probes": probes,
-                                                  "reference_rows": reference_rows}, None)
+                                                  "reference_rows": reference_rows,
+                                                  "single_rows": single_rows,
+                                                  "plot": plotted}, None)
     return status
 
 
