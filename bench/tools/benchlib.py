@@ -112,6 +112,16 @@ def run_bench_json(argv, pid, timeout_s):
     return result
 
 
+def plot_medians(axis, points, scale, style, label):
+    """One series on a matplotlib axis: (x, summary) points as their medians, with min-max error
+    bars, each value times `scale`."""
+    x = [p[0] for p in points]
+    y = [p[1]["median"] * scale for p in points]
+    low = [(p[1]["median"] - p[1]["min"]) * scale for p in points]
+    high = [(p[1]["max"] - p[1]["median"]) * scale for p in points]
+    axis.errorbar(x, y, yerr=[low, high], fmt=style, capsize=3, label=label)
+
+
 def cell(s, fmt):
     """A table cell for a summary: median (min–max)."""
     if s is None:

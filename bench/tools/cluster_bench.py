@@ -63,7 +63,7 @@ import urllib.request
 
 sys.dont_write_bytecode = True  # no __pycache__ in bench/
 from benchlib import (LISTENING, bench_parser, cell, cpu_seconds, kops, LoggedProcess,  # noqa: E402
-                      markdown_table, resolve_common, run_bench_json, RunLog, summary)
+                      markdown_table, plot_medians, resolve_common, run_bench_json, RunLog, summary)
 
 SECRET = "cluster-bench-secret"
 
@@ -395,11 +395,7 @@ def plot(rows, reference_rows, single_rows, args, path):
             points = [(r["workers"], r[field]) for r in mine if r.get(field)]
             if not points:
                 continue
-            x = [p[0] for p in points]
-            y = [p[1]["median"] * scale for p in points]
-            low = [(p[1]["median"] - p[1]["min"]) * scale for p in points]
-            high = [(p[1]["max"] - p[1]["median"]) * scale for p in points]
-            axes[column].errorbar(x, y, yerr=[low, high], fmt=style, capsize=3, label=name)
+            plot_medians(axes[column], points, scale, style, name)
         axes[column].set_xlabel("workers (acquire+release, a key each)")
         axes[column].set_ylabel(label)
         axes[column].set_xscale("log")

@@ -35,7 +35,7 @@ import tempfile
 
 sys.dont_write_bytecode = True  # no __pycache__ in bench/
 from benchlib import (LISTENING, bench_parser, cell, kops, LoggedProcess,  # noqa: E402
-                      markdown_table, ratio_cell, resolve_common, rss_kib,
+                      markdown_table, plot_medians, ratio_cell, resolve_common, rss_kib,
                       run_bench_json, RunLog, summarize_runs)
 
 MODES = ["uncontended", "shared", "semaphore", "pipelined"]
@@ -176,12 +176,7 @@ def plot(rows, args, path):
                 points = [(r["workers"], r[name][field]) for r in mine if r[name][field]]
                 if not points:
                     continue
-                x = [p[0] for p in points]
-                y = [p[1]["median"] * scale for p in points]
-                low = [(p[1]["median"] - p[1]["min"]) * scale for p in points]
-                high = [(p[1]["max"] - p[1]["median"]) * scale for p in points]
-                axes[line][column].errorbar(x, y, yerr=[low, high], fmt=style, capsize=3,
-                                            label=labels[name])
+                plot_medians(axes[line][column], points, scale, style, labels[name])
         axes[0][column].set_title(mode)
         axes[0][column].set_ylabel("k ops/s (acquire+release)")
         axes[1][column].set_ylabel("p99 latency, us")
