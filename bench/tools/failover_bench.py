@@ -19,6 +19,14 @@ round:
 It prints and writes (table.txt, results.json in --out) p50, p99 and max of t1 - t0 (the target:
 within two election timeouts) and of t2 - t0 and t2 - the grant, with every round's figures.
 
+With --load N (default 4; 0 for none), N client threads run acquire+release on keys of their own
+all along (`l key 10 5`, `r key token`, one connection each, following `error_not_leader <addr>`
+and trying every node after a failure, a fresh key after an op whose outcome is unknown). The
+script first runs that load for --baseline s with no fault; then it compares the p99 of the ops
+outside every failover window (a window: from the kill to 2 s after the new leader's first grant)
+with the baseline's p99 (the target: within 10 %). The load is Python threads: its latencies carry
+the interpreter's own noise, the same in both phases.
+
     bench/tools/failover_bench.py                      # 20 rounds, lease 3 s, ~2.5 min
     bench/tools/failover_bench.py --rounds 5 --out /tmp/fo
 
@@ -32,6 +40,7 @@ import socket
 import statistics
 import sys
 import tempfile
+import threading
 import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in bench/
@@ -46,6 +55,9 @@ def parse_args():
     parser.add_argument("--election-ms", type=int, default=1000,
                         help="--raft-election-timeout-ms of every node (1000, the default)")
     parser.add_argument("--dir", default="/tmp", help="where the raft directories go (/tmp)")
+    parser.add_argument("--load", type=int, default=4, help="load threads during the rounds (4)")
+    parser.add_argument("--baseline", type=float, default=10.0,
+                        help="seconds of load with no fault before the first round (10)")
     args = parser.parse_args()
     resolve_common(args, "failover")
     # What Cluster reads besides the paths.
@@ -111,6 +123,82 @@ def first_grant(ports, key, timeout_s):
             line.close()
 
 
+class Load:
+    """--load threads: acquire+release in a loop against whichever node leads."""
+
+    def __init__(self, ports, threads):
+        self.ports = ports  # node index -> client port, of the current nodes
+        self.ops = []  # (start, end) of every completed acquire+release, monotonic seconds
+        self.failures = 0
+        self.stopping = threading.Event()
+        self.lock = threading.Lock()
+        self.threads = [threading.Thread(target=self.run, args=(i,), daemon=True)
+                        for i in range(threads)]
+        for thread in self.threads:
+            thread.start()
+
+    def connect(self, preferred):
+        for port in ([preferred] if preferred else []) + list(self.ports.values()):
+            try:
+                return Line(port, 0.5)
+            except OSError:
+                continue
+        return None
+
+    def run(self, n):
+        line, preferred, generation = None, None, 0
+        while not self.stopping.is_set():
+            key = f"load-{n}-{generation}"
+            try:
+                if line is None:
+                    line = self.connect(preferred)
+                    if line is None:
+                        time.sleep(0.01)
+                        continue
+                start = time.monotonic()
+                reply = line.ask("l", key, "10 5", 15)
+                if reply.startswith("error_not_leader"):
+                    parts = reply.split()
+                    preferred = int(parts[1].rsplit(":", 1)[1]) if len(parts) > 1 else None
+                    line.close()
+                    line = None
+                    if len(parts) == 1:
+                        time.sleep(0.01)
+                    continue
+                if not reply.startswith("ok "):
+                    raise OSError(reply)
+                released = line.ask("r", key, reply.split()[1], 15)
+                if released != "ok":
+                    raise OSError(released)
+                end = time.monotonic()
+                with self.lock:
+                    self.ops.append((start, end))
+            except OSError:
+                # Unknown outcome (the node died or stopped leading): a new key, so that a grant
+                # nobody will release (its lease runs out) does not block the next op.
+                with self.lock:
+                    self.failures += 1
+                generation += 1
+                if line is not None:
+                    line.close()
+                line, preferred = None, None
+                time.sleep(0.01)
+        if line is not None:
+            line.close()
+
+    def stop(self):
+        self.stopping.set()
+        for thread in self.threads:
+            thread.join(30)
+
+
+def p99_ms(ops):
+    latencies = sorted((end - start) * 1e3 for start, end in ops)
+    if not latencies:
+        return None
+    return latencies[min(len(latencies) - 1, int(round(0.99 * (len(latencies) - 1))))]
+
+
 def summary_ms(values):
     values = sorted(values)
     if not values:
@@ -130,8 +218,17 @@ def main():
     rounds = []
     failed = 0
     cluster = None
+    load = None
+    windows = []  # (kill, first grant + 2 s) of every round
+    baseline_window = None
     try:
         cluster = Cluster(args, base)
+        cluster.leader()
+        if args.load:
+            load = Load({i: cluster.client_ports[i] for i in range(3)}, args.load)
+            started = time.monotonic()
+            time.sleep(args.baseline)
+            baseline_window = (started + 1.0, time.monotonic())  # the first second warms up
         for n in range(args.rounds):
             leader = cluster.leader()
             address = f"127.0.0.1:{cluster.client_ports[leader]}"
@@ -156,6 +253,7 @@ def main():
                 failed += 1
                 break
             new_leader, t1 = serving
+            windows.append((t0, t1 + 2.0))
             waiter = Line(cluster.client_ports[new_leader], 5)
             reply = waiter.ask("l", f"held-{n}", "60 30", 65)
             t2 = time.monotonic()
@@ -173,7 +271,10 @@ def main():
             if not reply.startswith("ok "):
                 failed += 1
             cluster.restart(leader)
+        end_of_rounds = time.monotonic()
     finally:
+        if load:
+            load.stop()
         if cluster:
             cluster.stop()
         shutil.rmtree(base, ignore_errors=True)
@@ -190,6 +291,29 @@ def main():
         [["the first grant by the new leader"] + cells(serving),
          ["the grant of a lock whose holder died with the leader"] + cells(held),
          ["(the same, from that lock's own grant)"] + cells(held_after)])
+    load_result = None
+    if load and baseline_window:
+        baseline_ops = [op for op in load.ops
+                        if op[0] >= baseline_window[0] and op[1] <= baseline_window[1]]
+        outside_ops = [op for op in load.ops if op[0] > baseline_window[1] and
+                       op[1] <= end_of_rounds and
+                       not any(op[1] >= w[0] and op[0] <= w[1] for w in windows)]
+        inside_ops = [op for op in load.ops if op[0] > baseline_window[1] and
+                      any(op[1] >= w[0] and op[0] <= w[1] for w in windows)]
+        load_result = {"threads": args.load, "failures": load.failures,
+                       "baseline_ops": len(baseline_ops), "baseline_p99_ms": p99_ms(baseline_ops),
+                       "outside_ops": len(outside_ops), "outside_p99_ms": p99_ms(outside_ops),
+                       "inside_ops": len(inside_ops), "inside_p99_ms": p99_ms(inside_ops)}
+        if load_result["baseline_p99_ms"] and load_result["outside_p99_ms"]:
+            load_result["ratio"] = load_result["outside_p99_ms"] / load_result["baseline_p99_ms"]
+        table += "\n\n" + markdown_table(
+            ["load: acquire+release, " + f"{args.load} threads", "ops", "p99 ms"],
+            [["with no fault (baseline)", str(len(baseline_ops)),
+              f"{load_result['baseline_p99_ms'] or 0:.1f}"],
+             ["during the rounds, outside every failover window", str(len(outside_ops)),
+              f"{load_result['outside_p99_ms'] or 0:.1f}"],
+             ["overlapping a failover window (kill to first grant + 2 s)", str(len(inside_ops)),
+              f"{load_result['inside_p99_ms'] or 0:.1f}"]])
     target = 2 * args.election_ms
     verdict = (f"new leader serving within 2 election timeouts ({target} ms): "
                f"{'met' if serving and serving['p99'] <= target else 'NOT met'} "
@@ -198,6 +322,10 @@ def main():
              f"leader, election timeout {args.election_ms} ms, the dead holder's lease "
              f"{args.lease} s; disk {disk.get('device')} ({disk.get('fstype')}); "
              f"{os.cpu_count()} CPUs, {os.uname().release}")
+    if load_result and "ratio" in load_result:
+        verdict += (f"\nload p99 outside the failover windows / with no fault: "
+                    f"{load_result['ratio']:.2f} (target <= 1.10): "
+                    f"{'met' if load_result['ratio'] <= 1.10 else 'NOT met'}")
     text = f"{title}\n{table}\n\n{verdict}\n"
     print(text)
     with open(os.path.join(args.out, "table.txt"), "w") as f:
@@ -205,7 +333,7 @@ def main():
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump({"settings": {k: v for k, v in vars(args).items()}, "rounds": rounds,
                    "serving_ms": serving, "held_lock_ms": held,
-                   "held_lock_after_grant_ms": held_after}, f, indent=1)
+                   "held_lock_after_grant_ms": held_after, "load": load_result}, f, indent=1)
     print(f"failover_bench: wrote {args.out}/table.txt and results.json", file=sys.stderr)
     return 1 if failed or len(rounds) < args.rounds else 0
 
