@@ -79,6 +79,11 @@ struct Guard::State {
     return std::chrono::duration_cast<Clock::duration>(lease * fraction);
   }
 
+  Result<void> release_on(Connection& on) {
+    return space == core::Namespace::kLock ? on.release(key, grant.token)
+                                           : on.sem_release(key, grant.token);
+  }
+
   void declare_lost(LossReason reason, Error error) {
     LossEvent event{reason, std::move(error)};
     {
@@ -100,6 +105,10 @@ struct Guard::State {
   Result<std::pair<Clock::time_point, Seconds>> renew_after_failover(Clock::time_point deadline) {
     Error last = make_error(ErrorCode::kIo, "no leader answered");
     while (Clock::now() < deadline) {
+      {
+        std::lock_guard guard(mutex);
+        if (stopping) return make_error(ErrorCode::kIo, "released while finding the leader");
+      }
       auto fresh = options.reconnect(deadline);
       if (!fresh) return fresh.error();
       const Clock::time_point sent_at = Clock::now();
@@ -233,10 +242,34 @@ Result<void> Guard::release() {
     return make_error(ErrorCode::kLeaseExpired, "the lock had been lost");
   }
   state.connection.set_reply_timeout(Milliseconds{5000});
-  auto released = state.space == core::Namespace::kLock
-                      ? state.connection.release(state.key, state.grant.token)
-                      : state.connection.sem_release(state.key, state.grant.token);
+  auto released = state.release_on(state.connection);
   state.connection.close();
+  if (released || !state.options.reconnect || !node_could_not_answer(released.error().code)) {
+    return released;
+  }
+  // Failover riding: the node could not answer (it died or stopped leading), and the release may
+  // not have been made. Release by token with the next leader while the lease lasts; otherwise
+  // the slot would stay taken until its lease ends.
+  Clock::time_point deadline;
+  {
+    std::lock_guard lock(state.mutex);
+    deadline = state.lease_deadline;
+  }
+  while (Clock::now() < deadline) {
+    auto fresh = state.options.reconnect(deadline);
+    if (!fresh) break;
+    fresh->set_reply_timeout(Milliseconds{5000});
+    auto again = state.release_on(*fresh);
+    if (again || !node_could_not_answer(again.error().code)) {
+      if (!again && again.error().code == ErrorCode::kProtocol) {
+        return make_error(ErrorCode::kProtocol,
+                          "after a failover the token was no longer held: the first release went "
+                          "through, or the lease had ended");
+      }
+      return again;
+    }
+    released = again;
+  }
   return released;
 }
 

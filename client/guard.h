@@ -29,7 +29,8 @@
 // in a cluster a holder's slot outlives its connection and its leader, so a lease renewed in time
 // is kept, same token and fence (docs/cluster.md, "Failover"). The guard goes on over the new
 // connection and calls `on_failover`. A refused renew there is kRenewRefused; no leader before
-// the lease ends, kLeaseExpired. Either way the loss is reported once, never silently.
+// the lease ends, kLeaseExpired. Either way the loss is reported once, never silently. release()
+// likewise goes to the next leader, by token, when the node could not answer it.
 //
 // Thread affinity: a guard's methods are called from one thread at a time; state(), held() and
 // loss() may be called from any thread. `on_lost` runs on the renewal thread and must not call

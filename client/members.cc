@@ -45,8 +45,9 @@ struct Members::Shared {
                               std::optional<Endpoint>& hint) const {
     ConnectOptions bounded = options;
     const auto left = std::chrono::ceil<Milliseconds>(deadline - Clock::now());
-    bounded.connect_timeout = std::clamp(left, Milliseconds{1}, options.connect_timeout);
-    bounded.reply_timeout = std::clamp(left, Milliseconds{1}, options.reply_timeout);
+    const Milliseconds probe = std::min(left, failover.probe_timeout);
+    bounded.connect_timeout = std::clamp(probe, Milliseconds{1}, options.connect_timeout);
+    bounded.reply_timeout = std::clamp(probe, Milliseconds{1}, options.reply_timeout);
     auto connection = Connection::connect(node, bounded);
     if (!connection) return connection.error();
     if (auto bound = connection->stable_ref(failover.stable_ref); !bound) return bound.error();

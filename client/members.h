@@ -3,12 +3,13 @@
 // every member holds every key and only the leader answers the keyed commands.
 //
 // connect_leader() connects to the leader it last found, then to the other members in order. On
-// each it binds the stable ref and asks `barrier`: `ok` comes from a leader that has applied an
-// entry of its term. `error_not_leader <addr>` sends it to the node named next; a follower that
-// knows no leader names none, and the next member is tried. A round that found no leader is
-// followed by a jittered sleep (first_backoff, doubling up to max_backoff, each sleep drawn from
-// [half, all] of it), then another round, until the deadline. It sends nothing that changes state
-// (stable-ref and barrier only), so trying several nodes never grants anything twice.
+// each it binds the stable ref and asks `barrier`, waiting at most probe_timeout: `ok` comes
+// from a leader that has applied an entry of its term. `error_not_leader <addr>` sends it to the
+// node named next; a follower that knows no leader names none, and the next member is tried. A
+// round that found no leader is followed by a jittered sleep (first_backoff, doubling up to
+// max_backoff, each sleep drawn from [half, all] of it), then another round, until the deadline. It
+// sends nothing that changes state (stable-ref and barrier only), so trying several nodes never
+// grants anything twice.
 //
 // The stable ref: FailoverOptions::stable_ref, or one made per Members object from random bytes
 // ("turnstile-client-<16 hex>"). Every connection it makes carries it. After a failover (or any
@@ -37,6 +38,9 @@ struct FailoverOptions {
   Milliseconds first_backoff{25};      // the first sleep after a round without a leader
   Milliseconds max_backoff{1000};      // the longest sleep between rounds
   Milliseconds leader_timeout{15000};  // how long lock() and semaphore() look for a leader
+  // How long one node may take to connect and to answer stable-ref and barrier before the next
+  // is tried: a stopped node (SIGSTOP, a hung machine) costs this much, not a whole reply timeout.
+  Milliseconds probe_timeout{1000};
 };
 
 class Members {

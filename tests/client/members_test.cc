@@ -121,6 +121,25 @@ TEST(MembersTest, ALockGuardKeepsItsLockAndTokenThroughAKillOfTheLeader) {
             integration::fence_of(token).value());
 }
 
+TEST(MembersTest, AReleaseAfterTheLeaderDiedIsMadeWithTheNextLeader) {
+  LoopbackCluster cluster;
+  const std::optional<std::size_t> first = cluster.leader();
+  ASSERT_TRUE(first);
+  Members members(all_nodes(cluster));
+  GuardOptions options;
+  options.lease = Seconds{20};  // no renewal before the release below
+  auto guard = members.lock("job", options);
+  ASSERT_TRUE(guard) << guard.error().to_string();
+  ASSERT_TRUE(cluster.kill(*first));
+  const std::optional<std::size_t> next = cluster.leader();
+  ASSERT_TRUE(next);
+  // The connection to the old leader is dead: the release goes to the new one, by token.
+  const auto released = guard->release();
+  EXPECT_TRUE(released) << released.error().to_string();
+  Client other(cluster.client_port(*next));
+  EXPECT_EQ(other.request("l", "job", "0 30").substr(0, 3), "ok ");
+}
+
 TEST(MembersTest, AnAcquireWaitingWhenTheLeaderDiesIsAnsweredByTheNextLeader) {
   // With --orphan-ttl the waiter's place is kept for its stable ref, and the acquire sent again to
   // the next leader takes it back.
