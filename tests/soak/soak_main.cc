@@ -116,6 +116,8 @@ struct FaultRecord {
   std::optional<Clock::time_point> ended;  // repaired, and a leader answered again
   bool took_leader = false;
   std::optional<milliseconds> failover;  // fault to the first grant after it (took_leader)
+  std::string first_grant;               // which kind of acquire made that grant
+  std::optional<milliseconds> election;  // fault to another node answering `barrier` ok
   std::map<std::string, int> losses;     // by reason
   bool skipped = false;
 };
@@ -172,13 +174,19 @@ class Soak {
   // A grant whose acquire was sent at `sent` and answered at `now`: it closes every failover
   // whose fault came before the acquire was sent (a grant sent earlier may have been made by the
   // old leader).
-  void granted(Clock::time_point sent, Clock::time_point now) {
+  void granted(const std::string& kind, Clock::time_point sent, Clock::time_point now) {
     std::lock_guard lock(mutex_);
     for (FaultRecord& fault : faults_) {
       if (fault.took_leader && !fault.failover && fault.began <= sent) {
         fault.failover = std::chrono::duration_cast<milliseconds>(now - fault.began);
+        fault.first_grant = kind;
       }
     }
+  }
+  void elected(std::size_t index) {
+    std::lock_guard lock(mutex_);
+    FaultRecord& fault = faults_.at(index);
+    fault.election = std::chrono::duration_cast<milliseconds>(Clock::now() - fault.began);
   }
 
   // A guard reported a loss. It belongs to a fault active at some time in the last lease
@@ -278,7 +286,12 @@ void Soak::print_summary(const std::vector<const ProtectedResource*>& resources,
     }
   }
   std::sort(durations.begin(), durations.end());
-  std::printf("\nfailovers (fault to first grant after it)\n");
+  std::vector<long long> elections;
+  for (const FaultRecord& fault : faults_) {
+    if (fault.election) elections.push_back(fault.election->count());
+  }
+  std::sort(elections.begin(), elections.end());
+  std::printf("\nfailovers (fault to first grant after it; to a new leader answering barrier)\n");
   std::printf("  leader faults %zu, measured %zu",
               durations.size() + static_cast<std::size_t>(without_grant), durations.size());
   if (!durations.empty()) {
@@ -286,6 +299,11 @@ void Soak::print_summary(const std::vector<const ProtectedResource*>& resources,
                 durations.back());
   }
   if (without_grant > 0) std::printf(", %d with no grant after them", without_grant);
+  std::printf("\n  new leader seen %zu", elections.size());
+  if (!elections.empty()) {
+    std::printf(", p50 %lld ms, max %lld ms", elections[(elections.size() - 1) / 2],
+                elections.back());
+  }
   std::printf("\n");
 
   std::printf("\nleases lost by reason     count\n");
@@ -300,8 +318,13 @@ void Soak::print_summary(const std::vector<const ProtectedResource*>& resources,
   for (const FaultRecord& fault : faults_) {
     std::printf("  %7.1f %7.1f  %s", at(fault.began), fault.ended ? at(*fault.ended) : -1.0,
                 fault.what.c_str());
-    if (fault.failover)
-      std::printf("; failover %lld ms", static_cast<long long>(fault.failover->count()));
+    if (fault.election) {
+      std::printf("; new leader after %lld ms", static_cast<long long>(fault.election->count()));
+    }
+    if (fault.failover) {
+      std::printf("; first grant after %lld ms (%s)",
+                  static_cast<long long>(fault.failover->count()), fault.first_grant.c_str());
+    }
     for (const auto& [reason, n] : fault.losses) std::printf("; lost %d %s", n, reason.c_str());
     std::printf("\n");
   }
@@ -435,8 +458,14 @@ class Worker {
       return;
     }
     soak_.count(kind, "ok");
-    soak_.granted(sent, Clock::now());
-    hold(*resources[index], *acquired, between(20, 300));
+    soak_.granted(kind, sent, Clock::now());
+    // Most holds are short; one in ten outlasts the lease a few times over, so that guards renew
+    // and ride through the faults that come meanwhile.
+    const int lease_ms = static_cast<int>(lease.count()) * 1000;
+    const bool long_hold = unit() < 0.1;
+    if (long_hold) soak_.count(kind, "ok, long hold");
+    hold(*resources[index], *acquired,
+         long_hold ? between(lease_ms, 3 * lease_ms) : between(20, 300));
     const auto released = acquired->release();
     soak_.count("release (guard)",
                 released ? "ok" : std::string(client::error_code_name(released.error().code)));
@@ -469,7 +498,7 @@ class Worker {
       return;
     }
     soak_.count("try-lock", "ok");
-    soak_.granted(sent, Clock::now());
+    soak_.granted("try-lock", sent, Clock::now());
     // No renewal: a hold far shorter than the lease, checked against the lease before entering.
     const auto lease_end = Clock::now() + grant->lease;
     if (resources_enter(*locks_[index], grant->fence())) {
@@ -523,6 +552,22 @@ bool restart(integration::LoopbackCluster& cluster, std::size_t i, Violations& v
   return false;
 }
 
+// Sleeps `down_s` from now. When the fault took the leader, it watches meanwhile for another node
+// to answer `barrier` ok, and records when one does.
+void wait_down(Soak& soak, integration::LoopbackCluster& cluster, std::size_t record,
+               bool took_leader, double down_s) {
+  const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                        std::chrono::duration<double>(down_s));
+  while (took_leader && Clock::now() < until) {
+    const auto left = std::chrono::duration_cast<milliseconds>(until - Clock::now());
+    if (cluster.leader(std::max(left, 1ms), 20ms)) {
+      soak.elected(record);
+      break;
+    }
+  }
+  std::this_thread::sleep_until(until);
+}
+
 // Injects one fault, waits it out and repairs it; returns once a leader answers again.
 void inject(Soak& soak, integration::LoopbackCluster& cluster, const Fault& fault) {
   const std::optional<std::size_t> leader = cluster.leader(15s);
@@ -541,22 +586,24 @@ void inject(Soak& soak, integration::LoopbackCluster& cluster, const Fault& faul
   switch (fault.kind) {
     case FaultKind::kKill:
       if (!cluster.kill(target)) soak.violations().add("node did not die of SIGKILL in 5 s");
-      sleep_seconds(fault.down_s);
+      wait_down(soak, cluster, record, took_leader, fault.down_s);
       restart(cluster, target, soak.violations());
       break;
     case FaultKind::kStop:
       cluster.sigstop(target);
-      sleep_seconds(fault.down_s);
+      wait_down(soak, cluster, record, took_leader, fault.down_s);
       cluster.sigcont(target);
       break;
     case FaultKind::kTerm:
       cluster.terminate(target);
+      // It hands over before it exits: the next leader comes while it drains.
+      if (cluster.leader(15s, 20ms)) soak.elected(record);
       if (!cluster.node(target).wait_exit(15s)) {
         soak.violations().add("node " + std::to_string(target + 1) +
                               " did not exit within 15 s of SIGTERM");
         cluster.kill(target);
       }
-      sleep_seconds(fault.down_s);
+      wait_down(soak, cluster, record, false, fault.down_s);
       restart(cluster, target, soak.violations());
       break;
   }
