@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -613,6 +614,35 @@ void inject(Soak& soak, integration::LoopbackCluster& cluster, const Fault& faul
   soak.end_fault(record);
 }
 
+// The nodes' cluster and raft lines (their elections, their leads and follows), for finding out
+// what a violation was. A restarted node's lines start at its last start.
+void print_node_logs(integration::LoopbackCluster& cluster) {
+  for (std::size_t i = 0; i < cluster.size(); ++i) {
+    std::fprintf(stderr, "--- node %zu (since its last start) ---\n", i + 1);
+    try {
+      for (const std::string& line : cluster.node(i).log()) {
+        if (line.find("cluster") != std::string::npos || line.find("raft") != std::string::npos) {
+          std::fprintf(stderr, "%s\n", line.c_str());
+        }
+      }
+    } catch (const std::out_of_range&) {
+      std::fprintf(stderr, "(never started)\n");
+    }
+  }
+}
+
+// Wall-clock time, to set the soak's seconds beside the nodes' log lines.
+std::string utc_now() {
+  timespec now{};
+  clock_gettime(CLOCK_REALTIME, &now);
+  tm utc{};
+  gmtime_r(&now.tv_sec, &utc);
+  char text[64];
+  std::snprintf(text, sizeof text, "%02d:%02d:%02d.%03ld UTC", utc.tm_hour, utc.tm_min, utc.tm_sec,
+                now.tv_nsec / 1'000'000);
+  return text;
+}
+
 int run(const Options& options) {
   const std::vector<Fault> schedule = make_schedule(options.seed, options.minutes, options.nodes);
   std::printf("turnstile-soak: seed %llu, %g min, %zu nodes, %zu workers, %zu keys, %zu faults\n",
@@ -641,6 +671,8 @@ int run(const Options& options) {
   }
 
   const Clock::time_point start = Clock::now();
+  std::printf("load starts at %s (t=0 below)\n", utc_now().c_str());
+  std::fflush(stdout);
   Soak soak(options, start);
   std::vector<std::unique_ptr<ProtectedResource>> locks, semaphores;
   for (std::size_t k = 0; k < options.keys; ++k) {
@@ -725,6 +757,7 @@ int run(const Options& options) {
   for (const auto& resource : semaphores) resources.push_back(resource.get());
   soak.print_summary(resources, elapsed_s, guard_failovers, lost_inside);
   const bool failed = soak.violations().count() > 0;
+  if (failed || options.verbose) print_node_logs(cluster);
   if (failed)
     std::printf("\nFAILED. Replay the fault schedule with:\n  %s\n",
                 replay_command(options).c_str());
