@@ -187,6 +187,7 @@ class Soak {
   void elected(std::size_t index) {
     std::lock_guard lock(mutex_);
     FaultRecord& fault = faults_.at(index);
+    if (fault.election) return;
     fault.election = std::chrono::duration_cast<milliseconds>(Clock::now() - fault.began);
   }
 
@@ -299,7 +300,7 @@ void Soak::print_summary(const std::vector<const ProtectedResource*>& resources,
     std::printf(", p50 %lld ms, max %lld ms", durations[(durations.size() - 1) / 2],
                 durations.back());
   }
-  if (without_grant > 0) std::printf(", %d with no grant after them", without_grant);
+  if (without_grant > 0) std::printf(", %d with no grant before the load stopped", without_grant);
   std::printf("\n  new leader seen %zu", elections.size());
   if (!elections.empty()) {
     std::printf(", p50 %lld ms, max %lld ms", elections[(elections.size() - 1) / 2],
@@ -610,6 +611,8 @@ void inject(Soak& soak, integration::LoopbackCluster& cluster, const Fault& faul
   }
   if (!cluster.leader(20s)) {
     soak.violations().add("no leader answered within 20 s of repairing " + what);
+  } else if (took_leader) {
+    soak.elected(record);  // no other node led before the repair: the election came after it
   }
   soak.end_fault(record);
 }
