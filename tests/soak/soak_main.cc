@@ -259,8 +259,7 @@ void Soak::print_summary(const std::vector<const ProtectedResource*>& resources,
   // The kinds this version does not inject, and why (docs/soak.md, "The faults").
   std::printf(
       "  skipped kinds (not in this version):\n"
-      "    add/remove member: goes through the admin HTTP API or the CLI, both being "
-      "changed\n"
+      "    add/remove member: not yet (cluster_ops_test covers the admin routes on their own)\n"
       "    disk full: needs a size-limited mount per node, which needs privileges\n"
       "    clock skew: needs a time namespace or a preload shim per node\n");
 
