@@ -173,6 +173,12 @@ struct Guard::State {
         renewed = moved.error();
       }
       if (!renewed) {
+        {
+          // Released meanwhile (release() stops this thread first): release() owns the end of
+          // the guard now, and nothing was lost.
+          std::lock_guard guard(mutex);
+          if (stopping) return;
+        }
         const Error& error = renewed.error();
         LossReason reason = LossReason::kConnectionFailed;
         if (error.code == ErrorCode::kProtocol) reason = LossReason::kRenewRefused;
