@@ -11,13 +11,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// A failure that says the node could not answer, not that it refused: with
-// GuardOptions::reconnect the guard looks for the leader and takes its slot back there.
-bool node_could_not_answer(ErrorCode code) {
-  return code == ErrorCode::kIo || code == ErrorCode::kNotLeader || code == ErrorCode::kDraining ||
-         code == ErrorCode::kConnect;
-}
-
 }  // namespace
 
 std::string_view loss_reason_name(LossReason reason) {

@@ -23,13 +23,6 @@ std::string random_ref() {
   return std::string("turnstile-client-") + hex;
 }
 
-// An error that says the node could not answer, not that the request was refused: the request
-// may go to the next leader.
-bool leader_may_answer_elsewhere(ErrorCode code) {
-  return code == ErrorCode::kIo || code == ErrorCode::kNotLeader || code == ErrorCode::kDraining ||
-         code == ErrorCode::kConnect;
-}
-
 }  // namespace
 
 struct Members::Shared {
@@ -123,8 +116,7 @@ struct Members::Shared {
       auto connection = connect_leader(deadline);
       if (!connection) return connection.error();
       auto acquired = acquire(std::move(*connection));
-      if (acquired || !leader_may_answer_elsewhere(acquired.error().code) ||
-          Clock::now() >= deadline) {
+      if (acquired || !node_could_not_answer(acquired.error().code) || Clock::now() >= deadline) {
         return acquired;
       }
       std::lock_guard lock(mutex);

@@ -2,6 +2,11 @@
 
 namespace turnstile::client {
 
+bool node_could_not_answer(ErrorCode code) {
+  return code == ErrorCode::kIo || code == ErrorCode::kNotLeader || code == ErrorCode::kDraining ||
+         code == ErrorCode::kConnect;
+}
+
 std::string_view error_code_name(ErrorCode code) {
   switch (code) {
     case ErrorCode::kTimeout:

@@ -37,6 +37,11 @@ enum class ErrorCode : std::uint8_t {
 
 std::string_view error_code_name(ErrorCode code);
 
+// True when the error says the node could not answer (the connection failed or timed out, it is
+// not the leader, it drains, it could not be reached), not that it refused the request: in a
+// replicated cluster the request may go to the next leader (members.h, guard.h).
+bool node_could_not_answer(ErrorCode code);
+
 struct Error {
   ErrorCode code = ErrorCode::kIo;
   std::string message;  // human-readable detail; stable wording is not promised
