@@ -167,6 +167,22 @@ std::string Endpoint::to_string() const {
   return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
 }
 
+std::optional<Endpoint> parse_leader_address(std::string_view text) {
+  // A server's address is at most 120 bytes (docs/http-api.md); anything longer, or with bytes
+  // outside 0x21-0x7E, is not one, and is not handed to the resolver.
+  constexpr std::size_t kMaxAddress = 255;
+  if (text.empty() || text.size() > kMaxAddress) return std::nullopt;
+  for (const char c : text) {
+    if (c < 0x21 || c > 0x7e) return std::nullopt;
+  }
+  const bool bracketed = text.front() == '[';
+  if (!bracketed && std::count(text.begin(), text.end(), ':') != 1) return std::nullopt;
+  if (bracketed && text.find("]:") == std::string_view::npos) return std::nullopt;
+  auto parsed = parse_endpoint(text);
+  if (!parsed) return std::nullopt;
+  return *std::move(parsed);
+}
+
 Result<Endpoint> parse_endpoint(std::string_view text) {
   const auto bad = [&](const std::string& why) {
     return make_error(ErrorCode::kInvalidArgument,
@@ -485,10 +501,7 @@ struct Connection::Impl {
     if (auto error = status_error(reply->status)) {
       if (error->code == ErrorCode::kAuth || error->code == ErrorCode::kDraining) close();
       if (error->code == ErrorCode::kNotLeader) {
-        leader_hint.reset();
-        if (auto named = parse_endpoint(reply->payload); named && !reply->payload.empty()) {
-          leader_hint = *std::move(named);
-        }
+        leader_hint = parse_leader_address(reply->payload);
         error->message =
             reply->payload.empty()
                 ? "server replied 'error_not_leader': no leader is known"

@@ -36,6 +36,20 @@ std::vector<Endpoint> all_nodes(const LoopbackCluster& cluster) {
   return nodes;
 }
 
+TEST(MembersTest, OnlyAnAddressWithAPortIsTakenAsTheLeaderAFollowerNames) {
+  EXPECT_EQ(parse_leader_address("127.0.0.1:6388"), (Endpoint{"127.0.0.1", 6388}));
+  EXPECT_EQ(parse_leader_address("[::1]:7000"), (Endpoint{"::1", 7000}));
+  EXPECT_EQ(parse_leader_address("node-2.example:6388"), (Endpoint{"node-2.example", 6388}));
+  // Not an address a server advertises: never followed, never resolved.
+  for (const std::string& bad :
+       {std::string(), std::string("host"), std::string("::1"), std::string("[::1]"),
+        std::string("a b:1"), std::string("x:1:2"), std::string("host:99999"),
+        std::string("host:0"), std::string("\xff\xfe[::zz]:99 junk"),
+        std::string(300, 'a') + ":1"}) {
+    EXPECT_FALSE(parse_leader_address(bad)) << bad;
+  }
+}
+
 TEST(MembersTest, AFollowerNamesTheLeaderAndTheConnectionCarriesTheRef) {
   LoopbackCluster cluster;
   const std::optional<std::size_t> leader = cluster.leader();
