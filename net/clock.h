@@ -5,6 +5,7 @@
 #include <sys/time.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <ctime>
 
@@ -12,11 +13,17 @@
 
 namespace turnstile::net {
 
+// --test-monotonic-offset-s, in nanoseconds (0 outside tests): added to every monotonic reading,
+// so that processes on one machine read different monotonic clocks, as on different machines.
+// Set once by main() before any thread starts.
+inline std::atomic<std::int64_t> test_monotonic_offset_ns{0};
+
 inline core::Instant monotonic_now() {
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return core::Instant::from_ns(static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 +
-                                static_cast<std::int64_t>(ts.tv_nsec));
+                                static_cast<std::int64_t>(ts.tv_nsec) +
+                                test_monotonic_offset_ns.load(std::memory_order_relaxed));
 }
 
 inline std::uint64_t wall_clock_ns() {

@@ -46,12 +46,14 @@ RaftNodeConfig raft_config(const Config& config) {
   raft.snapshot_trailing = static_cast<unsigned>(cluster.snapshot_trailing);
   raft.election_timeout_ms = static_cast<unsigned>(cluster.election_timeout_ms);
   raft.heartbeat_timeout_ms = static_cast<unsigned>(cluster.heartbeat_timeout_ms);
+  // A healthy disk stores an entry in milliseconds; five election timeouts (5 s at least) of no
+  // progress is a full or failing disk, not a slow one.
+  raft.log_write_stall_ms = std::max(5000U, 5 * raft.election_timeout_ms);
+  raft.min_free_bytes = static_cast<std::uint64_t>(cluster.min_free_mb) << 20;
   raft.log = [](std::string line) { log_line(LogLevel::kWarn, "raft: " + line); };
   return raft;
 }
 
-// The client address of node `id` (this node's advertise address for itself); empty for 0 or a
-// node not in --cluster-peers.
 // The client address of node `id`: this node's advertise address, the part after the '@' of its
 // address in raft's configuration (nodes added at run time), or its --cluster-peers entry (a
 // directory bootstrapped without client addresses); empty for 0 or an unknown node.
@@ -299,6 +301,14 @@ void ClusterNode::time_apply(std::uint64_t salt) {
 std::string ClusterNode::snapshot() { return replica_.save(); }
 
 bool ClusterNode::restore(std::string_view bytes) { return replica_.restore(bytes); }
+
+void ClusterNode::log_cannot_be_written(const std::string& why) {
+  logf(LogLevel::kError,
+       "cluster: the raft log cannot be written much longer: %s; this node leaves (it hands "
+       "leadership over and exits with status 1)",
+       why.c_str());
+  if (on_fatal_) on_fatal_();
+}
 
 void ClusterNode::leadership_changed(bool leader) {
   leadership_changes_.fetch_add(1, std::memory_order_relaxed);

@@ -77,12 +77,17 @@ class ClusterNode final : public RaftStateMachine, public ReplicatedEndpoint {
   // an election timeout. Runs on the raft thread.
   void transfer_leadership(std::function<void(bool)> done);
 
+  // Before start(): what to do when this node cannot go on (its raft log stopped being written).
+  // Called once, on the raft thread.
+  void on_fatal(std::function<void()> fatal) { on_fatal_ = std::move(fatal); }
+
  private:
   // RaftStateMachine, on the raft thread.
   void apply(std::uint64_t index, std::string_view command) override;
   std::string snapshot() override;
   bool restore(std::string_view bytes) override;
   void leadership_changed(bool leader) override;
+  void log_cannot_be_written(const std::string& why) override;
 
   // Refuses a change at once (kNotLeader, kPending) or marks one pending: true when refused.
   bool refuse_change(AdminDone& done);
@@ -133,6 +138,7 @@ class ClusterNode final : public RaftStateMachine, public ReplicatedEndpoint {
   std::atomic<std::uint64_t> entries_applied_{0};
   std::atomic<std::uint64_t> leadership_changes_{0};
   TcpLatency apply_latency_;
+  std::function<void()> on_fatal_;  // set before start(); called on the raft thread
 };
 
 }  // namespace turnstile::net

@@ -44,6 +44,9 @@ constexpr std::size_t kQuotedValueMax = 64;
 // --test-wall-clock-offset-s: a century either way is more than any test needs, and keeps the
 // offset in nanoseconds far from overflowing.
 constexpr std::int64_t kMaxWallClockOffsetSeconds = 3'155'760'000;
+// --test-monotonic-offset-s: up to a year ahead (a machine's uptime); never back, so that the
+// shifted clock stays above zero.
+constexpr std::int64_t kMaxMonotonicOffsetSeconds = 31'557'600;
 // --test-fence-range: at most the production range, 2^22.
 constexpr std::int64_t kMaxTestFenceRange = std::int64_t{1} << 22;
 constexpr std::string_view kEnvPrefixes[] = {"TURNSTILE_", "DFLOCKD_"};
@@ -202,11 +205,20 @@ const Setting kSettings[] = {
      kMaxRaftCount, &Config::Cluster::snapshot_trailing,
      "cluster mode: entries kept in the log behind a snapshot", /*hidden=*/false,
      /*cluster=*/true},
+    {"raft-min-free-mb", "RAFT_MIN_FREE_MB", Kind::kInteger, "MiB", 0, 1'048'576,
+     &Config::Cluster::min_free_mb,
+     "cluster mode: free space the raft directory needs; below it the node does not start, and a "
+     "running node hands leadership over and exits 1; 0 = no check",
+     /*hidden=*/false, /*cluster=*/true},
     // The test hooks (Config::TestHooks): hidden from --help, and not read from the environment,
     // so a stray variable can never shift a production server's clock or fences.
     {"test-wall-clock-offset-s", "", Kind::kInteger, "seconds", -kMaxWallClockOffsetSeconds,
      kMaxWallClockOffsetSeconds, &Config::TestHooks::wall_clock_offset_s,
      "FOR TESTS ONLY: added to the wall clock that seeds fences (simulates a clock step)",
+     /*hidden=*/true},
+    {"test-monotonic-offset-s", "", Kind::kInteger, "seconds", 0, kMaxMonotonicOffsetSeconds,
+     &Config::TestHooks::monotonic_offset_s,
+     "FOR TESTS ONLY: added to every monotonic clock reading (as if on another machine)",
      /*hidden=*/true},
     {"test-fence-range", "", Kind::kInteger, "fences", 2, kMaxTestFenceRange,
      &Config::TestHooks::fence_range,

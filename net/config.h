@@ -104,6 +104,9 @@ struct Config {
     std::int64_t snapshot_threshold = 8192;
     // --raft-snapshot-trailing: entries kept in the log behind a snapshot; 0..4294967295.
     std::int64_t snapshot_trailing = 1024;
+    // --raft-min-free-mb: below this much free space in raft_dir the node does not start, and a
+    // running node leaves (docs/cluster.md, "A full disk"); 0..1048576, 0 = no check.
+    std::int64_t min_free_mb = 64;
 
     bool enabled() const { return !raft_dir.empty(); }
   };
@@ -116,6 +119,9 @@ struct Config {
     // --test-wall-clock-offset-s: seconds added to the wall clock that seeds the fence counter,
     // so a test can restart the daemon "with the clock set back".
     std::int64_t wall_clock_offset_s = 0;
+    // --test-monotonic-offset-s: seconds added to every monotonic reading of the process, so
+    // that the nodes of a loopback cluster read clocks as far apart as separate machines would.
+    std::int64_t monotonic_offset_s = 0;
     // --test-fence-range: the journal's reservation range (0: the production 2^22), so that a
     // test reaches running reservations after a few grants.
     std::int64_t fence_range = 0;

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "net/clock.h"
 #include "net/config.h"
 #include "net/huge_pages.h"
 #include "net/log.h"
@@ -80,6 +81,11 @@ int main(int argc, char** argv) {
   restart_with_huge_page_heap(config, argv);
   set_debug_logging(config.debug);
   logf(LogLevel::kInfo, "%s starting", version_string().c_str());
+  if (config.test.monotonic_offset_s != 0) {
+    test_monotonic_offset_ns = config.test.monotonic_offset_s * 1'000'000'000;
+    logf(LogLevel::kWarn, "--test-monotonic-offset-s %lld is for tests only",
+         static_cast<long long>(config.test.monotonic_offset_s));
+  }
   if (const auto tunables = environment("GLIBC_TUNABLES")) {
     logf(LogLevel::kInfo, "GLIBC_TUNABLES=%s", tunables->c_str());
   }

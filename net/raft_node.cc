@@ -6,6 +6,7 @@
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 #include <sys/socket.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -999,6 +1000,11 @@ class RaftNode::Impl {
   void begin_shutdown();
   void refresh_status();
   void track_leadership();
+  // On every loop turn: reports a log that cannot be written much longer (a full disk, or one
+  // that stores nothing: RaftNodeConfig::min_free_bytes and log_write_stall_ms).
+  void watch_log_writes();
+  // The free bytes in the directory when they are below RaftNodeConfig::min_free_bytes.
+  std::optional<std::uint64_t> free_bytes_below_minimum() const;
 
   bool leads() const { return raft_state(raft()) == RAFT_LEADER && raft_.transfer == nullptr; }
   struct raft* raft() const {
@@ -1060,6 +1066,13 @@ class RaftNode::Impl {
   std::uint64_t leader_term_ = 0;                // the term this node leads in, 0: not leading
   bool ready_ = false;  // leadership_changed(true) was said for leader_term_
   bool ready_barrier_sent_ = false;
+  // watch_log_writes(): the stored index last seen to move, and since when (loop time, ms); when
+  // the free space is looked at next.
+  static constexpr std::uint64_t kSpaceCheckMs = 200;
+  std::uint64_t stall_stored_ = 0;
+  std::uint64_t stall_since_ms_ = 0;
+  std::uint64_t next_space_check_ms_ = 0;
+  bool log_failure_reported_ = false;
   raft_index status_config_index_ = ~raft_index{0};
   raft_index status_config_uncommitted_ = ~raft_index{0};
   std::vector<std::uint64_t> voters_;
@@ -1122,6 +1135,11 @@ std::optional<std::string> RaftNode::Impl::check_config() const {
 std::optional<std::string> RaftNode::Impl::start() {
   if (started_) return "this raft node was already started (a node runs once)";
   if (std::optional<std::string> error = check_config()) return error;
+  if (const std::optional<std::uint64_t> free = free_bytes_below_minimum()) {
+    return "only " + std::to_string(*free >> 20) + " MiB free in the raft directory " +
+           config_.dir + ", below the " + std::to_string(config_.min_free_bytes >> 20) +
+           " MiB it needs (--raft-min-free-mb): free some space first";
+  }
   started_ = true;
   std::future<std::optional<std::string>> opened = opened_.get_future();
   thread_ = std::thread([this] { run(); });
@@ -1351,7 +1369,42 @@ void RaftNode::Impl::on_check(uv_check_t* handle) {
   work.swap(self->deferred_);
   for (std::function<void()>& w : work) w();
   self->track_leadership();
+  self->watch_log_writes();
   self->refresh_status();
+}
+
+std::optional<std::uint64_t> RaftNode::Impl::free_bytes_below_minimum() const {
+  if (config_.min_free_bytes == 0) return std::nullopt;
+  struct statvfs fs {};
+  if (::statvfs(config_.dir.c_str(), &fs) != 0) return std::nullopt;  // open() reports the dir
+  const std::uint64_t free = static_cast<std::uint64_t>(fs.f_bavail) * fs.f_frsize;
+  if (free >= config_.min_free_bytes) return std::nullopt;
+  return free;
+}
+
+void RaftNode::Impl::watch_log_writes() {
+  if (log_failure_reported_) return;
+  const std::uint64_t now = uv_now(&loop_);
+  std::string why;
+  if (now >= next_space_check_ms_) {
+    next_space_check_ms_ = now + kSpaceCheckMs;
+    if (const std::optional<std::uint64_t> free = free_bytes_below_minimum()) {
+      why = "only " + std::to_string(*free >> 20) + " MiB free in " + config_.dir + " (" +
+            std::to_string(config_.min_free_bytes >> 20) + " MiB needed)";
+    }
+  }
+  const raft_index stored = raft_.last_stored;
+  const raft_index last = raft_last_index(&raft_);
+  if (last <= stored || stored != stall_stored_) {
+    stall_stored_ = stored;
+    stall_since_ms_ = now;
+  } else if (why.empty() && now - stall_since_ms_ >= config_.log_write_stall_ms) {
+    why = "nothing stored for " + std::to_string(now - stall_since_ms_) + " ms (stored up to " +
+          std::to_string(stored) + " of " + std::to_string(last) + ")";
+  }
+  if (why.empty()) return;
+  log_failure_reported_ = true;
+  fsm_.log_cannot_be_written(why);
 }
 
 void RaftNode::Impl::process(std::vector<Op>& ops) {

@@ -81,6 +81,14 @@ struct RaftNodeConfig {
   unsigned handshake_timeout_ms = 5000;
   // How long raft waits before it reconnects to a peer it could not reach.
   unsigned connect_retry_ms = 1000;
+  // A node whose log has entries it has not stored, and whose stored index has not moved for this
+  // long, reports it once (RaftStateMachine::log_cannot_be_written): its disk is full or failing.
+  unsigned log_write_stall_ms = 5000;
+  // Below this many free bytes in `dir`, start() refuses and a running node reports it once
+  // (RaftStateMachine::log_cannot_be_written), before raft's own writes fail: libraft 0.15 fails
+  // badly on a full disk (a leader stops storing its log but goes on leading, or the process
+  // crashes in the library). 0: no check.
+  std::uint64_t min_free_bytes = std::uint64_t{64} << 20;
   // Pre-vote (raft thesis 9.6): a node that was cut off, or removed, cannot depose a working
   // leader by starting elections in higher terms.
   bool pre_vote = true;
@@ -109,6 +117,12 @@ class RaftStateMachine {
   // committed by earlier leaders is in the state machine (raft thesis 6.4): only then may a
   // leader answer from its state. false when it stops leading (only after a true).
   virtual void leadership_changed(bool /*leader*/) {}
+  // The log cannot be written much longer: the directory's free space fell below
+  // RaftNodeConfig::min_free_bytes, or nothing was stored for RaftNodeConfig::log_write_stall_ms
+  // although entries wait (raft 0.15 reports no error for a leader's failed log write: it only
+  // stops storing, while its heartbeats keep the others from electing another leader).
+  // `why` says which, for the log. Called once.
+  virtual void log_cannot_be_written(const std::string& /*why*/) {}
 };
 
 struct RaftStatus {

@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <openssl/err.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -173,6 +174,12 @@ int Server::run() {
       shared_.session_tag = static_cast<std::uint32_t>(random.next_u64() & 0xffffff);
     } while (shared_.session_tag == 0);
     cluster_ = std::make_unique<ClusterNode>(config_, shared_, shared_.session_tag);
+    // The way out an operator's SIGTERM takes (leadership handed over, connections drained),
+    // taken from the raft thread: the signal reaches the main loop through libevent's own pipe.
+    cluster_->on_fatal([this] {
+      fatal_ = true;
+      ::kill(::getpid(), SIGTERM);
+    });
     shared_.cluster = cluster_.get();
     shared_.cluster_node = cluster_.get();
   }
@@ -216,8 +223,8 @@ int Server::run() {
   stop_shards();
   if (cluster_ != nullptr) cluster_->stop();
   if (fence_file_ != nullptr) fence_file_->stop_writer();  // after a write in flight finishes
-  log_line(LogLevel::kInfo, "stopped");
-  return 0;
+  log_line(LogLevel::kInfo, fatal_ ? "stopped: the cluster node could not go on" : "stopped");
+  return fatal_ ? 1 : 0;
 }
 
 void Server::on_accept(evconnlistener*, evutil_socket_t fd, sockaddr* address, int, void* self) {

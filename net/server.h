@@ -78,6 +78,9 @@ class Server {
   std::optional<core::Instant> shutdown_deadline_;
   std::size_t next_shard_ = 0;
   bool shutting_down_ = false;
+  // The cluster node cannot go on (ClusterNode::on_fatal): the process leaves as on SIGTERM, with
+  // exit status 1 so that a supervisor restarts it. Set on the raft thread.
+  std::atomic<bool> fatal_{false};
 };
 
 }  // namespace turnstile::net

@@ -9,12 +9,19 @@
 // and a node then fails to start. The constructor retries such a start with new ports and new
 // directories, up to `start_attempts` times, then throws std::runtime_error.
 //
+// A caller that wants something of every raft directory (the soak mounts a size-limited tmpfs on
+// each, to fill one up) gives `on_new_dir`, called with the empty directory before a node first
+// starts from it, and `on_drop_dir`, called once no node runs from it any more, before it is
+// deleted.
+//
 // Construct, use and destroy it on one thread (Daemon's rule).
 #pragma once
 
 #include <array>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -29,11 +36,23 @@ struct LoopbackClusterOptions {
   std::size_t voters = 3;  // nodes 0..voters-1 bootstrap the cluster and start at construction
   std::vector<std::string> extra_args;  // appended to every node's flags
   int start_attempts = 3;
+  std::function<void(const std::string& dir)> on_new_dir = nullptr;   // see the top of this file
+  std::function<void(const std::string& dir)> on_drop_dir = nullptr;  // see the top of this file
 };
+
+// Small disks, for the full-disk tests: a tmpfs of `bytes` mounted on the existing directory
+// `dir`. Needs root (CAP_SYS_ADMIN); nullopt once mounted, else why it could not be.
+std::optional<std::string> mount_small_disk(const std::string& dir, std::uint64_t bytes);
+// Lazily (MNT_DETACH), so that a process still in it cannot keep the mount.
+void unmount_small_disk(const std::string& dir);
+// Writes the file `dir`/`name` until the directory's free space is at most `leave` bytes (or
+// the disk refuses); the bytes written.
+std::uint64_t fill_disk(const std::string& dir, const std::string& name, std::uint64_t leave);
 
 class LoopbackCluster {
  public:
   explicit LoopbackCluster(LoopbackClusterOptions options = {});
+  ~LoopbackCluster();
   LoopbackCluster(const LoopbackCluster&) = delete;
   LoopbackCluster& operator=(const LoopbackCluster&) = delete;
 
@@ -66,6 +85,14 @@ class LoopbackCluster {
   void restart(std::size_t i);
   // Node i is no longer a voter but runs on: leader() leaves it out.
   void mark_removed(std::size_t i) { removed_.at(i) = true; }
+  // Node i, which must not be running, gets a new empty directory and from then on starts as a
+  // node to be added (without --cluster-peers and --cluster-bootstrap), like nodes from `voters`
+  // on. Its removed mark goes.
+  void wipe(std::size_t i);
+  // Flags for node i alone, appended after `extra_args` from its next start on.
+  void set_node_args(std::size_t i, std::vector<std::string> args) {
+    node_args_.at(i) = std::move(args);
+  }
 
   // The node whose `barrier` is answered `ok` (a ready leader: the barrier was proposed and
   // applied through the log), among the started, running nodes that were not stopped, killed or
@@ -80,6 +107,8 @@ class LoopbackCluster {
     int http = 0;
   };
   void pick_ports();
+  void make_dir(std::size_t i);
+  void drop_dir(std::size_t i);
   bool asked_by_leader(std::size_t i);
 
   LoopbackClusterOptions options_;
@@ -89,6 +118,8 @@ class LoopbackCluster {
   std::vector<std::unique_ptr<Daemon>> nodes_;
   std::vector<bool> down_;
   std::vector<bool> removed_;
+  std::vector<bool> joins_;  // starts without --cluster-peers and --cluster-bootstrap
+  std::vector<std::vector<std::string>> node_args_;
 };
 
 }  // namespace turnstile::integration

@@ -13,6 +13,7 @@
 #include <future>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -423,6 +424,77 @@ TEST_F(ClusterOpsTest, SigtermOnTheLeaderHandsLeadershipOverBeforeItExits) {
   EXPECT_TRUE(cluster_.node(*first).wait_for_log("leadership handed over", 0s).has_value());
   Client renewer(cluster_.client_port(*next));
   EXPECT_EQ(renewer.request("n", "job", token + " 30"), "ok 30");
+}
+
+// ---- a full disk (docs/cluster.md, "A full disk") ----------------------------------------------
+
+bool exited_with(const std::optional<int>& status, int code) {
+  return status && WIFEXITED(*status) && WEXITSTATUS(*status) == code;
+}
+
+TEST(ClusterDiskTest, ANodeWhoseDiskRunsLowLeavesAndStartsAgainOnlyOnceThereIsRoom) {
+  {
+    TempDir probe;
+    if (const std::optional<std::string> why = mount_small_disk(probe.path(), 1 << 20)) {
+      GTEST_SKIP() << why->c_str() << " (the test needs root)";
+    }
+    unmount_small_disk(probe.path());
+  }
+  // Every node's directory on its own 96 MiB tmpfs; --raft-min-free-mb stays at its 64.
+  std::set<std::string> mounted;
+  LoopbackClusterOptions options;
+  options.on_new_dir = [&mounted](const std::string& dir) {
+    if (!mount_small_disk(dir, std::uint64_t{96} << 20)) mounted.insert(dir);
+  };
+  options.on_drop_dir = [&mounted](const std::string& dir) {
+    if (mounted.erase(dir) > 0) unmount_small_disk(dir);
+  };
+  LoopbackCluster cluster(options);
+  const std::optional<std::size_t> first = cluster.leader();
+  ASSERT_TRUE(first);
+  ASSERT_EQ(mounted.count(cluster.raft_dir(*first)), 1u);
+  Client holder(cluster.client_port(*first));
+  const std::string grant = holder.request("l", "job", "0 60");
+  ASSERT_EQ(grant.substr(0, 3), "ok ") << grant;
+  const std::string token = grant.substr(3, 32);
+
+  // 16 MiB left: below the minimum, though raft could still write. The leader hands over and
+  // exits 1.
+  const std::string dir = cluster.raft_dir(*first);
+  fill_disk(dir, "filler", std::uint64_t{16} << 20);
+  const std::optional<int> status = cluster.node(*first).wait_exit(10s);
+  EXPECT_TRUE(exited_with(status, 1)) << cluster.node(*first).log_text();
+  EXPECT_TRUE(cluster.node(*first)
+                  .wait_for_log("raft log cannot be written much longer: only 1[0-9] MiB free", 0s)
+                  .has_value());
+  EXPECT_TRUE(cluster.node(*first).wait_for_log("leadership handed over", 0s).has_value());
+  const std::optional<std::size_t> next = cluster.leader();
+  ASSERT_TRUE(next);
+  EXPECT_NE(*next, *first);
+  Client renewer(cluster.client_port(*next));
+  EXPECT_EQ(renewer.request("n", "job", token + " 30"), "ok 30");
+
+  // A restart is refused while the disk stays full, and touches nothing.
+  cluster.start(*first, false);
+  EXPECT_TRUE(exited_with(cluster.node(*first).wait_exit(10s), 1));
+  EXPECT_TRUE(cluster.node(*first).wait_for_log("free some space first", 0s).has_value())
+      << cluster.node(*first).log_text();
+
+  // With room again it starts, and follows the new leader with the state.
+  std::filesystem::remove(dir + "/filler");
+  cluster.start(*first);
+  EXPECT_TRUE(eventually(
+      [&] {
+        Client client(cluster.client_port(*first));
+        return client.request("l", "probe", "0 30") == "error_not_leader " + cluster.address(*next);
+      },
+      15s));
+  EXPECT_TRUE(eventually(
+      [&] {
+        Client client(cluster.client_port(*first));
+        return client.request("stats", "_", "_").find("\"job\"") != std::string::npos;
+      },
+      10s));
 }
 
 }  // namespace

@@ -662,6 +662,7 @@ TEST(ConfigHelp, ListsEveryFlagWithEnvironmentNamesAndDefaults) {
                                  "raft-heartbeat-timeout-ms",
                                  "raft-snapshot-threshold",
                                  "raft-snapshot-trailing",
+                                 "raft-min-free-mb",
                                  "help",
                                  "version"}) {
     EXPECT_TRUE(contains(exit->message, "  --" + flag)) << flag;
@@ -816,6 +817,19 @@ TEST(ConfigTestWallClockOffset, IsNeverReadFromTheEnvironment) {
                    {"TURNSTILE_", "-3600"},
                    {"DFLOCKD_", "-3600"}};
   EXPECT_EQ(ok(parse({}, env)).test.wall_clock_offset_s, 0);
+}
+
+TEST(ConfigTestMonotonicOffset, FlagOnlySecondsAheadWithinAYear) {
+  EXPECT_EQ(ok(parse({})).test.monotonic_offset_s, 0);
+  EXPECT_EQ(ok(parse({"--test-monotonic-offset-s=86400"})).test.monotonic_offset_s, 86'400);
+  EXPECT_EQ(ok(parse({"--test-monotonic-offset-s", "31557600"})).test.monotonic_offset_s,
+            31'557'600);
+  // Never back: the shifted clock must stay above zero.
+  EXPECT_TRUE(contains(error(parse({"--test-monotonic-offset-s=-1"})),
+                       "must be between 0 and 31557600 seconds"));
+  EXPECT_TRUE(contains(error(parse({"--test-monotonic-offset-s=31557601"})), "must be between"));
+  EXPECT_EQ(ok(parse({}, {{"TURNSTILE_TEST_MONOTONIC_OFFSET_S", "60"}})).test.monotonic_offset_s,
+            0);
 }
 
 TEST(ConfigTestFenceKnobs, RangeAndWriteFailuresAreFlagOnlyAndBounded) {
@@ -1143,6 +1157,7 @@ const ClusterFlagValue kClusterFlagValues[] = {
     {"raft-heartbeat-timeout-ms", "RAFT_HEARTBEAT_TIMEOUT_MS", "100"},
     {"raft-snapshot-threshold", "RAFT_SNAPSHOT_THRESHOLD", "8192"},
     {"raft-snapshot-trailing", "RAFT_SNAPSHOT_TRAILING", "1024"},
+    {"raft-min-free-mb", "RAFT_MIN_FREE_MB", "64"},
 };
 
 class ClusterFlagTest : public testing::TestWithParam<ClusterFlagValue> {};
@@ -1238,6 +1253,8 @@ const ClusterIntegerFlag kClusterIntegerFlags[] = {
      [](const Config& c) { return c.cluster.snapshot_threshold; }},
     {"raft-snapshot-trailing", "RAFT_SNAPSHOT_TRAILING", 0, 4'294'967'295,
      [](const Config& c) { return c.cluster.snapshot_trailing; }},
+    {"raft-min-free-mb", "RAFT_MIN_FREE_MB", 0, 1'048'576,
+     [](const Config& c) { return c.cluster.min_free_mb; }},
 };
 
 class ClusterIntegerFlagTest : public testing::TestWithParam<ClusterIntegerFlag> {
