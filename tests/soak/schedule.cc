@@ -36,8 +36,21 @@ std::string_view fault_kind_name(FaultKind kind) {
       return "sigstop leader";
     case FaultKind::kTerm:
       return "sigterm leader";
+    case FaultKind::kTransfer:
+      return "transfer leader";
+    case FaultKind::kReplace:
+      return "replace";
+    case FaultKind::kDiskFull:
+      return "disk full";
+    case FaultKind::kSkew:
+      return "clock skew";
   }
   return "?";
+}
+
+bool picks_a_member(FaultKind kind) {
+  return kind == FaultKind::kKill || kind == FaultKind::kReplace || kind == FaultKind::kDiskFull ||
+         kind == FaultKind::kSkew;
 }
 
 std::vector<Fault> make_schedule(std::uint64_t seed, double minutes, std::size_t nodes) {
@@ -48,17 +61,44 @@ std::vector<Fault> make_schedule(std::uint64_t seed, double minutes, std::size_t
     Fault fault;
     fault.at_s = at;
     const double kind = draw.unit();
-    if (kind < 0.5) {
+    if (kind < 0.30) {
       fault.kind = FaultKind::kKill;
-      fault.on_leader = draw.unit() < 0.5;
-      fault.node = draw.below(nodes);
-      fault.down_s = draw.between(1, 3);
-    } else if (kind < 0.75) {
+    } else if (kind < 0.45) {
       fault.kind = FaultKind::kStop;
-      fault.down_s = draw.between(3, 4);
-    } else {
+    } else if (kind < 0.55) {
       fault.kind = FaultKind::kTerm;
-      fault.down_s = draw.between(1, 3);
+    } else if (kind < 0.65) {
+      fault.kind = FaultKind::kTransfer;
+    } else if (kind < 0.75) {
+      fault.kind = FaultKind::kReplace;
+    } else if (kind < 0.90) {
+      fault.kind = FaultKind::kDiskFull;
+    } else {
+      fault.kind = FaultKind::kSkew;
+    }
+    if (picks_a_member(fault.kind)) {
+      fault.on_leader = draw.unit() < (fault.kind == FaultKind::kReplace ? 1.0 / 3 : 0.5);
+      fault.node = draw.below(nodes);
+    }
+    switch (fault.kind) {
+      case FaultKind::kStop:
+        fault.down_s = draw.between(3, 4);
+        break;
+      case FaultKind::kDiskFull:
+        fault.down_s = draw.between(2, 5);
+        break;
+      case FaultKind::kTransfer:
+      case FaultKind::kReplace:
+        break;
+      case FaultKind::kKill:
+      case FaultKind::kTerm:
+      case FaultKind::kSkew:
+        fault.down_s = draw.between(1, 3);
+        break;
+    }
+    if (fault.kind == FaultKind::kSkew) {
+      fault.monotonic_offset_s = static_cast<std::int64_t>(draw.below(30 * 86'400 + 1));
+      fault.wall_offset_s = static_cast<std::int64_t>(draw.below(2 * 86'400 + 1)) - 86'400;
     }
     schedule.push_back(fault);
   }
@@ -66,12 +106,22 @@ std::vector<Fault> make_schedule(std::uint64_t seed, double minutes, std::size_t
 }
 
 std::string describe(const Fault& fault) {
-  char text[128];
-  const std::string target = fault.kind != FaultKind::kKill ? ""
-                             : fault.on_leader              ? " leader"
-                                               : " node " + std::to_string(fault.node + 1);
-  std::snprintf(text, sizeof text, "t=%.1fs %s%s, down %.1fs", fault.at_s,
-                std::string(fault_kind_name(fault.kind)).c_str(), target.c_str(), fault.down_s);
+  char text[192];
+  const std::string target = !picks_a_member(fault.kind) ? ""
+                             : fault.on_leader           ? " leader"
+                                               : " member " + std::to_string(fault.node + 1);
+  int n = std::snprintf(text, sizeof text, "t=%.1fs %s%s", fault.at_s,
+                        std::string(fault_kind_name(fault.kind)).c_str(), target.c_str());
+  if (fault.down_s > 0) {
+    n += std::snprintf(text + n, sizeof text - static_cast<std::size_t>(n), ", down %.1fs",
+                       fault.down_s);
+  }
+  if (fault.kind == FaultKind::kSkew) {
+    std::snprintf(text + n, sizeof text - static_cast<std::size_t>(n),
+                  ", monotonic +%llds, wall %+llds",
+                  static_cast<long long>(fault.monotonic_offset_s),
+                  static_cast<long long>(fault.wall_offset_s));
+  }
   return text;
 }
 

@@ -8,6 +8,10 @@
 // Threads: the main thread owns the cluster (the harness wants one thread to start and stop its
 // daemons) and injects the faults; the workers only talk to the nodes; a watchdog thread looks
 // for acquires that do not return.
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -17,11 +21,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -52,6 +58,11 @@ constexpr seconds kAcquireTimeout{5};  // guarded acquires
 constexpr seconds kTryLease{3};        // plain `l key 0 3` tries
 constexpr seconds kHangSlack{30};      // an acquire returns within its timeout plus this
 constexpr int kOrphanTtlSeconds = 10;
+const std::string kAdminToken = "soak-admin-token";
+// Each node's raft directory is a tmpfs this big when the soak may mount one (root); a disk-full
+// fault fills it to kFullDiskLeaves, below the daemons' --raft-min-free-mb of 64 MiB.
+constexpr std::uint64_t kSmallDiskBytes = std::uint64_t{128} << 20;
+constexpr std::uint64_t kFullDiskLeaves = std::uint64_t{16} << 20;
 
 std::string replay_command(const Options& options) {
   char text[200];
@@ -163,6 +174,11 @@ class Soak {
     record.skipped = true;
     faults_.push_back(std::move(record));
   }
+  // Adds what happened to a fault's description ("; transfer refused: 409").
+  void note(std::size_t index, const std::string& text) {
+    std::lock_guard lock(mutex_);
+    faults_.at(index).what += "; " + text;
+  }
   void end_fault(std::size_t index) {
     std::lock_guard lock(mutex_);
     faults_.at(index).ended = Clock::now();
@@ -220,7 +236,8 @@ class Soak {
   }
 
   void print_summary(const std::vector<const ProtectedResource*>& resources, double elapsed_s,
-                     std::uint64_t guard_failovers, std::uint64_t lost_inside);
+                     std::uint64_t guard_failovers, std::uint64_t lost_inside,
+                     const std::optional<std::string>& no_small_disks);
 
  private:
   const Options options_;
@@ -233,7 +250,8 @@ class Soak {
 };
 
 void Soak::print_summary(const std::vector<const ProtectedResource*>& resources, double elapsed_s,
-                         std::uint64_t guard_failovers, std::uint64_t lost_inside) {
+                         std::uint64_t guard_failovers, std::uint64_t lost_inside,
+                         const std::optional<std::string>& no_small_disks) {
   std::lock_guard lock(mutex_);
   std::printf(
       "\n== turnstile-soak summary: seed %llu, %g min planned, %.1f s run, %zu nodes, "
@@ -250,18 +268,14 @@ void Soak::print_summary(const std::vector<const ProtectedResource*>& resources,
       continue;
     }
     std::string kind(fault_kind_name(fault.planned.kind));
-    if (fault.planned.kind == FaultKind::kKill)
-      kind += fault.took_leader ? " (leader)" : " (follower)";
+    if (picks_a_member(fault.planned.kind)) kind += fault.took_leader ? " (leader)" : " (follower)";
     ++by_kind[kind];
   }
-  for (const auto& [kind, n] : by_kind) std::printf("  %-22s %5d\n", kind.c_str(), n);
-  if (skipped > 0) std::printf("  %-22s %5d\n", "skipped at run time", skipped);
-  // The kinds this version does not inject, and why (docs/soak.md, "The faults").
-  std::printf(
-      "  skipped kinds (not in this version):\n"
-      "    add/remove member: not yet (cluster_ops_test covers the admin routes on their own)\n"
-      "    disk full: needs a size-limited mount per node, which needs privileges\n"
-      "    clock skew: needs a time namespace or a preload shim per node\n");
+  for (const auto& [kind, n] : by_kind) std::printf("  %-26s %5d\n", kind.c_str(), n);
+  if (skipped > 0) std::printf("  %-26s %5d\n", "skipped at run time", skipped);
+  if (no_small_disks) {
+    std::printf("  disk full faults are skipped: %s (it needs root)\n", no_small_disks->c_str());
+  }
 
   std::printf("\nops                      outcome              count\n");
   for (const auto& [kind, outcomes] : ops_) {
@@ -575,8 +589,99 @@ void wait_down(Soak& soak, integration::LoopbackCluster& cluster, std::size_t re
   std::this_thread::sleep_until(until);
 }
 
+// The cluster as the fault injector sees it: the voters (node indexes, ascending) and the spare
+// slot, which has ports and an empty directory and runs only while it is being added
+// (FaultKind::kReplace). `no_small_disks`: why the raft directories are not size-limited, when
+// they are not (disk-full faults are then skipped).
+struct Stage {
+  integration::LoopbackCluster& cluster;
+  std::vector<std::size_t> voters;
+  std::optional<std::size_t> spare;
+  std::optional<std::string> no_small_disks;
+};
+
+integration::HttpResult admin(int port, std::string_view method, const std::string& path,
+                              const std::string& body, milliseconds timeout) {
+  return integration::http_request(port, method, path, body,
+                                   {"Authorization: Bearer " + kAdminToken}, timeout);
+}
+
+std::string node_name(std::size_t i) { return "node " + std::to_string(i + 1); }
+
+std::string http_outcome(const integration::HttpResult& result) {
+  return std::to_string(result.status) + " " + result.body.substr(0, 200);
+}
+
+bool exited_with(const std::optional<int>& status, int code) {
+  return status && WIFEXITED(*status) && WEXITSTATUS(*status) == code;
+}
+
+// Adds the spare as a voter, then removes `target`, which is wiped and becomes the spare.
+void replace(Soak& soak, Stage& stage, std::size_t record, std::size_t target) {
+  integration::LoopbackCluster& cluster = stage.cluster;
+  const std::size_t spare = *stage.spare;
+  if (!restart(cluster, spare, soak.violations())) return;
+  std::optional<std::size_t> leader = cluster.leader(15s);
+  if (!leader) {
+    soak.violations().add("no leader to add " + node_name(spare) + " to");
+    return;
+  }
+  const std::string body = R"({"id":)" + std::to_string(spare + 1) + R"(,"raft_address":")" +
+                           cluster.raft_address(spare) + R"(","client_address":")" +
+                           cluster.address(spare) + R"("})";
+  const integration::HttpResult added =
+      admin(cluster.http_port(*leader), "POST", "/v1/admin/voters", body, 60s);
+  if (added.status != 200) {
+    soak.violations().add("adding " + node_name(spare) + ": " + http_outcome(added));
+    cluster.stop(spare, 10s);
+    cluster.wipe(spare);
+    return;
+  }
+  stage.voters.push_back(spare);
+  std::sort(stage.voters.begin(), stage.voters.end());
+  stage.spare.reset();
+  soak.note(record, node_name(spare) + " added");
+
+  leader = cluster.leader(15s);
+  const integration::HttpResult removed =
+      leader ? admin(cluster.http_port(*leader), "DELETE",
+                     "/v1/admin/voters/" + std::to_string(target + 1), "", 30s)
+             : integration::HttpResult{};
+  if (removed.status != 200) {
+    // The cluster goes on with one voter more and no spare: later replacements are skipped.
+    soak.violations().add("removing " + node_name(target) + ": " + http_outcome(removed));
+    return;
+  }
+  cluster.mark_removed(target);
+  soak.note(record, node_name(target) + " removed");
+  if (!cluster.stop(target, 10s)) cluster.kill(target);
+  cluster.wipe(target);
+  std::erase(stage.voters, target);
+  stage.spare = target;
+}
+
+// Fills `target`'s directory: the node must leave with status 1 (docs/cluster.md, "A full
+// disk"). Emptied and restarted after `down_s`.
+void fill_up(Soak& soak, Stage& stage, std::size_t record, std::size_t target, bool took_leader,
+             double down_s) {
+  integration::LoopbackCluster& cluster = stage.cluster;
+  const std::string dir = cluster.raft_dir(target);
+  integration::fill_disk(dir, "soak-filler", kFullDiskLeaves);
+  const std::optional<int> status = cluster.node(target).wait_exit(10s);
+  if (!exited_with(status, 1)) {
+    soak.violations().add(
+        node_name(target) + ", its disk full, did not leave with exit status 1 within 10 s (" +
+        (status ? "wait status " + std::to_string(*status) : "still running") + ")");
+  }
+  cluster.kill(target);  // reaped already, or still running: either way it is down now
+  wait_down(soak, cluster, record, took_leader, down_s);
+  std::filesystem::remove(dir + "/soak-filler");
+  restart(cluster, target, soak.violations());
+}
+
 // Injects one fault, waits it out and repairs it; returns once a leader answers again.
-void inject(Soak& soak, integration::LoopbackCluster& cluster, const Fault& fault) {
+void inject(Soak& soak, Stage& stage, const Fault& fault) {
+  integration::LoopbackCluster& cluster = stage.cluster;
   const std::optional<std::size_t> leader = cluster.leader(15s);
   if (!leader) {
     soak.violations().add("no leader answered for 15 s with every node up, before " +
@@ -584,11 +689,21 @@ void inject(Soak& soak, integration::LoopbackCluster& cluster, const Fault& faul
     soak.skip_fault(fault, "no leader");
     return;
   }
+  if (fault.kind == FaultKind::kDiskFull && stage.no_small_disks) {
+    soak.skip_fault(fault, "no size-limited directories");
+    return;
+  }
+  if (fault.kind == FaultKind::kReplace && !stage.spare) {
+    soak.skip_fault(fault, "no spare node (an earlier removal failed)");
+    return;
+  }
   std::size_t target = *leader;
-  if (fault.kind == FaultKind::kKill && !fault.on_leader) target = fault.node;
+  if (picks_a_member(fault.kind) && !fault.on_leader) {
+    target = stage.voters[fault.node % stage.voters.size()];
+  }
   const bool took_leader = target == *leader;
-  const std::string what = describe(fault) + " (node " + std::to_string(target + 1) +
-                           (took_leader ? ", the leader)" : ")");
+  const std::string what =
+      describe(fault) + " (" + node_name(target) + (took_leader ? ", the leader)" : ")");
   const std::size_t record = soak.begin_fault(fault, what, took_leader);
   switch (fault.kind) {
     case FaultKind::kKill:
@@ -606,11 +721,31 @@ void inject(Soak& soak, integration::LoopbackCluster& cluster, const Fault& faul
       // It hands over before it exits: the next leader comes while it drains.
       if (cluster.leader(15s, 20ms)) soak.elected(record);
       if (!cluster.node(target).wait_exit(15s)) {
-        soak.violations().add("node " + std::to_string(target + 1) +
-                              " did not exit within 15 s of SIGTERM");
+        soak.violations().add(node_name(target) + " did not exit within 15 s of SIGTERM");
         cluster.kill(target);
       }
       wait_down(soak, cluster, record, false, fault.down_s);
+      restart(cluster, target, soak.violations());
+      break;
+    case FaultKind::kTransfer: {
+      const integration::HttpResult moved =
+          admin(cluster.http_port(target), "POST", "/v1/admin/leader/transfer", "", 10s);
+      if (moved.status != 200) soak.note(record, "transfer refused: " + http_outcome(moved));
+      if (cluster.leader(15s, 20ms)) soak.elected(record);
+      break;
+    }
+    case FaultKind::kReplace:
+      replace(soak, stage, record, target);
+      break;
+    case FaultKind::kDiskFull:
+      fill_up(soak, stage, record, target, took_leader, fault.down_s);
+      break;
+    case FaultKind::kSkew:
+      if (!cluster.kill(target)) soak.violations().add("node did not die of SIGKILL in 5 s");
+      wait_down(soak, cluster, record, took_leader, fault.down_s);
+      cluster.set_node_args(target,
+                            {"--test-monotonic-offset-s", std::to_string(fault.monotonic_offset_s),
+                             "--test-wall-clock-offset-s", std::to_string(fault.wall_offset_s)});
       restart(cluster, target, soak.violations());
       break;
   }
@@ -661,17 +796,36 @@ int run(const Options& options) {
   }
   std::fflush(stdout);
 
+  // Every raft directory on its own small tmpfs, when the soak may mount one.
+  std::optional<std::string> no_small_disks;
+  {
+    integration::TempDir probe;
+    no_small_disks = integration::mount_small_disk(probe.path(), 1 << 20);
+    if (!no_small_disks) integration::unmount_small_disk(probe.path());
+  }
+  std::set<std::string> mounted;  // outlives the cluster, whose destructor unmounts
   integration::LoopbackClusterOptions cluster_options;
-  cluster_options.nodes = options.nodes;
+  cluster_options.nodes = options.nodes + 1;  // the last one is the spare (FaultKind::kReplace)
   cluster_options.voters = options.nodes;
-  cluster_options.extra_args = {"--orphan-ttl", std::to_string(kOrphanTtlSeconds)};
+  cluster_options.extra_args = {"--orphan-ttl", std::to_string(kOrphanTtlSeconds), "--admin-token",
+                                kAdminToken};
+  if (!no_small_disks) {
+    cluster_options.on_new_dir = [&mounted](const std::string& dir) {
+      if (!integration::mount_small_disk(dir, kSmallDiskBytes)) mounted.insert(dir);
+    };
+    cluster_options.on_drop_dir = [&mounted](const std::string& dir) {
+      if (mounted.erase(dir) > 0) integration::unmount_small_disk(dir);
+    };
+  }
   integration::LoopbackCluster cluster(cluster_options);
   if (!cluster.leader(30s)) {
     std::fprintf(stderr, "turnstile-soak: the cluster elected no leader in 30 s\n");
     return 2;
   }
+  Stage stage{cluster, {}, options.nodes, no_small_disks};
+  for (std::size_t i = 0; i < options.nodes; ++i) stage.voters.push_back(i);
   std::vector<client::Endpoint> endpoints;
-  for (std::size_t i = 0; i < options.nodes; ++i) {
+  for (std::size_t i = 0; i < cluster.size(); ++i) {
     client::Endpoint endpoint;
     endpoint.host = "127.0.0.1";
     endpoint.port = static_cast<std::uint16_t>(cluster.client_port(i));
@@ -727,7 +881,7 @@ int run(const Options& options) {
                                   std::chrono::duration<double>(fault.at_s));
     std::this_thread::sleep_until(when);
     // A fault still being repaired delays the next one: never two nodes down at once.
-    inject(soak, cluster, fault);
+    inject(soak, stage, fault);
   }
   std::this_thread::sleep_until(end);
 
@@ -763,7 +917,7 @@ int run(const Options& options) {
   std::vector<const ProtectedResource*> resources;
   for (const auto& resource : locks) resources.push_back(resource.get());
   for (const auto& resource : semaphores) resources.push_back(resource.get());
-  soak.print_summary(resources, elapsed_s, guard_failovers, lost_inside);
+  soak.print_summary(resources, elapsed_s, guard_failovers, lost_inside, no_small_disks);
   const bool failed = soak.violations().count() > 0;
   if (failed || options.verbose) print_node_logs(cluster);
   if (failed)
@@ -775,7 +929,14 @@ int run(const Options& options) {
   if (!all_done) {
     // The hung workers still use the cluster and their threads cannot be joined: end here. The
     // nodes get SIGKILL with this thread (PR_SET_PDEATHSIG, tests/integration/harness.h).
-    for (std::size_t i = 0; i < cluster.size(); ++i) cluster.kill(i);
+    for (std::size_t i = 0; i < cluster.size(); ++i) {
+      try {
+        cluster.kill(i);
+      } catch (const std::out_of_range&) {
+        // never started (the spare)
+      }
+    }
+    for (const std::string& dir : mounted) integration::unmount_small_disk(dir);
     std::_Exit(1);
   }
   return failed ? 1 : 0;
@@ -786,6 +947,12 @@ int run(const Options& options) {
 
 int main(int argc, char** argv) {
   const turnstile::soak::Options options = turnstile::soak::parse_options(argc, argv);
+  // The small disks' mounts are the soak's own, in a mount namespace of its own (when it may make
+  // one: root): they go with the soak and its nodes however it ends, Ctrl-C and kill included.
+  // Before any thread starts, so that every thread and node shares it.
+  if (::unshare(CLONE_NEWNS) == 0) {
+    ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr);
+  }
   try {
     return turnstile::soak::run(options);
   } catch (const std::exception& e) {

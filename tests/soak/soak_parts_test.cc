@@ -2,6 +2,8 @@
 // inputs and keeps to its bounds, and the protected resource catches what it is there to catch.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "tests/soak/resource.h"
 #include "tests/soak/schedule.h"
 
@@ -28,16 +30,52 @@ TEST(SoakSchedule, KeepsToItsBounds) {
       EXPECT_LT(fault.at_s - previous, 15.0);
       EXPECT_LT(fault.at_s, 120.0);
       EXPECT_LT(fault.node, 5u);
-      if (fault.kind == FaultKind::kStop) {
-        EXPECT_GE(fault.down_s, 3.0);
-        EXPECT_LT(fault.down_s, 4.0);
+      switch (fault.kind) {
+        case FaultKind::kStop:
+          EXPECT_GE(fault.down_s, 3.0);
+          EXPECT_LT(fault.down_s, 4.0);
+          break;
+        case FaultKind::kDiskFull:
+          EXPECT_GE(fault.down_s, 2.0);
+          EXPECT_LT(fault.down_s, 5.0);
+          break;
+        case FaultKind::kTransfer:
+        case FaultKind::kReplace:
+          EXPECT_EQ(fault.down_s, 0.0);
+          break;
+        case FaultKind::kKill:
+        case FaultKind::kTerm:
+        case FaultKind::kSkew:
+          EXPECT_GE(fault.down_s, 1.0);
+          EXPECT_LT(fault.down_s, 3.0);
+          break;
+      }
+      if (fault.kind == FaultKind::kSkew) {
+        EXPECT_GE(fault.monotonic_offset_s, 0);
+        EXPECT_LE(fault.monotonic_offset_s, 30 * 86'400);
+        EXPECT_GE(fault.wall_offset_s, -86'400);
+        EXPECT_LE(fault.wall_offset_s, 86'400);
       } else {
-        EXPECT_GE(fault.down_s, 1.0);
-        EXPECT_LT(fault.down_s, 3.0);
+        EXPECT_EQ(fault.monotonic_offset_s, 0);
+        EXPECT_EQ(fault.wall_offset_s, 0);
+      }
+      if (!picks_a_member(fault.kind)) {
+        EXPECT_TRUE(fault.on_leader);
       }
       previous = fault.at_s;
     }
     EXPECT_GE(schedule.size(), 7u);  // 120 s at most 15 s apart
+  }
+}
+
+TEST(SoakSchedule, DrawsEveryKindOfFault) {
+  std::map<FaultKind, int> kinds;
+  for (std::uint64_t seed = 1; seed <= 20; ++seed) {
+    for (const Fault& fault : make_schedule(seed, 10.0, 3)) ++kinds[fault.kind];
+  }
+  for (FaultKind kind : {FaultKind::kKill, FaultKind::kStop, FaultKind::kTerm, FaultKind::kTransfer,
+                         FaultKind::kReplace, FaultKind::kDiskFull, FaultKind::kSkew}) {
+    EXPECT_GT(kinds[kind], 0) << fault_kind_name(kind);
   }
 }
 
