@@ -47,7 +47,7 @@ import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in bench/
 from benchlib import bench_parser, markdown_table, resolve_common  # noqa: E402
-from cluster_bench import Cluster, request, which_disk  # noqa: E402
+from cluster_bench import Cluster, cluster_info, request, which_disk  # noqa: E402
 
 
 def parse_args():
@@ -101,6 +101,26 @@ def follows(port, leader_address, timeout_s=20):
             return True
         time.sleep(0.05)
     return False
+
+
+def caught_up(ports, leader_port, timeout_s=30):
+    """Whether every node at `ports` applied, within timeout_s, every entry the leader at
+    `leader_port` had committed when asked: a restarted node has then replayed its log and
+    received what it missed."""
+    info = cluster_info(leader_port)
+    if not info:
+        return False
+    target = info["commit_index"]
+    deadline = time.monotonic() + timeout_s
+    for port in ports:
+        while True:
+            node = cluster_info(port)
+            if node and node["applied_index"] >= target:
+                break
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)
+    return True
 
 
 def first_grant(ports, key, timeout_s):
@@ -253,6 +273,11 @@ def main():
                 print(f"failover_bench: round {n}: a node does not follow", file=sys.stderr)
                 failed += 1
                 break
+            if not caught_up([cluster.client_ports[i] for i in others],
+                             cluster.client_ports[leader]):
+                print(f"failover_bench: round {n}: a node does not catch up", file=sys.stderr)
+                failed += 1
+                break
             if windows:
                 # The previous round's failover is over: every node follows again.
                 windows[-1] = (windows[-1][0], time.monotonic())
@@ -295,9 +320,10 @@ def main():
         if windows:
             leader = cluster.leader()
             address = f"127.0.0.1:{cluster.client_ports[leader]}"
-            for i in range(3):
-                if i != leader:
-                    follows(cluster.client_ports[i], address)
+            others = [i for i in range(3) if i != leader]
+            for i in others:
+                follows(cluster.client_ports[i], address)
+            caught_up([cluster.client_ports[i] for i in others], cluster.client_ports[leader])
             windows[-1] = (windows[-1][0], time.monotonic())
         end_of_rounds = time.monotonic()
     finally:
