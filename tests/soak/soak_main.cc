@@ -55,7 +55,9 @@ struct Options {
 };
 
 constexpr seconds kAcquireTimeout{5};  // guarded acquires
-constexpr seconds kTryLease{3};        // plain `l key 0 3` tries
+constexpr seconds kTryLease{3};        // plain `l key 0 3` tries, two-phase and dropped holds
+constexpr seconds kTwoPhaseWait{2};    // `w key 2` after a `queued`
+constexpr seconds kDropAcquire{2};     // `l key 2 3` of a hold that drops its connection
 constexpr seconds kHangSlack{30};      // an acquire returns within its timeout plus this
 constexpr int kOrphanTtlSeconds = 10;
 const std::string kAdminToken = "soak-admin-token";
@@ -385,12 +387,16 @@ class Worker {
   void run() {
     while (!stop_.load()) {
       const double pick = unit();
-      if (pick < 0.5) {
+      if (pick < 0.40) {
         guarded(false);
-      } else if (pick < 0.75) {
+      } else if (pick < 0.60) {
         guarded(true);
-      } else {
+      } else if (pick < 0.75) {
         plain_try();
+      } else if (pick < 0.90) {
+        two_phase();
+      } else {
+        drop_while_holding();
       }
     }
     connection_.reset();
@@ -492,21 +498,108 @@ class Worker {
                 released ? "ok" : std::string(client::error_code_name(released.error().code)));
   }
 
+  // The worker's plain connection to the leader (stable ref bound), opened when it has none.
+  bool ensure_connection(const std::string& kind) {
+    if (connection_ && connection_->is_open()) return true;
+    connection_.reset();
+    auto connected = members_.connect_leader(3000ms);
+    if (!connected) {
+      soak_.count(kind,
+                  "no leader: " + std::string(client::error_code_name(connected.error().code)));
+      std::this_thread::sleep_for(50ms);
+      return false;
+    }
+    connection_.emplace(std::move(*connected));
+    return true;
+  }
+
+  // Inside the lock's resource for 20-50 ms with a grant that is not renewed, checked against its
+  // lease first; then `r`.
+  void short_hold(const std::string& kind, std::size_t index, const std::string& key,
+                  const client::Grant& grant) {
+    const auto lease_end = Clock::now() + grant.lease;
+    if (resources_enter(*locks_[index], grant.fence())) {
+      std::this_thread::sleep_for(between(20, 50));
+      if (Clock::now() >= lease_end) soak_.count(kind, "held past its lease");
+      locks_[index]->leave(grant.fence());
+    }
+    const auto released = connection_->release(key, grant.token);
+    soak_.count("release (" + kind + ")",
+                released ? "ok" : std::string(client::error_code_name(released.error().code)));
+    if (!released) connection_.reset();
+  }
+
+  // `e key 3`, then `w key 2` if queued, on the plain connection, as a user's two-phase acquire
+  // would be written.
+  void two_phase() {
+    const std::size_t index = below(locks_.size());
+    const std::string key = "soak-lock-" + std::to_string(index);
+    if (!ensure_connection("two-phase")) return;
+    const auto sent = Clock::now();
+    begin_acquire(kTwoPhaseWait);
+    auto enqueued = connection_->enqueue(key, kTryLease);
+    std::optional<client::Grant> grant;
+    std::optional<client::ErrorCode> failed;
+    if (!enqueued) {
+      failed = enqueued.error().code;
+    } else if (enqueued->acquired) {
+      grant = enqueued->acquired;
+      soak_.count("two-phase", "acquired at enqueue");
+    } else {
+      auto waited = connection_->wait(key, kTwoPhaseWait);
+      if (waited) {
+        grant = *waited;
+      } else {
+        failed = waited.error().code;
+      }
+    }
+    end_acquire("two-phase", sent, kTwoPhaseWait);
+    if (failed) {
+      soak_.count("two-phase", std::string(client::error_code_name(*failed)));
+      if (*failed != client::ErrorCode::kTimeout) connection_.reset();
+      return;
+    }
+    soak_.count("two-phase", "ok");
+    soak_.granted("two-phase", sent, Clock::now());
+    short_hold("two-phase", index, key, *grant);
+  }
+
+  // `l key 2 3` on a connection of its own, a short stay inside the resource, then the connection
+  // dropped without `r`, as a client that crashed: the lock is orphaned under the stable ref
+  // until its lease ends or this worker takes it back (`own slot again`), and the next holder's
+  // fence is above it.
+  void drop_while_holding() {
+    const std::size_t index = below(locks_.size());
+    const std::string key = "soak-lock-" + std::to_string(index);
+    auto connected = members_.connect_leader(3000ms);
+    if (!connected) {
+      soak_.count("dropped hold",
+                  "no leader: " + std::string(client::error_code_name(connected.error().code)));
+      std::this_thread::sleep_for(50ms);
+      return;
+    }
+    const auto sent = Clock::now();
+    begin_acquire(kDropAcquire);
+    auto grant = connected->lock(key, kDropAcquire, kTryLease);
+    end_acquire("dropped hold", sent, kDropAcquire);
+    if (!grant) {
+      soak_.count("dropped hold", std::string(client::error_code_name(grant.error().code)));
+      return;
+    }
+    soak_.count("dropped hold", "ok, then dropped");
+    soak_.granted("dropped hold", sent, Clock::now());
+    if (resources_enter(*locks_[index], grant->fence())) {
+      std::this_thread::sleep_for(between(10, 30));
+      locks_[index]->leave(grant->fence());
+    }
+    connected->close();
+  }
+
   // `l key 0 lease` on a plain connection to the leader, as a user's try-lock would.
   void plain_try() {
     const std::size_t index = below(locks_.size());
     const std::string key = "soak-lock-" + std::to_string(index);
-    if (!connection_ || !connection_->is_open()) {
-      connection_.reset();
-      auto connected = members_.connect_leader(3000ms);
-      if (!connected) {
-        soak_.count("try-lock",
-                    "no leader: " + std::string(client::error_code_name(connected.error().code)));
-        std::this_thread::sleep_for(50ms);
-        return;
-      }
-      connection_.emplace(std::move(*connected));
-    }
+    if (!ensure_connection("try-lock")) return;
     const auto sent = Clock::now();
     begin_acquire(0s);
     auto grant = connection_->lock(key, 0s, kTryLease);
@@ -520,19 +613,8 @@ class Worker {
     }
     soak_.count("try-lock", "ok");
     soak_.granted("try-lock", sent, Clock::now());
-    // No renewal: a hold far shorter than the lease, checked against the lease before entering.
-    const auto lease_end = Clock::now() + grant->lease;
-    if (resources_enter(*locks_[index], grant->fence())) {
-      std::this_thread::sleep_for(between(20, 50));
-      if (Clock::now() >= lease_end) {
-        soak_.count("try-lock", "held past its lease");
-      }
-      locks_[index]->leave(grant->fence());
-    }
-    const auto released = connection_->release(key, grant->token);
-    soak_.count("release (try-lock)",
-                released ? "ok" : std::string(client::error_code_name(released.error().code)));
-    if (!released) connection_.reset();
+    // No renewal: a hold far shorter than the lease.
+    short_hold("try-lock", index, key, *grant);
   }
 
   bool resources_enter(ProtectedResource& resource, std::uint64_t fence) {
