@@ -22,6 +22,7 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -34,6 +35,7 @@
 
 #include "client/members.h"
 #include "tests/integration/cluster_harness.h"
+#include "tests/soak/history.h"
 #include "tests/soak/resource.h"
 #include "tests/soak/schedule.h"
 
@@ -52,6 +54,7 @@ struct Options {
   std::size_t workers = 8;
   std::size_t keys = 4;
   bool verbose = false;
+  std::string history;  // --history FILE: every call as JSON lines (history.h)
 };
 
 constexpr seconds kAcquireTimeout{5};  // guarded acquires
@@ -78,7 +81,7 @@ std::string replay_command(const Options& options) {
 [[noreturn]] void usage(const char* problem) {
   std::fprintf(stderr,
                "turnstile-soak: %s\nusage: turnstile-soak [--seed S] [--minutes M] [--nodes 3|5] "
-               "[--workers N] [--keys K] [--verbose]\n",
+               "[--workers N] [--keys K] [--history FILE] [--verbose]\n",
                problem);
   std::exit(2);
 }
@@ -93,6 +96,10 @@ Options parse_options(int argc, char** argv) {
     }
     if (i + 1 >= argc) usage(("missing value after " + flag).c_str());
     const std::string value = argv[++i];
+    if (flag == "--history") {
+      options.history = value;
+      continue;
+    }
     char* end = nullptr;
     errno = 0;
     if (flag == "--minutes") {
@@ -152,6 +159,15 @@ class Soak {
     std::lock_guard lock(mutex_);
     ++ops_[kind][outcome];
   }
+
+  // A call answered now: counted, and kept in the history (history.h). `fence`: a grant's.
+  void record(std::size_t worker, const std::string& kind, const std::string& key,
+              Clock::time_point sent, std::string_view outcome, std::uint64_t fence = 0) {
+    const std::string text(outcome);
+    count(kind, text);
+    history_.add(Call{worker, kind, key, at(sent), at(Clock::now()), text, fence});
+  }
+  History& history() { return history_; }
 
   std::size_t begin_fault(const Fault& planned, std::string what, bool took_leader) {
     std::lock_guard lock(mutex_);
@@ -249,6 +265,7 @@ class Soak {
   std::map<std::string, std::map<std::string, std::uint64_t>> ops_;
   std::vector<FaultRecord> faults_;
   std::map<std::string, std::uint64_t> losses_;
+  History history_;
 };
 
 void Soak::print_summary(const std::vector<const ProtectedResource*>& resources, double elapsed_s,
@@ -377,6 +394,7 @@ class Worker {
          std::vector<std::unique_ptr<ProtectedResource>>& semaphores, std::atomic<bool>& stop,
          InFlight& in_flight)
       : soak_(soak),
+        index_(index),
         members_(std::move(endpoints), connect_options(), client::FailoverOptions{}),
         random_(soak.options().seed * 1'000'003ULL + index),
         locks_(locks),
@@ -481,10 +499,10 @@ class Worker {
     }();
     end_acquire(kind, sent, kAcquireTimeout);
     if (!acquired) {
-      soak_.count(kind, std::string(client::error_code_name(acquired.error().code)));
+      soak_.record(index_, kind, key, sent, client::error_code_name(acquired.error().code));
       return;
     }
-    soak_.count(kind, "ok");
+    soak_.record(index_, kind, key, sent, "ok", acquired->fence());
     soak_.granted(kind, sent, Clock::now());
     // Most holds are short; one in ten outlasts the lease a few times over, so that guards renew
     // and ride through the faults that come meanwhile.
@@ -493,9 +511,10 @@ class Worker {
     if (long_hold) soak_.count(kind, "ok, long hold");
     hold(*resources[index], *acquired,
          long_hold ? between(lease_ms, 3 * lease_ms) : between(20, 300));
+    const auto release_sent = Clock::now();
     const auto released = acquired->release();
-    soak_.count("release (guard)",
-                released ? "ok" : std::string(client::error_code_name(released.error().code)));
+    soak_.record(index_, "release (guard)", key, release_sent,
+                 released ? "ok" : client::error_code_name(released.error().code));
   }
 
   // The worker's plain connection to the leader (stable ref bound), opened when it has none.
@@ -523,9 +542,10 @@ class Worker {
       if (Clock::now() >= lease_end) soak_.count(kind, "held past its lease");
       locks_[index]->leave(grant.fence());
     }
+    const auto release_sent = Clock::now();
     const auto released = connection_->release(key, grant.token);
-    soak_.count("release (" + kind + ")",
-                released ? "ok" : std::string(client::error_code_name(released.error().code)));
+    soak_.record(index_, "release (" + kind + ")", key, release_sent,
+                 released ? "ok" : client::error_code_name(released.error().code));
     if (!released) connection_.reset();
   }
 
@@ -555,11 +575,11 @@ class Worker {
     }
     end_acquire("two-phase", sent, kTwoPhaseWait);
     if (failed) {
-      soak_.count("two-phase", std::string(client::error_code_name(*failed)));
+      soak_.record(index_, "two-phase", key, sent, client::error_code_name(*failed));
       if (*failed != client::ErrorCode::kTimeout) connection_.reset();
       return;
     }
-    soak_.count("two-phase", "ok");
+    soak_.record(index_, "two-phase", key, sent, "ok", grant->fence());
     soak_.granted("two-phase", sent, Clock::now());
     short_hold("two-phase", index, key, *grant);
   }
@@ -583,10 +603,10 @@ class Worker {
     auto grant = connected->lock(key, kDropAcquire, kTryLease);
     end_acquire("dropped hold", sent, kDropAcquire);
     if (!grant) {
-      soak_.count("dropped hold", std::string(client::error_code_name(grant.error().code)));
+      soak_.record(index_, "dropped hold", key, sent, client::error_code_name(grant.error().code));
       return;
     }
-    soak_.count("dropped hold", "ok, then dropped");
+    soak_.record(index_, "dropped hold", key, sent, "ok, then dropped", grant->fence());
     soak_.granted("dropped hold", sent, Clock::now());
     if (resources_enter(*locks_[index], grant->fence())) {
       std::this_thread::sleep_for(between(10, 30));
@@ -606,12 +626,12 @@ class Worker {
     end_acquire("try-lock", sent, 0s);
     if (!grant) {
       const client::ErrorCode code = grant.error().code;
-      soak_.count("try-lock", std::string(client::error_code_name(code)));
+      soak_.record(index_, "try-lock", key, sent, client::error_code_name(code));
       if (code != client::ErrorCode::kTimeout) connection_.reset();
       if (code == client::ErrorCode::kTimeout) std::this_thread::sleep_for(between(5, 30));
       return;
     }
-    soak_.count("try-lock", "ok");
+    soak_.record(index_, "try-lock", key, sent, "ok", grant->fence());
     soak_.granted("try-lock", sent, Clock::now());
     // No renewal: a hold far shorter than the lease.
     short_hold("try-lock", index, key, *grant);
@@ -622,6 +642,7 @@ class Worker {
   }
 
   Soak& soak_;
+  const std::size_t index_;
   client::Members members_;
   std::mt19937_64 random_;
   std::vector<std::unique_ptr<ProtectedResource>>& locks_;
@@ -996,12 +1017,29 @@ int run(const Options& options) {
       lost_inside += worker->lost_inside();
     }
   }
+  // The fence order in real time, over every grant of the run (history.h): only once the workers
+  // stopped, since a hung one may still add.
+  if (all_done) {
+    for (std::string& breach : soak.history().check_fence_order()) {
+      soak.violations().add(std::move(breach));
+    }
+  }
   std::vector<const ProtectedResource*> resources;
   for (const auto& resource : locks) resources.push_back(resource.get());
   for (const auto& resource : semaphores) resources.push_back(resource.get());
   soak.print_summary(resources, elapsed_s, guard_failovers, lost_inside, no_small_disks);
   const bool failed = soak.violations().count() > 0;
   if (failed || options.verbose) print_node_logs(cluster);
+  const std::string history_path =
+      !options.history.empty() ? options.history
+      : failed                 ? "turnstile-soak-history-" + std::to_string(options.seed) + ".jsonl"
+                               : "";
+  if (!history_path.empty()) {
+    std::ofstream out(history_path);
+    soak.history().write_jsonl(out);
+    std::printf("\nhistory: %zu calls written to %s%s\n", soak.history().size(),
+                history_path.c_str(), out ? "" : " (the write FAILED)");
+  }
   if (failed)
     std::printf("\nFAILED. Replay the fault schedule with:\n  %s\n",
                 replay_command(options).c_str());

@@ -1,9 +1,14 @@
 // Unit tests of the soak's parts (docs/soak.md): the fault schedule is a pure function of its
-// inputs and keeps to its bounds, and the protected resource catches what it is there to catch.
+// inputs and keeps to its bounds, and the protected resource and the history's fence-order check
+// catch what they are there to catch.
 #include <gtest/gtest.h>
 
 #include <map>
+#include <sstream>
+#include <string>
+#include <vector>
 
+#include "tests/soak/history.h"
 #include "tests/soak/resource.h"
 #include "tests/soak/schedule.h"
 
@@ -133,6 +138,63 @@ TEST(SoakResource, SemaphoreTakesLimitHoldersInAnyOrderButNoFenceTwice) {
   resource.leave(7);
   EXPECT_EQ(resource.inside(), 0);
   EXPECT_EQ(resource.entries(), 3u);
+}
+
+Call grant(std::size_t worker, const std::string& key, double sent, double answered,
+           std::uint64_t fence) {
+  Call call;
+  call.worker = worker;
+  call.kind = "lock (guard)";
+  call.key = key;
+  call.sent_s = sent;
+  call.answered_s = answered;
+  call.outcome = "ok";
+  call.fence = fence;
+  return call;
+}
+
+TEST(SoakHistory, FencesRiseInRealTimeOrderPerKey) {
+  History history;
+  history.add(grant(1, "k", 0.0, 1.0, 10));
+  history.add(grant(2, "k", 0.5, 2.0, 11));  // overlapping the first: any order is fine
+  history.add(grant(3, "k", 0.6, 1.5, 9));
+  history.add(grant(3, "other", 3.0, 3.5, 1));  // another key's fences are its own
+  history.add(grant(4, "k", 2.5, 3.0, 12));     // sent after all three answered: above them
+  EXPECT_TRUE(history.check_fence_order().empty());
+
+  history.add(grant(5, "k", 3.1, 3.2, 11));  // sent after 12 was answered, yet below it
+  const std::vector<std::string> breaches = history.check_fence_order();
+  ASSERT_EQ(breaches.size(), 1u);
+  EXPECT_NE(breaches[0].find("worker 5's grant"), std::string::npos) << breaches[0];
+  EXPECT_NE(breaches[0].find("not above fence 12 granted to worker 4"), std::string::npos)
+      << breaches[0];
+}
+
+TEST(SoakHistory, AWorkerMayTakeBackItsOwnSlotButNobodyElseMayHaveItsFence) {
+  History history;
+  history.add(grant(1, "s", 0.0, 1.0, 10));
+  history.add(grant(2, "s", 1.1, 1.2, 11));
+  history.add(grant(1, "s", 2.0, 2.1, 10));  // worker 1 back under its ref: its own slot
+  EXPECT_TRUE(history.check_fence_order().empty());
+  history.add(grant(3, "s", 3.0, 3.1, 10));  // somebody else with that fence
+  EXPECT_EQ(history.check_fence_order().size(), 1u);
+}
+
+TEST(SoakHistory, WritesOneJsonObjectPerCall) {
+  History history;
+  Call call = grant(2, "a\"b", 1.25, 1.5, 7);
+  history.add(call);
+  call.fence = 0;
+  call.kind = "release (guard)";
+  call.outcome = "not_leader";
+  history.add(call);
+  std::ostringstream out;
+  history.write_jsonl(out);
+  EXPECT_EQ(out.str(),
+            "{\"worker\":2,\"kind\":\"lock (guard)\",\"key\":\"a\\\"b\",\"sent_s\":1.250000,"
+            "\"answered_s\":1.500000,\"outcome\":\"ok\",\"fence\":7}\n"
+            "{\"worker\":2,\"kind\":\"release (guard)\",\"key\":\"a\\\"b\",\"sent_s\":1.250000,"
+            "\"answered_s\":1.500000,\"outcome\":\"not_leader\",\"fence\":0}\n");
 }
 
 }  // namespace
