@@ -1,0 +1,90 @@
+// Who listens to what (docs/protocol.md, "Signals: names and matching"): listeners'
+// subscriptions to patterns, each with an optional queue group, matched against a signal's channel
+// without looking at every pattern. The patterns live in a trie of their tokens: matching a channel
+// of n tokens follows, at each depth, the channel's own token and the `*` edge, and collects the
+// `>` subscriptions it passes, so its cost grows with the channel and with what matches, not with
+// how many patterns there are (dflockd scans every wildcard pattern).
+//
+// It only answers what matches; which group member gets a signal, and what happens to a full
+// queue, is the delivery's business. Patterns must be valid (core/signal_pattern.h); the index
+// does not check them. Single-threaded, like the rest of the core.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace turnstile::core {
+
+class SignalIndex {
+ public:
+  using Listener = std::uint64_t;
+
+  // The listeners of one pattern and group; `group` empty: the plain (non-group) listeners.
+  struct Subscribers {
+    const std::string* pattern = nullptr;
+    const std::string* group = nullptr;
+    const std::vector<Listener>* members = nullptr;  // in the order they subscribed
+  };
+
+  // What a channel matches, in the reference's delivery order: the plain listeners and the groups
+  // of wildcard-free patterns, then those of patterns with a wildcard. A listener subscribed to
+  // several matching patterns appears once per pattern (de-duplication is the delivery's rule).
+  struct Matches {
+    std::vector<Subscribers> exact;
+    std::vector<Subscribers> exact_groups;
+    std::vector<Subscribers> wildcard;
+    std::vector<Subscribers> wildcard_groups;
+    void clear();
+  };
+
+  SignalIndex();
+  ~SignalIndex();
+  SignalIndex(const SignalIndex&) = delete;
+  SignalIndex& operator=(const SignalIndex&) = delete;
+
+  // Subscribes `who` to `pattern` in `group` ("" for none). False when it already was: a
+  // duplicate listen changes nothing.
+  bool add(std::string_view pattern, std::string_view group, Listener who);
+  // Unsubscribes; false when it was not subscribed.
+  bool remove(std::string_view pattern, std::string_view group, Listener who);
+  // Every subscription of `who` goes (its connection closed); how many there were.
+  std::size_t remove_all(Listener who);
+  // How many subscriptions `who` has (the per-connection cap counts these).
+  std::size_t count(Listener who) const;
+  // Subscriptions in all.
+  std::size_t size() const { return size_; }
+
+  // Clears `out` and fills it with what matches `channel` (valid, core/signal_pattern.h). The
+  // pointers stay valid until the next add or remove.
+  void match(std::string_view channel, Matches& out) const;
+
+  // Every pattern and group with its listeners (stats' signal_channels), in no promised order.
+  void for_each(const std::function<void(const Subscribers&)>& each) const;
+
+ private:
+  struct Node;
+  struct Ends;
+  using Subscription = std::pair<std::string, std::string>;  // pattern, group
+
+  // The subscriptions of `pattern` (its `end`, or its `tail` for a pattern ending in `>`), made
+  // when missing.
+  Ends& ends_of(std::string_view pattern);
+  // Takes `who` out of the trie's subscribers of `pattern` in `group` (it is there).
+  void drop(std::string_view pattern, std::string_view group, Listener who);
+  // Drops the nodes on `pattern`'s path that hold nothing any more.
+  void prune(std::string_view pattern);
+
+  std::unique_ptr<Node> root_;
+  std::unordered_map<Listener, std::set<Subscription>> by_listener_;
+  std::size_t size_ = 0;
+};
+
+}  // namespace turnstile::core
