@@ -10,7 +10,7 @@ seconds=${1:-60}
 shift || true
 harnesses=("$@")
 if [ "${#harnesses[@]}" -eq 0 ]; then
-  harnesses=(fuzz_wire fuzz_session fuzz_engine fuzz_journal fuzz_http fuzz_log)
+  harnesses=(fuzz_wire fuzz_session fuzz_engine fuzz_journal fuzz_http fuzz_log fuzz_signal)
 fi
 
 build_dir=${TURNSTILE_FUZZ_BUILD_DIR:-build-fuzz}
