@@ -2,6 +2,7 @@
 #include "core/signal_index.h"
 
 #include <algorithm>
+#include <unordered_set>
 #include <utility>
 
 namespace turnstile::core {
@@ -23,18 +24,24 @@ std::vector<std::string_view> tokens_of(std::string_view name) {
 struct SignalIndex::Ends {
   std::string pattern;   // set while anything is subscribed
   std::string no_group;  // always "": where Subscribers::group points for plain listeners
+  struct Group {
+    std::vector<Listener> members;
+    mutable std::uint64_t next = 0;  // the round-robin's next start (plan())
+  };
   std::vector<Listener> plain;
-  std::map<std::string, std::vector<Listener>, std::less<>> groups;
+  std::map<std::string, Group, std::less<>> groups;
 
   bool empty() const { return plain.empty() && groups.empty(); }
 
   void add_to(std::vector<Subscribers>& plain_out, std::vector<Subscribers>& groups_out) const {
-    if (!plain.empty()) plain_out.push_back({&pattern, &no_group, &plain});
-    for (const auto& [name, members] : groups) groups_out.push_back({&pattern, &name, &members});
+    if (!plain.empty()) plain_out.push_back({&pattern, &no_group, &plain, nullptr});
+    for (const auto& [name, group] : groups) {
+      groups_out.push_back({&pattern, &name, &group.members, &group.next});
+    }
   }
   void each(const std::function<void(const Subscribers&)>& fn) const {
-    if (!plain.empty()) fn({&pattern, &no_group, &plain});
-    for (const auto& [name, members] : groups) fn({&pattern, &name, &members});
+    if (!plain.empty()) fn({&pattern, &no_group, &plain, nullptr});
+    for (const auto& [name, group] : groups) fn({&pattern, &name, &group.members, &group.next});
   }
 };
 
@@ -83,10 +90,8 @@ bool SignalIndex::add(std::string_view pattern, std::string_view group, Listener
     ends.plain.push_back(who);
   } else {
     auto it = ends.groups.find(group);
-    if (it == ends.groups.end()) {
-      it = ends.groups.emplace(std::string(group), std::vector<Listener>{}).first;
-    }
-    it->second.push_back(who);
+    if (it == ends.groups.end()) it = ends.groups.emplace(std::string(group), Ends::Group{}).first;
+    it->second.members.push_back(who);
   }
   ++size_;
   return true;
@@ -110,8 +115,8 @@ void SignalIndex::drop(std::string_view pattern, std::string_view group, Listene
     leave(ends.plain);
   } else {
     const auto it = ends.groups.find(group);
-    leave(it->second);
-    if (it->second.empty()) ends.groups.erase(it);
+    leave(it->second.members);
+    if (it->second.members.empty()) ends.groups.erase(it);
   }
   if (ends.empty()) ends.pattern.clear();
   --size_;
@@ -190,6 +195,50 @@ void SignalIndex::match(std::string_view channel, Matches& out) const {
       node.end.add_to(out.exact, out.exact_groups);
     }
   }
+}
+
+void SignalIndex::plan(std::string_view channel, const std::function<std::size_t(Listener)>& room,
+                       Plan& out) {
+  out.deliver.clear();
+  out.close.clear();
+  match(channel, scratch_);
+  std::unordered_map<Listener, std::size_t> planned;  // frames planned per listener
+  std::unordered_set<Listener> seen;                  // plain deliveries, one per listener
+  std::unordered_set<Listener> closing;
+  auto takes = [&](Listener who) { return closing.count(who) == 0 && room(who) > planned[who]; };
+  auto plain = [&](const std::vector<Subscribers>& all) {
+    for (const Subscribers& subscribers : all) {
+      for (const Listener who : *subscribers.members) {
+        if (!seen.insert(who).second) continue;
+        if (takes(who)) {
+          ++planned[who];
+          out.deliver.push_back(who);
+        } else if (closing.insert(who).second) {
+          out.close.push_back(who);  // a slow consumer: its queue is full
+        }
+      }
+    }
+  };
+  auto groups = [&](const std::vector<Subscribers>& all) {
+    for (const Subscribers& subscribers : all) {
+      const std::vector<Listener>& members = *subscribers.members;
+      const std::size_t start = static_cast<std::size_t>((*subscribers.next)++ % members.size());
+      bool delivered = false;
+      for (std::size_t k = 0; k < members.size() && !delivered; ++k) {
+        const Listener who = members[(start + k) % members.size()];
+        if (!takes(who)) continue;
+        ++planned[who];
+        out.deliver.push_back(who);
+        delivered = true;
+      }
+      // Every member full: the one whose turn it was is closed, as the reference does.
+      if (!delivered && closing.insert(members[start]).second) out.close.push_back(members[start]);
+    }
+  };
+  plain(scratch_.exact);
+  groups(scratch_.exact_groups);
+  plain(scratch_.wildcard);
+  groups(scratch_.wildcard_groups);
 }
 
 void SignalIndex::for_each(const std::function<void(const Subscribers&)>& each) const {

@@ -32,6 +32,17 @@ class SignalIndex {
     const std::string* pattern = nullptr;
     const std::string* group = nullptr;
     const std::vector<Listener>* members = nullptr;  // in the order they subscribed
+    std::uint64_t* next = nullptr;  // a group's round-robin start; null for plain listeners
+  };
+
+  // One signal's deliveries, decided by plan().
+  struct Plan {
+    // Who gets the frame, in delivery order; a listener appears once for its plain
+    // subscriptions and once more for each group that picked it.
+    std::vector<Listener> deliver;
+    // Slow consumers, to be disconnected: a plain listener whose queue is full, or the member
+    // whose turn it was in a group whose members are all full.
+    std::vector<Listener> close;
   };
 
   // What a channel matches, in the reference's delivery order: the plain listeners and the groups
@@ -66,6 +77,17 @@ class SignalIndex {
   // pointers stay valid until the next add or remove.
   void match(std::string_view channel, Matches& out) const;
 
+  // Decides one signal's deliveries (dflockd v1's rules, docs/protocol.md): the plain listeners
+  // of wildcard-free patterns, then one member of each such group, then the plain listeners of
+  // wildcard patterns not already served, then one member of each wildcard group. A plain
+  // listener gets a signal once however many of its patterns match; groups do not count
+  // against that. A group picks its members round-robin and skips a member without room;
+  // `room(who)` is how many more frames who's queue takes now (the plan counts what it adds).
+  // A plain listener without room is closed, and so is the member whose turn it was in a group
+  // with no room anywhere; a listener being closed gets nothing more. plan() advances the
+  // groups' round-robin, its only change to the index; closing is the caller's.
+  void plan(std::string_view channel, const std::function<std::size_t(Listener)>& room, Plan& out);
+
   // Every pattern and group with its listeners (stats' signal_channels), in no promised order.
   void for_each(const std::function<void(const Subscribers&)>& each) const;
 
@@ -83,6 +105,7 @@ class SignalIndex {
   void prune(std::string_view pattern);
 
   std::unique_ptr<Node> root_;
+  Matches scratch_;  // plan()'s matches, kept for their capacity
   std::unordered_map<Listener, std::set<Subscription>> by_listener_;
   std::size_t size_ = 0;
 };

@@ -147,6 +147,73 @@ TEST(SignalIndex, ForEachListsEveryPatternAndGroupWithItsListeners) {
   EXPECT_EQ(listed, expected);
 }
 
+// ---- one signal's deliveries (plan) ---------------------------------------------------------
+
+std::size_t unlimited(SignalIndex::Listener) { return 64; }
+
+TEST(SignalPlan, PlainListenersOnceEachInTheReferenceOrderAndGroupsOnTop) {
+  SignalIndex index;
+  index.add("a.>", "", 3);   // wildcard plain
+  index.add("a.*", "", 3);   // the same listener again: still once
+  index.add("a.b", "", 1);   // exact plain
+  index.add("a.*", "", 1);   // already served by its exact pattern
+  index.add("a.b", "g", 2);  // exact group
+  index.add("a.*", "w", 1);  // wildcard group: groups do not count against the plain rule
+  SignalIndex::Plan plan;
+  index.plan("a.b", unlimited, plan);
+  EXPECT_EQ(plan.deliver, (std::vector<SignalIndex::Listener>{1, 2, 3, 1}));
+  EXPECT_TRUE(plan.close.empty());
+  index.plan("x", unlimited, plan);
+  EXPECT_TRUE(plan.deliver.empty());
+}
+
+TEST(SignalPlan, AGroupGoesRoundRobinAndSkipsAFullMember) {
+  SignalIndex index;
+  for (SignalIndex::Listener who : {1, 2, 3}) index.add("jobs", "workers", who);
+  SignalIndex::Plan plan;
+  std::vector<SignalIndex::Listener> picked;
+  for (int i = 0; i < 6; ++i) {
+    index.plan("jobs", unlimited, plan);
+    ASSERT_EQ(plan.deliver.size(), 1u);
+    picked.push_back(plan.deliver[0]);
+  }
+  EXPECT_EQ(picked, (std::vector<SignalIndex::Listener>{1, 2, 3, 1, 2, 3}));
+  // Member 1's turn, but its queue is full: the next one gets it, and nobody is closed.
+  auto one_full = [](SignalIndex::Listener who) -> std::size_t { return who == 1 ? 0 : 64; };
+  index.plan("jobs", one_full, plan);
+  EXPECT_EQ(plan.deliver, (std::vector<SignalIndex::Listener>{2}));
+  EXPECT_TRUE(plan.close.empty());
+}
+
+TEST(SignalPlan, SlowConsumersAreClosedAndGetNothingMore) {
+  SignalIndex index;
+  index.add("a", "", 1);
+  index.add("a", "", 2);
+  index.add("a", "g", 1);  // 1 is also in a group, whose only other member is full too
+  index.add("a", "g", 3);
+  auto room = [](SignalIndex::Listener who) -> std::size_t { return who == 2 ? 64 : 0; };
+  SignalIndex::Plan plan;
+  index.plan("a", room, plan);
+  EXPECT_EQ(plan.deliver, (std::vector<SignalIndex::Listener>{2}));
+  // 1: plain and full. The group (1's turn, then 3, both full) closes the member whose turn it
+  // was, 1, already closing: once.
+  EXPECT_EQ(plan.close, (std::vector<SignalIndex::Listener>{1}));
+}
+
+TEST(SignalPlan, CountsWhatItPlansAgainstTheRoomLeft) {
+  SignalIndex index;
+  index.add("a", "", 1);
+  index.add("a", "g", 1);
+  index.add("a", "h", 1);
+  index.add("a", "h", 2);
+  // Room for two frames: its plain one and group g's; group h must pass to 2.
+  auto room = [](SignalIndex::Listener who) -> std::size_t { return who == 1 ? 2 : 64; };
+  SignalIndex::Plan plan;
+  index.plan("a", room, plan);
+  EXPECT_EQ(plan.deliver, (std::vector<SignalIndex::Listener>{1, 1, 2}));
+  EXPECT_TRUE(plan.close.empty());
+}
+
 // ---- the index against the naive matcher ----------------------------------------------------
 
 // Names from a small alphabet, so that patterns and channels meet often: 1-4 tokens.
