@@ -31,6 +31,7 @@ struct Members::Shared {
   FailoverOptions failover;
   mutable std::mutex mutex;
   std::optional<Endpoint> leader;                  // guarded by mutex
+  std::vector<Endpoint> silent;                    // guarded by mutex; see connect_leader()
   std::mt19937_64 random{std::random_device{}()};  // guarded by mutex
 
   // One node: connect, bind the ref, `barrier`. `hint` gets the leader a follower named.
@@ -56,23 +57,44 @@ struct Members::Shared {
     Error last = make_error(ErrorCode::kConnect, "no member was tried");
     Milliseconds backoff = failover.first_backoff;
     for (;;) {
-      std::vector<Endpoint> order;
+      // The last leader first, then the members; those that did not answer in the last round
+      // (a stopped or unreachable node costs a whole probe_timeout) after the others.
+      std::optional<Endpoint> last_leader;
+      std::vector<Endpoint> silent_before;
       {
         std::lock_guard lock(mutex);
-        if (leader) order.push_back(*leader);
+        last_leader = leader;
+        silent_before = silent;
       }
+      auto was_silent = [&](const Endpoint& node) {
+        return std::find(silent_before.begin(), silent_before.end(), node) != silent_before.end();
+      };
+      std::vector<Endpoint> order;
+      auto add = [&order](const Endpoint& node) {
+        if (std::find(order.begin(), order.end(), node) == order.end()) order.push_back(node);
+      };
+      if (last_leader && !was_silent(*last_leader)) add(*last_leader);
       for (const Endpoint& member : members) {
-        if (std::find(order.begin(), order.end(), member) == order.end()) order.push_back(member);
+        if (!was_silent(member)) add(member);
       }
+      for (const Endpoint& node : silent_before) add(node);
+      std::vector<Endpoint> silent_now;  // did not answer in this round
       for (std::size_t i = 0; i < order.size() && Clock::now() < deadline; ++i) {
         std::optional<Endpoint> hint;
         auto connection = try_node(order[i], deadline, hint);
         if (connection) {
           std::lock_guard lock(mutex);
           leader = order[i];
+          std::erase(silent, order[i]);
           return connection;
         }
         last = connection.error();
+        if (connection.error().code != ErrorCode::kNotLeader) silent_now.push_back(order[i]);
+        // A follower that has not seen the election yet names the old leader: when that one did
+        // not answer a moment ago, the hint is stale, and the rest of the round comes first.
+        if (hint && std::find(silent_now.begin(), silent_now.end(), *hint) != silent_now.end()) {
+          hint.reset();
+        }
         if (hint && std::find(order.begin() + static_cast<std::ptrdiff_t>(i) + 1, order.end(),
                               *hint) == order.end()) {
           order.insert(order.begin() + static_cast<std::ptrdiff_t>(i) + 1, *hint);
@@ -84,6 +106,10 @@ struct Members::Shared {
         }
       }
       const Clock::time_point now = Clock::now();
+      {
+        std::lock_guard lock(mutex);
+        silent = silent_now;
+      }
       if (now >= deadline) return last;
       Milliseconds sleep;
       {

@@ -5,12 +5,19 @@
 // back before its lease ends.
 #include "client/members.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -48,6 +55,102 @@ TEST(MembersTest, OnlyAnAddressWithAPortIsTakenAsTheLeaderAFollowerNames) {
         std::string(300, 'a') + ":1"}) {
     EXPECT_FALSE(parse_leader_address(bad)) << bad;
   }
+}
+
+// A node on loopback that takes connections and never answers, as a stopped (SIGSTOP) one does,
+// or that answers every request the way a follower that has not seen an election does: `ok` to
+// stable-ref, `error_not_leader <named>` to anything else. It counts the connections it took.
+class FakeNode {
+ public:
+  explicit FakeNode(std::optional<std::uint16_t> names = std::nullopt) : names_(names) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof address;
+    if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
+        ::listen(fd_, 16) != 0 ||
+        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+      throw std::runtime_error("FakeNode: no listening socket");
+    }
+    port_ = ntohs(address.sin_port);
+    thread_ = std::thread([this] { run(); });
+  }
+  ~FakeNode() {
+    stop_ = true;
+    thread_.join();
+    for (const int fd : open_) ::close(fd);
+    ::close(fd_);
+  }
+  Endpoint endpoint() const { return Endpoint{"127.0.0.1", port_}; }
+  std::uint16_t port() const { return port_; }
+  int accepted() const { return accepted_.load(); }
+
+ private:
+  void run() {
+    while (!stop_) {
+      pollfd waiting{fd_, POLLIN, 0};
+      if (::poll(&waiting, 1, 20) <= 0) continue;
+      const int fd = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) continue;
+      ++accepted_;
+      open_.push_back(fd);  // a silent node keeps it open and never reads
+      if (names_) answer(fd);
+    }
+  }
+  // One connection, request by request (three lines each), until it closes.
+  void answer(int fd) const {
+    std::string buffer;
+    char bytes[512];
+    while (!stop_) {
+      pollfd readable{fd, POLLIN, 0};
+      if (::poll(&readable, 1, 20) <= 0) continue;
+      const ssize_t n = ::read(fd, bytes, sizeof bytes);
+      if (n <= 0) return;
+      buffer.append(bytes, static_cast<std::size_t>(n));
+      while (std::count(buffer.begin(), buffer.end(), '\n') >= 3) {
+        const std::string command = buffer.substr(0, buffer.find('\n'));
+        for (int line = 0; line < 3; ++line) buffer.erase(0, buffer.find('\n') + 1);
+        const std::string reply =
+            command == "stable-ref"
+                ? "ok\n"
+                : "error_not_leader 127.0.0.1:" + std::to_string(*names_) + "\n";
+        if (::write(fd, reply.data(), reply.size()) < 0) return;
+      }
+    }
+  }
+
+  const std::optional<std::uint16_t> names_;
+  int fd_ = -1;
+  std::uint16_t port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> accepted_{0};
+  std::vector<int> open_;  // the accepting thread's
+  std::thread thread_;
+};
+
+TEST(MembersTest, AStoppedLeaderThatFollowersStillNameCostsOneProbeARound) {
+  // The old leader is stopped; the one follower that answers has not seen the election and names
+  // it; the new leader is a real node. Members lists them in that order.
+  integration::Daemon leader;
+  FakeNode stopped;
+  FakeNode follower(stopped.port());
+  FailoverOptions failover;
+  failover.probe_timeout = Milliseconds{300};
+  Members members({stopped.endpoint(), follower.endpoint(),
+                   Endpoint{"127.0.0.1", static_cast<std::uint16_t>(leader.port())}},
+                  {}, failover);
+  auto connection = members.connect_leader(10s);
+  ASSERT_TRUE(connection) << connection.error().to_string();
+  EXPECT_EQ(connection->endpoint().port, leader.port());
+  // Once: the follower's hint to it comes after it did not answer in this same round.
+  EXPECT_EQ(stopped.accepted(), 1);
+  EXPECT_EQ(follower.accepted(), 1);
+
+  // The next round tries the nodes that answered first: the stopped one last, and not at all
+  // when the leader answers.
+  EXPECT_TRUE(members.connect_leader(10s));
+  EXPECT_EQ(stopped.accepted(), 1);
 }
 
 TEST(MembersTest, AFollowerNamesTheLeaderAndTheConnectionCarriesTheRef) {
