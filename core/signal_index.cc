@@ -5,20 +5,9 @@
 #include <unordered_set>
 #include <utility>
 
+#include "core/signal_pattern.h"
+
 namespace turnstile::core {
-namespace {
-
-std::vector<std::string_view> tokens_of(std::string_view name) {
-  std::vector<std::string_view> tokens;
-  while (true) {
-    const std::size_t dot = name.find('.');
-    tokens.push_back(name.substr(0, dot));
-    if (dot == std::string_view::npos) return tokens;
-    name.remove_prefix(dot + 1);
-  }
-}
-
-}  // namespace
 
 // The subscriptions that end at one place of the trie: all of them to the same pattern.
 struct SignalIndex::Ends {
@@ -66,7 +55,7 @@ SignalIndex::~SignalIndex() = default;
 
 SignalIndex::Ends& SignalIndex::ends_of(std::string_view pattern) {
   Node* node = root_.get();
-  for (const std::string_view token : tokens_of(pattern)) {
+  for (const std::string_view token : signal_tokens(pattern)) {
     if (token == ">") return node->tail;  // the last token, in a valid pattern
     std::unique_ptr<Node>* next = &node->star;
     if (token != "*") {
@@ -141,7 +130,7 @@ void SignalIndex::prune(std::string_view pattern) {
   // The path from the root, node by node, with the edge that leads to each.
   std::vector<std::pair<Node*, std::string_view>> path;
   Node* node = root_.get();
-  for (const std::string_view token : tokens_of(pattern)) {
+  for (const std::string_view token : signal_tokens(pattern)) {
     if (token == ">") break;
     Node* next = nullptr;
     if (token == "*") {
@@ -171,7 +160,7 @@ void SignalIndex::prune(std::string_view pattern) {
 
 void SignalIndex::match(std::string_view channel, Matches& out) const {
   out.clear();
-  const std::vector<std::string_view> tokens = tokens_of(channel);
+  const std::vector<std::string_view> tokens = signal_tokens(channel);
   // Depth first, at most two ways at each token: the literal edge and the `*` edge.
   struct Step {
     const Node* node;

@@ -1,64 +1,46 @@
 // Signal channels and listen patterns: see signal_pattern.h.
 #include "core/signal_pattern.h"
 
+#include <algorithm>
+
 namespace turnstile::core {
 namespace {
 
-// Calls `each(token, last)` for every dot-separated token of `name`, in order.
-template <class Each>
-void for_each_token(std::string_view name, Each each) {
-  while (true) {
-    const std::size_t dot = name.find('.');
-    if (dot == std::string_view::npos) {
-      each(name, true);
-      return;
-    }
-    each(name.substr(0, dot), false);
-    name.remove_prefix(dot + 1);
-  }
-}
-
 bool is_wildcard(std::string_view token) { return token == "*" || token == ">"; }
-
-// The next token of `name` (consumed), or nullopt-like empty with `done` when none is left.
-std::string_view next_token(std::string_view& name, bool& done) {
-  const std::size_t dot = name.find('.');
-  std::string_view token = name.substr(0, dot);
-  if (dot == std::string_view::npos) {
-    done = true;
-    name = {};
-  } else {
-    name.remove_prefix(dot + 1);
-  }
-  return token;
-}
 
 }  // namespace
 
+std::vector<std::string_view> signal_tokens(std::string_view name) {
+  std::vector<std::string_view> tokens;
+  while (true) {
+    const std::size_t dot = name.find('.');
+    tokens.push_back(name.substr(0, dot));
+    if (dot == std::string_view::npos) return tokens;
+    name.remove_prefix(dot + 1);
+  }
+}
+
 SignalNameError check_signal_pattern(std::string_view pattern) {
-  SignalNameError error = SignalNameError::kNone;
-  for_each_token(pattern, [&](std::string_view token, bool last) {
-    if (error != SignalNameError::kNone) return;
-    if (token.empty()) {
-      error = SignalNameError::kEmptyToken;
-    } else if (!is_wildcard(token) && token.find_first_of("*>") != std::string_view::npos) {
-      error = SignalNameError::kPartialWildcard;
-    } else if (token == ">" && !last) {
-      error = SignalNameError::kTailNotLast;
+  const std::vector<std::string_view> tokens = signal_tokens(pattern);
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    const std::string_view token = tokens[i];
+    if (token.empty()) return SignalNameError::kEmptyToken;
+    if (!is_wildcard(token) && token.find_first_of("*>") != std::string_view::npos) {
+      return SignalNameError::kPartialWildcard;
     }
-  });
-  return error;
+    if (token == ">" && i + 1 != tokens.size()) return SignalNameError::kTailNotLast;
+  }
+  return SignalNameError::kNone;
 }
 
 SignalNameError check_signal_channel(std::string_view channel) {
   if (channel.find_first_of("*>") != std::string_view::npos) {
     return SignalNameError::kWildcardInChannel;
   }
-  SignalNameError error = SignalNameError::kNone;
-  for_each_token(channel, [&](std::string_view token, bool) {
-    if (token.empty()) error = SignalNameError::kEmptyToken;
-  });
-  return error;
+  for (const std::string_view token : signal_tokens(channel)) {
+    if (token.empty()) return SignalNameError::kEmptyToken;
+  }
+  return SignalNameError::kNone;
 }
 
 std::string_view signal_name_error_text(SignalNameError error) {
@@ -78,22 +60,18 @@ std::string_view signal_name_error_text(SignalNameError error) {
 }
 
 bool signal_pattern_matches(std::string_view pattern, std::string_view channel) {
-  bool pattern_done = false;
-  bool channel_done = false;
-  while (!pattern_done) {
-    if (channel_done) return false;  // the pattern has tokens left, the channel none
-    const std::string_view want = next_token(pattern, pattern_done);
-    if (want == ">") return true;  // at least this channel token remains
-    const std::string_view have = next_token(channel, channel_done);
-    if (want != "*" && want != have) return false;
+  const std::vector<std::string_view> want = signal_tokens(pattern);
+  const std::vector<std::string_view> have = signal_tokens(channel);
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    if (want[i] == ">") return i < have.size();  // at least one channel token remains
+    if (i >= have.size() || (want[i] != "*" && want[i] != have[i])) return false;
   }
-  return channel_done;
+  return want.size() == have.size();
 }
 
 bool signal_pattern_has_wildcard(std::string_view pattern) {
-  bool wildcard = false;
-  for_each_token(pattern, [&](std::string_view token, bool) { wildcard |= is_wildcard(token); });
-  return wildcard;
+  const std::vector<std::string_view> tokens = signal_tokens(pattern);
+  return std::any_of(tokens.begin(), tokens.end(), is_wildcard);
 }
 
 }  // namespace turnstile::core

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 namespace turnstile::core {
 
@@ -24,6 +25,9 @@ enum class SignalNameError : std::uint8_t {
   kTailNotLast,        // "a.>.b"
   kWildcardInChannel,  // a channel with `*` or `>` anywhere
 };
+
+// The dot-separated tokens of a name, empty ones included ("a..b" is "a", "", "b").
+std::vector<std::string_view> signal_tokens(std::string_view name);
 
 // Why `pattern` is not a listen pattern, or kNone.
 SignalNameError check_signal_pattern(std::string_view pattern);

@@ -46,19 +46,9 @@ std::string name(FuzzInput& in) {
   return out;
 }
 
-std::vector<std::string_view> tokens(std::string_view text) {
-  std::vector<std::string_view> out;
-  while (true) {
-    const std::size_t dot = text.find('.');
-    out.push_back(text.substr(0, dot));
-    if (dot == std::string_view::npos) return out;
-    text.remove_prefix(dot + 1);
-  }
-}
-
 // The rules restated from the documentation, to hold the checks to them.
 void check_name_rules(const std::string& text) {
-  const std::vector<std::string_view> parts = tokens(text);
+  const std::vector<std::string_view> parts = core::signal_tokens(text);
   if (core::check_signal_pattern(text) == SignalNameError::kNone) {
     for (std::size_t i = 0; i < parts.size(); ++i) {
       const std::string_view token = parts[i];
