@@ -90,9 +90,11 @@ struct Members::Shared {
         }
         last = connection.error();
         if (connection.error().code != ErrorCode::kNotLeader) silent_now.push_back(order[i]);
-        // A follower that has not seen the election yet names the old leader: when that one did
-        // not answer a moment ago, the hint is stale, and the rest of the round comes first.
-        if (hint && std::find(silent_now.begin(), silent_now.end(), *hint) != silent_now.end()) {
+        // A hint to a node tried already in this round is not followed: a follower that has not
+        // seen the election yet names the old, stopped leader, and a node that names itself (or
+        // two that name each other) would keep the round from ever reaching the rest.
+        if (hint && std::find(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(i) + 1,
+                              *hint) != order.begin() + static_cast<std::ptrdiff_t>(i) + 1) {
           hint.reset();
         }
         if (hint && std::find(order.begin() + static_cast<std::ptrdiff_t>(i) + 1, order.end(),

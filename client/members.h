@@ -5,13 +5,13 @@
 // connect_leader() connects to the leader it last found, then to the other members in order,
 // those that did not answer in its previous round last. On each it binds the stable ref and asks
 // `barrier`, waiting at most probe_timeout: `ok` comes from a leader that has applied an entry of
-// its term. `error_not_leader <addr>` sends it to the node named next, unless that node did not
-// answer earlier in the same round (a follower that has not seen the election yet names the old,
-// stopped leader); a follower that knows no leader names none, and the next member is tried. A
-// round that found no leader is followed by a jittered sleep (first_backoff, doubling up to
-// max_backoff, each sleep drawn from [half, all] of it), then another round, until the deadline. It
-// sends nothing that changes state (stable-ref and barrier only), so trying several nodes never
-// grants anything twice.
+// its term. `error_not_leader <addr>` sends it to the node named next, unless that node was tried
+// already in the same round (a follower that has not seen the election yet names the old,
+// stopped leader; a node that names itself would hold the round forever); a follower that knows no
+// leader names none, and the next member is tried. A round that found no leader is followed by a
+// jittered sleep (first_backoff, doubling up to max_backoff, each sleep drawn from [half, all] of
+// it), then another round, until the deadline. It sends nothing that changes state (stable-ref and
+// barrier only), so trying several nodes never grants anything twice.
 //
 // The stable ref: FailoverOptions::stable_ref, or one made per Members object from random bytes
 // ("turnstile-client-<16 hex>"). Every connection it makes carries it. After a failover (or any

@@ -59,7 +59,8 @@ TEST(MembersTest, OnlyAnAddressWithAPortIsTakenAsTheLeaderAFollowerNames) {
 
 // A node on loopback that takes connections and never answers, as a stopped (SIGSTOP) one does,
 // or that answers every request the way a follower that has not seen an election does: `ok` to
-// stable-ref, `error_not_leader <named>` to anything else. It counts the connections it took.
+// stable-ref, `error_not_leader <named>` to anything else (port 0: itself, as a broken or hostile
+// node might). It counts the connections it took.
 class FakeNode {
  public:
   explicit FakeNode(std::optional<std::uint16_t> names = std::nullopt) : names_(names) {
@@ -74,6 +75,7 @@ class FakeNode {
       throw std::runtime_error("FakeNode: no listening socket");
     }
     port_ = ntohs(address.sin_port);
+    if (names_ == 0) names_ = port_;
     thread_ = std::thread([this] { run(); });
   }
   ~FakeNode() {
@@ -120,7 +122,7 @@ class FakeNode {
     }
   }
 
-  const std::optional<std::uint16_t> names_;
+  std::optional<std::uint16_t> names_;  // set before the thread starts
   int fd_ = -1;
   std::uint16_t port_ = 0;
   std::atomic<bool> stop_{false};
@@ -151,6 +153,17 @@ TEST(MembersTest, AStoppedLeaderThatFollowersStillNameCostsOneProbeARound) {
   // when the leader answers.
   EXPECT_TRUE(members.connect_leader(10s));
   EXPECT_EQ(stopped.accepted(), 1);
+}
+
+TEST(MembersTest, ANodeThatNamesItselfDoesNotKeepTheOthersFromBeingTried) {
+  integration::Daemon leader;
+  FakeNode liar(std::uint16_t{0});
+  Members members(
+      {liar.endpoint(), Endpoint{"127.0.0.1", static_cast<std::uint16_t>(leader.port())}});
+  auto connection = members.connect_leader(10s);
+  ASSERT_TRUE(connection) << connection.error().to_string();
+  EXPECT_EQ(connection->endpoint().port, leader.port());
+  EXPECT_EQ(liar.accepted(), 1);
 }
 
 TEST(MembersTest, AFollowerNamesTheLeaderAndTheConnectionCarriesTheRef) {
