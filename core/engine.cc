@@ -1577,6 +1577,9 @@ Reply Engine::handle(Instant now, SessionId session, const Request& request,
     case Command::kStats:
     case Command::kAuth:
     case Command::kStableRef:
+    case Command::kListen:
+    case Command::kUnlisten:
+    case Command::kSignal:
       break;
   }
   TS_ASSERT(false);

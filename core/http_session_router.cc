@@ -213,6 +213,10 @@ void HttpSessionRouter::on_session_event(Instant now, const SessionEvent& event)
     case SessionEvent::Kind::kStats:
       TS_ASSERT(false && "stats are not a session operation");
       break;
+    case SessionEvent::Kind::kSignal:
+    case SessionEvent::Kind::kSlowConsumer:
+      TS_ASSERT(false && "an HTTP session never listens");
+      break;
   }
   collect(now);
 }

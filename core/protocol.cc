@@ -36,13 +36,28 @@ std::string_view command_name(Command command) {
       return "barrier";
     case Command::kStableRef:
       return "stable-ref";
+    case Command::kListen:
+      return "listen";
+    case Command::kUnlisten:
+      return "unlisten";
+    case Command::kSignal:
+      return "signal";
   }
   TS_ASSERT(false);
 }
 
 bool is_engine_command(Command command) {
   return command != Command::kPing && command != Command::kStats && command != Command::kAuth &&
-         command != Command::kStableRef;
+         command != Command::kStableRef && !is_signal_command(command);
+}
+
+bool is_signal_command(Command command) {
+  return command == Command::kListen || command == Command::kUnlisten ||
+         command == Command::kSignal;
+}
+
+bool is_routed_command(Command command) {
+  return is_engine_command(command) || is_signal_command(command) || command == Command::kStats;
 }
 
 bool is_valid_stable_ref(std::string_view ref) {

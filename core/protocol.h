@@ -32,6 +32,10 @@ enum class Command : std::uint8_t {
   // Cluster surface (docs/cluster.md), answered on one node too:
   kBarrier,    // barrier    _      _   `ok` once everything before it is applied
   kStableRef,  // stable-ref <ref>  _   binds the connection's stable ref (answered by the session)
+  // Signals (docs/protocol.md, "Signals"; dflockd v1.11-v1.16), answered by the signal hub:
+  kListen,    // listen   <pattern> [<group>]
+  kUnlisten,  // unlisten <pattern> [<group>]
+  kSignal,    // signal   <channel> <payload>   `ok <n>`: n deliveries
 };
 
 std::string_view command_name(Command command);
@@ -39,6 +43,11 @@ std::string_view command_name(Command command);
 // True for the commands the engine answers (everything keyed, and barrier); ping, stats, auth and
 // stable-ref are answered by the session and its driver.
 bool is_engine_command(Command command);
+// listen, unlisten and signal: answered by the signal hub (core/signal_hub.h).
+bool is_signal_command(Command command);
+// What a session hands its driver to route (core/router.h): an engine command, stats or a signal
+// command. The rest (ping, auth, stable-ref) the session answers itself.
+bool is_routed_command(Command command);
 Namespace command_namespace(Command command);
 
 // Numeric bounds of the protocol (reference 1.3).
@@ -62,6 +71,9 @@ struct Request {
   // it the engine keeps the session's slots for a while after it closes (--orphan-ttl), and an
   // acquire or enqueue with the same ref takes them back (docs/semantics.md, "Stable refs").
   std::string ref;
+  // listen, unlisten: the queue group (the trimmed argument line), empty for none. signal: the
+  // payload (the trimmed argument line, never blank).
+  std::string text;
   // r, sr: a give-back (release_of) by a session that closed before its grant reached it. It
   // releases the token only while the giving session still holds it: a slot its close already
   // handed on (to a waiter with its stable ref) or that another session adopted stays where it
@@ -103,19 +115,22 @@ std::string_view status_name(Status status);
 //   status only                ok | queued | timeout | error...
 //   token + seconds            ok <token> <lease> | acquired <token> <lease>
 //   seconds only               ok <ttl>            (renew)
+//                              ok <n>              (signal: its deliveries)
 //   payload                    ok <json>           (stats)
 //                              error_not_leader <host:port>   (cluster mode; payload may be empty)
 struct Reply {
   Status status = Status::kError;
   std::optional<Token> token;
-  std::int64_t seconds = -1;  // lease of a grant, or the new ttl of a renew; -1 when absent
-  std::string payload;        // stats JSON
+  // The lease of a grant, the new ttl of a renew, or a signal's deliveries; -1 when absent.
+  std::int64_t seconds = -1;
+  std::string payload;  // stats JSON
 
   static Reply of(Status status) { return Reply{status, std::nullopt, -1, {}}; }
   static Reply granted(Status status, Token token, std::int64_t lease_s) {
     return Reply{status, token, lease_s, {}};
   }
   static Reply renewed(std::int64_t ttl_s) { return Reply{Status::kOk, std::nullopt, ttl_s, {}}; }
+  static Reply delivered(std::int64_t count) { return Reply{Status::kOk, std::nullopt, count, {}}; }
   static Reply stats(std::string json) {
     return Reply{Status::kOk, std::nullopt, -1, std::move(json)};
   }

@@ -53,10 +53,14 @@ void Router::submit(Instant now, SessionId session, const Request& request) {
     TS_ASSERT(gather.parts_left == 0);  // one request in flight per session
     gather.snapshot = StatsSnapshot{};
     if (config_.replicated) {
+      if (config_.signals != nullptr) {
+        gather.snapshot.signal_channels = config_.signals->channels();
+      }
       gather.parts_left = 1;
       send(replicated_endpoint(), message::StatsRequest{session});
       return;
     }
+    if (config_.signals != nullptr) gather.snapshot.signal_channels = config_.signals->channels();
     gather.parts_left = config_.shards;
     for (std::size_t shard = 0; shard < config_.shards; ++shard) {
       if (shard == config_.index) {
@@ -65,6 +69,10 @@ void Router::submit(Instant now, SessionId session, const Request& request) {
         send(shard, message::StatsRequest{session});
       }
     }
+    return;
+  }
+  if (is_signal_command(request.command)) {
+    run_signal_request(session, request);
     return;
   }
   TS_ASSERT(is_engine_command(request.command));
@@ -85,7 +93,7 @@ void Router::submit(Instant now, SessionId session, const Request& request) {
 void Router::cancel(Instant now, SessionId session) {
   TS_ASSERT(owner_of(session) == config_.index);
   auto it = routes_.find(session.value);
-  if (it == routes_.end()) return;  // never sent an engine request
+  if (it == routes_.end() || it->second.touched.empty()) return;  // never sent an engine request
   if (it->second.target == config_.index) {
     cancel_here(now, session);
   } else {
@@ -96,8 +104,9 @@ void Router::cancel(Instant now, SessionId session) {
 void Router::close(Instant now, SessionId session) {
   TS_ASSERT(owner_of(session) == config_.index);
   auto it = routes_.find(session.value);
-  if (it == routes_.end()) return;  // never sent an engine request: no engine knows it
+  if (it == routes_.end()) return;  // never sent an engine request nor listened: nobody knows it
   const std::vector<bool> touched = std::move(it->second.touched);
+  if (it->second.listened) config_.signals->close(session);
   routes_.erase(it);
   for (std::size_t shard = 0; shard < touched.size(); ++shard) {
     if (!touched[shard]) continue;
@@ -122,6 +131,10 @@ void Router::close(Instant now, SessionId session) {
   }
 }
 
+void Router::signals_written(SessionId session, std::size_t frames) {
+  if (frames != 0 && config_.signals != nullptr) config_.signals->written(session, frames);
+}
+
 // ---- messages ----------------------------------------------------------------------------------
 
 void Router::receive(Instant now, RouterMessage message) {
@@ -142,6 +155,12 @@ void Router::receive(Instant now, RouterMessage message) {
           events_.push_back({SessionEvent::Kind::kParked, m.session, Reply{}, {}});
         } else if constexpr (std::is_same_v<M, message::Cancelled>) {
           events_.push_back({SessionEvent::Kind::kCancelled, m.session, Reply{}, {}});
+        } else if constexpr (std::is_same_v<M, message::SignalFrames>) {
+          for (const SessionId to : m.sessions) {
+            events_.push_back({SessionEvent::Kind::kSignal, to, Reply{}, {}, m.frame});
+          }
+        } else if constexpr (std::is_same_v<M, message::SlowConsumer>) {
+          events_.push_back({SessionEvent::Kind::kSlowConsumer, m.session, Reply{}, {}});
         } else {
           static_assert(std::is_same_v<M, message::StatsPart>);
           add_stats_part(m.session, std::move(m.snapshot));
@@ -181,6 +200,54 @@ void Router::run_engine_request(Instant now, SessionId session, const Request& r
     to_owner(session, message::EngineReply{session, std::move(reply)});
   }
   dispatch(scratch_);
+}
+
+// ---- the signal side ---------------------------------------------------------------------------
+
+void Router::run_signal_request(SessionId session, const Request& request) {
+  Reply reply = Reply::of(Status::kError);
+  if (config_.signals != nullptr) {
+    switch (request.command) {
+      case Command::kListen:
+        reply = Reply::of(config_.signals->listen(session, request.key, request.text));
+        if (reply.status == Status::kOk) routes_[session.value].listened = true;
+        break;
+      case Command::kUnlisten:
+        config_.signals->unlisten(session, request.key, request.text);
+        reply = Reply::of(Status::kOk);
+        break;
+      default: {
+        TS_ASSERT(request.command == Command::kSignal);
+        const std::size_t count = config_.signals->publish(request.key, request.text, fanout_);
+        // The frames go first: a session that listens to what it signals has its frame before
+        // the reply that counts it.
+        fan_out(fanout_);
+        reply = Reply::delivered(static_cast<std::int64_t>(count));
+        break;
+      }
+    }
+  }
+  events_.push_back({SessionEvent::Kind::kReply, session, std::move(reply), {}});
+}
+
+void Router::fan_out(SignalFanout& fanout) {
+  if (fanout.deliver.empty() && fanout.close.empty()) return;
+  frames_by_shard_.resize(config_.shards);
+  for (const SessionId to : fanout.deliver) frames_by_shard_[owner_of(to)].push_back(to);
+  for (std::size_t shard = 0; shard < config_.shards; ++shard) {
+    std::vector<SessionId>& sessions = frames_by_shard_[shard];
+    if (sessions.empty()) continue;
+    if (shard == config_.index) {
+      for (const SessionId to : sessions) {
+        events_.push_back({SessionEvent::Kind::kSignal, to, Reply{}, {}, fanout.frame});
+      }
+      sessions.clear();
+    } else {
+      send(shard, message::SignalFrames{fanout.frame, std::move(sessions)});
+      sessions = {};
+    }
+  }
+  for (const SessionId slow : fanout.close) to_owner(slow, message::SlowConsumer{slow});
 }
 
 void Router::close_here(Instant now, SessionId session) {

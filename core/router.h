@@ -18,7 +18,13 @@
 // Rules:
 //  * A session has at most one request in flight (core::Session guarantees it); its reply, or
 //    its parked notice followed later by its reply, or its cancellation comes back as an event.
-//  * stats goes to every engine; the parts are merged here and come back as one kStats event.
+//  * stats goes to every engine; the parts are merged here and come back as one kStats event,
+//    with the signal hub's channels.
+//  * listen, unlisten and signal are answered by the process's one signal hub
+//    (core/signal_hub.h) at once. A signal's frame goes to each shard that owns a session it
+//    is for in one message (SignalFrames) and comes out as a kSignal event per session, in
+//    order; a slow consumer's owner gets a kSlowConsumer event and closes it. The owner reports
+//    the frames it wrote to the socket (signals_written), which frees room in the hub.
 //  * close() sends one close notice to every shard where the session may have left state (it
 //    sent an acquire, an enqueue or a wait there; a release or a renew acts on a token and leaves
 //    none), and forgets the session's routing state. An engine that drops the session's parked
@@ -34,13 +40,16 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
+#include <string>
 #include <unordered_map>
 #include <variant>
 #include <vector>
 
 #include "core/engine.h"
 #include "core/protocol.h"
+#include "core/signal_hub.h"
 #include "core/stats.h"
 #include "core/time.h"
 #include "core/types.h"
@@ -76,11 +85,19 @@ struct StatsPart {  // to the session's owner
 struct CancelParked {  // to the shard holding the session's parked request
   SessionId session;
 };
+struct SignalFrames {  // to the owner of the sessions: one signal's frame for each of them
+  std::shared_ptr<const std::string> frame;
+  std::vector<SessionId> sessions;
+};
+struct SlowConsumer {  // to the session's owner: close it, its signal queue is full
+  SessionId session;
+};
 }  // namespace message
 
 using RouterMessage = std::variant<message::EngineRequest, message::EngineReply, message::Parked,
                                    message::CloseSession, message::Cancelled, message::StatsRequest,
-                                   message::StatsPart, message::CancelParked>;
+                                   message::StatsPart, message::CancelParked, message::SignalFrames,
+                                   message::SlowConsumer>;
 
 // A message for the router of shard `to`.
 struct Envelope {
@@ -95,11 +112,14 @@ struct SessionEvent {
     kParked,     // the request in flight waits in its engine
     kCancelled,  // the request in flight was dropped unanswered (the session closed or cancelled)
     kStats,      // `stats` holds every engine's part, merged
+    kSignal,     // `frame` is a signal for it: push it to the peer now
+    kSlowConsumer,  // its signal queue was full: close it
   };
   Kind kind = Kind::kReply;
   SessionId session;
   Reply reply;
   StatsSnapshot stats;
+  std::shared_ptr<const std::string> frame = nullptr;  // kSignal
 };
 
 // What a driver that checks the engines (the simulator) sees of every engine call: the request
@@ -129,6 +149,9 @@ struct RouterConfig {
   // + index, 40 bits), so that ids stay unique across the processes of a cluster over time.
   // 0 on one node.
   std::uint32_t session_tag = 0;
+  // The process's signal hub, shared by every shard's router (each call on it is whole: the
+  // daemon locks it). Null: listen, unlisten and signal are answered `error`.
+  SignalBroker* signals = nullptr;
 };
 
 // Session ids: a 24-bit tag above a 40-bit number whose remainder by the shard count is the
@@ -175,6 +198,8 @@ class Router {
   // It closed: the close notices go out and its routing state is forgotten. Its request in
   // flight, if any, still ends in exactly one event (a reply or a cancellation).
   void close(Instant now, SessionId session);
+  // The driver wrote `frames` of the session's signal frames to its peer.
+  void signals_written(SessionId session, std::size_t frames);
 
   // Whether `command` can leave state of its session in an engine (a holder, a waiter, a
   // two-phase record): only then must that engine hear of the session's close.
@@ -198,6 +223,7 @@ class Router {
   struct Route {
     std::vector<bool> touched;  // shards sent an engine request
     std::size_t target = 0;     // the shard of the last engine request
+    bool listened = false;      // it subscribed to signals: the hub must hear of its close
   };
   struct StatsGather {
     std::size_t parts_left = 0;
@@ -205,6 +231,9 @@ class Router {
   };
 
   void run_engine_request(Instant now, SessionId session, const Request& request);
+  void run_signal_request(SessionId session, const Request& request);
+  // A signal's frames and slow consumers, to their sessions' owners.
+  void fan_out(SignalFanout& fanout);
   void close_here(Instant now, SessionId session);
   void cancel_here(Instant now, SessionId session);
   void stats_here(Instant now, SessionId session);
@@ -226,6 +255,8 @@ class Router {
   std::unordered_map<std::uint64_t, Route> routes_;       // sessions owned here, by id
   std::unordered_map<std::uint64_t, StatsGather> stats_;  // stats requests being gathered
   std::vector<Delivery> scratch_;
+  SignalFanout fanout_;
+  std::vector<std::vector<SessionId>> frames_by_shard_;  // fan_out()'s, kept for their capacity
   std::vector<Envelope> outbox_;
   std::vector<SessionEvent> events_;
 };

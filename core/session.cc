@@ -38,6 +38,8 @@ std::string_view close_reason_name(CloseReason reason) {
       return "draining";
     case CloseReason::kDriver:
       return "driver";
+    case CloseReason::kSlowConsumer:
+      return "slow_consumer";
   }
   TS_ASSERT(false);
 }
@@ -83,8 +85,10 @@ std::size_t Session::on_bytes(Instant now, std::string_view bytes) {
 
 void Session::on_peer_closed(Instant /*now*/) {
   finish_close(CloseReason::kPeerClosed);
+  output_base_ += output_.size() - output_sent_;
   output_.clear();  // nobody is left to read it
   output_sent_ = 0;
+  frame_ends_.clear();
 }
 
 void Session::on_peer_eof(Instant now) {
@@ -200,13 +204,32 @@ void Session::on_cancelled() {
   in_flight_parked_ = false;
 }
 
+void Session::push_signal(std::string_view frame) {
+  if (closed()) return;
+  output_.append(frame);
+  frame_ends_.push_back(output_base_ + output_.size());
+}
+
+std::size_t Session::take_frames_written() {
+  const std::size_t written = frames_written_;
+  frames_written_ = 0;
+  return written;
+}
+
 void Session::consume_output(std::size_t bytes) {
   TS_ASSERT(bytes <= output_.size() - output_sent_);
   output_sent_ += bytes;
+  const std::uint64_t sent = output_base_ + output_sent_;
+  while (!frame_ends_.empty() && frame_ends_.front() <= sent) {
+    frame_ends_.pop_front();
+    ++frames_written_;
+  }
   if (output_sent_ == output_.size()) {
+    output_base_ += output_.size();
     output_.clear();
     output_sent_ = 0;
   } else if (output_sent_ >= 64 * 1024 && output_sent_ * 2 >= output_.size()) {
+    output_base_ += output_sent_;
     output_.erase(0, output_sent_);
     output_sent_ = 0;
   }

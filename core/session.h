@@ -70,7 +70,8 @@ enum class CloseReason : std::uint8_t {
   kReadTimeout,
   kIdleTimeout,
   kDraining,
-  kDriver,  // the driver closed it (write timeout, write error, shutdown deadline)
+  kDriver,        // the driver closed it (write timeout, write error, shutdown deadline)
+  kSlowConsumer,  // its signal frames were not read fast enough (core/signal_hub.h)
 };
 
 std::string_view close_reason_name(CloseReason reason);
@@ -125,6 +126,13 @@ class Session {
   // (Engine::close_session returned true).
   void on_cancelled();
 
+  // A signal's push frame (`sig <channel> <payload>\n`): it goes into the output at once, between
+  // two replies, whatever is in flight; output_max does not hold it back (the signal hub bounds a
+  // listener's unwritten frames). Dropped once the session is closed.
+  void push_signal(std::string_view frame);
+  // How many pushed frames consume_output() has seen written in full since the last call.
+  std::size_t take_frames_written();
+
   // Reply bytes for the socket, and how many of them the driver has written.
   std::string_view output() const { return std::string_view(output_).substr(output_sent_); }
   void consume_output(std::size_t bytes);
@@ -166,6 +174,9 @@ class Session {
   CloseReason close_when_done_ = CloseReason::kNone;  // answer `error` and close once idle
   std::string output_;
   std::size_t output_sent_ = 0;
+  std::uint64_t output_base_ = 0;         // bytes of output written and dropped from output_
+  std::deque<std::uint64_t> frame_ends_;  // where each pushed, unwritten frame ends (absolute)
+  std::size_t frames_written_ = 0;        // for take_frames_written()
   bool authenticated_ = false;
   bool draining_ = false;
   std::optional<Instant> auth_failure_at_;     // when to send error_auth and close

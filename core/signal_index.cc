@@ -121,6 +121,11 @@ std::size_t SignalIndex::remove_all(Listener who) {
   return subscriptions.size();
 }
 
+bool SignalIndex::has(std::string_view pattern, std::string_view group, Listener who) const {
+  const auto mine = by_listener_.find(who);
+  return mine != by_listener_.end() && mine->second.count(Subscription(pattern, group)) != 0;
+}
+
 std::size_t SignalIndex::count(Listener who) const {
   const auto mine = by_listener_.find(who);
   return mine == by_listener_.end() ? 0 : mine->second.size();

@@ -68,6 +68,8 @@ class SignalIndex {
   bool remove(std::string_view pattern, std::string_view group, Listener who);
   // Every subscription of `who` goes (its connection closed); how many there were.
   std::size_t remove_all(Listener who);
+  // Whether `who` is subscribed to `pattern` in `group`.
+  bool has(std::string_view pattern, std::string_view group, Listener who) const;
   // How many subscriptions `who` has (the per-connection cap counts these).
   std::size_t count(Listener who) const;
   // Subscriptions in all.

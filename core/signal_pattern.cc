@@ -74,4 +74,30 @@ bool signal_pattern_has_wildcard(std::string_view pattern) {
   return std::any_of(tokens.begin(), tokens.end(), is_wildcard);
 }
 
+std::size_t signal_payload_max(std::string_view channel) {
+  // dflockd's rule: 65536 - len("sig ") - len(channel) - 1 (the space after the channel).
+  constexpr std::size_t kFraming = 4 + 1;
+  return channel.size() + kFraming >= kSignalFrameMax ? 0
+                                                      : kSignalFrameMax - kFraming - channel.size();
+}
+
+void append_signal_frame(std::string_view channel, std::string_view payload, std::string& out) {
+  out.append("sig ");
+  out.append(channel);
+  out.push_back(' ');
+  out.append(payload);
+  out.push_back('\n');
+}
+
+std::optional<SignalFrame> parse_signal_frame(std::string_view line) {
+  constexpr std::string_view kPrefix = "sig ";
+  if (line.substr(0, kPrefix.size()) != kPrefix) return std::nullopt;
+  line.remove_prefix(kPrefix.size());
+  const std::size_t space = line.find(' ');
+  if (space == 0 || space == std::string_view::npos || space + 1 == line.size()) {
+    return std::nullopt;
+  }
+  return SignalFrame{std::string(line.substr(0, space)), std::string(line.substr(space + 1))};
+}
+
 }  // namespace turnstile::core

@@ -12,7 +12,10 @@
 // the server matches with (core/signal_index.h) is tested against it.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -42,5 +45,20 @@ bool signal_pattern_matches(std::string_view pattern, std::string_view channel);
 
 // Whether a valid pattern holds a wildcard token (`*` or `>`).
 bool signal_pattern_has_wildcard(std::string_view pattern);
+
+// The push frame a listener receives, `sig <channel> <payload>\n`, holds at most this many bytes
+// before its '\n' (the 64 KiB line dflockd's clients read), so a signal's payload is capped by its
+// channel's length.
+inline constexpr std::size_t kSignalFrameMax = 65536;
+std::size_t signal_payload_max(std::string_view channel);
+// Appends the push frame of a signal.
+void append_signal_frame(std::string_view channel, std::string_view payload, std::string& out);
+// The channel and payload of a push frame line (without its '\n'); nullopt when `line` is not
+// one (it does not start with `sig `, or has no payload).
+struct SignalFrame {
+  std::string channel;
+  std::string payload;
+};
+std::optional<SignalFrame> parse_signal_frame(std::string_view line);
 
 }  // namespace turnstile::core

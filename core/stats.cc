@@ -59,6 +59,10 @@ void merge_stats(StatsSnapshot& total, StatsSnapshot&& part, std::size_t entries
   cut |= merge_sorted(total.semaphores, std::move(part.semaphores), entries_max);
   cut |= merge_sorted(total.idle_locks, std::move(part.idle_locks), entries_max);
   cut |= merge_sorted(total.idle_semaphores, std::move(part.idle_semaphores), entries_max);
+  // Only the part the signal hub adds has these (they are not split by key).
+  for (SignalChannelStats& channel : part.signal_channels) {
+    total.signal_channels.push_back(std::move(channel));
+  }
   total.truncated = total.truncated || part.truncated || cut;
   if (part.cluster) total.cluster = std::move(part.cluster);
 }
@@ -98,6 +102,16 @@ std::string encode_stats_json_whole(std::int64_t connections, const StatsSnapsho
   root["semaphores"] = std::move(semaphores);
   root["idle_locks"] = idle_array(snapshot.idle_locks);
   root["idle_semaphores"] = idle_array(snapshot.idle_semaphores);
+  Json channels = Json::array();
+  for (const SignalChannelStats& channel : snapshot.signal_channels) {
+    Json entry = Json::object();
+    entry["pattern"] = channel.pattern;
+    if (!channel.group.empty()) entry["group"] = channel.group;
+    entry["listeners"] = channel.listeners;
+    channels.push_back(std::move(entry));
+  }
+  // Only while something listens: a server nobody uses signals on answers dflockd v2's line.
+  if (!channels.empty()) root["signal_channels"] = std::move(channels);
   root["truncated"] = snapshot.truncated;
   if (const std::optional<ClusterStatus>& cluster = snapshot.cluster) {
     Json voters = Json::array();
@@ -138,9 +152,10 @@ std::string encode_stats_json(std::int64_t connections, const StatsSnapshot& sna
     keep_first_half(cut.semaphores);
     keep_first_half(cut.idle_locks);
     keep_first_half(cut.idle_semaphores);
+    keep_first_half(cut.signal_channels);
     json = encode_stats_json_whole(connections, cut);
     if (cut.locks.empty() && cut.semaphores.empty() && cut.idle_locks.empty() &&
-        cut.idle_semaphores.empty()) {
+        cut.idle_semaphores.empty() && cut.signal_channels.empty()) {
       break;  // the skeleton alone always fits any sensible limit
     }
   }

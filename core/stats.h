@@ -1,13 +1,16 @@
 // What `stats` reports (reference 1.7): a snapshot of one engine's resources, snapshots merged
 // across engines, and the JSON line the protocol sends.
 //
-// JSON layout, fields in this order, arrays always present (never null), keys without their
-// internal namespace:
+// JSON layout, fields in this order, arrays present (never null; signal_channels see below), keys
+// without their internal namespace:
 //   {"connections":N,
 //    "locks":[{"key","owner_conn_id","lease_expires_in_s","waiters"}...],
 //    "semaphores":[{"key","limit","holders","waiters"}...],
 //    "idle_locks":[{"key","idle_s"}...],
 //    "idle_semaphores":[{"key","idle_s"}...],
+//    "signal_channels":[{"pattern","group","listeners"}...],   <- dflockd v1.11-v1.16, only
+//                                               while anything listens; "group" only for a
+//                                               queue group's listeners
 //    "truncated":bool,                       <- turnstile's addition, after dflockd's fields
 //    "cluster":{"node_id","role","term","leader_id","leader_address","commit_index",
 //               "last_index","snapshot_index","applied_index","voters":[ids...]}}
@@ -46,6 +49,14 @@ struct SemaphoreStats {
   bool operator==(const SemaphoreStats&) const = default;
 };
 
+// The listeners of one signal pattern, plain (group empty) or in one queue group.
+struct SignalChannelStats {
+  std::string pattern;
+  std::string group;
+  std::int64_t listeners = 0;
+  bool operator==(const SignalChannelStats&) const = default;
+};
+
 struct IdleStats {
   std::string key;
   double idle_s = 0;  // seconds since the resource was last used
@@ -73,6 +84,7 @@ struct StatsSnapshot {
   std::vector<SemaphoreStats> semaphores;
   std::vector<IdleStats> idle_locks;
   std::vector<IdleStats> idle_semaphores;
+  std::vector<SignalChannelStats> signal_channels;  // by pattern, then group
   bool truncated = false;
   std::optional<ClusterStatus> cluster = {};  // cluster mode only
   bool operator==(const StatsSnapshot&) const = default;

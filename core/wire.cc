@@ -8,6 +8,7 @@
 #include <system_error>
 
 #include "core/assert.h"
+#include "core/signal_pattern.h"
 
 namespace turnstile::core {
 namespace {
@@ -173,7 +174,12 @@ std::string_view strip_cr(std::string_view line) {
   return line;
 }
 
-bool is_auth_line(std::string_view command_line) { return strip_cr(command_line) == "auth"; }
+// The commands whose argument line may be long (Limits::long_line_max): auth's secret and
+// signal's payload.
+bool is_long_arg_command(std::string_view command_line) {
+  const std::string_view command = strip_cr(command_line);
+  return command == "auth" || command == "signal";
+}
 
 std::optional<Command> lookup_command(std::string_view text) {
   switch (text.size()) {
@@ -215,6 +221,13 @@ std::optional<Command> lookup_command(std::string_view text) {
     case 5:
       if (text == "stats") return Command::kStats;
       return std::nullopt;
+    case 6:
+      if (text == "listen") return Command::kListen;
+      if (text == "signal") return Command::kSignal;
+      return std::nullopt;
+    case 8:
+      if (text == "unlisten") return Command::kUnlisten;
+      return std::nullopt;
     case 7:
       if (text == "barrier") return Command::kBarrier;
       return std::nullopt;
@@ -239,6 +252,7 @@ void reset_request(Request& request, Command command) {
   request.token.reset();
   request.secret.clear();
   request.ref.clear();
+  request.text.clear();
 }
 
 // Validates the three lines (each already stripped of its '\r') in dflockd's order: command,
@@ -265,6 +279,27 @@ ProtocolError build_request(std::string_view command_text, std::string_view key,
       if (!is_valid_stable_ref(key)) return ProtocolError::kBadArguments;
       request.ref.assign(key);
       return ProtocolError::kNone;
+    case Command::kListen:
+    case Command::kUnlisten:
+      // dflockd: a bad pattern is `error` for unlisten too (v1.11.1).
+      if (!is_valid_key(key) || check_signal_pattern(key) != SignalNameError::kNone) {
+        return ProtocolError::kBadKey;
+      }
+      request.key.assign(key);
+      request.text.assign(trim_space(arg));
+      return ProtocolError::kNone;
+    case Command::kSignal: {
+      if (!is_valid_key(key) || check_signal_channel(key) != SignalNameError::kNone) {
+        return ProtocolError::kBadKey;
+      }
+      request.key.assign(key);
+      const std::string_view payload = trim_space(arg);
+      if (payload.empty() || payload.size() > signal_payload_max(key)) {
+        return ProtocolError::kBadArguments;
+      }
+      request.text.assign(payload);
+      return ProtocolError::kNone;
+    }
     default:
       break;
   }
@@ -335,6 +370,9 @@ ProtocolError build_request(std::string_view command_text, std::string_view key,
     case Command::kAuth:
     case Command::kBarrier:
     case Command::kStableRef:
+    case Command::kListen:
+    case Command::kUnlisten:
+    case Command::kSignal:
       break;
   }
   TS_ASSERT(false);
@@ -396,8 +434,9 @@ bool RequestParser::mid_request() const {
 }
 
 std::size_t RequestParser::line_cap() const {
-  if (line_index_ == 2 && is_auth_line(std::string_view(buffer_).substr(0, command_length_))) {
-    return limits_.auth_line_max;
+  if (line_index_ == 2 &&
+      is_long_arg_command(std::string_view(buffer_).substr(0, command_length_))) {
+    return limits_.long_line_max;
   }
   return limits_.line_max;
 }
@@ -435,7 +474,8 @@ std::size_t RequestParser::parse(std::string_view input, std::optional<ParseResu
       if (key_end != nullptr) {
         const std::string_view command_line(begin, static_cast<std::size_t>(command_end - begin));
         const char* const arg_begin = key_end + 1;
-        const std::size_t arg_cap = is_auth_line(command_line) ? limits_.auth_line_max : line_max;
+        const std::size_t arg_cap =
+            is_long_arg_command(command_line) ? limits_.long_line_max : line_max;
         const char* const arg_end = find_newline(
             arg_begin, std::min(static_cast<std::size_t>(end - arg_begin), arg_cap + 1));
         if (arg_end != nullptr) {
@@ -560,7 +600,8 @@ std::optional<Reply> decode_reply(Command command, std::string_view line) {
     const bool grant = command == Command::kLock || command == Command::kSemLock ||
                        command == Command::kWait || command == Command::kSemWait;
     const bool fields_on_ok = grant || command == Command::kRenew ||
-                              command == Command::kSemRenew || command == Command::kStats;
+                              command == Command::kSemRenew || command == Command::kStats ||
+                              command == Command::kSignal;
     if (*status == Status::kOk && fields_on_ok) return std::nullopt;
     if (*status == Status::kAcquired) return std::nullopt;
     return Reply::of(*status);
@@ -574,6 +615,11 @@ std::optional<Reply> decode_reply(Command command, std::string_view line) {
     const std::optional<std::int64_t> ttl = parse_count(rest);
     if (!ttl) return std::nullopt;
     return Reply::renewed(*ttl);
+  }
+  if (*status == Status::kOk && command == Command::kSignal) {
+    const std::optional<std::int64_t> count = parse_count(rest);
+    if (!count) return std::nullopt;
+    return Reply::delivered(*count);
   }
   const bool two_phase = command == Command::kEnqueue || command == Command::kSemEnqueue;
   const bool grant = command == Command::kLock || command == Command::kSemLock ||
@@ -616,7 +662,8 @@ void encode_request(const Request& request, std::string& out) {
   out.push_back('\n');
   if (request.command == Command::kStableRef) {
     out.append(request.ref);
-  } else if (is_engine_command(request.command) && request.command != Command::kBarrier) {
+  } else if ((is_engine_command(request.command) && request.command != Command::kBarrier) ||
+             is_signal_command(request.command)) {
     out.append(request.key);
   } else {
     out.push_back('_');
@@ -671,6 +718,11 @@ void encode_request(const Request& request, std::string& out) {
       break;
     case Command::kAuth:
       out.append(request.secret);
+      break;
+    case Command::kListen:
+    case Command::kUnlisten:
+    case Command::kSignal:
+      out.append(request.text);
       break;
   }
   out.push_back('\n');

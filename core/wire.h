@@ -7,9 +7,9 @@
 // they never appear on the wire, where every protocol error is the plain line `error`.
 //
 // Bounds: a line holds at most Limits::line_max bytes of payload (a trailing '\r' counts, the
-// '\n' does not); the argument line of `auth` may hold up to Limits::auth_line_max. A longer line
+// '\n' does not); the argument line of `auth` may hold up to Limits::long_line_max. A longer line
 // is drained up to its '\n' without being stored and then reported as kLineTooLong, which closes.
-// So the parser never holds more than auth_line_max + line_max * 2 bytes, whatever it is fed.
+// So the parser never holds more than long_line_max + line_max * 2 bytes, whatever it is fed.
 //
 // Thread affinity: a RequestParser belongs to one session; not thread-safe.
 #pragma once
@@ -52,7 +52,7 @@ class RequestParser {
  public:
   struct Limits {
     std::size_t line_max = 256;
-    std::size_t auth_line_max = 64 * 1024;
+    std::size_t long_line_max = 64 * 1024;
   };
 
   RequestParser() = default;
@@ -74,7 +74,7 @@ class RequestParser {
  private:
   // The slow path, for a request that spans chunks or has a line over its cap.
   std::size_t parse_buffered(std::string_view input, std::optional<ParseResult>& out);
-  // The cap of the line being read: auth_line_max for the argument of `auth`, else line_max.
+  // The cap of the line being read: long_line_max for the argument of `auth`, else line_max.
   std::size_t line_cap() const;
   // Forgets the request in progress (after it completed or was drained).
   void reset();
@@ -85,7 +85,7 @@ class RequestParser {
   std::size_t command_length_ = 0;  // bytes of the completed command line at buffer_'s front
   std::size_t key_length_ = 0;      // bytes of the completed key line after it
   // The completed lines back to back (no '\n'), then the partial current one. Used only when a
-  // request spans chunks; at most line_max * 2 + max(line_max, auth_line_max) bytes.
+  // request spans chunks; at most line_max * 2 + max(line_max, long_line_max) bytes.
   std::string buffer_;
   bool draining_ = false;  // the current line went over its cap; skipping to its '\n'
 };

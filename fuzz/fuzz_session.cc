@@ -142,7 +142,7 @@ class Scenario {
     config.session.output_max = 1 + input.below(256) * 4;
     const std::uint8_t lines = input.byte();
     config.session.parser_limits.line_max = (lines & 0x80) != 0 ? 256 : 4 + (lines & 0x3f);
-    config.session.parser_limits.auth_line_max = (lines & 0x40) != 0 ? 64 * 1024 : 256;
+    config.session.parser_limits.long_line_max = (lines & 0x40) != 0 ? 64 * 1024 : 256;
     const std::uint8_t engine = input.byte();
     config.engine.resources_max = 1 + (engine & 7);
     config.engine.waiters_max = (engine >> 3) & 3;
@@ -302,7 +302,7 @@ class Scenario {
     const core::SessionConfig& session_config = config_.session;
     const std::size_t input_bound =
         2 * session_config.parser_limits.line_max +
-        std::max(session_config.parser_limits.line_max, session_config.parser_limits.auth_line_max);
+        std::max(session_config.parser_limits.line_max, session_config.parser_limits.long_line_max);
     for (SessionId id : ids_) {
       const core::Session* session = loopback_.session(id);
       if (session == nullptr) continue;

@@ -1,13 +1,13 @@
 // Fuzzes the request parser (core/wire.h) with arbitrary bytes cut into arbitrary chunks.
 //
-// Input: byte 0 picks line_max, byte 1 auth_line_max, byte 2 how the stream is chunked, bytes
+// Input: byte 0 picks line_max, byte 1 long_line_max, byte 2 how the stream is chunked, bytes
 // 3..10 seed the chunk sizes; the rest is the byte stream a client sends.
 //
 // Checks:
 //  * parse() never consumes more than it is offered, and consumes everything when no request
 //    completes; a completed request leaves nothing buffered;
-//  * buffered_bytes() <= 2 * line_max + max(line_max, auth_line_max) at every step (wire.h's
-//    bound; its opening comment's auth_line_max + 2 * line_max holds only when auth_line_max >=
+//  * buffered_bytes() <= 2 * line_max + max(line_max, long_line_max) at every step (wire.h's
+//    bound; its opening comment's long_line_max + 2 * line_max holds only when long_line_max >=
 //    line_max, as in the daemon, and this harness also tries smaller auth caps);
 //  * the whole stream at once and the chunked stream give the same results, in order, and the
 //    same state at the end;
@@ -43,7 +43,7 @@ std::size_t pick_line_max(std::uint8_t choice) {
   return 1 + choice % 40;
 }
 
-std::size_t pick_auth_line_max(std::uint8_t choice) {
+std::size_t pick_long_line_max(std::uint8_t choice) {
   if (choice >= 0xc0) return 64 * 1024;
   return 1 + choice % 80;
 }
@@ -59,7 +59,7 @@ struct Outcome {
 // session does to spare allocations; without, each call starts from nullopt.
 void feed(RequestParser& parser, const RequestParser::Limits& limits, std::string_view chunk,
           bool reuse, std::optional<ParseResult>& slot, Outcome& outcome) {
-  const std::size_t bound = 2 * limits.line_max + std::max(limits.line_max, limits.auth_line_max);
+  const std::size_t bound = 2 * limits.line_max + std::max(limits.line_max, limits.long_line_max);
   while (!chunk.empty()) {
     if (!reuse) slot.reset();
     std::size_t consumed = parser.parse(chunk, slot);
@@ -110,7 +110,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   FuzzInput input(data, size);
   RequestParser::Limits limits;
   limits.line_max = pick_line_max(input.byte());
-  limits.auth_line_max = pick_auth_line_max(input.byte());
+  limits.long_line_max = pick_long_line_max(input.byte());
   const std::uint8_t chunking = input.byte();
   turnstile::core::SplitMix64 sizes(input.u64());
   const std::string_view stream = input.rest();

@@ -36,7 +36,7 @@ constexpr std::int64_t kInt64Max = std::numeric_limits<std::int64_t>::max();
 constexpr std::int64_t kMaxSeconds = 9'223'372'036;
 constexpr std::int64_t kMaxThreads = 1024;
 // A client sends the token as the argument line of `auth`, which holds at most 64 KiB
-// (core::RequestParser::Limits::auth_line_max): a longer token could never authenticate.
+// (core::RequestParser::Limits::long_line_max): a longer token could never authenticate.
 constexpr std::size_t kMaxAuthTokenBytes = 64 * 1024;
 // Reading a token file stops here, so pointing the flag at /dev/zero cannot exhaust memory.
 constexpr std::size_t kMaxAuthTokenFileBytes = 1024 * 1024;
@@ -107,6 +107,10 @@ const Setting kSettings[] = {
      "most keys (locks and semaphores) held in memory at once, across all threads"},
     {"max-waiters", "MAX_WAITERS", Kind::kInteger, "int", 0, kInt64Max, &Config::max_waiters,
      "most queued waiters per key; 0 = unlimited"},
+    {"max-subscriptions", "MAX_SUBSCRIPTIONS", Kind::kInteger, "int", 0, kInt64Max,
+     &Config::max_subscriptions, "most signal subscriptions per connection; 0 = unlimited"},
+    {"signal-queue", "SIGNAL_QUEUE", Kind::kInteger, "frames", 1, 65536, &Config::signal_queue,
+     "signal frames a listener may leave unread before it is closed as a slow consumer"},
     {"max-connections", "MAX_CONNECTIONS", Kind::kInteger, "int", 0, kInt64Max,
      &Config::max_connections, "most open connections; 0 = unlimited"},
     {"max-connections-per-ip", "MAX_CONNECTIONS_PER_IP", Kind::kInteger, "int", 0, kInt64Max,

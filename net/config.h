@@ -28,6 +28,8 @@ struct Config {
   std::int64_t max_locks = 1'048'576;       // > 0, across all shards, exact
   std::int64_t max_waiters = 0;             // >= 0 per key; 0 = unlimited
   std::int64_t max_connections = 0;         // >= 0; 0 = unlimited
+  std::int64_t max_subscriptions = 0;       // >= 0 signal subscriptions per connection; 0 = any
+  std::int64_t signal_queue = 64;           // 1..65536 unwritten signal frames per listener
   std::int64_t max_connections_per_ip = 0;  // >= 0; 0 = unlimited
   std::int64_t read_timeout_s = 23;         // > 0; time for one request to arrive
   std::int64_t idle_timeout_s = 0;          // >= 0; 0 = never (turnstile addition)

@@ -18,7 +18,7 @@
 namespace turnstile::net {
 namespace {
 
-core::RouterConfig router_config(std::size_t index, const SharedState& shared) {
+core::RouterConfig router_config(std::size_t index, SharedState& shared) {
   core::RouterConfig router;
   router.index = index;
   router.shards = static_cast<std::size_t>(shared.config.threads);
@@ -26,6 +26,7 @@ core::RouterConfig router_config(std::size_t index, const SharedState& shared) {
   router.orphan_ttl = core::Duration::seconds(shared.config.cluster.orphan_ttl_s);
   router.replicated = shared.config.cluster.enabled();
   router.session_tag = shared.session_tag;
+  router.signals = &shared.signals;
   return router;
 }
 

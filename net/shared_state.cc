@@ -5,7 +5,11 @@
 namespace turnstile::net {
 
 SharedState::SharedState(const Config& server_config)
-    : config(server_config), budget(server_config.max_locks) {
+    : config(server_config),
+      signals(core::SignalHubConfig{
+          .max_subscriptions = static_cast<std::size_t>(server_config.max_subscriptions),
+          .queue_max = static_cast<std::size_t>(server_config.signal_queue)}),
+      budget(server_config.max_locks) {
   for (int shard = 0; shard < std::max(server_config.threads, 1); ++shard) {
     tcp_latencies.push_back(std::make_unique<TcpLatencies>());
   }

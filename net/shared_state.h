@@ -23,6 +23,7 @@
 #include "core/time.h"
 #include "net/config.h"
 #include "net/raft_node.h"
+#include "net/signal_bus.h"
 
 namespace turnstile::net {
 
@@ -97,6 +98,8 @@ struct SharedState {
   // non-zero in cluster mode, 0 on one node.
   std::uint32_t session_tag = 0;
   SSL_CTX* tls = nullptr;  // non-null: every connection is TLS
+  // Every listener of this process, for every shard's router (core/signal_hub.h).
+  SignalBus signals;
   std::atomic<std::int64_t> connections_open{0};
   std::atomic<std::int64_t> http_sessions_live{0};  // counted in stats `connections`
 

@@ -357,6 +357,16 @@ void TcpConnections::on_session_event(core::Instant now, core::SessionEvent& eve
       }
       break;
     }
+    case core::SessionEvent::Kind::kSignal:
+      session.push_signal(*event.frame);
+      break;
+    case core::SessionEvent::Kind::kSlowConsumer:
+      // Its frames wait unread: close it at once, without flushing them (docs/protocol.md).
+      logf(LogLevel::kInfo, "session %llu: closed, a slow signal consumer",
+           static_cast<unsigned long long>(event.session.value));
+      connection->abort = true;
+      session.close(core::CloseReason::kSlowConsumer);
+      break;
   }
   dirty_.push_back(connection);
 }
@@ -487,6 +497,12 @@ void TcpConnections::flush_output(Connection& connection) {
     connection.write_pending = true;
     to_write_.push_back(&connection);
   }
+  report_frames_written(connection);
+}
+
+void TcpConnections::report_frames_written(Connection& connection) {
+  const std::size_t frames = connection.session.take_frames_written();
+  if (frames != 0) loop_.router().signals_written(connection.session.id(), frames);
 }
 
 void TcpConnections::write_now(Connection& connection) {
@@ -536,6 +552,7 @@ void TcpConnections::write_now(Connection& connection) {
     bufferevent_enable(connection.bev, EV_WRITE);
     connection.write_event_on = true;
   }
+  report_frames_written(connection);
 }
 
 void TcpConnections::service(Connection& connection, core::Instant now) {

@@ -80,6 +80,8 @@ class TcpConnections final : public SessionHost {
   ssize_t read_direct(Connection& connection, int fd);
   void flush_output(Connection& connection);
   void write_now(Connection& connection);
+  // Tells the router how many signal frames left the session's output (core/signal_hub.h).
+  void report_frames_written(Connection& connection);
   void close_socket(Connection& connection);
 
   ShardLoop& loop_;

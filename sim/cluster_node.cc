@@ -128,7 +128,7 @@ bool NodeProcess::pump_once(core::Instant now) {
     }
     while (std::optional<core::Request> request = session.next_request(now)) {
       progress = true;
-      if (core::is_engine_command(request->command) || request->command == core::Command::kStats) {
+      if (core::is_routed_command(request->command)) {
         router_.submit(now, id, *request);
       } else {
         anomalies_.push_back("session " + std::to_string(id.value) +
@@ -174,6 +174,14 @@ void NodeProcess::on_event(core::Instant now, core::SessionEvent& event) {
   }
   Connection& connection = it->second;
   core::Session& session = *connection.session;
+  if (event.kind == core::SessionEvent::Kind::kSignal) {
+    session.push_signal(*event.frame);
+    return;
+  }
+  if (event.kind == core::SessionEvent::Kind::kSlowConsumer) {
+    session.close(core::CloseReason::kSlowConsumer);
+    return;
+  }
   if (!session.in_flight()) {
     anomalies_.push_back("a router event with nothing in flight, session " +
                          std::to_string(event.session.value));
@@ -203,6 +211,9 @@ void NodeProcess::on_event(core::Instant now, core::SessionEvent& event) {
       session.on_reply(now, core::Reply::stats(core::encode_stats_json(open, event.stats)));
       return;
     }
+    case core::SessionEvent::Kind::kSignal:
+    case core::SessionEvent::Kind::kSlowConsumer:
+      return;  // handled above
   }
 }
 

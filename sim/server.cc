@@ -105,6 +105,8 @@ struct ServerProcess::Process {
   std::unique_ptr<JournalSource> fence_source;  // the engines' view of `journal`
   bool journal_backoff = false;                 // a failed write is retried after a pause
   std::vector<std::unique_ptr<core::Engine>> engines;
+  // The process's listeners (core/signal_hub.h): lost with the process, as the daemon's are.
+  std::unique_ptr<core::SignalHub> signals;
   std::vector<std::unique_ptr<core::Router>> routers;  // one per engine; destroyed first
   // With HTTP clients: one per router (destroyed before it), HTTP requests being answered (by
   // ticket, and the shard and ticket of each exchange), and the session sweep's next turn.
@@ -223,10 +225,12 @@ void ServerProcess::start() {
     // (docs/daemon.md).
     config.fence_floor = core::Fence{static_cast<std::uint64_t>(wall_ns)};
   }
+  process_->signals = std::make_unique<core::SignalHub>(core::SignalHubConfig{});
   for (std::size_t shard = 0; shard < run_.settings.shards; ++shard) {
     process_->engines.push_back(std::make_unique<core::Engine>(
         config, *salts_, process_->budget.get(), process_->fence_source.get()));
     core::RouterConfig router;
+    router.signals = process_->signals.get();
     router.index = shard;
     router.shards = run_.settings.shards;
     router.auto_release = run_.settings.auto_release;
@@ -453,6 +457,8 @@ void ServerProcess::route(std::uint64_t id, ServerSession& ss, const core::Reque
     if (ss.shards_used.insert(target).second && ss.shards_used.size() == 2) {
       ++run_.result.coverage["multi-shard-session"];
     }
+  } else if (core::is_signal_command(request.command)) {
+    ++run_.result.coverage[std::string(core::command_name(request.command))];
   } else {
     ++run_.result.coverage["stats"];
   }
@@ -596,6 +602,16 @@ void ServerProcess::on_session_event(std::size_t shard, core::SessionEvent& even
   }
   ServerSession& ss = it->second;
   core::Session& session = *ss.session;
+  if (event.kind == core::SessionEvent::Kind::kSignal) {
+    session.push_signal(*event.frame);
+    ++run_.result.coverage["signal-frame"];
+    return;
+  }
+  if (event.kind == core::SessionEvent::Kind::kSlowConsumer) {
+    session.close(core::CloseReason::kSlowConsumer);
+    ++run_.result.coverage["slow-consumer"];
+    return;
+  }
   if (!session.in_flight()) {
     run_.fail("driver-contract",
               "router event with nothing in flight, session " + std::to_string(id));
@@ -636,6 +652,9 @@ void ServerProcess::on_session_event(std::size_t shard, core::SessionEvent& even
                        core::Reply::stats(core::encode_stats_json(open, event.stats)));
       break;
     }
+    case core::SessionEvent::Kind::kSignal:
+    case core::SessionEvent::Kind::kSlowConsumer:
+      break;  // handled above
   }
 }
 
@@ -654,7 +673,16 @@ void ServerProcess::on_hop(std::uint64_t life, std::size_t from, std::size_t to)
   }
   core::RouterMessage& message = std::get<core::RouterMessage>(hop.message);
   run_.digest.add(static_cast<std::uint64_t>(message.index()));
-  std::visit([this](const auto& m) { run_.digest.add(m.session.value); }, message);
+  std::visit(
+      [this](const auto& m) {
+        using M = std::decay_t<decltype(m)>;
+        if constexpr (std::is_same_v<M, core::message::SignalFrames>) {
+          for (const SessionId session : m.sessions) run_.digest.add(session.value);
+        } else {
+          run_.digest.add(m.session.value);
+        }
+      },
+      message);
   if (const auto* close = std::get_if<core::message::CloseSession>(&message)) {
     auto it = process_->sessions.find(close->session.value);
     if (it != process_->sessions.end()) --it->second.close_notices;
@@ -685,7 +713,7 @@ bool ServerProcess::pump_session(std::uint64_t id, ServerSession& ss) {
     std::optional<core::Request> request = session.next_request(server_now());
     if (!request) break;
     progress = true;
-    if (core::is_engine_command(request->command) || request->command == core::Command::kStats) {
+    if (core::is_routed_command(request->command)) {
       route(id, ss, *request);
     } else {
       run_.fail("driver-contract", "session routed a request it should answer itself");
@@ -694,6 +722,7 @@ bool ServerProcess::pump_session(std::uint64_t id, ServerSession& ss) {
   if (ss.socket_open && !session.output().empty()) {
     const std::string bytes(session.output());
     session.consume_output(bytes.size());
+    process_->routers[ss.owner]->signals_written(SessionId{id}, session.take_frames_written());
     network_.send_to_client(ss.connection, SegmentKind::kData, bytes);
     progress = true;
   }

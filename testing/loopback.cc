@@ -22,7 +22,10 @@ std::string describe(core::SessionId id, std::string_view what) {
 
 }  // namespace
 
-Loopback::Loopback(LoopbackConfig config) : config_(std::move(config)), now_(config_.start) {
+Loopback::Loopback(LoopbackConfig config)
+    : config_(std::move(config)),
+      signals_(std::make_unique<core::SignalHub>(config_.signals)),
+      now_(config_.start) {
   for (std::size_t shard = 0; shard < std::max<std::size_t>(config_.shards, 1); ++shard) {
     // Shard 0 draws the salts of a one-shard loopback as before: runs replay bit for bit.
     salts_.push_back(std::make_unique<core::SplitMix64>(config_.salt_seed + shard));
@@ -32,6 +35,7 @@ Loopback::Loopback(LoopbackConfig config) : config_(std::move(config)), now_(con
     router.shards = std::max<std::size_t>(config_.shards, 1);
     router.auto_release = config_.auto_release;
     router.stats_entries_max = config_.engine.stats_entries_max;
+    router.signals = signals_.get();
     routers_.push_back(std::make_unique<core::Router>(router, *engines_.back()));
   }
 }
@@ -65,6 +69,7 @@ std::string Loopback::read(core::SessionId id) {
     const std::string_view output = connection->session->output();
     text.append(output);
     connection->session->consume_output(output.size());
+    routers_[connection->shard]->signals_written(id, connection->session->take_frames_written());
     route();  // room in the output buffer may let queued requests start
   }
   return text;
@@ -194,7 +199,7 @@ bool Loopback::route_once() {
     while (std::optional<core::Request> request = session.next_request(now_)) {
       progress = true;
       connection.routed.push_back(*request);
-      if (core::is_engine_command(request->command) || request->command == core::Command::kStats) {
+      if (core::is_routed_command(request->command)) {
         router.submit(now_, id, *request);
       } else {
         anomalies_.push_back(describe(id, "session routed a request it should answer itself"));
@@ -242,6 +247,14 @@ void Loopback::apply(core::SessionEvent& event) {
     return;
   }
   core::Session& session = *connection->session;
+  if (event.kind == core::SessionEvent::Kind::kSignal) {
+    session.push_signal(*event.frame);
+    return;
+  }
+  if (event.kind == core::SessionEvent::Kind::kSlowConsumer) {
+    session.close(core::CloseReason::kSlowConsumer);
+    return;
+  }
   if (!session.in_flight()) {
     anomalies_.push_back(describe(event.session, "router event with nothing in flight"));
     return;
@@ -271,6 +284,9 @@ void Loopback::apply(core::SessionEvent& event) {
       session.on_reply(now_,
                        core::Reply::stats(core::encode_stats_json(open_sessions(), event.stats)));
       return;
+    case core::SessionEvent::Kind::kSignal:
+    case core::SessionEvent::Kind::kSlowConsumer:
+      return;  // handled above
   }
 }
 

@@ -10,7 +10,8 @@
 //    shard (connections are spread over the shards in turn); it moves the routers' messages in
 //    one FIFO queue until none is left, and applies their events to the sessions: a reply, a
 //    parked notice, a cancellation, a stats snapshot (answered with encode_stats_json,
-//    connections = sessions not closed). When a session first becomes closed() its router is
+//    connections = sessions not closed), a signal frame, a slow consumer's close. When a session
+//    first becomes closed() its router is
 //    told (Router::close). Give-back requests of closed sessions are routed like any other. A
 //    session is forgotten once finished(); its unread output is kept for read().
 //  * advance() moves the clock to each session deadline and engine wake-up on the way, in
@@ -40,6 +41,7 @@
 #include "core/random.h"
 #include "core/router.h"
 #include "core/session.h"
+#include "core/signal_hub.h"
 #include "core/time.h"
 #include "core/types.h"
 
@@ -48,9 +50,10 @@ namespace turnstile::test {
 struct LoopbackConfig {
   core::SessionConfig session;
   core::EngineConfig engine;
-  bool auto_release = true;     // --auto-release-on-disconnect
-  std::size_t shards = 1;       // engines, each with its router; connections go to each in turn
-  std::uint64_t salt_seed = 1;  // token salts, so runs replay bit for bit
+  bool auto_release = true;       // --auto-release-on-disconnect
+  std::size_t shards = 1;         // engines, each with its router; connections go to each in turn
+  core::SignalHubConfig signals;  // the one signal hub all routers share
+  std::uint64_t salt_seed = 1;    // token salts, so runs replay bit for bit
   core::Instant start = core::Instant::from_ns(1'000'000'000'000);
 };
 
@@ -86,6 +89,7 @@ class Loopback {
   // ---- introspection ---------------------------------------------------------------------
   core::Instant now() const { return now_; }
   core::Engine& engine(std::size_t shard = 0) { return *engines_.at(shard); }
+  core::SignalHub& signals() { return *signals_; }
   // The session, or nullptr once it was forgotten (finished) or never existed.
   const core::Session* session(core::SessionId id) const;
   // True while the connection's session exists and is not closed.
@@ -129,6 +133,7 @@ class Loopback {
   LoopbackConfig config_;
   std::vector<std::unique_ptr<core::SplitMix64>> salts_;
   std::vector<std::unique_ptr<core::Engine>> engines_;
+  std::unique_ptr<core::SignalHub> signals_;
   std::vector<std::unique_ptr<core::Router>> routers_;
   core::Instant now_;
   std::size_t next_shard_ = 0;

@@ -1379,7 +1379,7 @@ RC_GTEST_PROP(SessionProperty, RandomBytesInRandomChunksKeepEverySessionSane, ()
   LoopbackConfig config;
   config.session.pipeline_max = *rc::gen::inRange<std::size_t>(1, 5);
   config.session.output_max = *rc::gen::element<std::size_t>(1, 8, 64, 4096);
-  config.session.parser_limits.auth_line_max = 512;
+  config.session.parser_limits.long_line_max = 512;
   config.session.read_timeout = *rc::gen::element(Duration::zero(), Duration::seconds(2));
   config.session.idle_timeout = *rc::gen::element(Duration::zero(), Duration::seconds(3));
   if (*rc::gen::arbitrary<bool>()) config.session.auth_secret = "s3cret";
@@ -1449,7 +1449,7 @@ RC_GTEST_PROP(SessionProperty, RandomBytesInRandomChunksKeepEverySessionSane, ()
       if (session == nullptr) continue;
       RC_ASSERT(session->queued_requests() <= config.session.pipeline_max);
       // The parser holds at most the three lines of one request, at their caps.
-      RC_ASSERT(session->buffered_input_bytes() <= config.session.parser_limits.auth_line_max +
+      RC_ASSERT(session->buffered_input_bytes() <= config.session.parser_limits.long_line_max +
                                                        2 * config.session.parser_limits.line_max);
       // One reply may overshoot output_max (the one in flight), plus a closing error line.
       RC_ASSERT(session->output().size() <= config.session.output_max + 1024);

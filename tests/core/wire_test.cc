@@ -32,11 +32,12 @@ using Error = ProtocolError;
 constexpr std::string_view kHex = "0006a1b2c3d4e5f6a7b8c9d0e1f2a3b4";
 const Token kToken{Fence{0x0006a1b2c3d4e5f6}, 0xa7b8c9d0e1f2a3b4};
 
-constexpr std::array<Command, 15> kAllCommands = {
+constexpr std::array<Command, 18> kAllCommands = {
     Command::kLock,       Command::kRelease, Command::kRenew,      Command::kEnqueue,
     Command::kWait,       Command::kSemLock, Command::kSemRelease, Command::kSemRenew,
     Command::kSemEnqueue, Command::kSemWait, Command::kPing,       Command::kStats,
-    Command::kAuth,       Command::kBarrier, Command::kStableRef};
+    Command::kAuth,       Command::kBarrier, Command::kStableRef,  Command::kListen,
+    Command::kUnlisten,   Command::kSignal};
 
 std::string request_text(std::string_view command, std::string_view key, std::string_view arg) {
   std::string text;
@@ -360,7 +361,7 @@ TEST(WireFraming, AuthLineFedInPiecesIsBufferedWithinBounds) {
 }
 
 TEST(WireFraming, SmallerConfiguredLimitsAreHonoured) {
-  RequestParser::Limits limits{.line_max = 4, .auth_line_max = 8};
+  RequestParser::Limits limits{.line_max = 4, .long_line_max = 8};
   EXPECT_EQ(parse_one("l\nabcd\n1\n", limits).error, Error::kNone);
   EXPECT_EQ(parse_one("l\nabcde\n1\n", limits).error, Error::kLineTooLong);
   EXPECT_EQ(parse_one("auth\n_\n12345678\n", limits).error, Error::kNone);
@@ -411,7 +412,8 @@ TEST(WireErrors, UnknownCommand) {
   EXPECT_EQ(error_of("l ", "k", "1"), Error::kUnknownCommand);
   EXPECT_EQ(error_of("s", "k", "1"), Error::kUnknownCommand);
   EXPECT_EQ(error_of("sx", "k", "1"), Error::kUnknownCommand);
-  EXPECT_EQ(error_of("listen", "k", ""), Error::kUnknownCommand);  // pub/sub was removed in v2
+  EXPECT_EQ(error_of("listens", "k", ""), Error::kUnknownCommand);
+  EXPECT_EQ(error_of("Signal", "k", "p"), Error::kUnknownCommand);
   EXPECT_EQ(error_of("barriers", "_", ""), Error::kUnknownCommand);
   EXPECT_EQ(error_of("stable_ref", "r", "_"), Error::kUnknownCommand);
 }
@@ -443,6 +445,9 @@ TEST(WireErrors, EveryCommandNameIsRecognised) {
       case Command::kSemRelease:
       case Command::kSemRenew:
         arg = kHex;
+        break;
+      case Command::kSignal:
+        arg = "payload";
         break;
       default:
         break;
@@ -476,6 +481,53 @@ TEST(WireRequests, BarrierAndStableRef) {
   encoded.clear();
   encode_request(barrier.request, encoded);
   EXPECT_EQ(encoded, "barrier\n_\n_\n");
+}
+
+// Signals (dflockd v1.11-v1.16): listen and unlisten take a pattern and an optional group (the
+// trimmed argument line); signal a literal channel and a payload that is not blank, up to
+// 65536 - len("sig ") - len(channel) - 1 bytes, on an argument line that may be 64 KiB long.
+TEST(WireRequests, Signals) {
+  Request listen = parsed("listen", "jobs.*.done", "  workers ");
+  EXPECT_EQ(listen.command, Command::kListen);
+  EXPECT_EQ(listen.key, "jobs.*.done");
+  EXPECT_EQ(listen.text, "workers");
+  EXPECT_EQ(parsed("listen", "jobs.>", "").text, "");
+  EXPECT_EQ(parsed("unlisten", "jobs.>", "g").command, Command::kUnlisten);
+  Request signal = parsed("signal", "jobs.7.done", " {\"ok\": true} ");
+  EXPECT_EQ(signal.command, Command::kSignal);
+  EXPECT_EQ(signal.key, "jobs.7.done");
+  EXPECT_EQ(signal.text, "{\"ok\": true}");
+  for (const char* bad : {"a.b*", "a.>.b", "a..b", ".a", "a.", ">b"}) {
+    EXPECT_EQ(error_of("listen", bad, ""), Error::kBadKey) << bad;
+    EXPECT_EQ(error_of("unlisten", bad, ""), Error::kBadKey) << bad;
+  }
+  EXPECT_EQ(error_of("listen", "", ""), Error::kBadKey);
+  for (const char* bad : {"a.*", "a.>", "*", ">", "a..b", "a b"}) {
+    EXPECT_EQ(error_of("signal", bad, "x"), Error::kBadKey) << bad;
+  }
+  EXPECT_EQ(error_of("signal", "a", ""), Error::kBadArguments);
+  EXPECT_EQ(error_of("signal", "a", " \t "), Error::kBadArguments);
+
+  // The payload cap depends on the channel; the line is read up to 64 KiB either way.
+  const std::string channel = "c";
+  const std::size_t max = 65536 - 4 - channel.size() - 1;
+  EXPECT_EQ(parsed("signal", channel, std::string(max, 'p')).text.size(), max);
+  EXPECT_EQ(error_of("signal", channel, std::string(max + 1, 'p')), Error::kBadArguments);
+  EXPECT_EQ(error_of("signal", channel, std::string(64 * 1024 + 1, 'p')), Error::kLineTooLong);
+  EXPECT_EQ(error_of("listen", "a", std::string(300, 'g')), Error::kLineTooLong);
+
+  std::string encoded;
+  encode_request(listen, encoded);
+  EXPECT_EQ(encoded, "listen\njobs.*.done\nworkers\n");
+  encoded.clear();
+  encode_request(signal, encoded);
+  EXPECT_EQ(encoded, "signal\njobs.7.done\n{\"ok\": true}\n");
+  EXPECT_EQ(decode_reply(Command::kSignal, "ok 3"), Reply::delivered(3));
+  EXPECT_EQ(decode_reply(Command::kSignal, "ok"), std::nullopt);
+  EXPECT_EQ(decode_reply(Command::kListen, "ok"), Reply::of(Status::kOk));
+  std::string reply;
+  encode_reply(Reply::delivered(0), reply);
+  EXPECT_EQ(reply, "ok 0\n");
 }
 
 TEST(WireErrors, CommandIsCheckedBeforeKeyAndKeyBeforeArguments) {
@@ -937,6 +989,37 @@ std::string random_secret() {
   return secret.substr(begin, secret.find_last_not_of(" \t") + 1 - begin);
 }
 
+// A valid signal channel, or with `pattern` a listen pattern: 1 to 4 tokens.
+std::string random_signal_name(bool pattern) {
+  const std::size_t tokens = *rc::gen::inRange<std::size_t>(1, 5);
+  std::string name;
+  for (std::size_t i = 0; i < tokens; ++i) {
+    if (i > 0) name.push_back('.');
+    const int kind = pattern ? *rc::gen::inRange(0, 4) : 0;
+    if (kind == 1) {
+      name.push_back('*');
+    } else if (kind == 2 && i + 1 == tokens) {
+      name.push_back('>');
+    } else {
+      name += *rc::gen::container<std::string>(*rc::gen::inRange<std::size_t>(1, 6),
+                                               rc::gen::inRange('a', 'e'));
+    }
+  }
+  return name;
+}
+
+// Text as the parser leaves a trimmed argument line: printable, no space at either end.
+std::string random_trimmed_text(std::size_t min, std::size_t max) {
+  const auto length = *rc::gen::inRange<std::size_t>(min, max + 1);
+  std::string text = *rc::gen::container<std::string>(
+      length, rc::gen::oneOf(rc::gen::inRange('!', '\x7f'), rc::gen::just(' ')));
+  if (!text.empty()) {
+    text.front() = 'x';
+    text.back() = 'y';
+  }
+  return text;
+}
+
 // A request exactly as the parser would produce it: fields a command does not carry keep their
 // defaults.
 Request random_valid_request() {
@@ -988,6 +1071,15 @@ Request random_valid_request() {
     case Command::kStableRef:
       request.ref = *rc::gen::container<std::string>(*rc::gen::inRange<std::size_t>(1, 65),
                                                      rc::gen::inRange(' ', '\x7f'));
+      break;
+    case Command::kListen:
+    case Command::kUnlisten:
+      request.key = random_signal_name(true);
+      request.text = random_trimmed_text(0, 40);
+      break;
+    case Command::kSignal:
+      request.key = random_signal_name(false);
+      request.text = random_trimmed_text(1, 3000);
       break;
   }
   return request;
@@ -1070,7 +1162,7 @@ RC_GTEST_PROP(WireProperties, AnyChunkingGivesTheSameResultsAsWhole, ()) {
   RequestParser parser;
   const RequestParser::Limits limits;
   const std::vector<ParseResult> chunked =
-      parse_chunked(parser, stream, limits.auth_line_max + 2 * limits.line_max + kSlack);
+      parse_chunked(parser, stream, limits.long_line_max + 2 * limits.line_max + kSlack);
   RC_ASSERT(same_results(whole, chunked));
   RC_ASSERT(!parser.mid_request());
 }
@@ -1092,7 +1184,7 @@ RC_GTEST_PROP(WireProperties, RandomBytesNeverBreakTheParser, ()) {
   // newlines mix complete, failing and over-long requests. Chunked must still equal whole.
   const bool small = *rc::gen::arbitrary<bool>();
   const RequestParser::Limits limits =
-      small ? RequestParser::Limits{.line_max = 8, .auth_line_max = 40} : RequestParser::Limits{};
+      small ? RequestParser::Limits{.line_max = 8, .long_line_max = 40} : RequestParser::Limits{};
   const std::string stream = *rc::gen::container<std::string>(rc::gen::oneOf(
       rc::gen::arbitrary<char>(), rc::gen::element('\n', '\r', ' ', 'l', 's', 'a', 'u', 't', 'h')));
   std::string with_auth = stream;
@@ -1102,7 +1194,7 @@ RC_GTEST_PROP(WireProperties, RandomBytesNeverBreakTheParser, ()) {
   const std::vector<ParseResult> whole = parse_all(whole_parser, with_auth);
   RequestParser parser(limits);
   const std::vector<ParseResult> chunked =
-      parse_chunked(parser, with_auth, limits.auth_line_max + 2 * limits.line_max + kSlack);
+      parse_chunked(parser, with_auth, limits.long_line_max + 2 * limits.line_max + kSlack);
   RC_ASSERT(same_results(whole, chunked));
   RC_ASSERT(whole_parser.mid_request() == parser.mid_request());
   RC_ASSERT(whole_parser.buffered_bytes() == parser.buffered_bytes());

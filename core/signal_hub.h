@@ -1,0 +1,101 @@
+// SignalHub: every listener of a process and every signal's fan-out (docs/protocol.md, "Signals";
+// dflockd v1.11-v1.16). One hub serves all shards: a signal is matched once, against one index
+// (core/signal_index.h), and the router (core/router.h) sends each shard with a listener one
+// message holding the frame and the sessions it goes to. So a signal costs one lookup and one
+// hand-off per shard that has a matching listener, and a queue group is one group across shards,
+// with one round-robin.
+//
+// Rules (the reference's, and our bounds):
+//  * listen: `ok`; a duplicate (same pattern and group) changes nothing and does not count
+//    against `max_subscriptions`; past the cap, `error`. unlisten: `ok`, subscribed or not.
+//  * signal: the reference's four delivery steps (SignalIndex::plan). Its reply counts the
+//    deliveries, group deliveries included.
+//  * Slow consumers: each listener may have at most `queue_max` frames that its driver has not
+//    written to its socket yet (written() reports them). A plain listener with a full queue is
+//    named for closing, and so is the member whose turn it was in a group whose members are all
+//    full; their subscriptions go at once, so they receive nothing more.
+//  * close: a session's subscriptions go with it.
+//
+// SignalBroker is what a router calls. SignalHub is it, single-threaded like the rest of the core
+// (the simulator and the tests use it as it is); the daemon puts a lock around one hub that all
+// its shards share (net/signal_bus.h).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "core/protocol.h"
+#include "core/signal_index.h"
+#include "core/stats.h"
+#include "core/types.h"
+
+namespace turnstile::core {
+
+struct SignalHubConfig {
+  std::size_t max_subscriptions = 0;  // per session; 0: no cap (--max-subscriptions)
+  std::size_t queue_max = 64;         // frames not yet written, per listener (--signal-queue)
+};
+
+// One signal's outcome: its frame, who gets it (in delivery order; a session twice when a group
+// picked it beside its plain subscription) and who is closed as a slow consumer.
+struct SignalFanout {
+  std::shared_ptr<const std::string> frame;  // `sig <channel> <payload>\n`
+  std::vector<SessionId> deliver;
+  std::vector<SessionId> close;
+};
+
+// Counters for /metrics.
+struct SignalCounters {
+  std::int64_t subscriptions = 0;    // now
+  std::uint64_t published = 0;       // signals
+  std::uint64_t delivered = 0;       // frames queued for listeners
+  std::uint64_t slow_consumers = 0;  // listeners closed because their queue was full
+};
+
+class SignalBroker {
+ public:
+  virtual ~SignalBroker() = default;
+  // `pattern` valid (core/signal_pattern.h), `group` empty for none. kOk or kError (the cap).
+  virtual Status listen(SessionId session, std::string_view pattern, std::string_view group) = 0;
+  virtual void unlisten(SessionId session, std::string_view pattern, std::string_view group) = 0;
+  // `channel` valid; fills `out` and returns the number of deliveries.
+  virtual std::size_t publish(std::string_view channel, std::string_view payload,
+                              SignalFanout& out) = 0;
+  // `frames` of the session's frames left for its socket.
+  virtual void written(SessionId session, std::size_t frames) = 0;
+  virtual void close(SessionId session) = 0;
+  // Every pattern and group with its listener count, sorted (stats' signal_channels).
+  virtual std::vector<SignalChannelStats> channels() = 0;
+  virtual SignalCounters counters() = 0;
+};
+
+class SignalHub final : public SignalBroker {
+ public:
+  explicit SignalHub(const SignalHubConfig& config) : config_(config) {}
+
+  Status listen(SessionId session, std::string_view pattern, std::string_view group) override;
+  void unlisten(SessionId session, std::string_view pattern, std::string_view group) override;
+  std::size_t publish(std::string_view channel, std::string_view payload,
+                      SignalFanout& out) override;
+  void written(SessionId session, std::size_t frames) override;
+  void close(SessionId session) override;
+  std::vector<SignalChannelStats> channels() override;
+  SignalCounters counters() override;
+
+  // Frames of `session` not yet written (0 for a session that does not listen).
+  std::size_t queued(SessionId session) const;
+
+ private:
+  SignalHubConfig config_;
+  SignalIndex index_;
+  std::unordered_map<std::uint64_t, std::size_t> queued_;  // listeners with frames in flight
+  SignalIndex::Plan plan_;
+  SignalCounters counters_;
+};
+
+}  // namespace turnstile::core
