@@ -157,10 +157,14 @@ void Router::receive(Instant now, RouterMessage message) {
           events_.push_back({SessionEvent::Kind::kCancelled, m.session, Reply{}, {}});
         } else if constexpr (std::is_same_v<M, message::SignalFrames>) {
           for (const SessionId to : m.sessions) {
-            events_.push_back({SessionEvent::Kind::kSignal, to, Reply{}, {}, m.frame});
+            if (listened(to)) {
+              events_.push_back({SessionEvent::Kind::kSignal, to, Reply{}, {}, m.frame});
+            }
           }
         } else if constexpr (std::is_same_v<M, message::SlowConsumer>) {
-          events_.push_back({SessionEvent::Kind::kSlowConsumer, m.session, Reply{}, {}});
+          if (listened(m.session)) {
+            events_.push_back({SessionEvent::Kind::kSlowConsumer, m.session, Reply{}, {}});
+          }
         } else {
           static_assert(std::is_same_v<M, message::StatsPart>);
           add_stats_part(m.session, std::move(m.snapshot));
@@ -228,6 +232,11 @@ void Router::run_signal_request(SessionId session, const Request& request) {
     }
   }
   events_.push_back({SessionEvent::Kind::kReply, session, std::move(reply), {}});
+}
+
+bool Router::listened(SessionId session) const {
+  const auto it = routes_.find(session.value);
+  return it != routes_.end() && it->second.listened;
 }
 
 void Router::fan_out(SignalFanout& fanout) {

@@ -23,7 +23,8 @@
 //  * listen, unlisten and signal are answered by the process's one signal hub
 //    (core/signal_hub.h) at once. A signal's frame goes to each shard that owns a session it
 //    is for in one message (SignalFrames) and comes out as a kSignal event per session, in
-//    order; a slow consumer's owner gets a kSlowConsumer event and closes it. The owner reports
+//    order; a slow consumer's owner gets a kSlowConsumer event and closes it. Frames that reach
+//    the owner after the session's close() are dropped there. The owner reports
 //    the frames it wrote to the socket (signals_written), which frees room in the hub.
 //  * close() sends one close notice to every shard where the session may have left state (it
 //    sent an acquire, an enqueue or a wait there; a release or a renew acts on a token and leaves
@@ -234,6 +235,9 @@ class Router {
   void run_signal_request(SessionId session, const Request& request);
   // A signal's frames and slow consumers, to their sessions' owners.
   void fan_out(SignalFanout& fanout);
+  // Whether `session`, owned here, has listened and not closed. A signal planned before its
+  // close reached the hub may still bring it frames; they are dropped.
+  bool listened(SessionId session) const;
   void close_here(Instant now, SessionId session);
   void cancel_here(Instant now, SessionId session);
   void stats_here(Instant now, SessionId session);

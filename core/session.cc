@@ -210,6 +210,15 @@ void Session::push_signal(std::string_view frame) {
   frame_ends_.push_back(output_base_ + output_.size());
 }
 
+void Session::after_write() {
+  if (closed() || frame_ends_.size() <= config_.signal_queue_max) return;
+  finish_close(CloseReason::kSlowConsumer);
+  output_base_ += output_sent_;
+  output_.clear();
+  output_sent_ = 0;
+  frame_ends_.clear();
+}
+
 std::size_t Session::take_frames_written() {
   const std::size_t written = frames_written_;
   frames_written_ = 0;

@@ -58,6 +58,9 @@ struct SessionConfig {
   Duration idle_timeout = Duration::zero();       // zero: never
   std::size_t pipeline_max = 128;                 // parsed requests waiting their turn
   std::size_t output_max = 256 * 1024;            // reply bytes waiting for the socket
+  // Signal frames the socket would not take; more close the session as a slow consumer
+  // (--signal-queue).
+  std::size_t signal_queue_max = 64;
   RequestParser::Limits parser_limits;
 };
 
@@ -127,11 +130,17 @@ class Session {
   void on_cancelled();
 
   // A signal's push frame (`sig <channel> <payload>\n`): it goes into the output at once, between
-  // two replies, whatever is in flight; output_max does not hold it back (the signal hub bounds a
-  // listener's unwritten frames). Dropped once the session is closed.
+  // two replies, whatever is in flight; output_max does not hold it back (after_write() bounds
+  // the frames). Dropped once the session is closed.
   void push_signal(std::string_view frame);
+  // The driver has written all the peer's socket would take. More than signal_queue_max frames
+  // still unwritten make a slow consumer: the session closes (CloseReason::kSlowConsumer) and
+  // drops its output, so a client that does not read is not sent its backlog.
+  void after_write();
   // How many pushed frames consume_output() has seen written in full since the last call.
   std::size_t take_frames_written();
+  // Pushed frames not yet written in full.
+  std::size_t unwritten_frames() const { return frame_ends_.size(); }
 
   // Reply bytes for the socket, and how many of them the driver has written.
   std::string_view output() const { return std::string_view(output_).substr(output_sent_); }

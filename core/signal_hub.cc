@@ -29,14 +29,18 @@ std::size_t SignalHub::publish(std::string_view channel, std::string_view payloa
   out.close.clear();
   ++counters_.published;
   const std::size_t queue_max = config_.queue_max;
+  const std::size_t transit_max = queue_max * kTransitFactor;
+  const auto queued = [this](SignalIndex::Listener who) -> std::size_t {
+    const auto it = queued_.find(who);
+    return it == queued_.end() ? 0 : it->second;
+  };
   index_.plan(
       channel,
-      [this, queue_max](SignalIndex::Listener who) {
-        const auto it = queued_.find(who);
-        const std::size_t queued = it == queued_.end() ? 0 : it->second;
-        return queued >= queue_max ? 0 : queue_max - queued;
+      [&](SignalIndex::Listener who) {
+        const std::size_t now = queued(who);
+        return now >= transit_max ? 0 : transit_max - now;
       },
-      plan_);
+      plan_, [&](SignalIndex::Listener who) { return queued(who) < queue_max; });
   if (plan_.deliver.empty() && plan_.close.empty()) {
     out.frame.reset();
     return 0;

@@ -10,10 +10,16 @@
 //    against `max_subscriptions`; past the cap, `error`. unlisten: `ok`, subscribed or not.
 //  * signal: the reference's four delivery steps (SignalIndex::plan). Its reply counts the
 //    deliveries, group deliveries included.
-//  * Slow consumers: each listener may have at most `queue_max` frames that its driver has not
-//    written to its socket yet (written() reports them). A plain listener with a full queue is
-//    named for closing, and so is the member whose turn it was in a group whose members are all
-//    full; their subscriptions go at once, so they receive nothing more.
+//  * Slow consumers, in two places. A connection may hold at most `queue_max` frames it could
+//    not write to its socket yet; one more closes it (core::Session, SessionConfig::
+//    signal_queue_max: dflockd's rule, measured where the frames wait). The hub counts, per
+//    listener, the frames it planned that its driver has not reported written (written()):
+//    those waiting at the connection and those still on their way across threads. A group
+//    passes over a member with `queue_max` or more of them while another member keeps up. A
+//    listener with `queue_max * kTransitFactor` of them is closed here (a plain one, or a group's
+//    member whose turn it was when no member had room): frames pile up in the server's own
+//    pipes, so memory stays bounded even for a listener whose thread cannot keep up. Their
+//    subscriptions go at once, so they receive nothing more.
 //  * close: a session's subscriptions go with it.
 //
 // SignalBroker is what a router calls. SignalHub is it, single-threaded like the rest of the core
@@ -41,6 +47,10 @@ struct SignalHubConfig {
   std::size_t queue_max = 64;         // frames not yet written, per listener (--signal-queue)
 };
 
+// Frames on their way to a listener, or waiting at it, beyond which the hub closes it: this many
+// times its queue.
+inline constexpr std::size_t kTransitFactor = 64;
+
 // One signal's outcome: its frame, who gets it (in delivery order; a session twice when a group
 // picked it beside its plain subscription) and who is closed as a slow consumer.
 struct SignalFanout {
@@ -54,7 +64,8 @@ struct SignalCounters {
   std::int64_t subscriptions = 0;    // now
   std::uint64_t published = 0;       // signals
   std::uint64_t delivered = 0;       // frames queued for listeners
-  std::uint64_t slow_consumers = 0;  // listeners closed because their queue was full
+  std::uint64_t slow_consumers = 0;  // listeners closed because their queue was full (here, or by
+                                     // their session: note_slow_consumer)
 };
 
 class SignalBroker {
@@ -87,6 +98,8 @@ class SignalHub final : public SignalBroker {
   std::vector<SignalChannelStats> channels() override;
   SignalCounters counters() override;
 
+  // A session closed itself as a slow consumer (counted in counters().slow_consumers).
+  void note_slow_consumer() { ++counters_.slow_consumers; }
   // Frames of `session` not yet written (0 for a session that does not listen).
   std::size_t queued(SessionId session) const;
 

@@ -2,6 +2,7 @@
 #include "core/signal_index.h"
 
 #include <algorithm>
+#include <optional>
 #include <unordered_set>
 #include <utility>
 
@@ -192,7 +193,7 @@ void SignalIndex::match(std::string_view channel, Matches& out) const {
 }
 
 void SignalIndex::plan(std::string_view channel, const std::function<std::size_t(Listener)>& room,
-                       Plan& out) {
+                       Plan& out, const std::function<bool(Listener)>& keeping_up) {
   out.deliver.clear();
   out.close.clear();
   match(channel, scratch_);
@@ -203,7 +204,13 @@ void SignalIndex::plan(std::string_view channel, const std::function<std::size_t
   auto plain = [&](const std::vector<Subscribers>& all) {
     for (const Subscribers& subscribers : all) {
       for (const Listener who : *subscribers.members) {
+#ifdef TURNSTILE_CANARY_SIGNAL_TWICE
+        // The canary (sim/CMakeLists.txt): a plain listener gets a signal once per matching
+        // pattern. The simulator must notice.
+        (void)seen;
+#else
         if (!seen.insert(who).second) continue;
+#endif
         if (takes(who)) {
           ++planned[who];
           out.deliver.push_back(who);
@@ -217,16 +224,25 @@ void SignalIndex::plan(std::string_view channel, const std::function<std::size_t
     for (const Subscribers& subscribers : all) {
       const std::vector<Listener>& members = *subscribers.members;
       const std::size_t start = static_cast<std::size_t>((*subscribers.next)++ % members.size());
-      bool delivered = false;
-      for (std::size_t k = 0; k < members.size() && !delivered; ++k) {
+      std::optional<Listener> chosen;
+      std::optional<Listener> fallback;  // has room, but does not keep up
+      for (std::size_t k = 0; k < members.size() && !chosen; ++k) {
         const Listener who = members[(start + k) % members.size()];
         if (!takes(who)) continue;
-        ++planned[who];
-        out.deliver.push_back(who);
-        delivered = true;
+        if (keeping_up == nullptr || keeping_up(who)) {
+          chosen = who;
+        } else if (!fallback) {
+          fallback = who;
+        }
       }
-      // Every member full: the one whose turn it was is closed, as the reference does.
-      if (!delivered && closing.insert(members[start]).second) out.close.push_back(members[start]);
+      if (!chosen) chosen = fallback;
+      if (chosen) {
+        ++planned[*chosen];
+        out.deliver.push_back(*chosen);
+      } else if (closing.insert(members[start]).second) {
+        // Every member full: the one whose turn it was is closed, as the reference does.
+        out.close.push_back(members[start]);
+      }
     }
   };
   plain(scratch_.exact);

@@ -83,12 +83,14 @@ class SignalIndex {
   // of wildcard-free patterns, then one member of each such group, then the plain listeners of
   // wildcard patterns not already served, then one member of each wildcard group. A plain
   // listener gets a signal once however many of its patterns match; groups do not count
-  // against that. A group picks its members round-robin and skips a member without room;
-  // `room(who)` is how many more frames who's queue takes now (the plan counts what it adds).
-  // A plain listener without room is closed, and so is the member whose turn it was in a group
-  // with no room anywhere; a listener being closed gets nothing more. plan() advances the
-  // groups' round-robin, its only change to the index; closing is the caller's.
-  void plan(std::string_view channel, const std::function<std::size_t(Listener)>& room, Plan& out);
+  // against that. `room(who)` is how many more frames who's queue takes now (the plan counts
+  // what it adds). A plain listener without room is closed. A group picks its members
+  // round-robin: the first from its turn on that has room and, when `keeping_up` is given, keeps
+  // up; failing that, the first with room; failing that, the member whose turn it was is closed.
+  // A listener being closed gets nothing more. plan() advances the groups' round-robin, its only
+  // change to the index; closing is the caller's.
+  void plan(std::string_view channel, const std::function<std::size_t(Listener)>& room, Plan& out,
+            const std::function<bool(Listener)>& keeping_up = nullptr);
 
   // Every pattern and group with its listeners (stats' signal_channels), in no promised order.
   void for_each(const std::function<void(const Subscribers&)>& each) const;

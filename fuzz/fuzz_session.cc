@@ -21,6 +21,7 @@
 
 #include "core/protocol.h"
 #include "core/session.h"
+#include "core/signal_pattern.h"
 #include "core/time.h"
 #include "core/types.h"
 #include "fuzz/fuzz_input.h"
@@ -88,9 +89,12 @@ enum class Action : std::uint8_t {
 bool is_token(std::string_view text) { return core::Token::parse(text).has_value(); }
 
 // A reply line (without its '\n') as the session may write it: a reply to some command
-// (core::decode_reply), with stats JSON that parses.
+// (core::decode_reply), with stats JSON that parses, or a signal's push frame.
 bool valid_reply_line(std::string_view line) {
-  for (int command = 0; command <= static_cast<int>(core::Command::kStableRef); ++command) {
+  if (const std::optional<core::SignalFrame> frame = core::parse_signal_frame(line)) {
+    return core::check_signal_channel(frame->channel) == core::SignalNameError::kNone;
+  }
+  for (int command = 0; command <= static_cast<int>(core::Command::kSignal); ++command) {
     const std::optional<core::Reply> reply =
         core::decode_reply(static_cast<core::Command>(command), line);
     if (!reply) continue;
@@ -127,6 +131,8 @@ class Scenario {
     check(loopback_.engine().resources_count() == 0,
           "the engine still holds resources after every session closed and time ran out");
     check(loopback_.engine().inspect().empty(), "the engine still lists resources");
+    check(loopback_.signals().counters().subscriptions == 0,
+          "the signal hub still has subscriptions after every session closed");
   }
 
  private:
@@ -149,6 +155,8 @@ class Scenario {
     config.engine.default_lease_s = 1 + ((engine >> 5) & 3);
     config.engine.gc_max_idle = Duration::seconds(static_cast<std::int64_t>(input.below(4)));
     config.salt_seed = input.byte();
+    config.signals.max_subscriptions = input.below(4);
+    config.signals.queue_max = 1 + input.below(4);
     return config;
   }
 
@@ -167,7 +175,11 @@ class Scenario {
     const std::string& timeout = kSeconds[input_.below(3)];
     const std::string lease = input_.flag() ? "" : " " + kSeconds[1 + input_.below(4)];
     const std::string limit = std::to_string(1 + input_.below(3));
-    switch (input_.below(16)) {
+    static const std::vector<std::string> kPatterns = {"a", "a.*", "a.>", "*", ">", "a.b*"};
+    static const std::vector<std::string> kChannels = {"a", "a.b", "a.b.c", "b", "a.*"};
+    const std::string& pattern = kPatterns[input_.below(kPatterns.size())];
+    const std::string group = input_.flag() ? "" : "g" + std::to_string(input_.below(2));
+    switch (input_.below(19)) {
       case 0:
         return "l\n" + key + "\n" + timeout + lease + "\n";
       case 1:
@@ -198,6 +210,14 @@ class Scenario {
         return "l\r\n" + key + "\r\n" + timeout + lease + "\r\n";
       case 14:
         return "l\n" + std::string(300, 'k') + "\n1\n";
+      case 15:
+        return "listen\n" + pattern + "\n" + group + "\n";
+      case 16:
+        return "unlisten\n" + pattern + "\n" + group + "\n";
+      case 17:
+        return "signal\n" + kChannels[input_.below(kChannels.size())] + "\n" +
+               (input_.below(8) == 0 ? std::string(" ") : "p" + std::to_string(input_.below(9))) +
+               "\n";
       default:
         return "x\n" + key + "\n\n";
     }
@@ -309,8 +329,12 @@ class Scenario {
       check(session->buffered_input_bytes() <= input_bound, "parser holds more than its bound");
       check(session->queued_requests() <= session_config.pipeline_max,
             "more requests queued than pipeline_max");
-      check(session->output().size() <= session_config.output_max + kOutputSlackBytes,
-            "output grows past output_max");
+      // Signal frames come on top, at most queue_max of them unread, each one line.
+      const std::size_t frames_bound =
+          config_.signals.queue_max * (session_config.parser_limits.long_line_max + 300);
+      check(
+          session->output().size() <= session_config.output_max + kOutputSlackBytes + frames_bound,
+          "output grows past output_max");
     }
   }
 

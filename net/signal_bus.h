@@ -47,6 +47,11 @@ class SignalBus final : public core::SignalBroker {
     const std::lock_guard lock(mutex_);
     return hub_.counters();
   }
+  // A connection closed itself as a slow consumer (core::Session::push_signal), for /metrics.
+  void note_slow_consumer() {
+    const std::lock_guard lock(mutex_);
+    hub_.note_slow_consumer();
+  }
 
  private:
   std::mutex mutex_;

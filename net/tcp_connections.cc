@@ -33,6 +33,7 @@ core::SessionConfig session_config(const Config& config) {
   session.auth_secret = config.auth_token;
   session.read_timeout = core::Duration::seconds(config.read_timeout_s);
   session.idle_timeout = core::Duration::seconds(config.idle_timeout_s);
+  session.signal_queue_max = static_cast<std::size_t>(config.signal_queue);
   return session;
 }
 
@@ -361,9 +362,7 @@ void TcpConnections::on_session_event(core::Instant now, core::SessionEvent& eve
       session.push_signal(*event.frame);
       break;
     case core::SessionEvent::Kind::kSlowConsumer:
-      // Its frames wait unread: close it at once, without flushing them (docs/protocol.md).
-      logf(LogLevel::kInfo, "session %llu: closed, a slow signal consumer",
-           static_cast<unsigned long long>(event.session.value));
+      // Its frames pile up unread: close it at once, without flushing them (docs/protocol.md).
       connection->abort = true;
       session.close(core::CloseReason::kSlowConsumer);
       break;
@@ -497,6 +496,8 @@ void TcpConnections::flush_output(Connection& connection) {
     connection.write_pending = true;
     to_write_.push_back(&connection);
   }
+  // The output buffer is full (or TLS writes it): what the session still holds is backlog.
+  if (evbuffer_get_length(output) >= kSocketOutputMax) connection.session.after_write();
   report_frames_written(connection);
 }
 
@@ -552,6 +553,7 @@ void TcpConnections::write_now(Connection& connection) {
     bufferevent_enable(connection.bev, EV_WRITE);
     connection.write_event_on = true;
   }
+  session.after_write();  // a signal backlog the socket would not take closes it
   report_frames_written(connection);
 }
 
@@ -577,6 +579,11 @@ void TcpConnections::service(Connection& connection, core::Instant now) {
 
   if (session.closed() && !connection.close_notified) {
     connection.close_notified = true;
+    if (session.close_reason() == core::CloseReason::kSlowConsumer) {
+      logf(LogLevel::kInfo, "session %llu: closed, a slow signal consumer",
+           static_cast<unsigned long long>(session.id().value));
+      shared_.signals.note_slow_consumer();
+    }
     loop_.router().close(now, session.id());
   }
 

@@ -15,6 +15,7 @@
 #include "core/session.h"
 #include "core/stats.h"
 #include "core/types.h"
+#include "sim/signal_checker.h"
 
 namespace turnstile::sim {
 
@@ -105,8 +106,9 @@ struct ServerProcess::Process {
   std::unique_ptr<JournalSource> fence_source;  // the engines' view of `journal`
   bool journal_backoff = false;                 // a failed write is retried after a pause
   std::vector<std::unique_ptr<core::Engine>> engines;
-  // The process's listeners (core/signal_hub.h): lost with the process, as the daemon's are.
-  std::unique_ptr<core::SignalHub> signals;
+  // The process's listeners (core/signal_hub.h), checked on every signal: lost with the
+  // process, as the daemon's are.
+  std::unique_ptr<SignalChecker> signals;
   std::vector<std::unique_ptr<core::Router>> routers;  // one per engine; destroyed first
   // With HTTP clients: one per router (destroyed before it), HTTP requests being answered (by
   // ticket, and the shard and ticket of each exchange), and the session sweep's next turn.
@@ -225,7 +227,7 @@ void ServerProcess::start() {
     // (docs/daemon.md).
     config.fence_floor = core::Fence{static_cast<std::uint64_t>(wall_ns)};
   }
-  process_->signals = std::make_unique<core::SignalHub>(core::SignalHubConfig{});
+  process_->signals = std::make_unique<SignalChecker>(run_);
   for (std::size_t shard = 0; shard < run_.settings.shards; ++shard) {
     process_->engines.push_back(std::make_unique<core::Engine>(
         config, *salts_, process_->budget.get(), process_->fence_source.get()));
@@ -722,6 +724,7 @@ bool ServerProcess::pump_session(std::uint64_t id, ServerSession& ss) {
   if (ss.socket_open && !session.output().empty()) {
     const std::string bytes(session.output());
     session.consume_output(bytes.size());
+    session.after_write();  // the simulated socket takes everything: never a backlog
     process_->routers[ss.owner]->signals_written(SessionId{id}, session.take_frames_written());
     network_.send_to_client(ss.connection, SegmentKind::kData, bytes);
     progress = true;

@@ -41,6 +41,7 @@ std::string Settings::describe() const {
         ",idle_timeout_ms=" + std::to_string(http_idle_timeout_ms) +
         ",give_up_permille=" + std::to_string(http_give_up_permille) + "]");
   }
+  if (signal_permille > 0) add("signal_permille=" + std::to_string(signal_permille));
   if (fence_journal) {
     add("journal=[range=" + std::to_string(journal_range) + ",block=" +
         std::to_string(fence_block) + ",fail_permille=" + std::to_string(journal_fail_permille) +
@@ -116,6 +117,8 @@ Settings choose_settings(std::uint64_t seed, const std::string& profile) {
     s.http_idle_timeout_ms = prng.chance(300) ? prng.between(500, 3'000) : 20'000;
     s.http_give_up_permille = static_cast<std::uint64_t>(prng.between(0, 200));
   }
+  // Signals on half of the seeds, drawn last for the same reason.
+  if (prng.chance(500)) s.signal_permille = static_cast<std::uint64_t>(prng.between(50, 300));
   return s;
 }
 

@@ -77,6 +77,9 @@ struct Settings {
   std::size_t http_clients = 0;
   std::int64_t http_idle_timeout_ms = 20'000;  // --http-session-idle-timeout
   std::uint64_t http_give_up_permille = 0;     // requests whose client stops waiting early
+  // Signals (listen, unlisten, signal): the share of client requests that are signal commands;
+  // 0: none. The signal hub's rules are checked on every signal (sim/signal_checker.h).
+  std::uint64_t signal_permille = 0;
 
   // One line naming every choice, printed with each seed.
   std::string describe() const;

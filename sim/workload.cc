@@ -3,10 +3,12 @@
 #include <deque>
 #include <iterator>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 
 #include "core/protocol.h"
+#include "core/signal_pattern.h"
 #include "core/wire.h"
 #include "sim/client_view.h"
 
@@ -30,6 +32,10 @@ struct Workload::Client {
   std::deque<Outstanding> pending;
   ClientView view;       // tokens held, keys enqueued
   bool stopped = false;  // liveness phase: no new work
+  // Signals on this connection: what it listens to now (as sent), and every pattern it ever
+  // sent a listen for (frames already on their way may come after an unlisten).
+  std::set<std::pair<std::string, std::string>> listening;
+  std::set<std::string> patterns_sent;
 };
 
 // ---- the clients
@@ -122,6 +128,8 @@ void Workload::client_connection_lost(Client& client) {
   client.pending.clear();
   client.view.held.clear();
   client.view.forget_enqueued();
+  client.listening.clear();
+  client.patterns_sent.clear();
   client.input.clear();
   client.connection = 0;
   client.half_closed = false;
@@ -171,6 +179,13 @@ void Workload::client_act(Client& client) {
   Outstanding out;
   core::Request& request = out.request;
   std::string bytes;
+  if (run_.settings.signal_permille > 0 && prng_.chance(run_.settings.signal_permille)) {
+    pick_signal_request(client, request);
+    core::encode_request(request, bytes);
+    run_.digest.add(bytes);
+    client_send(client, std::move(out), std::move(bytes));
+    return;
+  }
   const std::uint64_t dice = prng_.below(1000);
   const bool semaphore = prng_.chance(400);
   auto lease = [&]() -> std::int64_t { return prng_.chance(300) ? 0 : prng_.between(1, 8); };
@@ -260,7 +275,58 @@ void Workload::client_act(Client& client) {
   client_send(client, std::move(out), std::move(bytes));
 }
 
+void Workload::pick_signal_request(Client& client, core::Request& request) {
+  static const char* const kPatterns[] = {"ev.a", "ev.*", "ev.>", "*.a", "ev.a.b", ">", "ev.*.b"};
+  static const char* const kChannels[] = {"ev.a", "ev.b", "ev.a.b", "x.a", "ev.c.b"};
+  const std::uint64_t kind = prng_.below(100);
+  if (kind < 50) {
+    request.command = core::Command::kSignal;
+    request.key = kChannels[prng_.below(std::size(kChannels))];
+    request.text = "s" + std::to_string(++signals_sent_);
+    return;
+  }
+  if (kind < 65 && !client.listening.empty()) {
+    auto it = client.listening.begin();
+    std::advance(it, static_cast<long>(prng_.below(client.listening.size())));
+    request.command = core::Command::kUnlisten;
+    request.key = it->first;
+    request.text = it->second;
+    client.listening.erase(it);
+    return;
+  }
+  request.command = core::Command::kListen;
+  request.key = kPatterns[prng_.below(std::size(kPatterns))];
+  request.text = prng_.chance(400) ? "g" + std::to_string(prng_.below(2)) : "";
+  client.listening.emplace(request.key, request.text);
+  client.patterns_sent.insert(request.key);
+}
+
+void Workload::client_frame(Client& client, std::string_view line) {
+  const std::optional<core::SignalFrame> frame = core::parse_signal_frame(line);
+  if (!frame) {
+    run_.fail("signals",
+              "client " + std::to_string(client.id) + " got a bad frame: " + std::string(line));
+    return;
+  }
+  // A frame comes only for a signal sent, on a connection that listens to its channel.
+  const bool sent = frame->payload.size() > 1 && frame->payload[0] == 's' &&
+                    std::stoull(frame->payload.substr(1)) <= signals_sent_;
+  bool matches = false;
+  for (const std::string& pattern : client.patterns_sent) {
+    matches = matches || core::signal_pattern_matches(pattern, frame->channel);
+  }
+  if (!sent || !matches) {
+    run_.fail("signals", "client " + std::to_string(client.id) + " got " + std::string(line) +
+                             (sent ? ", which none of its patterns match" : ", never sent"));
+  }
+  ++run_.result.coverage["signal-received"];
+}
+
 void Workload::client_line(Client& client, std::string_view line) {
+  if (line.substr(0, 4) == "sig ") {
+    client_frame(client, line);
+    return;
+  }
   if (client.pending.empty()) {
     run_.fail("protocol", "client " + std::to_string(client.id) +
                               " got an unsolicited reply: " + std::string(line));

@@ -1,8 +1,9 @@
 // Workload: the simulated clients. Each client connects, speaks the real wire protocol over its
 // connection (locks, semaphores, two-phase enqueue/wait, releases and renewals with its own,
-// stale, foreign or malformed tokens, pings, stats, malformed and oversized requests, pipelined
-// when the seed says so), reads the replies, and now and then closes or resets its connection.
-// Every call and its reply go to the History; every choice comes from the seed's workload stream.
+// stale, foreign or malformed tokens, pings, stats, malformed and oversized requests, signal
+// listens and signals, pipelined when the seed says so), reads the replies, and now and then closes
+// or resets its connection. Every call and its reply go to the History; every choice comes from the
+// seed's workload stream.
 //
 // It owns the clients (their connections, requests in flight, tokens held, keys enqueued) and the
 // pool of tokens seen. It talks to the Network (connect, send, the segments that reach a client),
@@ -19,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/protocol.h"
 #include "core/types.h"
 #include "sim/checker.h"
 #include "sim/context.h"
@@ -72,6 +74,10 @@ class Workload {
   void client_disconnect(Client& client, bool reset);
   void client_connection_lost(Client& client);
   void client_line(Client& client, std::string_view line);
+  // Signals (Settings::signal_permille): a listen, an unlisten or a signal.
+  void pick_signal_request(Client& client, core::Request& request);
+  // A `sig` frame pushed to the client.
+  void client_frame(Client& client, std::string_view line);
   ResourceKey pick_key(bool semaphore);
   std::int64_t semaphore_limit(const std::string& key) const;
   std::string describe_connection(const Client& client, std::uint64_t life_now) const;
@@ -82,6 +88,7 @@ class Workload {
   Prng prng_;  // the seed's workload stream
   std::vector<Client> clients_;
   std::vector<core::Token> token_pool_;  // tokens seen anywhere, for foreign/stale releases
+  std::uint64_t signals_sent_ = 0;       // payloads are "s<n>", n counting up
 };
 
 }  // namespace turnstile::sim

@@ -26,6 +26,8 @@ Loopback::Loopback(LoopbackConfig config)
     : config_(std::move(config)),
       signals_(std::make_unique<core::SignalHub>(config_.signals)),
       now_(config_.start) {
+  // One setting, as --signal-queue is for the daemon: the hub's queue and the session's.
+  config_.session.signal_queue_max = config_.signals.queue_max;
   for (std::size_t shard = 0; shard < std::max<std::size_t>(config_.shards, 1); ++shard) {
     // Shard 0 draws the salts of a one-shard loopback as before: runs replay bit for bit.
     salts_.push_back(std::make_unique<core::SplitMix64>(config_.salt_seed + shard));
@@ -190,9 +192,14 @@ bool Loopback::route_once() {
       }
     }
 
+    // A peer that did not read is a socket that took nothing: the signal backlog is checked.
+    session.after_write();
     if (session.closed() && !connection.router_notified && !hold_close_notices_) {
       connection.router_notified = true;
       progress = true;
+      if (session.close_reason() == core::CloseReason::kSlowConsumer) {
+        signals_->note_slow_consumer();
+      }
       router.close(now_, id);
     }
 
