@@ -32,6 +32,7 @@
 #include "client/guard.h"
 #include "client/http_response.h"
 #include "client/members.h"
+#include "client/signal_connection.h"
 
 extern char** environ;
 
@@ -52,6 +53,9 @@ constexpr const char* kUsage =
     "  ping\n"
     "  run     --key K [--timeout S] [--lease S] [--semaphore LIMIT] [--grace S]\n"
     "          [--no-kill-on-loss] -- command [args...]\n"
+    "  listen  PATTERN [--group G]   (one `<channel> <payload>` line per signal, until\n"
+    "          SIGINT or SIGTERM)\n"
+    "  emit    CHANNEL PAYLOAD   (prints the number of deliveries)\n"
     "  cluster status   (each node's view over its client port: role, term, leader,\n"
     "          indexes, voters; exits 1 unless every node answers and one leads)\n"
     "  cluster add --id N --raft-address H:P --client-address H:P   (or add-voter)\n"
@@ -311,6 +315,92 @@ int do_stats_or_ping(const Common& common, bool stats) {
     }
   }
   return worst;
+}
+
+// --- listen, emit
+// ---------------------------------------------------------------------------------
+
+// Signals are served by each server on its own: listen and emit talk to exactly one.
+const Endpoint& signal_server(const Common& common) {
+  if (common.replicated || common.servers.size() != 1) {
+    throw UsageError{common.command + " talks to one server: give one --server"};
+  }
+  return common.servers.front();
+}
+
+// The words after the command (and after `--`): exactly `count` of them, named by `names`.
+void expect_arguments(const std::vector<std::string>& arguments, std::size_t count,
+                      const std::string& names) {
+  if (arguments.size() != count) throw UsageError{"expected " + names};
+}
+
+int do_listen(const cxxopts::ParseResult& parsed, const Common& common,
+              const std::vector<std::string>& arguments) {
+  expect_arguments(arguments, 1, "one PATTERN");
+  const std::string& pattern = arguments.front();
+  const std::string group = parsed.count("group") != 0 ? parsed["group"].as<std::string>() : "";
+  if (auto valid = validate_signal_pattern(pattern); !valid) return fail(common, valid.error());
+  if (auto valid = validate_signal_group(group); !valid) return fail(common, valid.error());
+  const Endpoint& server = signal_server(common);
+  // Block SIGINT and SIGTERM before the connection's I/O thread starts, so they stay pending for
+  // this thread to collect between signals (and the thread never takes them).
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  SignalOptions options;
+  options.connect = common.connect;
+  auto connection = SignalConnection::connect(server, options);
+  if (!connection) return fail(common, connection.error(), server.to_string());
+  if (auto listening = connection->listen(pattern, group); !listening) {
+    return fail(common, listening.error(), pattern);
+  }
+  std::uint64_t dropped_reported = 0;
+  while (true) {
+    const timespec no_wait{0, 0};
+    if (::sigtimedwait(&stop_signals, nullptr, &no_wait) > 0) return kExitOk;
+    auto next = connection->next(Milliseconds{200});
+    if (!next) return fail(common, next.error(), server.to_string());
+    if (const std::uint64_t dropped = connection->dropped(); dropped != dropped_reported) {
+      std::cerr << "turnstile listen: " << dropped - dropped_reported
+                << " signals dropped (the queue was full)\n";
+      dropped_reported = dropped;
+    }
+    if (!next->has_value()) continue;
+    const Signal& signal = **next;
+    if (common.json) {
+      // Replace bytes that are not UTF-8 (the wire does not promise any encoding).
+      std::cout << Json{{"channel", signal.channel}, {"payload", signal.payload}}.dump(
+                       -1, ' ', false, Json::error_handler_t::replace)
+                << std::endl;
+    } else {
+      std::cout << signal.channel << " " << signal.payload << std::endl;
+    }
+  }
+}
+
+int do_emit(const Common& common, const std::vector<std::string>& arguments) {
+  expect_arguments(arguments, 2, "CHANNEL and PAYLOAD");
+  const std::string& channel = arguments[0];
+  const std::string& payload = arguments[1];
+  if (auto valid = validate_signal_channel(channel); !valid) return fail(common, valid.error());
+  if (auto valid = validate_signal_payload(channel, payload); !valid) {
+    return fail(common, valid.error());
+  }
+  const Endpoint& server = signal_server(common);
+  SignalOptions options;
+  options.connect = common.connect;
+  auto connection = SignalConnection::connect(server, options);
+  if (!connection) return fail(common, connection.error(), server.to_string());
+  auto delivered = connection->emit(channel, payload);
+  if (!delivered) return fail(common, delivered.error(), channel);
+  if (common.json) {
+    std::cout << Json{{"ok", true}, {"delivered", *delivered}}.dump() << "\n";
+  } else {
+    std::cout << *delivered << "\n";
+  }
+  return kExitOk;
 }
 
 // --- run
@@ -721,6 +811,12 @@ cxxopts::Options command_options(const std::string& command) {
     add("l,lease", "new lease in seconds (0: the server's default)",
         cxxopts::value<std::int64_t>()->default_value("0"));
   }
+  if (command == "listen") options.custom_help("[OPTION...] PATTERN");
+  if (command == "emit") options.custom_help("[OPTION...] CHANNEL PAYLOAD");
+  if (command == "listen") {
+    add("g,group", "listen as a member of this queue group (each signal goes to one member)",
+        cxxopts::value<std::string>());
+  }
   if (command == "cluster add-voter" || command == "cluster remove-voter") {
     add("id", "the node's raft id", cxxopts::value<std::int64_t>()->default_value("0"));
   }
@@ -759,7 +855,8 @@ int dispatch(int argc, char** argv) {
     command += " " + subcommand;
     first_option = 3;
   } else if (command != "acquire" && command != "release" && command != "renew" &&
-             command != "stats" && command != "ping" && command != "run") {
+             command != "stats" && command != "ping" && command != "run" && command != "listen" &&
+             command != "emit") {
     throw UsageError{"unknown command '" + command + "'"};
   }
   // Everything after `--` is the command `run` runs; cxxopts sees only what comes before.
@@ -775,14 +872,19 @@ int dispatch(int argc, char** argv) {
       own.push_back(argv[i]);
     }
   }
-  if (after_separator && command != "run") throw UsageError{"`--` is only for run"};
+  // listen and emit take words (PATTERN; CHANNEL PAYLOAD), also after `--` (a payload that
+  // begins with '-').
+  const bool takes_words = command == "listen" || command == "emit";
+  if (after_separator && command != "run" && !takes_words) {
+    throw UsageError{"`--` is only for run, listen and emit"};
+  }
   cxxopts::Options options = command_options(command);
   const cxxopts::ParseResult parsed = options.parse(static_cast<int>(own.size()), own.data());
   if (parsed.count("help") != 0) {
     std::cout << options.help() << "\n";
     return kExitOk;
   }
-  if (!parsed.unmatched().empty()) {
+  if (!parsed.unmatched().empty() && !takes_words) {
     throw UsageError{"unexpected argument '" + parsed.unmatched().front() + "'"};
   }
   const Common common = read_common(parsed, command);
@@ -791,6 +893,11 @@ int dispatch(int argc, char** argv) {
   if (command == "renew") return do_release_or_renew(parsed, common, true);
   if (command == "stats") return do_stats_or_ping(common, true);
   if (command == "ping") return do_stats_or_ping(common, false);
+  if (takes_words) {
+    std::vector<std::string> words = parsed.unmatched();
+    words.insert(words.end(), rest.begin(), rest.end());
+    return command == "listen" ? do_listen(parsed, common, words) : do_emit(common, words);
+  }
   if (command == "cluster status") return do_cluster_status(common);
   if (command.starts_with("cluster ")) return do_cluster(parsed, common, command.substr(8));
 

@@ -1,7 +1,9 @@
-// The `turnstile` command-line tool (docs/cli.md): acquire, release, renew, stats, ping, run.
+// The `turnstile` command-line tool (docs/cli.md): acquire, release, renew, stats, ping, run,
+// listen, emit, cluster.
 //
 // Thread affinity: run_cli is called once, from main, before any other thread exists (`run`
-// blocks signals process-wide before it starts the renewal thread).
+// blocks signals process-wide before it starts the renewal thread; `listen` blocks SIGINT and
+// SIGTERM before it starts the connection's I/O thread).
 #pragma once
 
 namespace turnstile::client {

@@ -760,6 +760,53 @@ Result<StatsResult> Connection::stats() {
   return StatsResult{std::move(reply->payload)};
 }
 
+int Connection::native_handle() const { return impl_ != nullptr ? impl_->fd : -1; }
+
+Result<void> Connection::send_bytes(std::string_view bytes, Milliseconds timeout) {
+  Impl* impl = open_impl();
+  if (impl == nullptr || impl->fd < 0) return make_error(ErrorCode::kIo, "connection is closed");
+  auto sent = impl->send_all(bytes, Clock::now() + timeout);
+  if (!sent) impl->close();
+  return sent;
+}
+
+Result<void> Connection::read_lines(Milliseconds wait, std::vector<std::string>& lines) {
+  Impl* impl = open_impl();
+  if (impl == nullptr || impl->fd < 0) return make_error(ErrorCode::kIo, "connection is closed");
+  bool timed_out = false;
+  auto filled = impl->fill(Clock::now() + wait, &timed_out);
+  if (!filled && !timed_out) {
+    impl->close();
+    return filled.error();
+  }
+  // Plaintext that TLS already took off the socket is not seen by poll(): read it now.
+  while (filled && impl->tls != nullptr && SSL_pending(impl->tls) > 0) {
+    filled = impl->fill(Clock::now() + wait);
+    if (!filled) {
+      impl->close();
+      return filled.error();
+    }
+  }
+  std::size_t start = 0;
+  for (std::size_t newline = impl->buffer.find('\n'); newline != std::string::npos;
+       newline = impl->buffer.find('\n', start)) {
+    std::size_t end = newline;
+    if (end > start && impl->buffer[end - 1] == '\r') --end;
+    lines.emplace_back(impl->buffer, start, end - start);
+    start = newline + 1;
+  }
+  impl->buffer.erase(0, start);
+  if (impl->buffer.size() > kReplyLineMax) {
+    impl->close();
+    return make_error(ErrorCode::kBadReply, "line from the server too long");
+  }
+  return {};
+}
+
+std::optional<Error> Connection::reply_status_error(core::Status status) {
+  return status_error(status);
+}
+
 Result<std::string> Connection::raw_request(std::string_view bytes, Milliseconds timeout) {
   Impl* impl = open_impl();
   if (impl == nullptr) return make_error(ErrorCode::kIo, "connection is closed");

@@ -34,6 +34,8 @@
 
 namespace turnstile::client {
 
+class SignalConnection;
+
 using Seconds = std::chrono::seconds;
 using Milliseconds = std::chrono::milliseconds;
 
@@ -154,6 +156,22 @@ class Connection {
   struct Impl;  // implementation detail (connection.cc)
 
  private:
+  // SignalConnection (signal_connection.h) connects, handshakes and authenticates through
+  // connect(), then reads a stream where push frames and replies interleave, so it uses the
+  // socket line by line instead of one request and its reply at a time.
+  friend class SignalConnection;
+  // The socket, for poll(); -1 when closed.
+  int native_handle() const;
+  // Sends `bytes` within `timeout`; closes the connection on failure.
+  Result<void> send_bytes(std::string_view bytes, Milliseconds timeout);
+  // Reads what has arrived, waiting at most `wait` for the first byte, and appends each complete
+  // line (without its '\n' or a '\r' before it) to `lines`. Nothing arriving in time is no
+  // error. Closes the connection on failure: EOF, an I/O or TLS error, a line over 2 MiB.
+  Result<void> read_lines(Milliseconds wait, std::vector<std::string>& lines);
+  // The typed error a reply status stands for (as every call reports it), or nullopt for ok,
+  // acquired and queued.
+  static std::optional<Error> reply_status_error(core::Status status);
+
   explicit Connection(std::unique_ptr<Impl> impl);
   Impl* open_impl();
 

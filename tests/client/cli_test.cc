@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "client/connection.h"
+#include "client/signal_connection.h"
 #include "tests/integration/cluster_harness.h"
 #include "tests/integration/harness.h"
 
@@ -370,6 +371,130 @@ TEST(TurnstileCli, RunOverTls) {
   const Outcome unverified = run_cli(dir, {"ping", "-s", server(daemon), "--tls-ca",
                                            files.certificate_path});  // name 127.0.0.1 not in SAN
   EXPECT_EQ(unverified.code, kExitNoConnection) << unverified.err;
+}
+
+// --- listen, emit
+
+SignalConnection signal_connection_to(const Daemon& daemon) {
+  auto connection =
+      SignalConnection::connect(Endpoint{"127.0.0.1", static_cast<std::uint16_t>(daemon.port())});
+  if (!connection) throw std::runtime_error(connection.error().to_string());
+  return std::move(*connection);
+}
+
+// Emits on `warmup` until the `listen` process counts as a listener (one delivery), so later
+// signals reach it.
+bool listener_ready(SignalConnection& emitter, const std::string& warmup) {
+  return eventually(
+      [&] {
+        auto delivered = emitter.emit(warmup, "warmup");
+        return delivered.ok() && *delivered == 1;
+      },
+      20s);
+}
+
+TEST(TurnstileCli, EmitPrintsTheDeliveryCount) {
+  Daemon daemon;
+  TempDir dir;
+  SignalConnection listener = signal_connection_to(daemon);
+  ASSERT_TRUE(listener.listen("cli.*").ok());
+  const Outcome one = run_cli(dir, {"emit", "-s", server(daemon), "cli.orders", "order 7"});
+  EXPECT_EQ(one.code, kExitOk) << one.err;
+  EXPECT_EQ(one.out, "1\n");
+  auto received = listener.next(5s);
+  ASSERT_TRUE(received.ok() && received->has_value());
+  EXPECT_EQ(**received, (Signal{"cli.orders", "order 7"}));
+
+  const Outcome json = run_cli(dir, {"emit", "-s", server(daemon), "--json", "cli.x", "y"});
+  EXPECT_EQ(json.code, kExitOk) << json.err;
+  EXPECT_EQ(Json::parse(json.out), (Json{{"ok", true}, {"delivered", 1}}));
+  const Outcome nobody = run_cli(dir, {"emit", "-s", server(daemon), "elsewhere", "z"});
+  EXPECT_EQ(nobody.code, kExitOk) << nobody.err;
+  EXPECT_EQ(nobody.out, "0\n");
+  // A payload that begins with '-' goes after `--`.
+  const Outcome dashed = run_cli(dir, {"emit", "-s", server(daemon), "--", "cli.neg", "-5"});
+  EXPECT_EQ(dashed.code, kExitOk) << dashed.err;
+  EXPECT_EQ(dashed.out, "1\n");
+
+  // Refused before connecting: a wildcard channel, a blank payload, a missing word.
+  const Outcome wildcard = run_cli(dir, {"emit", "-s", server(daemon), "cli.*", "x"});
+  EXPECT_EQ(wildcard.code, kExitUsage);
+  EXPECT_NE(wildcard.err.find("channel"), std::string::npos) << wildcard.err;
+  EXPECT_EQ(run_cli(dir, {"emit", "-s", server(daemon), "cli.x", ""}).code, kExitUsage);
+  EXPECT_EQ(run_cli(dir, {"emit", "-s", server(daemon), "cli.x"}).code, kExitUsage);
+  EXPECT_EQ(run_cli(dir, {"listen", "-s", server(daemon), "a..b"}).code, kExitUsage);
+  EXPECT_EQ(run_cli(dir, {"listen", "-s", server(daemon), "-s", server(daemon), "a"}).code,
+            kExitUsage);
+  Daemon dead;
+  const int dead_port = dead.port();
+  ASSERT_TRUE(dead.stop().has_value());
+  EXPECT_EQ(run_cli(dir, {"emit", "-s", "127.0.0.1:" + std::to_string(dead_port), "a", "b"}).code,
+            kExitNoConnection);
+}
+
+TEST(TurnstileCli, ListenPrintsSignalsUntilSigterm) {
+  Daemon daemon;
+  TempDir dir;
+  Cli cli(dir, {"listen", "-s", server(daemon), "cli.>"});
+  SignalConnection emitter = signal_connection_to(daemon);
+  ASSERT_TRUE(listener_ready(emitter, "cli.warmup")) << cli.err();
+  EXPECT_EQ(*emitter.emit("cli.orders.eu", "order 42 paid"), 1);
+  EXPECT_TRUE(eventually(
+      [&] { return cli.out().find("cli.orders.eu order 42 paid\n") != std::string::npos; }, 10s))
+      << cli.out();
+  cli.signal(SIGTERM);
+  EXPECT_EQ(cli.wait(10s), kExitOk) << cli.err();
+  // Every line is `<channel> <payload>`.
+  std::stringstream lines(cli.out());
+  for (std::string line; std::getline(lines, line);) {
+    EXPECT_TRUE(line == "cli.warmup warmup" || line == "cli.orders.eu order 42 paid") << line;
+  }
+
+  // SIGINT ends it the same way, and a queue group is honoured.
+  Cli grouped(dir, {"listen", "-s", server(daemon), "--group", "g", "cli.>"});
+  ASSERT_TRUE(listener_ready(emitter, "cli.other")) << grouped.err();
+  grouped.signal(SIGINT);
+  EXPECT_EQ(grouped.wait(10s), kExitOk) << grouped.err();
+}
+
+TEST(TurnstileCli, ListenJsonPrintsValidJson) {
+  Daemon daemon;
+  TempDir dir;
+  Cli cli(dir, {"listen", "-s", server(daemon), "--json", "ev.*"});
+  SignalConnection emitter = signal_connection_to(daemon);
+  ASSERT_TRUE(listener_ready(emitter, "ev.warmup")) << cli.err();
+  const std::string payload = R"({"say":"hi "there"","path":"C:\tmp"})";
+  EXPECT_EQ(*emitter.emit("ev.json", payload), 1);
+  EXPECT_TRUE(eventually([&] { return cli.out().find("ev.json") != std::string::npos; }, 10s))
+      << cli.out();
+  cli.signal(SIGTERM);
+  EXPECT_EQ(cli.wait(10s), kExitOk) << cli.err();
+  std::stringstream lines(cli.out());
+  bool found = false;
+  for (std::string line; std::getline(lines, line);) {
+    const Json parsed = Json::parse(line, nullptr, false);
+    ASSERT_TRUE(parsed.is_object()) << line;
+    EXPECT_EQ(parsed.size(), 2U) << line;
+    if (parsed["channel"] == "ev.json") {
+      EXPECT_EQ(parsed["payload"], payload);
+      found = true;
+    }
+  }
+  EXPECT_TRUE(found) << cli.out();
+}
+
+TEST(TurnstileCli, ListenFailsWhenTheServerGoes) {
+  auto daemon = std::make_unique<Daemon>();
+  TempDir dir;
+  Cli cli(dir, {"listen", "-s", server(*daemon), "gone.*"});
+  SignalConnection emitter = signal_connection_to(*daemon);
+  ASSERT_TRUE(listener_ready(emitter, "gone.warmup")) << cli.err();
+  emitter.close();
+  daemon.reset();  // stopped: the listener is drained and closed
+  const int code = cli.wait(20s);
+  EXPECT_NE(code, kExitOk);
+  EXPECT_NE(code, -1);
+  EXPECT_NE(cli.err().find("turnstile listen"), std::string::npos) << cli.err();
 }
 
 // --servers: the nodes of one replicated cluster (three real nodes on loopback).
