@@ -7,7 +7,10 @@
 //   l sl w sw -> ok <32 hex token> 33        e se -> acquired <32 hex token> 33
 //   r sr      -> ok                          n sn -> ok 33
 //   ping auth -> ok                          stats -> ok {}
+//   listen unlisten -> ok                    signal -> ok 0
 //   anything else -> error
+// A `signal` is delivered to nobody (`ok 0`) and no `sig` frame is ever written: the floor of a
+// signal's request and reply, not of its fan-out (turnstile-bench's signal-emit mode).
 // Tokens carry a fence from one process-wide counter, so fences of every key strictly increase
 // and turnstile-bench's fence checks pass; that counter is the only state beyond the framing.
 // The lease is always 33 (the default lease turnstiled reports when none is requested).
@@ -68,7 +71,7 @@ struct Connection {
   int fd = -1;
   int line = 0;  // which line of the request is being read: 0 command, 1 key, 2 arg
   std::uint8_t command_length = 0;  // bytes of the command line seen so far (capped)
-  char command[8] = {};             // the first bytes of the command line
+  char command[10] = {};            // the first bytes of the command line ("unlisten\r" fits)
   std::string pending;              // reply bytes the socket did not take yet
   // --hand-off only:
   int holds = 0;        // grants this connection holds
@@ -104,8 +107,11 @@ void append_canned_reply(std::string& out, std::string_view name) {
     append_grant(out, "ok");
   } else if (name == "e" || name == "se") {
     append_grant(out, "acquired");
-  } else if (name == "r" || name == "sr" || name == "ping" || name == "auth") {
+  } else if (name == "r" || name == "sr" || name == "ping" || name == "auth" || name == "listen" ||
+             name == "unlisten") {
     out += "ok\n";
+  } else if (name == "signal") {
+    out += "ok 0\n";
   } else if (name == "n" || name == "sn") {
     out += "ok 33\n";
   } else if (name == "stats") {

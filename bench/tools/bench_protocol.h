@@ -1,6 +1,7 @@
 // How turnstile-bench frames an acquire and a release and reads their replies. The load loop in
 // turnstile_bench.cc only sees this interface: LineProtocol is the TCP wire protocol, and
-// HttpProtocol the HTTP REST API (docs/http-api.md); nothing in the loop assumes lines.
+// HttpProtocol the HTTP REST API (docs/http-api.md); nothing in the loop assumes lines. The signal
+// modes' requests, their reply and the frame counter of their listeners are at the end.
 //
 // Thread affinity: implementations are immutable after construction. A LineProtocol is shared by
 // every connection; an HttpProtocol carries one HTTP session id, so each connection has its own.
@@ -10,6 +11,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -345,6 +347,74 @@ class HttpProtocol final : public Protocol {
   bool semaphore_;
   std::string headers_;  // from " HTTP/1.1" to "Content-Length: "
   std::string acquire_body_;
+};
+
+// ---- signals (the signal modes: listen, signal, and the `sig` frames listeners receive) --------
+
+// `listen\n<pattern>\n\n`: a plain subscription (no queue group), answered `ok`.
+inline std::string listen_request(std::string_view pattern) {
+  std::string out = "listen\n";
+  out += pattern;
+  out += "\n\n";
+  return out;
+}
+
+// `signal\n<channel>\n<payload>\n`, answered `ok <n>`.
+inline std::string signal_request(std::string_view channel, std::string_view payload) {
+  std::string out = "signal\n";
+  out += channel;
+  out += '\n';
+  out += payload;
+  out += '\n';
+  return out;
+}
+
+// The delivery count of a reply line (without its newline) `ok <n>`; nullopt for anything else.
+inline std::optional<std::uint64_t> parse_delivered(std::string_view line) {
+  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  if (line.size() < 4 || line.substr(0, 3) != "ok " || line.size() > 3 + 19) return std::nullopt;
+  std::uint64_t count = 0;
+  for (char c : line.substr(3)) {
+    if (c < '0' || c > '9') return std::nullopt;
+    count = count * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  return count;
+}
+
+// Counts the '\n'-terminated lines of a listener's stream as they arrive, in pieces of any size:
+// a line starting `sig ` is a frame, any other line is not. Only the first four bytes of a line
+// are looked at; the rest is skipped with memchr.
+struct FrameCounter {
+  std::uint64_t frames = 0;
+  std::uint64_t others = 0;  // complete lines that are not `sig ` frames
+  std::uint8_t matched = 0;  // bytes of "sig " matched at the start of the current line
+  bool other = false;        // the current line is not a frame
+
+  void feed(const char* data, std::size_t size) {
+    static constexpr char kPrefix[] = "sig ";
+    const char* end = data + size;
+    while (data < end) {
+      if (!other && matched < 4) {
+        if (*data == kPrefix[matched]) {
+          ++matched;
+          ++data;
+          continue;
+        }
+        other = true;  // this byte may be the line's '\n': looked for below
+      }
+      const auto* newline =
+          static_cast<const char*>(std::memchr(data, '\n', static_cast<std::size_t>(end - data)));
+      if (newline == nullptr) return;
+      if (other) {
+        ++others;
+      } else {
+        ++frames;
+      }
+      data = newline + 1;
+      matched = 0;
+      other = false;
+    }
+  }
 };
 
 }  // namespace turnstile::bench

@@ -7,6 +7,8 @@
 # load against it, and a reply waits until a majority holds its batch. Then the HTTP transport against a turnstiled with --http-port on a free
 # loopback port: the lock and semaphore modes must exit 0 and leave no HTTP session behind; and
 # the HTTP load against turnstile-http-refserver, the do-nothing evhttp server.
+# The signal modes (signal-emit, signal-fanout) run against turnstiled and the reference server
+# with the rest, and must notice listeners that receive fewer frames than the replies counted.
 # Usage: bench/tools/smoke_test.sh TURNSTILED TURNSTILE_REFSERVER TURNSTILE_BENCH \
 #          TURNSTILE_HTTP_REFSERVER
 set -euo pipefail
@@ -74,7 +76,41 @@ for target in "turnstiled $ts_port" "refserver $ref_port"; do
   run "$name" "$port" --mode pipelined --workers 4 --keys-per-connection 8 --duration 0.4
   run "$name" "$port" --mode uncontended --workers 10 --rounds 200 --warmup 0
   run "$name" "$port" --mode shared --workers 10 --rate 2000 --duration 0.4
+  run "$name" "$port" --mode signal-emit --workers 10 --duration 0.4
+  run "$name" "$port" --mode signal-emit --workers 10 --duration 0.3 --versus-uncontended
+  run "$name" "$port" --mode signal-fanout --workers 2 --listeners 50 --duration 0.4
+  run "$name" "$port" --mode signal-fanout --listeners 20 --pattern wildcard --rounds 50 --warmup 0
 done
+
+# The signal modes must notice frames that never arrive: this server answers every signal
+# `ok 1` and writes no frame, which must make turnstile-bench exit 1.
+/usr/bin/python3 - >"$work/liar.log" 2>&1 <<'PY' &
+import socketserver
+class Handler(socketserver.StreamRequestHandler):
+    def handle(self):
+        while True:
+            lines = [self.rfile.readline() for _ in range(3)]
+            if not lines[2]:
+                return
+            command = lines[0].strip()
+            self.wfile.write(b"ok\n" if command == b"listen" else
+                             b"ok 1\n" if command == b"signal" else b"error\n")
+class Server(socketserver.ThreadingTCPServer):
+    daemon_threads = True
+server = Server(("127.0.0.1", 0), Handler)
+print("listening on 127.0.0.1:%d" % server.server_address[1], flush=True)
+server.serve_forever()
+PY
+pids+=($!)
+liar_port=$(port_from "$work/liar.log")
+if "$bench" --host 127.0.0.1 --port "$liar_port" --mode signal-emit --workers 2 --warmup 0 \
+  --duration 0.2 --no-progress >"$work/negative-signal.out" 2>&1; then
+  echo "FAILED: turnstile-bench exited 0 although no signal frame arrived" >&2
+  cat "$work/negative-signal.out" >&2
+  failed=1
+else
+  echo "ok: missing signal frames are reported ($(grep -c '!' "$work/negative-signal.out") shown)"
+fi
 
 # The generator must notice an unexpected reply: with timeout 0, contended acquires of one key
 # are answered "timeout", which must make turnstile-bench exit 1.

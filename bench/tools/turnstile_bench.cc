@@ -14,6 +14,17 @@
 //   pipelined    K keys per connection (--keys-per-connection): first K acquires in one write,
 //                then each round writes, for every key, its release and its next acquire in one
 //                write. A round completes K ops; each op's latency is the round trip of its round.
+//   signal-emit  --workers connections each loop `signal\n<channel>\n<payload>\n` and wait for
+//                `ok <n>`; one listener connection (--listeners), subscribed to the channel
+//                first, is read by a thread of its own that counts and discards the `sig` frames.
+//                An op is one signal and its reply.
+//   signal-fanout  the same with --listeners 1000 and --workers 4 by default: a few publishers
+//                signal as fast as the replies come back, and --listener-threads epoll threads
+//                drain the listeners. Reports signals/s, deliveries/s (the replies' counts) and
+//                the frames the listeners received, and checks that the two totals agree.
+//                --pattern wildcard listens on `<prefix>.*` instead of the channel itself.
+//                With --versus-uncontended, signal-emit first runs the uncontended mode with the
+//                same workers, threads and times, and reports the ratio of their ops/s.
 // Transports: tcp (the line protocol, --port) or http (the HTTP REST API, --http-port; modes
 // uncontended, shared and semaphore): acquire = POST /v1/locks/{key} (or /v1/semaphores/{key}),
 // release = POST .../release, on the worker's session; the same fence checks apply.
@@ -36,6 +47,9 @@
 //             (checked after the run).
 // --no-exclusion drops capacity and order: for the do-nothing reference server, which grants
 // every acquire at once, so several "holders" overlap and their replies race between threads.
+// Signal modes: every reply must be `ok <n>`, every listener line a `sig ` frame, no listener may
+// be closed by the server, and the listeners must receive exactly as many frames as the replies
+// counted deliveries.
 // Exit status: 0 when no reply was unexpected and no fence check failed; 1 otherwise; 2 on a
 // usage error.
 #include <arpa/inet.h>
@@ -45,6 +59,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
@@ -84,7 +99,7 @@ using TimePoint = Clock::time_point;
 using std::chrono::duration_cast;
 using std::chrono::nanoseconds;
 
-enum class Mode { kUncontended, kShared, kSemaphore, kPipelined };
+enum class Mode { kUncontended, kShared, kSemaphore, kPipelined, kSignalEmit, kSignalFanout };
 enum class Transport { kTcp, kHttp };
 
 struct Options {
@@ -107,7 +122,19 @@ struct Options {
   bool json = false;
   bool progress = true;
   bool no_exclusion = false;  // the server does not enforce lock or semaphore capacity
+  // The signal modes:
+  bool workers_given = false;
+  int listeners = 0;         // 0: the mode's default (signal-emit 1, signal-fanout 1000)
+  int listener_threads = 0;  // 0: the mode's default (signal-emit 1, signal-fanout 2)
+  bool wildcard = false;     // --pattern wildcard: listen on `<prefix>.*`, not the channel
+  int payload_bytes = 16;
+  bool versus_uncontended = false;  // signal-emit: run the uncontended mode first, and the ratio
+  bool signal_options = false;      // any of the options above was given
 };
+
+bool signal_mode(const Options& options) {
+  return options.mode == Mode::kSignalEmit || options.mode == Mode::kSignalFanout;
+}
 
 [[noreturn]] void usage_error(const std::string& message) {
   std::fprintf(stderr, "turnstile-bench: %s (see --help)\n", message.c_str());
@@ -122,7 +149,8 @@ void print_help() {
       "  --transport T             tcp (line protocol on --port) | http (REST API) (tcp)\n"
       "  --http-port N             HTTP API port for --transport http (default: --port)\n"
       "  --lease-ttl S             http: lease_ttl_s of each acquire (0 = server default)\n"
-      "  --mode M                  uncontended | shared | semaphore | pipelined (uncontended)\n"
+      "  --mode M                  uncontended | shared | semaphore | pipelined |\n"
+      "                            signal-emit | signal-fanout (uncontended)\n"
       "  --workers N               connections, one worker each (10)\n"
       "  --threads N               generator threads, each with its own epoll (1)\n"
       "  --duration S              measured seconds after the warm-up (5)\n"
@@ -136,6 +164,15 @@ void print_help() {
       "  --no-progress             no progress line on stderr\n"
       "  --no-exclusion            server grants without exclusion (the reference server):\n"
       "                            check only causal fence order and uniqueness\n"
+      "Signal modes (op = one `signal` and its `ok <n>`; --workers connections signal one\n"
+      "channel in a closed loop; --timeout S: a reply later than S seconds is an error):\n"
+      "  --listeners L             connections listening to the channel (signal-emit 1,\n"
+      "                            signal-fanout 1000); --workers defaults to 4 in signal-fanout\n"
+      "  --listener-threads N      epoll threads reading the listeners (emit 1, fanout 2)\n"
+      "  --pattern P               exact (listen on the channel) | wildcard (<prefix>.*) (exact)\n"
+      "  --payload-bytes N         payload of each signal (16)\n"
+      "  --versus-uncontended      signal-emit: first the uncontended mode with the same\n"
+      "                            workers, threads and times, then the ratio of the ops/s\n"
       "Exit status: 0 = no unexpected reply and every fence check passed, 1 = not, 2 = usage.\n");
 }
 
@@ -177,6 +214,11 @@ Options parse_options(int argc, char** argv) {
       options.no_exclusion = true;
       continue;
     }
+    if (flag == "--versus-uncontended") {
+      options.versus_uncontended = true;
+      options.signal_options = true;
+      continue;
+    }
     if (i + 1 >= argc) usage_error("missing value for " + flag);
     const std::string value = argv[++i];
     if (flag == "--host") {
@@ -205,11 +247,16 @@ Options parse_options(int argc, char** argv) {
         options.mode = Mode::kSemaphore;
       } else if (value == "pipelined") {
         options.mode = Mode::kPipelined;
+      } else if (value == "signal-emit") {
+        options.mode = Mode::kSignalEmit;
+      } else if (value == "signal-fanout") {
+        options.mode = Mode::kSignalFanout;
       } else {
         usage_error("unknown mode " + value);
       }
     } else if (flag == "--workers") {
       options.workers = parse_number<int>(flag, value);
+      options.workers_given = true;
     } else if (flag == "--threads") {
       options.threads = parse_number<int>(flag, value);
     } else if (flag == "--duration") {
@@ -226,10 +273,26 @@ Options parse_options(int argc, char** argv) {
       options.limit = parse_number<std::int64_t>(flag, value);
     } else if (flag == "--keys-per-connection") {
       options.keys_per_connection = parse_number<int>(flag, value);
+    } else if (flag == "--listeners") {
+      options.listeners = parse_number<int>(flag, value);
+      options.signal_options = true;
+      if (options.listeners < 1) usage_error("--listeners must be 1..100000");
+    } else if (flag == "--listener-threads") {
+      options.listener_threads = parse_number<int>(flag, value);
+      options.signal_options = true;
+      if (options.listener_threads < 1) usage_error("--listener-threads must be 1..256");
+    } else if (flag == "--pattern") {
+      if (value != "exact" && value != "wildcard") usage_error("unknown pattern " + value);
+      options.wildcard = value == "wildcard";
+      options.signal_options = true;
+    } else if (flag == "--payload-bytes") {
+      options.payload_bytes = parse_number<int>(flag, value);
+      options.signal_options = true;
     } else {
       usage_error("unknown option " + flag);
     }
   }
+  if (options.mode == Mode::kSignalFanout && !options.workers_given) options.workers = 4;
   if (options.workers < 1 || options.workers > 100000) usage_error("--workers must be 1..100000");
   if (options.threads < 1 || options.threads > 256) usage_error("--threads must be 1..256");
   options.threads = std::min(options.threads, options.workers);
@@ -250,6 +313,28 @@ Options parse_options(int argc, char** argv) {
   if (options.transport == Transport::kHttp) {
     if (options.mode == Mode::kPipelined) usage_error("--transport http has no pipelined mode");
     if (options.http_port > 0) options.port = options.http_port;
+  }
+  if (options.signal_options && !signal_mode(options)) {
+    usage_error(
+        "--listeners, --listener-threads, --pattern, --payload-bytes and "
+        "--versus-uncontended need --mode signal-emit or signal-fanout");
+  }
+  if (signal_mode(options)) {
+    const bool emit = options.mode == Mode::kSignalEmit;
+    if (options.transport != Transport::kTcp) usage_error("the signal modes are TCP only");
+    if (options.rate > 0) usage_error("the signal modes are closed loop only (no --rate)");
+    if (options.versus_uncontended && !emit) {
+      usage_error("--versus-uncontended needs --mode signal-emit");
+    }
+    if (options.listeners == 0) options.listeners = emit ? 1 : 1000;
+    if (options.listener_threads == 0) options.listener_threads = emit ? 1 : 2;
+    if (options.listeners > 100000) usage_error("--listeners must be 1..100000");
+    if (options.listener_threads > 256) usage_error("--listener-threads must be 1..256");
+    options.listener_threads = std::min(options.listener_threads, options.listeners);
+    if (options.payload_bytes < 1 || options.payload_bytes > 60000) {
+      usage_error("--payload-bytes must be 1..60000");
+    }
+    if (options.timeout_s < 1) usage_error("--timeout must be >= 1 in the signal modes");
   }
   return options;
 }
@@ -769,7 +854,9 @@ void delete_sessions(const std::vector<std::string>& ids, const Options& options
 
 double to_us(std::uint64_t ns) { return static_cast<double>(ns) / 1000.0; }
 
-int run(const Options& options) {
+// The lock and semaphore modes: one run, its result in `out` (printed as text unless --json).
+// The exit status.
+int run(const Options& options, nlohmann::json& out) {
   socklen_t address_length = 0;
   const sockaddr_storage address = resolve_loopback(options.host, options.port, address_length);
 
@@ -902,36 +989,34 @@ int run(const Options& options) {
   const std::uint64_t errors = shared.errors.load();
   const std::uint64_t violations = shared.fence_violations.load();
 
-  if (options.json) {
-    nlohmann::json out = {
-        {"mode", options.mode_name},
-        {"transport", http ? "http" : "tcp"},
-        {"host", options.host},
-        {"port", options.port},
-        {"workers", options.workers},
-        {"threads", options.threads},
-        {"keys_per_connection", keys_per_connection},
-        {"rate", options.rate},
-        {"loop", options.rate > 0 ? "open" : "closed"},
-        {"warmup_s", options.warmup_s},
-        {"elapsed_s", elapsed_s},
-        {"ops", measured_ops},
-        {"ops_all", ops_all},
-        {"ops_per_s", ops_per_s},
-        {"latency_us",
-         {{"p50", to_us(histogram.value_at_quantile(0.50))},
-          {"p90", to_us(histogram.value_at_quantile(0.90))},
-          {"p99", to_us(histogram.value_at_quantile(0.99))},
-          {"p999", to_us(histogram.value_at_quantile(0.999))},
-          {"max", to_us(histogram.max())},
-          {"mean", histogram.mean() / 1000.0}}},
-        {"errors", errors},
-        {"fence_violations", violations},
-        {"fence_checks", checks},
-        {"messages", shared.messages},
-    };
-    std::printf("%s\n", out.dump().c_str());
-  } else {
+  out = {
+      {"mode", options.mode_name},
+      {"transport", http ? "http" : "tcp"},
+      {"host", options.host},
+      {"port", options.port},
+      {"workers", options.workers},
+      {"threads", options.threads},
+      {"keys_per_connection", keys_per_connection},
+      {"rate", options.rate},
+      {"loop", options.rate > 0 ? "open" : "closed"},
+      {"warmup_s", options.warmup_s},
+      {"elapsed_s", elapsed_s},
+      {"ops", measured_ops},
+      {"ops_all", ops_all},
+      {"ops_per_s", ops_per_s},
+      {"latency_us",
+       {{"p50", to_us(histogram.value_at_quantile(0.50))},
+        {"p90", to_us(histogram.value_at_quantile(0.90))},
+        {"p99", to_us(histogram.value_at_quantile(0.99))},
+        {"p999", to_us(histogram.value_at_quantile(0.999))},
+        {"max", to_us(histogram.max())},
+        {"mean", histogram.mean() / 1000.0}}},
+      {"errors", errors},
+      {"fence_violations", violations},
+      {"fence_checks", checks},
+      {"messages", shared.messages},
+  };
+  if (!options.json) {
     std::printf("turnstile-bench %s%s: %d workers on %d threads against %s:%d (%s loop)\n",
                 http ? "http " : "", options.mode_name.c_str(), options.workers, options.threads,
                 options.host.c_str(), options.port, options.rate > 0 ? "open" : "closed");
@@ -949,11 +1034,695 @@ int run(const Options& options) {
   return errors == 0 && violations == 0 ? 0 : 1;
 }
 
+// ---- the signal modes ---------------------------------------------------------------------------
+// signal-emit and signal-fanout are one load with different defaults: --workers signalling
+// connections ("publishers") each loop `signal\n<channel>\n<payload>\n` and wait for its
+// `ok <n>`, while --listeners connections, subscribed to the channel before the first signal,
+// are drained by --listener-threads threads of their own (each an epoll set over its share,
+// non-blocking reads, counting the `sig ` lines and keeping nothing). At the end the publishers
+// stop signalling and wait for their last replies, then the listeners read until they have
+// received as many frames as the replies counted deliveries (or until 1 s passes without a
+// frame): the two totals must agree.
+
+// Raises the soft limit on open descriptors to what `needed` connections take, up to the hard
+// limit; warns when that is not enough (the connects then fail and say so).
+void raise_descriptor_limit(std::uint64_t needed) {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= needed) return;
+  const rlim_t wanted =
+      limit.rlim_max == RLIM_INFINITY ? needed : std::min<rlim_t>(needed, limit.rlim_max);
+  if (wanted > limit.rlim_cur) {
+    limit.rlim_cur = wanted;
+    (void)setrlimit(RLIMIT_NOFILE, &limit);
+  }
+  if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < needed) {
+    std::fprintf(
+        stderr,
+        "turnstile-bench: warning: %llu descriptors needed, the limit is %llu (hard %llu)\n",
+        static_cast<unsigned long long>(needed), static_cast<unsigned long long>(limit.rlim_cur),
+        static_cast<unsigned long long>(limit.rlim_max));
+  }
+}
+
+// One signalling connection: one signal in flight at a time.
+struct Emitter {
+  int fd = -1;
+  int index = 0;  // publisher index over all threads
+  std::string in;
+  std::size_t out_sent = 0;  // bytes of the request written; the request is sent when equal
+  bool want_write = false;
+  bool in_flight = false;
+  TimePoint sent_at{};
+  std::int64_t signals_done = 0;
+  bool active = true;
+};
+
+struct PublisherResult {
+  LogHistogram histogram;
+  std::uint64_t measured_signals = 0;     // replies received in the measured window
+  std::uint64_t measured_deliveries = 0;  // the sum of their counts
+  std::uint64_t deliveries_all = 0;       // every reply's count, warm-up and drain included
+  std::uint64_t min_delivered = UINT64_MAX;
+  std::uint64_t max_delivered = 0;
+  TimePoint last_completion{};
+};
+
+// One generator thread's publishers: an epoll set, a closed loop per connection.
+class Publisher {
+ public:
+  Publisher(const Options& options, Shared& shared, std::vector<Emitter> emitters,
+            const std::string& request)
+      : options_(options), shared_(shared), emitters_(std::move(emitters)), request_(request) {}
+
+  std::atomic<std::uint64_t> signals_all{0};  // every reply, warm-up included
+  PublisherResult result;
+
+  void run(TimePoint warmup_end, std::optional<TimePoint> end) {
+    warmup_end_ = warmup_end;
+    end_ = end;
+    epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+    if (epoll_fd_ < 0) fatal("epoll_create1");
+    for (std::size_t i = 0; i < emitters_.size(); ++i) {
+      epoll_event event{};
+      event.events = EPOLLIN;
+      event.data.u64 = i;
+      epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, emitters_[i].fd, &event);
+    }
+    active_ = emitters_.size();
+    TimePoint now = Clock::now();
+    for (Emitter& emitter : emitters_) next(emitter, now);
+    TimePoint next_check = now + kCheckEvery;
+    std::vector<epoll_event> events(256);
+    while (active_ > 0) {
+      now = Clock::now();
+      if (!stopping_ && end_ && now >= *end_) {
+        // The end: no new signal; the ones in flight get until drain_deadline_ for their reply.
+        stopping_ = true;
+        drain_deadline_ = now + std::chrono::seconds(std::min<std::int64_t>(options_.timeout_s, 5));
+        for (Emitter& emitter : emitters_) {
+          if (!emitter.in_flight) deactivate(emitter);
+        }
+        continue;
+      }
+      if (now >= next_check) {
+        check_stalls(now);
+        next_check = now + kCheckEvery;
+      }
+      const int count = epoll_wait(epoll_fd_, events.data(), static_cast<int>(events.size()), 50);
+      if (count < 0) {
+        if (errno == EINTR) continue;
+        fatal("epoll_wait");
+      }
+      for (int i = 0; i < count; ++i) {
+        const epoll_event& event = events[static_cast<std::size_t>(i)];
+        Emitter& emitter = emitters_[event.data.u64];
+        if (!emitter.active) continue;
+        if (event.events & EPOLLOUT) flush(emitter);
+        if (emitter.active && (event.events & (EPOLLIN | EPOLLHUP | EPOLLERR))) {
+          on_readable(emitter);
+        }
+      }
+    }
+    for (Emitter& emitter : emitters_) {
+      if (emitter.fd >= 0) ::close(emitter.fd);
+      emitter.fd = -1;
+    }
+    ::close(epoll_fd_);
+  }
+
+ private:
+  static constexpr auto kCheckEvery = std::chrono::milliseconds(100);
+
+  [[noreturn]] static void fatal(const char* what) {
+    std::fprintf(stderr, "turnstile-bench: %s: %s\n", what, std::strerror(errno));
+    std::exit(1);
+  }
+
+  // Sends the next signal, or retires the emitter when it is done.
+  void next(Emitter& emitter, TimePoint now) {
+    if (stopping_ || (options_.rounds > 0 && emitter.signals_done >= options_.rounds)) {
+      deactivate(emitter);
+      return;
+    }
+    emitter.in_flight = true;
+    emitter.sent_at = now;
+    emitter.out_sent = 0;
+    flush(emitter);
+  }
+
+  void flush(Emitter& emitter) {
+    while (emitter.out_sent < request_.size()) {
+      const ssize_t written = ::send(emitter.fd, request_.data() + emitter.out_sent,
+                                     request_.size() - emitter.out_sent, MSG_NOSIGNAL);
+      if (written < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+        fail(emitter, std::string("send: ") + std::strerror(errno));
+        return;
+      }
+      emitter.out_sent += static_cast<std::size_t>(written);
+    }
+    const bool pending = emitter.out_sent < request_.size();
+    if (pending != emitter.want_write) {
+      emitter.want_write = pending;
+      epoll_event event{};
+      event.events = EPOLLIN | (pending ? EPOLLOUT : 0u);
+      event.data.u64 = static_cast<std::uint64_t>(&emitter - emitters_.data());
+      epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, emitter.fd, &event);
+    }
+  }
+
+  void on_readable(Emitter& emitter) {
+    char buffer[4096];
+    for (;;) {
+      const ssize_t got = ::recv(emitter.fd, buffer, sizeof buffer, 0);
+      if (got > 0) {
+        emitter.in.append(buffer, static_cast<std::size_t>(got));
+        if (static_cast<std::size_t>(got) < sizeof buffer) break;
+        continue;
+      }
+      if (got == 0) {
+        fail(emitter, "server closed the connection");
+        return;
+      }
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      fail(emitter, std::string("recv: ") + std::strerror(errno));
+      return;
+    }
+    const TimePoint now = Clock::now();
+    std::size_t offset = 0;
+    for (;;) {
+      const std::size_t newline = emitter.in.find('\n', offset);
+      if (newline == std::string::npos) break;
+      const std::string_view line = std::string_view(emitter.in).substr(offset, newline - offset);
+      offset = newline + 1;
+      const std::optional<std::uint64_t> delivered = parse_delivered(line);
+      if (!emitter.in_flight || !delivered) {
+        fail(emitter,
+             std::string(emitter.in_flight ? "signal answered \"" : "unsolicited line \"") +
+                 std::string(line.substr(0, 80)) + "\"");
+        return;
+      }
+      complete(emitter, *delivered, now);
+    }
+    emitter.in.erase(0, offset);
+    if (emitter.in.size() > 4096) {
+      fail(emitter, "a reply line longer than 4096 bytes");
+      return;
+    }
+    if (!emitter.in_flight) next(emitter, now);
+  }
+
+  void complete(Emitter& emitter, std::uint64_t delivered, TimePoint now) {
+    emitter.in_flight = false;
+    ++emitter.signals_done;
+    signals_all.fetch_add(1, std::memory_order_relaxed);
+    result.deliveries_all += delivered;
+    result.min_delivered = std::min(result.min_delivered, delivered);
+    result.max_delivered = std::max(result.max_delivered, delivered);
+    if (now < warmup_end_ || (end_ && now >= *end_)) return;
+    result.histogram.record(static_cast<std::uint64_t>(
+        std::max<std::int64_t>(0, duration_cast<nanoseconds>(now - emitter.sent_at).count())));
+    ++result.measured_signals;
+    result.measured_deliveries += delivered;
+    result.last_completion = std::max(result.last_completion, now);
+  }
+
+  // A signal unanswered after --timeout seconds, or after the drain deadline, fails its emitter.
+  void check_stalls(TimePoint now) {
+    const auto limit = std::chrono::seconds(options_.timeout_s);
+    for (Emitter& emitter : emitters_) {
+      if (!emitter.active || !emitter.in_flight) continue;
+      if (now - emitter.sent_at > limit || (stopping_ && now >= drain_deadline_)) {
+        fail(emitter,
+             "no reply to a signal within " +
+                 std::to_string(
+                     duration_cast<std::chrono::milliseconds>(now - emitter.sent_at).count()) +
+                 " ms");
+      }
+    }
+  }
+
+  void fail(Emitter& emitter, const std::string& why) {
+    shared_.report(shared_.errors, "publisher " + std::to_string(emitter.index) + ": " + why);
+    deactivate(emitter);
+  }
+
+  void deactivate(Emitter& emitter) {
+    if (!emitter.active) return;
+    emitter.active = false;
+    --active_;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, emitter.fd, nullptr);
+  }
+
+  const Options& options_;
+  Shared& shared_;
+  std::vector<Emitter> emitters_;
+  const std::string& request_;
+  int epoll_fd_ = -1;
+  std::size_t active_ = 0;
+  TimePoint warmup_end_{};
+  std::optional<TimePoint> end_;
+  bool stopping_ = false;
+  TimePoint drain_deadline_{};
+};
+
+// One listener-reading thread: an epoll set over its share of the listeners; counts the frames
+// and keeps nothing.
+class ListenerReader {
+ public:
+  ListenerReader(Shared& shared, std::vector<std::pair<int, int>> listeners)  // (fd, index)
+      : shared_(shared), listeners_(std::move(listeners)), counters_(listeners_.size()) {}
+
+  std::atomic<std::uint64_t> frames_all{0};
+  std::uint64_t frames_window = 0;  // received in [warmup_end, end); read after the join
+  std::uint64_t other_lines = 0;    // read after the join
+  int closed = 0;                   // listeners the server closed; read after the join
+
+  void run(TimePoint warmup_end, std::optional<TimePoint> end, const std::atomic<bool>& stop) {
+    const int epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+    if (epoll_fd < 0) {
+      std::fprintf(stderr, "turnstile-bench: epoll_create1: %s\n", std::strerror(errno));
+      std::exit(1);
+    }
+    for (std::size_t i = 0; i < listeners_.size(); ++i) {
+      epoll_event event{};
+      event.events = EPOLLIN;
+      event.data.u64 = i;
+      epoll_ctl(epoll_fd, EPOLL_CTL_ADD, listeners_[i].first, &event);
+    }
+    std::vector<char> buffer(1 << 16);
+    std::vector<epoll_event> events(512);
+    while (!stop.load(std::memory_order_relaxed)) {
+      const int count = epoll_wait(epoll_fd, events.data(), static_cast<int>(events.size()), 50);
+      if (count < 0 && errno != EINTR) {
+        std::fprintf(stderr, "turnstile-bench: epoll_wait: %s\n", std::strerror(errno));
+        std::exit(1);
+      }
+      std::uint64_t frames = 0;
+      for (int i = 0; i < count; ++i) {
+        const std::size_t at = events[static_cast<std::size_t>(i)].data.u64;
+        frames += drain(at, buffer, epoll_fd);
+      }
+      if (frames == 0) continue;
+      frames_all.fetch_add(frames, std::memory_order_relaxed);
+      const TimePoint now = Clock::now();
+      if (now >= warmup_end && (!end || now < *end)) frames_window += frames;
+    }
+    for (std::size_t i = 0; i < listeners_.size(); ++i) {
+      other_lines += counters_[i].others;
+      if (listeners_[i].first >= 0) ::close(listeners_[i].first);
+      listeners_[i].first = -1;
+    }
+    ::close(epoll_fd);
+  }
+
+ private:
+  // Reads listener `at` until the socket is empty; the frames it completed.
+  std::uint64_t drain(std::size_t at, std::vector<char>& buffer, int epoll_fd) {
+    auto& [fd, index] = listeners_[at];
+    if (fd < 0) return 0;
+    FrameCounter& counter = counters_[at];
+    const std::uint64_t before = counter.frames;
+    for (;;) {
+      const ssize_t got = ::recv(fd, buffer.data(), buffer.size(), 0);
+      if (got > 0) {
+        counter.feed(buffer.data(), static_cast<std::size_t>(got));
+        if (static_cast<std::size_t>(got) < buffer.size()) break;
+        continue;
+      }
+      if (got < 0 && errno == EINTR) continue;
+      if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      ++closed;
+      shared_.report(shared_.errors,
+                     "listener " + std::to_string(index) + ": " +
+                         (got == 0 ? std::string("the server closed the connection (too slow a "
+                                                 "consumer for --signal-queue?)")
+                                   : std::string("recv: ") + std::strerror(errno)));
+      epoll_ctl(epoll_fd, EPOLL_CTL_DEL, fd, nullptr);
+      ::close(fd);
+      fd = -1;
+      break;
+    }
+    return counter.frames - before;
+  }
+
+  Shared& shared_;
+  std::vector<std::pair<int, int>> listeners_;
+  std::vector<FrameCounter> counters_;
+};
+
+// Sends `request` whole on the non-blocking `fd` and reads one reply line (without its newline),
+// before `deadline`; false with `error` set when that fails.
+bool exchange_line(int fd, const std::string& request, TimePoint deadline, std::string& line,
+                   std::string& error) {
+  std::size_t sent = 0;
+  line.clear();
+  for (;;) {
+    const bool sending = sent < request.size();
+    char byte = 0;
+    const ssize_t n = sending
+                          ? ::send(fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL)
+                          : ::recv(fd, &byte, 1, 0);  // one byte: nothing after the line is taken
+    if (n > 0 && sending) {
+      sent += static_cast<std::size_t>(n);
+      continue;
+    }
+    if (n > 0) {
+      if (byte == '\n') {
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        return true;
+      }
+      if (line.size() < 200) line += byte;
+      continue;
+    }
+    if (n == 0) {
+      error = "server closed the connection";
+      return false;
+    }
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) {
+      error = std::string(sending ? "send: " : "recv: ") + std::strerror(errno);
+      return false;
+    }
+    const auto left = duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) {
+      error = "no reply within 10 s";
+      return false;
+    }
+    pollfd waiting{fd, static_cast<short>(sending ? POLLOUT : POLLIN), 0};
+    ::poll(&waiting, 1, static_cast<int>(left));
+  }
+}
+
+void close_all(const std::vector<int>& fds) {
+  for (const int fd : fds) ::close(fd);
+}
+
+// A signal mode: one run, its result in `out` (printed as text unless --json). The exit status.
+int run_signals(const Options& options, nlohmann::json& out) {
+  socklen_t address_length = 0;
+  const sockaddr_storage address = resolve_loopback(options.host, options.port, address_length);
+  // Names are unique per run: no other run's listener or signal meets this one's.
+  std::random_device random_device;
+  const std::string prefix = "tb-" + std::to_string(getpid()) + "-" +
+                             std::to_string(random_device() % 1000000) + "-" + options.mode_name;
+  const std::string channel = prefix + ".ch";
+  const std::string pattern = options.wildcard ? prefix + ".*" : channel;
+  const std::string request =
+      signal_request(channel, std::string(static_cast<std::size_t>(options.payload_bytes), 'x'));
+
+  // Listeners first: every one has its `ok` before the first signal.
+  std::vector<int> listener_fds;
+  std::vector<int> emitter_fds;
+  const auto connect_or_fail = [&](const char* what) {
+    const int fd = connect_to(address, address_length);
+    if (fd < 0) {
+      std::fprintf(stderr, "turnstile-bench: connect %s to %s:%d: %s\n", what, options.host.c_str(),
+                   options.port, std::strerror(errno));
+    }
+    return fd;
+  };
+  const std::string listen = listen_request(pattern);
+  for (int l = 0; l < options.listeners; ++l) {
+    const int fd = connect_or_fail("a listener");
+    std::string line;
+    std::string error;
+    if (fd >= 0 &&
+        (!exchange_line(fd, listen, Clock::now() + std::chrono::seconds(10), line, error) ||
+         line != "ok")) {
+      std::fprintf(stderr, "turnstile-bench: listen %s: %s\n", pattern.c_str(),
+                   error.empty() ? ("answered \"" + line + "\"").c_str() : error.c_str());
+      ::close(fd);
+      close_all(listener_fds);
+      return 1;
+    }
+    if (fd < 0) {
+      close_all(listener_fds);
+      return 1;
+    }
+    listener_fds.push_back(fd);
+  }
+  for (int w = 0; w < options.workers; ++w) {
+    const int fd = connect_or_fail("a publisher");
+    if (fd < 0) {
+      close_all(listener_fds);
+      close_all(emitter_fds);
+      return 1;
+    }
+    emitter_fds.push_back(fd);
+  }
+
+  Shared shared;
+  std::vector<std::vector<Emitter>> per_thread(static_cast<std::size_t>(options.threads));
+  for (int w = 0; w < options.workers; ++w) {
+    Emitter emitter;
+    emitter.fd = emitter_fds[static_cast<std::size_t>(w)];
+    emitter.index = w;
+    per_thread[static_cast<std::size_t>(w % options.threads)].push_back(std::move(emitter));
+  }
+  std::vector<std::vector<std::pair<int, int>>> per_reader(
+      static_cast<std::size_t>(options.listener_threads));
+  for (int l = 0; l < options.listeners; ++l) {
+    per_reader[static_cast<std::size_t>(l % options.listener_threads)].emplace_back(
+        listener_fds[static_cast<std::size_t>(l)], l);
+  }
+  std::vector<std::unique_ptr<Publisher>> publishers;
+  for (auto& emitters : per_thread) {
+    publishers.push_back(
+        std::make_unique<Publisher>(options, shared, std::move(emitters), request));
+  }
+  std::vector<std::unique_ptr<ListenerReader>> readers;
+  for (auto& listeners : per_reader) {
+    readers.push_back(std::make_unique<ListenerReader>(shared, std::move(listeners)));
+  }
+
+  const auto seconds = [](double s) {
+    return duration_cast<nanoseconds>(std::chrono::duration<double>(s));
+  };
+  const TimePoint start = Clock::now();
+  const TimePoint warmup_end = start + seconds(options.warmup_s);
+  std::optional<TimePoint> end;
+  if (options.rounds == 0) end = warmup_end + seconds(options.duration_s);
+  std::atomic<bool> readers_stop{false};
+  std::vector<std::thread> reader_threads;
+  for (auto& reader : readers) {
+    reader_threads.emplace_back(
+        [&reader, warmup_end, end, &readers_stop] { reader->run(warmup_end, end, readers_stop); });
+  }
+  std::vector<std::thread> publisher_threads;
+  for (auto& publisher : publishers) {
+    publisher_threads.emplace_back(
+        [&publisher, warmup_end, end] { publisher->run(warmup_end, end); });
+  }
+  const auto frames_so_far = [&readers] {
+    std::uint64_t frames = 0;
+    for (auto& reader : readers) frames += reader->frames_all.load(std::memory_order_relaxed);
+    return frames;
+  };
+
+  // Progress: a line a second once the run has lasted more than 3 seconds.
+  std::atomic<bool> done{false};
+  std::thread progress([&] {
+    std::uint64_t last_signals = 0;
+    std::uint64_t last_frames = 0;
+    TimePoint last = Clock::now();
+    int second = 0;
+    while (!done.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      const TimePoint now = Clock::now();
+      if (now - last < std::chrono::seconds(1)) continue;
+      ++second;
+      std::uint64_t signals = 0;
+      for (auto& publisher : publishers) {
+        signals += publisher->signals_all.load(std::memory_order_relaxed);
+      }
+      const std::uint64_t frames = frames_so_far();
+      const double span = std::chrono::duration<double>(now - last).count();
+      const double signal_rate = static_cast<double>(signals - last_signals) / span;
+      const double frame_rate = static_cast<double>(frames - last_frames) / span;
+      last_signals = signals;
+      last_frames = frames;
+      last = now;
+      if (options.progress && second > 3) {
+        std::fprintf(stderr, "turnstile-bench: %ds %s%.0f signals/s, %.0f frames/s, errors %llu\n",
+                     second, now < warmup_end ? "(warm-up) " : "", signal_rate, frame_rate,
+                     static_cast<unsigned long long>(shared.errors.load()));
+      }
+    }
+  });
+  for (std::thread& thread : publisher_threads) thread.join();
+
+  // Every reply is in: the listeners read until they have as many frames as the replies
+  // counted, then 100 ms more (a frame too many would show), or until 1 s without a frame.
+  std::uint64_t deliveries_all = 0;
+  for (auto& publisher : publishers) deliveries_all += publisher->result.deliveries_all;
+  {
+    std::uint64_t seen = frames_so_far();
+    TimePoint last_progress = Clock::now();
+    const TimePoint give_up = last_progress + std::chrono::seconds(10);
+    while (seen < deliveries_all && Clock::now() - last_progress < std::chrono::seconds(1) &&
+           Clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      const std::uint64_t now_seen = frames_so_far();
+      if (now_seen != seen) last_progress = Clock::now();
+      seen = now_seen;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  readers_stop.store(true);
+  for (std::thread& thread : reader_threads) thread.join();
+  done.store(true);
+  progress.join();
+
+  LogHistogram histogram;
+  std::uint64_t signals = 0;
+  std::uint64_t deliveries = 0;
+  std::uint64_t signals_all = 0;
+  std::uint64_t min_delivered = UINT64_MAX;
+  std::uint64_t max_delivered = 0;
+  TimePoint last_completion = warmup_end;
+  for (auto& publisher : publishers) {
+    const PublisherResult& result = publisher->result;
+    histogram.add(result.histogram);
+    signals += result.measured_signals;
+    deliveries += result.measured_deliveries;
+    signals_all += publisher->signals_all.load();
+    min_delivered = std::min(min_delivered, result.min_delivered);
+    max_delivered = std::max(max_delivered, result.max_delivered);
+    last_completion = std::max(last_completion, result.last_completion);
+  }
+  if (signals_all == 0) min_delivered = 0;
+  std::uint64_t frames_all = 0;
+  std::uint64_t frames = 0;
+  std::uint64_t other_lines = 0;
+  int listeners_closed = 0;
+  for (auto& reader : readers) {
+    frames_all += reader->frames_all.load();
+    frames += reader->frames_window;
+    other_lines += reader->other_lines;
+    listeners_closed += reader->closed;
+  }
+  if (other_lines > 0) {
+    shared.report(shared.errors, "listeners received " + std::to_string(other_lines) +
+                                     " lines that are not `sig ` frames");
+  }
+  if (frames_all != deliveries_all) {
+    shared.report(shared.errors, "listeners received " + std::to_string(frames_all) +
+                                     " frames, the replies counted " +
+                                     std::to_string(deliveries_all) + " deliveries");
+  }
+  const TimePoint measured_end = end ? *end : last_completion;
+  const double elapsed_s = std::chrono::duration<double>(measured_end - warmup_end).count();
+  const auto per_s = [elapsed_s](std::uint64_t count) {
+    return elapsed_s > 0 ? static_cast<double>(count) / elapsed_s : 0.0;
+  };
+  const std::uint64_t errors = shared.errors.load();
+  out = {
+      {"mode", options.mode_name},
+      {"transport", "tcp"},
+      {"host", options.host},
+      {"port", options.port},
+      {"workers", options.workers},
+      {"threads", options.threads},
+      {"listeners", options.listeners},
+      {"listener_threads", options.listener_threads},
+      {"pattern", options.wildcard ? "wildcard" : "exact"},
+      {"payload_bytes", options.payload_bytes},
+      {"loop", "closed"},
+      {"warmup_s", options.warmup_s},
+      {"elapsed_s", elapsed_s},
+      {"ops", signals},
+      {"ops_all", signals_all},
+      {"ops_per_s", per_s(signals)},
+      {"deliveries", deliveries},
+      {"deliveries_per_s", per_s(deliveries)},
+      {"frames", frames},
+      {"frames_per_s", per_s(frames)},
+      {"deliveries_all", deliveries_all},
+      {"frames_all", frames_all},
+      {"delivered_per_signal", {{"min", min_delivered}, {"max", max_delivered}}},
+      {"listeners_closed", listeners_closed},
+      {"latency_us",
+       {{"p50", to_us(histogram.value_at_quantile(0.50))},
+        {"p90", to_us(histogram.value_at_quantile(0.90))},
+        {"p99", to_us(histogram.value_at_quantile(0.99))},
+        {"p999", to_us(histogram.value_at_quantile(0.999))},
+        {"max", to_us(histogram.max())},
+        {"mean", histogram.mean() / 1000.0}}},
+      {"errors", errors},
+      {"messages", shared.messages},
+  };
+  if (!options.json) {
+    std::printf(
+        "turnstile-bench %s: %d workers on %d threads, %d listeners (%s pattern) on %d threads, "
+        "against %s:%d (closed loop)\n",
+        options.mode_name.c_str(), options.workers, options.threads, options.listeners,
+        options.wildcard ? "wildcard" : "exact", options.listener_threads, options.host.c_str(),
+        options.port);
+    std::printf("  %llu ops in %.3f s: %.0f ops/s (op = signal + its reply)\n",
+                static_cast<unsigned long long>(signals), elapsed_s, per_s(signals));
+    std::printf("  latency us: p50 %.1f  p90 %.1f  p99 %.1f  p99.9 %.1f  max %.1f\n",
+                to_us(histogram.value_at_quantile(0.50)), to_us(histogram.value_at_quantile(0.90)),
+                to_us(histogram.value_at_quantile(0.99)), to_us(histogram.value_at_quantile(0.999)),
+                to_us(histogram.max()));
+    std::printf(
+        "  deliveries %llu: %.0f/s (replies' counts, %llu..%llu per signal); frames "
+        "received %llu: %.0f/s\n",
+        static_cast<unsigned long long>(deliveries), per_s(deliveries),
+        static_cast<unsigned long long>(min_delivered),
+        static_cast<unsigned long long>(max_delivered), static_cast<unsigned long long>(frames),
+        per_s(frames));
+    std::printf("  whole run: replies counted %llu deliveries, listeners received %llu frames\n",
+                static_cast<unsigned long long>(deliveries_all),
+                static_cast<unsigned long long>(frames_all));
+    std::printf("  errors %llu, listeners closed by the server %d\n",
+                static_cast<unsigned long long>(errors), listeners_closed);
+    for (const std::string& message : shared.messages) std::printf("  ! %s\n", message.c_str());
+  }
+  return errors == 0 ? 0 : 1;
+}
+
+int main_of(const Options& options) {
+  // Every connection is a descriptor, and the signal modes add their listeners.
+  raise_descriptor_limit(static_cast<std::uint64_t>(options.workers) +
+                         static_cast<std::uint64_t>(signal_mode(options) ? options.listeners : 0) +
+                         64);
+  nlohmann::json out;
+  if (!signal_mode(options)) {
+    const int status = run(options, out);
+    if (options.json && !out.is_null()) std::printf("%s\n", out.dump().c_str());
+    return status;
+  }
+  int baseline_status = 0;
+  nlohmann::json baseline;
+  if (options.versus_uncontended) {
+    Options uncontended = options;
+    uncontended.mode = Mode::kUncontended;
+    uncontended.mode_name = "uncontended";
+    baseline_status = run(uncontended, baseline);
+    if (baseline.is_null()) return 1;
+  }
+  const int status = run_signals(options, out);
+  if (options.versus_uncontended && !out.is_null()) {
+    const double base = baseline["ops_per_s"].get<double>();
+    const double ratio = base > 0 ? out["ops_per_s"].get<double>() / base : 0.0;
+    out["versus_uncontended"] = {{"ratio", ratio}, {"uncontended", baseline}};
+    if (!options.json) {
+      std::printf("  %s ops/s / uncontended ops/s: %.3f (%.0f / %.0f)\n", options.mode_name.c_str(),
+                  ratio, out["ops_per_s"].get<double>(), base);
+    }
+  }
+  if (options.json && !out.is_null()) std::printf("%s\n", out.dump().c_str());
+  return status == 0 && baseline_status == 0 ? 0 : 1;
+}
+
 }  // namespace
 }  // namespace turnstile::bench
 
 int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
   const turnstile::bench::Options options = turnstile::bench::parse_options(argc, argv);
-  return turnstile::bench::run(options);
+  return turnstile::bench::main_of(options);
 }
