@@ -6,6 +6,7 @@
 
 #include "core/assert.h"
 #include "core/http_sessions.h"
+#include "core/signal_pattern.h"
 #include "core/wire.h"
 
 namespace turnstile::core {
@@ -57,6 +58,37 @@ bool match(std::string_view pattern, std::string_view path, std::vector<std::str
   }
   params = std::move(found);
   return true;
+}
+
+// The length of the well-formed UTF-8 sequence at text[i] (1 for ASCII), or 0 when there is none
+// (RFC 3629: no overlong forms, no surrogates, nothing past U+10FFFF).
+std::size_t utf8_length_at(std::string_view text, std::size_t i) {
+  const auto lead = static_cast<unsigned char>(text[i]);
+  if (lead < 0x80) return 1;
+  std::size_t length = 0;
+  unsigned char low = 0x80;  // the range of the second byte (RFC 3629, section 4)
+  unsigned char high = 0xbf;
+  if (lead >= 0xc2 && lead <= 0xdf) {
+    length = 2;
+  } else if (lead >= 0xe0 && lead <= 0xef) {
+    length = 3;
+    if (lead == 0xe0) low = 0xa0;   // no overlong forms
+    if (lead == 0xed) high = 0x9f;  // no surrogates
+  } else if (lead >= 0xf0 && lead <= 0xf4) {
+    length = 4;
+    if (lead == 0xf0) low = 0x90;   // no overlong forms
+    if (lead == 0xf4) high = 0x8f;  // nothing past U+10FFFF
+  } else {
+    return 0;
+  }
+  if (text.size() - i < length) return 0;
+  const auto second = static_cast<unsigned char>(text[i + 1]);
+  if (second < low || second > high) return 0;
+  for (std::size_t k = 2; k < length; ++k) {
+    const auto next = static_cast<unsigned char>(text[i + k]);
+    if (next < 0x80 || next > 0xbf) return 0;
+  }
+  return length;
 }
 
 int hex_value(char c) {
@@ -252,34 +284,8 @@ std::string percent_decode(std::string_view text) {
 std::optional<std::size_t> first_invalid_utf8(std::string_view text) {
   std::size_t i = 0;
   while (i < text.size()) {
-    const auto lead = static_cast<unsigned char>(text[i]);
-    if (lead < 0x80) {
-      ++i;
-      continue;
-    }
-    std::size_t length = 0;
-    unsigned char low = 0x80;  // the range of the second byte (RFC 3629, section 4)
-    unsigned char high = 0xbf;
-    if (lead >= 0xc2 && lead <= 0xdf) {
-      length = 2;
-    } else if (lead >= 0xe0 && lead <= 0xef) {
-      length = 3;
-      if (lead == 0xe0) low = 0xa0;   // no overlong forms
-      if (lead == 0xed) high = 0x9f;  // no surrogates
-    } else if (lead >= 0xf0 && lead <= 0xf4) {
-      length = 4;
-      if (lead == 0xf0) low = 0x90;   // no overlong forms
-      if (lead == 0xf4) high = 0x8f;  // nothing past U+10FFFF
-    } else {
-      return i;
-    }
-    if (text.size() - i < length) return i;
-    const auto second = static_cast<unsigned char>(text[i + 1]);
-    if (second < low || second > high) return i;
-    for (std::size_t k = 2; k < length; ++k) {
-      const auto next = static_cast<unsigned char>(text[i + k]);
-      if (next < 0x80 || next > 0xbf) return i;
-    }
+    const std::size_t length = utf8_length_at(text, i);
+    if (length == 0) return i;
     i += length;
   }
   return std::nullopt;
@@ -388,6 +394,189 @@ std::string http_status_body(std::string_view status) {
 
 std::string http_session_created_body(std::string_view handle, std::int64_t idle_timeout_s) {
   return json_line(Json{{"session_id", handle}, {"idle_timeout_s", idle_timeout_s}});
+}
+
+// ---- signals ------------------------------------------------------------------------------------
+
+namespace {
+
+bool is_ascii_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
+
+std::string_view trim_ascii_space(std::string_view text) {
+  while (!text.empty() && is_ascii_space(text.front())) text.remove_prefix(1);
+  while (!text.empty() && is_ascii_space(text.back())) text.remove_suffix(1);
+  return text;
+}
+
+// The request a TCP client sends as the lines `command`, `key`, `arg`, read by the TCP request
+// parser; `key` is valid and `arg` one line (the caller checked both). The parser trims `arg` as
+// Go's strings.TrimSpace does; the ASCII whitespace dropped here first is a part of that.
+ParseResult wire_request(std::string_view command, std::string_view key, std::string_view arg) {
+  std::string text;
+  text.reserve(command.size() + key.size() + arg.size() + 3);
+  text.append(command).append(1, '\n').append(key).append(1, '\n').append(arg).append(1, '\n');
+  RequestParser parser;
+  std::optional<ParseResult> out;
+  std::string_view input = text;
+  while (!input.empty() && !out) {
+    const std::size_t used = parser.parse(input, out);
+    if (used == 0) break;
+    input.remove_prefix(used);
+  }
+  if (!out) return ParseResult{ProtocolError::kBadArguments, Request{}};
+  return std::move(*out);
+}
+
+std::optional<HttpBadRequest> check_signal_name(std::string_view what, std::string_view name,
+                                                SignalNameError error) {
+  if (const std::optional<std::string_view> problem = key_problem(name)) {
+    return HttpBadRequest{std::string(what) + ": " + std::string(*problem)};
+  }
+  if (error != SignalNameError::kNone) {
+    return HttpBadRequest{std::string(what) + ": " + std::string(signal_name_error_text(error))};
+  }
+  return std::nullopt;
+}
+
+// Go's url.QueryUnescape of one name or value, leniently: '+' is a space, a '%' that starts no
+// escape is kept.
+std::string query_unescape(std::string_view text) {
+  std::string plus(text);
+  std::replace(plus.begin(), plus.end(), '+', ' ');
+  return percent_decode(plus);
+}
+
+// Appends `text` as a JSON string the way Go's encoding/json (json.Marshal) writes it.
+void append_go_json_string(std::string& out, std::string_view text) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  out += '"';
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const char c = text[i];
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x80) {
+      switch (c) {
+        case '"':
+          out += "\\\"";
+          break;
+        case '\\':
+          out += "\\\\";
+          break;
+        case '\b':
+          out += "\\b";
+          break;
+        case '\f':
+          out += "\\f";
+          break;
+        case '\n':
+          out += "\\n";
+          break;
+        case '\r':
+          out += "\\r";
+          break;
+        case '\t':
+          out += "\\t";
+          break;
+        default:
+          if (byte < 0x20 || c == '<' || c == '>' || c == '&') {
+            out += "\\u00";
+            out += kHex[byte >> 4];
+            out += kHex[byte & 0xf];
+          } else {
+            out += c;
+          }
+      }
+      ++i;
+      continue;
+    }
+    const std::size_t length = utf8_length_at(text, i);
+    if (length == 0) {
+      out += "\\ufffd";  // one for each byte that starts no well-formed sequence
+      ++i;
+      continue;
+    }
+    // U+2028 and U+2029 (E2 80 A8, E2 80 A9) end lines in JavaScript.
+    if (length == 3 && byte == 0xe2 && static_cast<unsigned char>(text[i + 1]) == 0x80 &&
+        (static_cast<unsigned char>(text[i + 2]) & 0xfe) == 0xa8) {
+      out += static_cast<unsigned char>(text[i + 2]) == 0xa8 ? "\\u2028" : "\\u2029";
+    } else {
+      out.append(text.substr(i, length));
+    }
+    i += length;
+  }
+  out += '"';
+}
+
+}  // namespace
+
+std::variant<HttpBadRequest, Request> decode_http_signal(std::string_view channel,
+                                                         std::string_view body) {
+  if (auto bad = check_signal_name("channel", channel, check_signal_channel(channel))) return *bad;
+  constexpr std::array<std::string_view, 1> kFields = {"payload"};
+  std::variant<HttpBadRequest, Json> parsed = parse_object(body, kFields, /*blank_allowed=*/false);
+  if (auto* bad = std::get_if<HttpBadRequest>(&parsed)) return std::move(*bad);
+  const Json& json = std::get<Json>(parsed);
+  auto it = json.find("payload");
+  if (it == json.end() || !it->is_string()) {
+    return HttpBadRequest{"field \"payload\" must be a string"};
+  }
+  const std::string_view payload = trim_ascii_space(it->get_ref<const std::string&>());
+  if (payload.find('\n') != std::string_view::npos) {
+    return HttpBadRequest{"payload must be one line"};
+  }
+  ParseResult result = wire_request("signal", channel, payload);
+  if (!result.ok()) {
+    const std::size_t max = signal_payload_max(channel);
+    if (payload.size() <= max) return HttpBadRequest{"payload must not be blank"};
+    return HttpBadRequest{"payload longer than " + std::to_string(max) +
+                          " bytes, the most a signal on this channel carries"};
+  }
+  return std::move(result.request);
+}
+
+std::variant<HttpBadRequest, Request> decode_http_listen(std::string_view query) {
+  std::optional<std::string> pattern;
+  std::optional<std::string> group;
+  while (!query.empty()) {
+    const std::size_t amp = query.find('&');
+    const std::string_view pair = query.substr(0, amp);
+    query.remove_prefix(amp == std::string_view::npos ? query.size() : amp + 1);
+    const std::size_t equals = pair.find('=');
+    const std::string name = query_unescape(pair.substr(0, equals));
+    const std::string_view value =
+        equals == std::string_view::npos ? std::string_view() : pair.substr(equals + 1);
+    if (name == "pattern" && !pattern) pattern = query_unescape(value);
+    if (name == "group" && !group) group = query_unescape(value);
+  }
+  if (!pattern || pattern->empty()) return HttpBadRequest{"missing query parameter \"pattern\""};
+  if (auto bad = check_signal_name("pattern", *pattern, check_signal_pattern(*pattern))) {
+    return *bad;
+  }
+  const std::string_view trimmed = trim_ascii_space(group ? *group : std::string_view());
+  if (trimmed.find('\n') != std::string_view::npos) return HttpBadRequest{"group must be one line"};
+  ParseResult result = wire_request("listen", *pattern, trimmed);
+  if (!result.ok()) return HttpBadRequest{"group longer than 256 bytes"};
+  return std::move(result.request);
+}
+
+std::string http_delivered_body(std::int64_t delivered) {
+  return json_line(Json{{"delivered", delivered}});
+}
+
+std::string http_signal_event(std::string_view frame) {
+  if (!frame.empty() && frame.back() == '\n') frame.remove_suffix(1);
+  const std::optional<SignalFrame> signal = parse_signal_frame(frame);
+  if (!signal) return {};
+  std::string event;
+  event.reserve(frame.size() + 48);
+  event += "event: sig\ndata: {\"channel\":";
+  append_go_json_string(event, signal->channel);
+  event += ",\"payload\":";
+  append_go_json_string(event, signal->payload);
+  event += "}\n\n";
+  return event;
 }
 
 // ---- the admin routes ---------------------------------------------------------------------------

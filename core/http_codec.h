@@ -53,6 +53,8 @@ enum class HttpEndpoint {
   kAdminVoterAdd,
   kAdminVoterRemove,
   kAdminLeaderTransfer,
+  kSignalPublish,
+  kSignalStream,
 };
 
 struct HttpEndpointSpec {
@@ -65,7 +67,7 @@ struct HttpEndpointSpec {
   bool rate_limited;
 };
 
-inline constexpr std::array<HttpEndpointSpec, 22> kHttpEndpoints = {{
+inline constexpr std::array<HttpEndpointSpec, 24> kHttpEndpoints = {{
     {"GET", "/health", HttpEndpoint::kHealth, false, false},
     {"GET", "/ready", HttpEndpoint::kReady, false, false},
     {"GET", "/metrics", HttpEndpoint::kMetrics, true, true},
@@ -84,6 +86,8 @@ inline constexpr std::array<HttpEndpointSpec, 22> kHttpEndpoints = {{
     {"POST", "/v1/semaphores/{key}/renew", HttpEndpoint::kSemRenew, true, true},
     {"POST", "/v1/semaphores/{key}/enqueue", HttpEndpoint::kSemEnqueue, true, true},
     {"POST", "/v1/semaphores/{key}/wait", HttpEndpoint::kSemWait, true, true},
+    {"POST", "/v1/signals/{channel}", HttpEndpoint::kSignalPublish, true, true},
+    {"GET", "/v1/signals", HttpEndpoint::kSignalStream, true, true},
     {"GET", "/v1/readindex", HttpEndpoint::kReadIndex, true, true},
     {"POST", "/v1/admin/voters", HttpEndpoint::kAdminVoterAdd, false, true},
     {"DELETE", "/v1/admin/voters/{id}", HttpEndpoint::kAdminVoterRemove, false, true},
@@ -152,6 +156,29 @@ std::string http_error_body(std::string_view error, std::string_view detail = {}
 std::string http_status_body(std::string_view status);
 // The body that answers a session's creation.
 std::string http_session_created_body(std::string_view handle, std::int64_t idle_timeout_s);
+
+// ---- signals (docs/http-api.md, "Signals"; dflockd v1.15-v1.16) ----------------------------
+//
+// What HTTP accepts is exactly what a TCP client could send: the request is checked by the TCP
+// request parser (core/wire.h), so the channel, pattern, payload and group rules are the
+// protocol's (docs/protocol.md, "Signals"). The payload and the group must be one line: ASCII
+// whitespace around them is dropped, and a line break left inside is a 400.
+
+// POST /v1/signals/{channel}: the channel (the path's, percent-decoded) and the body
+// {"payload":"..."} as a kSignal request (key the channel, text the trimmed payload).
+std::variant<HttpBadRequest, Request> decode_http_signal(std::string_view channel,
+                                                         std::string_view body);
+// GET /v1/signals?pattern=P[&group=G]: the query string (without the '?'; empty when none) as a
+// kListen request (key the pattern, text the trimmed group, empty for none). Names and values are
+// percent-decoded with '+' as a space; the first value of a name counts.
+std::variant<HttpBadRequest, Request> decode_http_listen(std::string_view query);
+// {"delivered":N} and a newline: the answer to a published signal.
+std::string http_delivered_body(std::int64_t delivered);
+// The Server-Sent Event for one push frame (`sig <channel> <payload>`, with or without its
+// '\n'): `event: sig\ndata: {"channel":"..","payload":".."}\n\n`, the JSON written as Go's
+// encoding/json writes it (`<`, `>`, `&`, U+2028 and U+2029 escaped as \u003c and so on, a byte
+// that is not UTF-8 as \ufffd). Empty when `frame` is not a push frame.
+std::string http_signal_event(std::string_view frame);
 
 // ---- the admin routes (cluster mode, docs/cluster.md "Adding and removing a node") ----------
 

@@ -156,6 +156,8 @@ const Setting kSettings[] = {
      &Config::http_rate_limit_burst, "token bucket size of the HTTP rate limit; 0 = the rate"},
     {"http-cors-allowed-origins", "HTTP_CORS_ALLOWED_ORIGINS", Kind::kText, "origins", 0, 0,
      &Config::http_cors_allowed_origins, "comma list of origins allowed by CORS; * = any"},
+    {"http-sse-ping-interval", "HTTP_SSE_PING_S", Kind::kInteger, "seconds", 1, 3600,
+     &Config::http_sse_ping_interval_s, "a `:ping` comment on HTTP signal streams this often"},
     {"debug", "DEBUG", Kind::kBool, "", 0, 0, &Config::debug, "log at debug level"},
     // Cluster mode (Config::Cluster, docs/cluster.md "Flags"): --raft-dir turns it on, and every
     // other cluster flag needs it.

@@ -50,6 +50,7 @@ struct Config {
   std::int64_t http_rate_limit_per_ip = 0;        // requests per second per IP; 0 = off
   std::int64_t http_rate_limit_burst = 0;         // 0 = the rate
   std::string http_cors_allowed_origins;          // comma list; "*" = any; empty = no CORS
+  std::int64_t http_sse_ping_interval_s = 15;     // 1..3600; `:ping` on signal streams
   bool debug = false;
 
   // One voter of the initial cluster, from --cluster-peers (`id=raftHost:port@clientHost:port`).

@@ -43,6 +43,13 @@ constexpr core::Duration kRateSweepInterval = core::Duration::seconds(300);
 // evhttp does not read a connection while its request is being answered, so it would not notice
 // a client that left; dflockd's watcher polls every 50 ms too).
 constexpr core::Duration kProbeInterval = core::Duration::milliseconds(50);
+// A signal stream whose connection takes no bytes for this long while some wait is closed
+// (dflockd's deadline on every SSE write), checked this often.
+constexpr core::Duration kStreamWriteDeadline = core::Duration::seconds(30);
+constexpr core::Duration kStreamWatchInterval = core::Duration::seconds(1);
+// A backstop beside the hub's --signal-queue: a stream with more than this waiting in its
+// connection's output buffer is closed as a slow consumer.
+constexpr std::size_t kStreamOutputMax = 16 * 1024 * 1024;  // bytes
 
 std::string_view method_name(evhttp_cmd_type type) {
   switch (type) {
@@ -158,7 +165,7 @@ std::string raft_metrics_text(const ClusterMetrics& metrics) {
 }  // namespace
 
 struct HttpServer::Pending {
-  enum class Kind { kSession, kStats, kMetrics, kReadIndex, kAuthDelay, kAdmin };
+  enum class Kind { kSession, kStats, kMetrics, kReadIndex, kAuthDelay, kAdmin, kSignal };
   Kind kind = Kind::kSession;
   evhttp_request* request = nullptr;
   evhttp_connection* connection = nullptr;
@@ -167,7 +174,8 @@ struct HttpServer::Pending {
   core::Instant started;
   event* timer = nullptr;  // kAuthDelay
   std::unique_ptr<std::pair<HttpServer*, std::uint64_t>> timer_arg;
-  core::SessionId stats_session;  // kStats, kMetrics, kReadIndex: the request's own session
+  // kStats, kMetrics, kReadIndex, kSignal: the request's own session
+  core::SessionId stats_session;
 
   static Pending of(Kind kind, std::string_view method, std::string_view route,
                     core::Instant started) {
@@ -178,6 +186,30 @@ struct HttpServer::Pending {
     pending.started = started;
     return pending;
   }
+};
+
+// A GET /v1/signals stream: one router session, one subscription, one chunked response.
+struct HttpServer::Stream {
+  core::SessionId session;
+  evhttp_request* request = nullptr;
+  evhttp_connection* connection = nullptr;
+  std::string_view method;  // static strings, as for reply()
+  std::string_view route;
+  core::Instant started;
+  bool open = false;           // the 200 head and `:ok` are sent
+  bool listening = false;      // its listen was `ok`: the router must hear of its close, once
+  bool ending = false;         // in streams_ending_
+  bool abort = false;          // ending by closing the connection (not a clean end of the reply)
+  std::size_t unreported = 0;  // frames handed to the connection, not yet reported written
+  // The write deadline: bytes handed to the connection's output buffer so far, how many of them
+  // had left it at the last check, and when that last grew (or the buffer was empty).
+  std::size_t handed = 0;
+  std::size_t drained = 0;
+  core::Instant last_progress;
+  std::string backlog;  // events for it before it opened (the listen answers first)
+  std::size_t backlog_frames = 0;
+  event* ping = nullptr;
+  std::unique_ptr<std::pair<HttpServer*, std::uint64_t>> ping_arg;
 };
 
 // ---- HttpShared ------------------------------------------------------------------------------
@@ -342,6 +374,10 @@ bool HttpServer::listen(int fd) {
   probe_ = event_new(host_.base(), -1, EV_PERSIST, &HttpServer::on_probe, this);
   const timeval probe = to_timeval(kProbeInterval);
   event_add(probe_, &probe);
+  end_streams_ = event_new(host_.base(), -1, 0, &HttpServer::on_end_streams, this);
+  stream_watch_ = event_new(host_.base(), -1, EV_PERSIST, &HttpServer::on_stream_watch, this);
+  const timeval watch = to_timeval(kStreamWatchInterval);
+  event_add(stream_watch_, &watch);
   return true;
 }
 
@@ -356,6 +392,18 @@ void HttpServer::stop() {
   sweep_ = nullptr;
   if (probe_ != nullptr) event_free(probe_);
   probe_ = nullptr;
+  // The hub (shared by every shard) forgets the streams' subscriptions.
+  for (auto& [id, stream] : streams_) {
+    if (stream->listening) host_.router().close(monotonic_now(), stream->session);
+    if (stream->ping != nullptr) event_free(stream->ping);
+  }
+  streams_.clear();
+  stream_of_connection_.clear();
+  streams_ending_.clear();
+  if (end_streams_ != nullptr) event_free(end_streams_);
+  end_streams_ = nullptr;
+  if (stream_watch_ != nullptr) event_free(stream_watch_);
+  stream_watch_ = nullptr;
   // evhttp_free frees every connection and the requests on them; forget them first so the
   // close callbacks find nothing to do.
   pending_.clear();
@@ -367,6 +415,8 @@ void HttpServer::stop() {
 void HttpServer::begin_drain() {
   draining_ = true;
   desk_.begin_drain();
+  // Signal streams end cleanly (the last chunk is sent); new ones are refused.
+  for (auto& [id, stream] : streams_) end_stream(*stream, /*abort=*/false);
 }
 
 void HttpServer::on_sweep(evutil_socket_t, short, void* self) {
@@ -469,6 +519,7 @@ void HttpServer::connection_closed(evhttp_connection* connection) {
     http_shared_.release_connection(ip->second);
     connection_ip_.erase(ip);
   }
+  drop_stream(connection);
   auto it = by_connection_.find(connection);
   if (it == by_connection_.end()) return;
   const std::vector<std::uint64_t> tickets = it->second;
@@ -492,7 +543,9 @@ void HttpServer::connection_closed(evhttp_connection* connection) {
     pending_.erase(found);
   }
   flush();
-  host_.settle();
+  // A write inside a router event can fail its connection at once (TLS): the shard's settle()
+  // in progress delivers what this produced, in order.
+  if (!in_router_event_) host_.settle();
 }
 
 // Whoever would answer a pending request is told it no longer needs to: a session operation is
@@ -501,7 +554,7 @@ void HttpServer::connection_closed(evhttp_connection* connection) {
 void HttpServer::withdraw(std::uint64_t ticket, Pending& pending) {
   if (pending.kind == Pending::Kind::kSession) desk_.abandon(host_.turn_now(), ticket);
   if (pending.kind == Pending::Kind::kStats || pending.kind == Pending::Kind::kMetrics ||
-      pending.kind == Pending::Kind::kReadIndex) {
+      pending.kind == Pending::Kind::kReadIndex || pending.kind == Pending::Kind::kSignal) {
     stats_tickets_.erase(pending.stats_session.value);
   }
 }
@@ -749,6 +802,12 @@ void HttpServer::dispatch_route(evhttp_request* request, const core::HttpEndpoin
     case core::HttpEndpoint::kAdminLeaderTransfer:
       handle_admin(request, spec, params, method, started);
       return;
+    case core::HttpEndpoint::kSignalPublish:
+      publish_signal(request, spec, params.at(0), method, started);
+      return;
+    case core::HttpEndpoint::kSignalStream:
+      open_stream(request, spec, method, started);
+      return;
     default:
       handle_session_request(request, spec, params.at(0), method, started);
       return;
@@ -894,10 +953,21 @@ void HttpServer::run_session_request(evhttp_request* request, std::string_view r
 // ---- engine outcomes ---------------------------------------------------------------------------
 
 bool HttpServer::owns(core::SessionId session) const {
-  return desk_.owns(session) || stats_tickets_.count(session.value) != 0;
+  return desk_.owns(session) || stats_tickets_.count(session.value) != 0 ||
+         streams_.count(session.value) != 0;
 }
 
 void HttpServer::on_session_event(core::Instant now, core::SessionEvent& event) {
+  in_router_event_ = true;
+  struct Reset {
+    bool& flag;
+    ~Reset() { flag = false; }
+  } reset{in_router_event_};
+  auto stream = streams_.find(event.session.value);
+  if (stream != streams_.end()) {
+    on_stream_event(now, *stream->second, event);
+    return;
+  }
   auto it = stats_tickets_.find(event.session.value);
   if (event.kind != core::SessionEvent::Kind::kStats && it == stats_tickets_.end()) {
     desk_.on_session_event(now, event);
@@ -911,6 +981,14 @@ void HttpServer::on_session_event(core::Instant now, core::SessionEvent& event) 
   TS_ASSERT(found != pending_.end());
   if (found->second->kind == Pending::Kind::kReadIndex) {
     finish_read_index(ticket, *found->second, event.reply);
+  } else if (found->second->kind == Pending::Kind::kSignal) {
+    if (event.reply.status == core::Status::kOk) {
+      reply_to(*found->second, 200, core::http_delivered_body(event.reply.seconds));
+    } else {
+      reply_to(*found->second, 500,
+               core::http_error_body("internal", "the signal could not be published"));
+    }
+    drop_pending(ticket);
   } else {
     finish_stats(ticket, *found->second, event.stats);
   }
@@ -995,6 +1073,303 @@ void HttpServer::flush() {
   live_reported_ = live;
 }
 
+// ---- signals -----------------------------------------------------------------------------------
+
+void HttpServer::publish_signal(evhttp_request* request, const core::HttpEndpointSpec& spec,
+                                const std::string& channel, std::string_view method,
+                                core::Instant started) {
+  const std::string_view route = spec.pattern;
+  evbuffer* input = evhttp_request_get_input_buffer(request);
+  const std::size_t length = evbuffer_get_length(input);
+  const std::string_view body(
+      length > 0 ? reinterpret_cast<const char*>(evbuffer_pullup(input, -1)) : "", length);
+  std::variant<core::HttpBadRequest, core::Request> decoded =
+      core::decode_http_signal(channel, body);
+  if (const auto* bad = std::get_if<core::HttpBadRequest>(&decoded)) {
+    reply_error(request, 400, "bad_request", bad->detail, route, method, started);
+    return;
+  }
+  if (draining_) {
+    reply_error(request, 503, "draining", "", route, method, started);
+    return;
+  }
+  // A session of its own that only signals: the router keeps no state for it (nothing to close).
+  Pending pending = Pending::of(Pending::Kind::kSignal, method, route, started);
+  pending.stats_session = host_.router().new_session_id();
+  const core::SessionId session = pending.stats_session;
+  stats_tickets_[session.value] = add_pending(request, std::move(pending));
+  host_.router().submit(started, session, std::get<core::Request>(decoded));
+}
+
+void HttpServer::open_stream(evhttp_request* request, const core::HttpEndpointSpec& spec,
+                             std::string_view method, core::Instant started) {
+  const std::string_view route = spec.pattern;
+  const evhttp_uri* uri = evhttp_request_get_evhttp_uri(request);
+  const char* query = uri != nullptr ? evhttp_uri_get_query(uri) : nullptr;
+  std::variant<core::HttpBadRequest, core::Request> decoded =
+      core::decode_http_listen(query != nullptr ? query : "");
+  if (const auto* bad = std::get_if<core::HttpBadRequest>(&decoded)) {
+    reply_error(request, 400, "bad_request", bad->detail, route, method, started);
+    return;
+  }
+  evhttp_connection* connection = evhttp_request_get_connection(request);
+  if (draining_ || connection == nullptr) {
+    reply_error(request, 503, "draining", "", route, method, started);
+    return;
+  }
+  auto stream = std::make_unique<Stream>();
+  stream->session = host_.router().new_session_id();
+  stream->request = request;
+  stream->connection = connection;
+  stream->method = method;
+  stream->route = route;
+  stream->started = started;
+  const core::SessionId session = stream->session;
+  if (request == unanswered_) unanswered_ = nullptr;  // answered from streams_
+  stream_of_connection_[connection] = session.value;
+  streams_.emplace(session.value, std::move(stream));
+  // Answered at once by the hub; the reply comes to on_stream_event in this turn's settle().
+  host_.router().submit(started, session, std::get<core::Request>(decoded));
+}
+
+void HttpServer::on_stream_event(core::Instant, Stream& stream, core::SessionEvent& event) {
+  switch (event.kind) {
+    case core::SessionEvent::Kind::kReply: {
+      if (stream.open || stream.ending) return;
+      if (event.reply.status == core::Status::kOk) {
+        stream.listening = true;
+        start_stream(stream);
+        return;
+      }
+      // The hub refused the subscription. A stream holds one, which --max-subscriptions (a cap
+      // per session, at least 1 when set) always allows, so this does not happen today.
+      reply_error(stream.request, 503, "max_subscriptions", "the signal hub refused the listen",
+                  stream.route, stream.method, stream.started);
+      const std::uint64_t id = stream.session.value;
+      stream_of_connection_.erase(stream.connection);
+      streams_.erase(id);  // destroys `stream`
+      return;
+    }
+    case core::SessionEvent::Kind::kSignal: {
+      if (stream.ending) return;  // the router has forgotten it
+      const std::string sse = core::http_signal_event(*event.frame);
+      if (sse.empty()) {
+        host_.router().signals_written(stream.session, 1);  // not a frame: nothing to write
+        return;
+      }
+      if (!stream.open) {
+        stream.backlog += sse;
+        ++stream.backlog_frames;
+        return;
+      }
+      (void)write_stream(stream.session, sse, 1);
+      return;
+    }
+    case core::SessionEvent::Kind::kSlowConsumer:
+      logf(LogLevel::kInfo, "HTTP: signal stream %llu closed, a slow signal consumer",
+           static_cast<unsigned long long>(stream.session.value));
+      end_stream(stream, /*abort=*/true);
+      return;
+    default:
+      return;  // a stream sends nothing else
+  }
+}
+
+void HttpServer::start_stream(Stream& stream) {
+  evkeyvalq* headers = evhttp_request_get_output_headers(stream.request);
+  evhttp_remove_header(headers, "Content-Type");
+  evhttp_add_header(headers, "Content-Type", "text/event-stream");
+  evhttp_add_header(headers, "Cache-Control", "no-cache");
+  evhttp_add_header(headers, "X-Content-Type-Options", "nosniff");
+  http_shared_.record(stream.method, stream.route, 200,
+                      (host_.turn_now() - stream.started).seconds_double());
+  bufferevent* bev = evhttp_connection_get_bufferevent(stream.connection);
+  const std::size_t before = bev != nullptr ? evbuffer_get_length(bufferevent_get_output(bev)) : 0;
+  evhttp_send_reply_start(stream.request, 200, "OK");
+  stream.open = true;
+  stream.last_progress = host_.turn_now();
+  if (bev != nullptr) {
+    const std::size_t after = evbuffer_get_length(bufferevent_get_output(bev));
+    stream.handed += after > before ? after - before : 0;
+    // evhttp's timeouts would end the stream after --read-timeout without a byte from the
+    // client (it sends nothing more; its leaving is still seen), and every chunk would restart
+    // its write timeout: none. on_stream_watch keeps the write deadline.
+    bufferevent_set_timeouts(bev, nullptr, nullptr);
+  }
+  stream.ping_arg =
+      std::make_unique<std::pair<HttpServer*, std::uint64_t>>(this, stream.session.value);
+  stream.ping =
+      event_new(host_.base(), -1, EV_PERSIST, &HttpServer::on_stream_ping, stream.ping_arg.get());
+  const timeval interval = to_timeval(core::Duration::seconds(config_.http_sse_ping_interval_s));
+  event_add(stream.ping, &interval);
+  std::string first = ":ok\n\n";
+  first += stream.backlog;
+  const std::size_t frames = stream.backlog_frames;
+  stream.backlog.clear();
+  stream.backlog_frames = 0;
+  (void)write_stream(stream.session, first, frames);
+}
+
+bool HttpServer::write_stream(core::SessionId id, std::string_view bytes, std::size_t frames) {
+  auto it = streams_.find(id.value);
+  if (it == streams_.end()) return false;
+  Stream& stream = *it->second;
+  if (!stream.open || stream.ending) return false;
+  bufferevent* bev = evhttp_connection_get_bufferevent(stream.connection);
+  if (bev != nullptr && evbuffer_get_length(bufferevent_get_output(bev)) > kStreamOutputMax) {
+    logf(LogLevel::kInfo, "HTTP: signal stream %llu closed, its client does not read",
+         static_cast<unsigned long long>(id.value));
+    end_stream(stream, /*abort=*/true);
+    return false;
+  }
+  // Counted first: the drained callback can run inside the write (a TLS write goes out at once).
+  stream.unreported += frames;
+  evbuffer* chunk = evbuffer_new();
+  if (chunk == nullptr) throw std::bad_alloc();
+  evbuffer_add(chunk, bytes.data(), bytes.size());
+  const std::size_t before = bev != nullptr ? evbuffer_get_length(bufferevent_get_output(bev)) : 0;
+  evhttp_send_reply_chunk_with_cb(stream.request, chunk, &HttpServer::on_stream_drained, this);
+  evbuffer_free(chunk);
+  it = streams_.find(id.value);
+  if (it == streams_.end()) return false;  // the write failed its connection
+  // The chunk with its framing (a part written out at once is not counted: progress is then
+  // seen later, never early).
+  const std::size_t after = bev != nullptr ? evbuffer_get_length(bufferevent_get_output(bev)) : 0;
+  it->second->handed += after > before ? after - before : 0;
+  return true;
+}
+
+void HttpServer::on_stream_watch(evutil_socket_t, short, void* self) {
+  auto* server = static_cast<HttpServer*>(self);
+  guarded("HTTP signal stream watch", [server] {
+    if (server->watch_streams(server->host_.turn_now())) {
+      server->flush();
+      server->host_.settle();
+    }
+  });
+}
+
+bool HttpServer::watch_streams(core::Instant now) {
+  bool ended = false;
+  for (auto& [id, stream] : streams_) {
+    if (!stream->open || stream->ending) continue;
+    bufferevent* bev = evhttp_connection_get_bufferevent(stream->connection);
+    if (bev == nullptr) continue;
+    const std::size_t waiting = evbuffer_get_length(bufferevent_get_output(bev));
+    const std::size_t drained = stream->handed > waiting ? stream->handed - waiting : 0;
+    if (waiting == 0 || drained > stream->drained) {
+      stream->drained = std::max(stream->drained, drained);
+      stream->last_progress = now;
+      continue;
+    }
+    if (now - stream->last_progress >= kStreamWriteDeadline) {
+      logf(LogLevel::kInfo, "HTTP: signal stream %llu closed, no write progress for 30 s",
+           static_cast<unsigned long long>(id));
+      end_stream(*stream, /*abort=*/true);
+      ended = true;
+    }
+  }
+  return ended;
+}
+
+// Every byte handed to the connection has left it: the frames among them are written.
+void HttpServer::on_stream_drained(evhttp_connection* connection, void* self) {
+  auto* server = static_cast<HttpServer*>(self);
+  guarded("HTTP signal stream", [&] {
+    auto it = server->stream_of_connection_.find(connection);
+    if (it == server->stream_of_connection_.end()) return;
+    Stream& stream = *server->streams_.at(it->second);
+    if (!stream.listening || stream.unreported == 0) return;
+    server->host_.router().signals_written(stream.session, stream.unreported);
+    stream.unreported = 0;
+  });
+}
+
+void HttpServer::on_stream_ping(evutil_socket_t, short, void* arg) {
+  const auto [server, id] = *static_cast<std::pair<HttpServer*, std::uint64_t>*>(arg);
+  guarded("HTTP signal stream ping", [server, id] {
+    auto it = server->streams_.find(id);
+    if (it == server->streams_.end()) return;
+    // Whatever the client sent since is not a request (evhttp reads no more on this connection):
+    // dropped, so that it cannot pile up.
+    if (bufferevent* bev = evhttp_connection_get_bufferevent(it->second->connection);
+        bev != nullptr) {
+      evbuffer* input = bufferevent_get_input(bev);
+      evbuffer_drain(input, evbuffer_get_length(input));
+    }
+    (void)server->write_stream(core::SessionId{id}, ":ping\n\n", 0);
+    server->flush();
+    server->host_.settle();
+  });
+}
+
+void HttpServer::end_stream(Stream& stream, bool abort) {
+  stream.abort = stream.abort || abort;
+  if (stream.ending) return;
+  stream.ending = true;
+  if (stream.listening) {
+    host_.router().close(host_.turn_now(), stream.session);
+    stream.listening = false;
+  }
+  if (stream.ping != nullptr) event_free(stream.ping);
+  stream.ping = nullptr;
+  streams_ending_.push_back(stream.session.value);
+  if (end_streams_ != nullptr) event_active(end_streams_, EV_TIMEOUT, 0);
+}
+
+void HttpServer::on_end_streams(evutil_socket_t, short, void* self) {
+  auto* server = static_cast<HttpServer*>(self);
+  guarded("HTTP signal stream end", [server] {
+    server->finish_ending_streams();
+    server->flush();
+    server->host_.settle();
+  });
+}
+
+void HttpServer::finish_ending_streams() {
+  std::vector<std::uint64_t> ending;
+  ending.swap(streams_ending_);
+  for (const std::uint64_t id : ending) {
+    auto it = streams_.find(id);
+    if (it == streams_.end()) continue;  // its connection closed meanwhile
+    const std::unique_ptr<Stream> stream = std::move(it->second);
+    streams_.erase(it);
+    stream_of_connection_.erase(stream->connection);
+    if (!stream->open) {
+      reply_error(stream->request, 503, "draining", "", stream->route, stream->method,
+                  stream->started);
+    } else if (stream->abort) {
+      // Frees the request too; the close callback finds no stream.
+      evhttp_connection_free(stream->connection);
+    } else {
+      // The last chunk; the connection may stay, with evhttp's timeout back for what follows.
+      evhttp_connection_set_timeout(stream->connection, static_cast<int>(std::min<std::int64_t>(
+                                                            config_.read_timeout_s, 120)));
+      evhttp_send_reply_end(stream->request);
+    }
+  }
+}
+
+void HttpServer::drop_stream(evhttp_connection* connection) {
+  auto it = stream_of_connection_.find(connection);
+  if (it == stream_of_connection_.end()) return;
+  const std::uint64_t id = it->second;
+  stream_of_connection_.erase(it);
+  auto found = streams_.find(id);
+  if (found == streams_.end()) return;
+  const std::unique_ptr<Stream> stream = std::move(found->second);
+  streams_.erase(found);
+  if (stream->listening) host_.router().close(host_.turn_now(), stream->session);
+  if (stream->ping != nullptr) event_free(stream->ping);
+  // libevent detaches a reply in progress from a connection it fails (the client left): that
+  // request is ours to free. One still attached goes with the connection.
+  if (evhttp_request_get_connection(stream->request) == nullptr) {
+    evhttp_request_free(stream->request);
+  }
+  logf(LogLevel::kDebug, "HTTP: signal stream %llu ended, its connection closed",
+       static_cast<unsigned long long>(id));
+}
+
 // ---- metrics -----------------------------------------------------------------------------------
 
 bool HttpServer::ready() const {
@@ -1040,6 +1415,19 @@ std::string HttpServer::metrics_text(const core::StatsSnapshot& snapshot) {
         static_cast<double>(semaphore_holders));
   gauge("turnstile_semaphore_waiters", "waiters queued on semaphores (limit > 1)",
         static_cast<double>(semaphore_waiters));
+  const core::SignalCounters signals = shared_.signals.counters();
+  gauge("turnstile_signal_listeners",
+        "signal subscriptions (pattern and group) of open connections",
+        static_cast<double>(signals.subscriptions));
+  auto counter = [&text](const char* name, const char* help, std::uint64_t value) {
+    text += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " counter\n" + name +
+            " " + std::to_string(value) + "\n";
+  };
+  counter("turnstile_signals_published_total", "signal commands answered", signals.published);
+  counter("turnstile_signal_deliveries_total", "signal frames queued for listeners",
+          signals.delivered);
+  counter("turnstile_signal_slow_consumers_total",
+          "listeners closed because their signal queue was full", signals.slow_consumers);
 
   text +=
       "# HELP turnstile_http_forwarded_total HTTP requests answered by the thread that is home to "
@@ -1054,11 +1442,11 @@ std::string HttpServer::metrics_text(const core::StatsSnapshot& snapshot) {
       requests;
   std::map<std::string_view, HttpShared::Histogram> http_latency;
   http_shared_.read_metrics(requests, http_latency);
-  for (const auto& [labels, counter] : requests) {
+  for (const auto& [labels, requests_of] : requests) {
     const auto& [method, route, code] = labels;
     text += "turnstile_http_requests_total{method=\"" + prometheus_escape(method) + "\",path=\"" +
             prometheus_escape(route) + "\",status=\"" + std::to_string(code) + "\"} " +
-            std::to_string(counter.count) + "\n";
+            std::to_string(requests_of.count) + "\n";
   }
   auto histogram_text = [&text](const std::string& name, const std::string& label,
                                 std::string_view value, const auto& buckets, std::uint64_t count,

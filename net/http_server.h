@@ -11,6 +11,14 @@
 // that all shards share (HttpShared, behind locks). This class parses and validates requests,
 // writes the responses, and moves bytes, messages and time.
 //
+// Signals (docs/http-api.md, "Signals"): a POST publishes through the shard's router under a
+// session id of its own, answered by the router's reply at once. A GET /v1/signals stream is one
+// router session that listens to one pattern: its frames are written as Server-Sent Events and
+// reported to the router once they have left the connection's output buffer, so the hub's
+// --signal-queue closes a stream that does not read, as it closes a TCP listener. The stream ends
+// (router().close, once) when its client leaves, a write makes no progress for 30 s, the hub
+// names it a slow consumer, or the server drains or stops.
+//
 // Thread affinity: everything runs on the hosting shard's thread (construct and listen() on the
 // main thread before the shard starts); HttpShared is for every shard's thread.
 #pragma once
@@ -119,6 +127,7 @@ class HttpServer final : public ShardService {
 
  private:
   struct Pending;
+  struct Stream;
   static void on_request(evhttp_request* request, void* self);
   static void on_connection_closed(evhttp_connection* connection, void* self);
   static void on_auth_delay(evutil_socket_t, short, void* self);
@@ -157,6 +166,34 @@ class HttpServer final : public ShardService {
                            core::Instant started, Run run);
   void finish_stats(std::uint64_t ticket, Pending& pending, const core::StatsSnapshot& snapshot);
 
+  // ---- signals
+  // POST /v1/signals/{channel}: a kSignal request under a fresh session id (a kSignal Pending).
+  void publish_signal(evhttp_request* request, const core::HttpEndpointSpec& spec,
+                      const std::string& channel, std::string_view method, core::Instant started);
+  // GET /v1/signals: a kListen request for a new stream's session.
+  void open_stream(evhttp_request* request, const core::HttpEndpointSpec& spec,
+                   std::string_view method, core::Instant started);
+  void on_stream_event(core::Instant now, Stream& stream, core::SessionEvent& event);
+  // The listen was answered `ok`: the 200 head, `:ok`, the ping timer, the write deadline.
+  void start_stream(Stream& stream);
+  // Hands `bytes` (`frames` of them signal frames) to the stream's connection; false when the
+  // stream is gone (its connection failed) or over its output bound (it is then ending).
+  bool write_stream(core::SessionId id, std::string_view bytes, std::size_t frames);
+  // The stream's session leaves the router now; its HTTP side ends in end_streams_'s callback,
+  // outside the router's event delivery: `abort` closes the connection, else the chunked reply
+  // ends cleanly.
+  void end_stream(Stream& stream, bool abort);
+  void finish_ending_streams();
+  // Forgets a stream whose connection is going away (its client left, or libevent failed it).
+  void drop_stream(evhttp_connection* connection);
+  static void on_stream_ping(evutil_socket_t, short, void* self);
+  static void on_stream_drained(evhttp_connection* connection, void* self);
+  static void on_end_streams(evutil_socket_t, short, void* self);
+  // Every second: a stream whose connection took none of its waiting bytes for 30 s is closed
+  // (the write deadline). True when one was.
+  bool watch_streams(core::Instant now);
+  static void on_stream_watch(evutil_socket_t, short, void* self);
+
   // `route` and `method` name static strings (a route pattern, "unmatched", "preflight"; a method
   // name): they label the metrics.
   void reply(evhttp_request* request, int code, std::string_view body, std::string_view route,
@@ -193,7 +230,16 @@ class HttpServer final : public ShardService {
   // Tickets come from desk_.new_ticket(): unique across shards.
   std::unordered_map<std::uint64_t, std::unique_ptr<Pending>> pending_;
   std::unordered_map<evhttp_connection*, std::vector<std::uint64_t>> by_connection_;
-  std::unordered_map<std::uint64_t, std::uint64_t> stats_tickets_;  // stats session -> ticket
+  // The own sessions of stats, metrics, readindex and signal-publish requests -> their ticket.
+  std::unordered_map<std::uint64_t, std::uint64_t> stats_tickets_;
+  // Signal streams by session id, and by connection (one stream at most per connection: it holds
+  // its connection until it ends).
+  std::unordered_map<std::uint64_t, std::unique_ptr<Stream>> streams_;
+  std::unordered_map<evhttp_connection*, std::uint64_t> stream_of_connection_;
+  std::vector<std::uint64_t> streams_ending_;  // for end_streams_
+  event* end_streams_ = nullptr;
+  event* stream_watch_ = nullptr;
+  bool in_router_event_ = false;  // inside on_session_event: no settle() from a close callback
   std::unordered_map<evhttp_connection*, std::string> connection_ip_;
 };
 

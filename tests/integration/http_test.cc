@@ -62,6 +62,7 @@ class Http {
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
   }
+  int fd() const { return fd_; }
 
   bool send_request(const std::string& method, const std::string& path, const std::string& body,
                     const std::vector<std::string>& headers) {
@@ -846,6 +847,10 @@ TEST(HttpApi, MetricsParseAsPrometheusText) {
   ASSERT_EQ(fields(tcp.request("l", "m", "0")).at(0), "ok");
   const std::string a = server.new_session();
   ASSERT_EQ(server.call("POST", "/v1/locks/n", "{}", {session_header(a)}).status, 200);
+  Client listener(server.daemon->port());
+  ASSERT_EQ(listener.request("listen", "news.*", ""), "ok");
+  ASSERT_EQ(listener.request("listen", "news.*", "g"), "ok");
+  ASSERT_EQ(tcp.request("signal", "news.eu", "p"), "ok 2");
   const Response metrics = server.call("GET", "/metrics");
   ASSERT_EQ(metrics.status, 200);
   EXPECT_EQ(metrics.header("content-type").rfind("text/plain; version=0.0.4", 0), 0U);
@@ -860,10 +865,14 @@ TEST(HttpApi, MetricsParseAsPrometheusText) {
     if (line[0] != '#') values[line.substr(0, line.rfind(' '))] = line.substr(line.rfind(' ') + 1);
   }
   EXPECT_EQ(values["turnstile_ready"], "1");
-  EXPECT_EQ(values["turnstile_connections"], "2");  // one TCP connection + one HTTP session
+  EXPECT_EQ(values["turnstile_connections"], "3");  // two TCP connections + one HTTP session
   EXPECT_EQ(values["turnstile_http_sessions"], "1");
   EXPECT_EQ(values["turnstile_locks_held"], "2");
   EXPECT_EQ(values["turnstile_lock_waiters"], "0");
+  EXPECT_EQ(values["turnstile_signal_listeners"], "2");
+  EXPECT_EQ(values["turnstile_signals_published_total"], "1");
+  EXPECT_EQ(values["turnstile_signal_deliveries_total"], "2");
+  EXPECT_EQ(values["turnstile_signal_slow_consumers_total"], "0");
   EXPECT_TRUE(values.count("turnstile_uptime_seconds"));
   EXPECT_EQ(values["turnstile_http_requests_total{method=\"POST\",path=\"/v1/locks/"
                    "{key}\",status=\"200\"}"],
@@ -911,6 +920,330 @@ TEST(HttpApi, OpenApiServedLiveMatchesDocsAndTheRoutes) {
       EXPECT_NE(response.json().value("error", ""), "method_not_allowed") << method << " " << path;
     }
   }
+}
+
+// ---- signals (docs/http-api.md, "Signals") ------------------------------------------------------
+
+// A GET /v1/signals stream on a connection of its own: the response head, then the event stream,
+// de-chunked as it arrives.
+class SignalStream {
+ public:
+  SignalStream(int port, const std::string& query) : http_(port) {
+    if (!http_.send_request("GET", "/v1/signals" + query, "", {})) return;
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (!head_) {
+      head_ = client::parse_http_response_head(raw_);
+      if (!head_ && !fill(deadline)) return;
+    }
+    raw_.erase(0, head_->size);
+    chunked_ = head_->headers.count("transfer-encoding") != 0;
+    if (chunked_) dechunk();  // what came with the head
+    if (!chunked_) {
+      // Not a stream: a JSON error framed by Content-Length.
+      const auto length = head_->headers.find("content-length");
+      const std::size_t size = length != head_->headers.end() ? std::stoul(length->second) : 0;
+      while (raw_.size() < size && fill(deadline)) {
+      }
+      body_ = raw_;
+      raw_.clear();
+    }
+  }
+
+  int status() const { return head_ ? head_->status : 0; }
+  std::string header(const std::string& name) const {
+    if (!head_) return "";
+    const auto found = head_->headers.find(name);
+    return found == head_->headers.end() ? "" : found->second;
+  }
+  const std::string& body() const { return body_; }
+  Json json() const { return Json::parse(body_); }
+  bool ended() const { return ended_; }  // the last chunk came, or the server closed
+
+  // Reads until the stream's text holds `text` after what earlier calls consumed; the text up to
+  // and including it is consumed. False when it does not come within `timeout`.
+  bool expect(const std::string& text, milliseconds timeout = 5s) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (true) {
+      const std::size_t at = body_.find(text, consumed_);
+      if (at != std::string::npos) {
+        consumed_ = at + text.size();
+        return true;
+      }
+      if (ended_ || !fill(deadline)) return false;
+    }
+  }
+  // The events (`event: sig` blocks) received within `timeout`, from the unconsumed text.
+  std::vector<std::string> events(milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (!ended_ && fill(deadline)) {
+    }
+    std::vector<std::string> out;
+    std::size_t at = consumed_;
+    while (true) {
+      const std::size_t start = body_.find("event: sig\n", at);
+      if (start == std::string::npos) break;
+      const std::size_t end = body_.find("\n\n", start);
+      if (end == std::string::npos) break;
+      out.push_back(body_.substr(start, end + 2 - start));
+      at = end + 2;
+    }
+    consumed_ = at;
+    return out;
+  }
+  // Waits for the end of the stream.
+  bool wait_end(milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (!ended_) {
+      if (!fill(deadline) && std::chrono::steady_clock::now() >= deadline) return false;
+    }
+    return true;
+  }
+  void close() { http_.close(); }
+
+ private:
+  // Reads once more (raw bytes, then de-chunks them); false on timeout or EOF.
+  bool fill(std::chrono::steady_clock::time_point deadline) {
+    const auto left =
+        std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    pollfd p{http_.fd(), POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) return false;
+    char chunk[65536];
+    const ssize_t n = ::recv(http_.fd(), chunk, sizeof chunk, 0);
+    if (n <= 0) {
+      ended_ = true;
+      return false;
+    }
+    raw_.append(chunk, static_cast<std::size_t>(n));
+    if (head_ && chunked_) dechunk();
+    return true;
+  }
+  void dechunk() {
+    while (true) {
+      const std::size_t line_end = raw_.find("\r\n");
+      if (line_end == std::string::npos) return;
+      const std::size_t size = std::stoul(raw_.substr(0, line_end), nullptr, 16);
+      if (raw_.size() < line_end + 2 + size + 2) return;
+      body_ += raw_.substr(line_end + 2, size);
+      raw_.erase(0, line_end + 2 + size + 2);
+      if (size == 0) {
+        ended_ = true;
+        return;
+      }
+    }
+  }
+
+  Http http_;
+  std::optional<client::HttpResponseHead> head_;
+  bool chunked_ = false;
+  bool ended_ = false;
+  std::string raw_;
+  std::string body_;
+  std::size_t consumed_ = 0;
+};
+
+// stats' signal_channels over TCP (null when absent: nothing listens).
+Json signal_channels(int tcp_port) {
+  Client tcp(tcp_port);
+  const std::string reply = tcp.request("stats", "_", "");
+  if (reply.rfind("ok ", 0) != 0) return Json("bad stats reply: " + reply);
+  const Json root = Json::parse(reply.substr(3));
+  return root.contains("signal_channels") ? root["signal_channels"] : Json();
+}
+
+TEST(HttpSignals, PublishWithoutListenersDeliversZero) {
+  HttpServer server;
+  const Response published = server.call("POST", "/v1/signals/news.eu", "{\"payload\":\"hello\"}");
+  EXPECT_EQ(published.status, 200) << published.body;
+  EXPECT_EQ(published.header("content-type"), "application/json");
+  EXPECT_EQ(published.body, "{\"delivered\":0}\n");
+}
+
+TEST(HttpSignals, StreamGetsSignalsFromTcpAndHttpJsonEscaped) {
+  HttpServer server;
+  SignalStream stream(server.http_port, "?pattern=news.*");
+  ASSERT_EQ(stream.status(), 200);
+  EXPECT_EQ(stream.header("content-type"), "text/event-stream");
+  EXPECT_EQ(stream.header("cache-control"), "no-cache");
+  ASSERT_TRUE(stream.expect(":ok\n\n"));
+  EXPECT_EQ(stream.body().rfind(":ok\n\n", 0), 0U);  // the first thing on the stream
+
+  Client tcp(server.daemon->port());
+  EXPECT_EQ(tcp.request("signal", "news.eu", "he said \"hi\" <b>&</b> \\o/"), "ok 1");
+  EXPECT_TRUE(
+      stream.expect("event: sig\ndata: {\"channel\":\"news.eu\",\"payload\":\"he said \\\"hi\\\" "
+                    "\\u003cb\\u003e\\u0026\\u003c/b\\u003e \\\\o/\"}\n\n"));
+
+  // Over HTTP: the payload is trimmed as on TCP (Unicode spaces too: U+2028 at the end goes);
+  // a tab, a control byte, U+2028 and other UTF-8 inside stay.
+  const Response published =
+      server.call("POST", "/v1/signals/news.us",
+                  "{\"payload\":\"  tab\\there \\u2028 \\u0001 \\u00e9\\u2028 \"}");
+  EXPECT_EQ(published.status, 200) << published.body;
+  EXPECT_EQ(published.body, "{\"delivered\":1}\n");
+  EXPECT_TRUE(
+      stream.expect("event: sig\ndata: {\"channel\":\"news.us\",\"payload\":\"tab\\there "
+                    "\\u2028 \\u0001 \xc3\xa9\"}\n\n"));
+  // A TCP payload is bytes: one that is not UTF-8 becomes \ufffd, byte by byte, as in Go.
+  EXPECT_EQ(tcp.request("signal", "news.raw",
+                        "a\xff\xc3"
+                        "b\x7f"),
+            "ok 1");
+  EXPECT_TRUE(stream.expect(
+      "event: sig\ndata: {\"channel\":\"news.raw\",\"payload\":\"a\\ufffd\\ufffdb\x7f\"}\n\n"));
+  // Not matched by news.*: nothing more arrives.
+  EXPECT_EQ(tcp.request("signal", "news.eu.extra", "x"), "ok 0");
+  EXPECT_TRUE(stream.events(300ms).empty());
+}
+
+TEST(HttpSignals, TcpListenerGetsHttpSignal) {
+  HttpServer server;
+  Client tcp(server.daemon->port());
+  ASSERT_EQ(tcp.request("listen", "jobs.>", ""), "ok");
+  const Response published =
+      server.call("POST", "/v1/signals/jobs.build.1", "{\"payload\":\"go now\"}");
+  EXPECT_EQ(published.status, 200) << published.body;
+  EXPECT_EQ(published.body, "{\"delivered\":1}\n");
+  EXPECT_EQ(tcp.read_line(), "sig jobs.build.1 go now");
+  // A percent-encoded channel is decoded, as a key is.
+  EXPECT_EQ(server.call("POST", "/v1/signals/jobs.%62uild", "{\"payload\":\"p\"}").body,
+            "{\"delivered\":1}\n");
+  EXPECT_EQ(tcp.read_line(), "sig jobs.build p");
+}
+
+TEST(HttpSignals, QueueGroupOfStreamsDeliversToOneMember) {
+  HttpServer server;
+  SignalStream a(server.http_port, "?pattern=work.*&group=+pool+");
+  SignalStream b(server.http_port, "?group=pool&pattern=work.%2A");
+  ASSERT_TRUE(a.expect(":ok\n\n"));
+  ASSERT_TRUE(b.expect(":ok\n\n"));
+  const Json channels = signal_channels(server.daemon->port());
+  EXPECT_EQ(channels, Json::parse(R"([{"pattern":"work.*","group":"pool","listeners":2}])"));
+  for (int i = 0; i < 4; ++i) {
+    const Response published = server.call("POST", "/v1/signals/work.item",
+                                           "{\"payload\":\"n" + std::to_string(i) + "\"}");
+    EXPECT_EQ(published.body, "{\"delivered\":1}\n");
+  }
+  const std::vector<std::string> to_a = a.events(500ms);
+  const std::vector<std::string> to_b = b.events(100ms);
+  EXPECT_EQ(to_a.size() + to_b.size(), 4U);
+  EXPECT_EQ(to_a.size(), 2U);  // round-robin
+  EXPECT_EQ(to_b.size(), 2U);
+}
+
+TEST(HttpSignals, InvalidPatternIs400AndSubscribesNothing) {
+  HttpServer server;
+  for (const char* query : {"", "?group=g", "?pattern=", "?pattern=a.>.b", "?pattern=a..b",
+                            "?pattern=a.b*", "?pattern=a%20b", "?pattern=a&group=x%0Ay"}) {
+    SignalStream stream(server.http_port, query);
+    EXPECT_EQ(stream.status(), 400) << query;
+    EXPECT_EQ(stream.header("content-type"), "application/json") << query;
+    EXPECT_EQ(stream.json().value("error", ""), "bad_request") << query << " " << stream.body();
+    EXPECT_FALSE(stream.json().value("detail", "").empty()) << query;
+  }
+  SignalStream long_group(server.http_port, "?pattern=a&group=" + std::string(257, 'g'));
+  EXPECT_EQ(long_group.status(), 400);
+  EXPECT_TRUE(signal_channels(server.daemon->port()).is_null());
+  expect_error(server.call("POST", "/v1/signals"), 405, "method_not_allowed");
+}
+
+TEST(HttpSignals, InvalidChannelOrPayloadIs400) {
+  HttpServer server;
+  Client tcp(server.daemon->port());
+  ASSERT_EQ(tcp.request("listen", ">", ""), "ok");
+  for (const char* channel : {"a.*", "a.>", "a..b", ".a", "a%20b"}) {
+    expect_error(server.call("POST", std::string("/v1/signals/") + channel, "{\"payload\":\"x\"}"),
+                 400, "bad_request");
+  }
+  expect_error(server.call("POST", "/v1/signals/" + std::string(257, 'c'), "{\"payload\":\"x\"}"),
+               400, "bad_request");
+  for (const std::string body :
+       {"", "{}", "{\"payload\":\"\"}", "{\"payload\":\"  \\t \"}", "{\"payload\":5}",
+        "{\"payload\":null}", "{\"payload\":\"a\\nb\"}", "{\"payload\":\"x\",\"extra\":1}", "[]",
+        "{\"payload\":\"x\"} {}"}) {
+    expect_error(server.call("POST", "/v1/signals/c", body), 400, "bad_request");
+  }
+  // The payload cap: 65536 - len("sig ") - len("c") - 1 = 65530 bytes.
+  expect_error(
+      server.call("POST", "/v1/signals/c", "{\"payload\":\"" + std::string(65531, 'p') + "\"}"),
+      400, "bad_request");
+  EXPECT_EQ(
+      server.call("POST", "/v1/signals/c", "{\"payload\":\"" + std::string(65530, 'p') + "\"}")
+          .body,
+      "{\"delivered\":1}\n");
+  const std::optional<std::string> line = tcp.read_line();
+  ASSERT_TRUE(line.has_value());
+  EXPECT_EQ(*line, "sig c " + std::string(65530, 'p'));
+  EXPECT_EQ(tcp.pending(200ms), "");  // none of the refused ones was delivered
+}
+
+TEST(HttpSignals, ClosedStreamLeavesTheHub) {
+  HttpServer server;
+  {
+    SignalStream stream(server.http_port, "?pattern=gone.x");
+    ASSERT_TRUE(stream.expect(":ok\n\n"));
+    EXPECT_EQ(signal_channels(server.daemon->port()),
+              Json::parse(R"([{"pattern":"gone.x","listeners":1}])"));
+    stream.close();
+  }
+  EXPECT_TRUE(eventually([&] { return signal_channels(server.daemon->port()).is_null(); }, 5s));
+  EXPECT_EQ(server.call("POST", "/v1/signals/gone.x", "{\"payload\":\"p\"}").body,
+            "{\"delivered\":0}\n");
+}
+
+TEST(HttpSignals, PingsKeepTheStreamPastTheReadTimeout) {
+  HttpServer server({"--http-sse-ping-interval=1", "--read-timeout=1"});
+  SignalStream stream(server.http_port, "?pattern=t");
+  ASSERT_TRUE(stream.expect(":ok\n\n"));
+  EXPECT_TRUE(stream.expect(":ping\n\n", 5s));
+  EXPECT_TRUE(stream.expect(":ping\n\n", 5s));
+  // Well past --read-timeout without a byte from the client, the stream still delivers.
+  EXPECT_EQ(server.call("POST", "/v1/signals/t", "{\"payload\":\"late\"}").body,
+            "{\"delivered\":1}\n");
+  EXPECT_TRUE(stream.expect("data: {\"channel\":\"t\",\"payload\":\"late\"}\n\n"));
+  EXPECT_FALSE(stream.ended());
+}
+
+TEST(HttpSignals, FramesWrittenOutFreeTheQueue) {
+  HttpServer server({"--signal-queue=8"});
+  SignalStream stream(server.http_port, "?pattern=steady");
+  ASSERT_TRUE(stream.expect(":ok\n\n"));
+  Client tcp(server.daemon->port());
+  for (int i = 0; i < 50; ++i) {
+    ASSERT_EQ(tcp.request("signal", "steady", "n" + std::to_string(i)), "ok 1") << i;
+  }
+  EXPECT_EQ(stream.events(500ms).size(), 50U);
+  EXPECT_FALSE(stream.ended());
+}
+
+TEST(HttpSignals, StreamThatDoesNotReadIsClosedAsSlowConsumer) {
+  HttpServer server({"--signal-queue=4"});
+  SignalStream stream(server.http_port, "?pattern=flood");
+  ASSERT_TRUE(stream.expect(":ok\n\n"));
+  // The stream reads nothing more: once the socket buffers are full, frames stay in the server's
+  // output buffer unwritten, the hub's queue of 4 fills, and the stream is closed.
+  Client tcp(server.daemon->port());
+  const std::string payload(60000, 'f');
+  int sent = 0;
+  std::string reply = "ok 1";
+  while (reply == "ok 1" && sent < 2000) {
+    reply = tcp.request("signal", "flood", payload);
+    ++sent;
+  }
+  EXPECT_EQ(reply, "ok 0") << "after " << sent << " signals";
+  EXPECT_TRUE(server.daemon->wait_for_log("signal stream [0-9]+ closed, a slow signal consumer", 5s)
+                  .has_value());
+  EXPECT_TRUE(signal_channels(server.daemon->port()).is_null());
+  EXPECT_TRUE(stream.wait_end(10s));  // what was sent, then the connection closes
+}
+
+TEST(HttpSignals, DrainEndsStreams) {
+  HttpServer server;
+  SignalStream stream(server.http_port, "?pattern=d");
+  ASSERT_TRUE(stream.expect(":ok\n\n"));
+  server.daemon->signal(SIGTERM);
+  EXPECT_TRUE(stream.wait_end(10s));
+  EXPECT_TRUE(server.daemon->wait_exit(10s).has_value());
 }
 
 }  // namespace
