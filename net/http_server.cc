@@ -31,6 +31,14 @@
 namespace turnstile::net {
 namespace {
 
+// The request's body, contiguous (at most kBodyReadMax bytes: evhttp refuses longer ones itself).
+std::string_view request_body(evhttp_request* request) {
+  evbuffer* input = evhttp_request_get_input_buffer(request);
+  const std::size_t length = evbuffer_get_length(input);
+  if (length == 0) return {};
+  return {reinterpret_cast<const char*>(evbuffer_pullup(input, -1)), length};
+}
+
 #include "net/openapi_json.inc"  // kOpenApiJson: docs/openapi.json, embedded at configure time
 
 constexpr const char* kJsonType = "application/json";
@@ -758,10 +766,7 @@ void HttpServer::dispatch_route(evhttp_request* request, const core::HttpEndpoin
       return;
     }
     case core::HttpEndpoint::kSessionCreate: {
-      evbuffer* input = evhttp_request_get_input_buffer(request);
-      const std::size_t length = evbuffer_get_length(input);
-      const std::string_view body(
-          length > 0 ? reinterpret_cast<const char*>(evbuffer_pullup(input, -1)) : "", length);
+      const std::string_view body = request_body(request);
       std::variant<core::HttpBadRequest, std::string> stable_ref =
           core::decode_http_session_create(body);
       if (const auto* bad = std::get_if<core::HttpBadRequest>(&stable_ref)) {
@@ -841,10 +846,7 @@ void HttpServer::handle_admin(evhttp_request* request, const core::HttpEndpointS
   if (transfer) {
     // No body to read: the leader picks the most up-to-date voter.
   } else if (spec.endpoint == core::HttpEndpoint::kAdminVoterAdd) {
-    evbuffer* input = evhttp_request_get_input_buffer(request);
-    const std::size_t length = evbuffer_get_length(input);
-    const std::string_view body(
-        length > 0 ? reinterpret_cast<const char*>(evbuffer_pullup(input, -1)) : "", length);
+    const std::string_view body = request_body(request);
     auto decoded = core::decode_admin_voter_add(body);
     if (const auto* bad = std::get_if<core::HttpBadRequest>(&decoded)) {
       reply_error(request, 400, "bad_request", bad->detail, route, method, started);
@@ -922,11 +924,7 @@ void HttpServer::handle_session_request(evhttp_request* request, const core::Htt
                                         const std::string& key, std::string_view method,
                                         core::Instant started) {
   const std::string_view route = spec.pattern;
-  evbuffer* input = evhttp_request_get_input_buffer(request);
-  const std::size_t length = evbuffer_get_length(input);
-  // The body, contiguous (at most kBodyReadMax bytes: evhttp refuses longer ones itself).
-  const std::string_view body(
-      length > 0 ? reinterpret_cast<const char*>(evbuffer_pullup(input, -1)) : "", length);
+  const std::string_view body = request_body(request);
   const char* header = evhttp_find_header(evhttp_request_get_input_headers(request),
                                           core::kHttpSessionHeader.data());
   auto decoded = core::decode_http_session_request(
@@ -1079,10 +1077,7 @@ void HttpServer::publish_signal(evhttp_request* request, const core::HttpEndpoin
                                 const std::string& channel, std::string_view method,
                                 core::Instant started) {
   const std::string_view route = spec.pattern;
-  evbuffer* input = evhttp_request_get_input_buffer(request);
-  const std::size_t length = evbuffer_get_length(input);
-  const std::string_view body(
-      length > 0 ? reinterpret_cast<const char*>(evbuffer_pullup(input, -1)) : "", length);
+  const std::string_view body = request_body(request);
   std::variant<core::HttpBadRequest, core::Request> decoded =
       core::decode_http_signal(channel, body);
   if (const auto* bad = std::get_if<core::HttpBadRequest>(&decoded)) {

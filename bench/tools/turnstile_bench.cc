@@ -349,6 +349,50 @@ sockaddr_storage resolve_loopback(const std::string& host, int port, socklen_t& 
 }
 
 // Fence bookkeeping for one key; shared by every worker using the key.
+// ---- non-blocking socket steps shared by the workers and the publishers ------------------------
+
+// Sends `out` from `sent` on until the socket refuses more. An error text on failure, else "".
+std::string send_pending(int fd, std::string_view out, std::size_t& sent) {
+  while (sent < out.size()) {
+    const ssize_t written = ::send(fd, out.data() + sent, out.size() - sent, MSG_NOSIGNAL);
+    if (written < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      return std::string("send: ") + std::strerror(errno);
+    }
+    sent += static_cast<std::size_t>(written);
+  }
+  return {};
+}
+
+// Watches `fd` for writability in `epoll_fd` exactly while `pending` (`watching` tracks it).
+void watch_writes(int epoll_fd, int fd, std::uint64_t tag, bool pending, bool& watching) {
+  if (pending == watching) return;
+  watching = pending;
+  epoll_event event{};
+  event.events = EPOLLIN | (pending ? EPOLLOUT : 0u);
+  event.data.u64 = tag;
+  epoll_ctl(epoll_fd, EPOLL_CTL_MOD, fd, &event);
+}
+
+// Appends what the socket has to `in`, until it would block. An error text on failure or when
+// the server closed the connection, else "".
+std::string receive_available(int fd, std::string& in) {
+  char buffer[65536];
+  for (;;) {
+    const ssize_t got = ::recv(fd, buffer, sizeof buffer, 0);
+    if (got > 0) {
+      in.append(buffer, static_cast<std::size_t>(got));
+      if (static_cast<std::size_t>(got) < sizeof buffer) return {};
+      continue;
+    }
+    if (got == 0) return "server closed the connection";
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return {};
+    return std::string("recv: ") + std::strerror(errno);
+  }
+}
+
 struct KeyState {
   std::atomic<std::uint64_t> max_received{0};   // largest fence any worker received
   std::atomic<std::uint64_t> last_recorded{0};  // lock modes: fence of the last recorded grant
@@ -538,47 +582,24 @@ class Worker {
   }
 
   void flush(Connection& connection) {
-    while (connection.out_sent < connection.out.size()) {
-      const ssize_t written = ::send(connection.fd, connection.out.data() + connection.out_sent,
-                                     connection.out.size() - connection.out_sent, MSG_NOSIGNAL);
-      if (written < 0) {
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-        fail(connection, std::string("send: ") + std::strerror(errno));
-        return;
-      }
-      connection.out_sent += static_cast<std::size_t>(written);
+    if (const std::string error = send_pending(connection.fd, connection.out, connection.out_sent);
+        !error.empty()) {
+      fail(connection, error);
+      return;
     }
     const bool pending = connection.out_sent < connection.out.size();
     if (!pending) {
       connection.out.clear();
       connection.out_sent = 0;
     }
-    if (pending != connection.want_write) {
-      connection.want_write = pending;
-      epoll_event event{};
-      event.events = EPOLLIN | (pending ? EPOLLOUT : 0u);
-      event.data.u64 = static_cast<std::uint64_t>(&connection - connections_.data());
-      epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, connection.fd, &event);
-    }
+    watch_writes(epoll_fd_, connection.fd,
+                 static_cast<std::uint64_t>(&connection - connections_.data()), pending,
+                 connection.want_write);
   }
 
   void on_readable(Connection& connection) {
-    char buffer[65536];
-    for (;;) {
-      const ssize_t got = ::recv(connection.fd, buffer, sizeof buffer, 0);
-      if (got > 0) {
-        connection.in.append(buffer, static_cast<std::size_t>(got));
-        if (static_cast<std::size_t>(got) < sizeof buffer) break;
-        continue;
-      }
-      if (got == 0) {
-        fail(connection, "server closed the connection");
-        return;
-      }
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-      fail(connection, std::string("recv: ") + std::strerror(errno));
+    if (const std::string error = receive_available(connection.fd, connection.in); !error.empty()) {
+      fail(connection, error);
       return;
     }
     std::size_t offset = 0;
@@ -1171,43 +1192,18 @@ class Publisher {
   }
 
   void flush(Emitter& emitter) {
-    while (emitter.out_sent < request_.size()) {
-      const ssize_t written = ::send(emitter.fd, request_.data() + emitter.out_sent,
-                                     request_.size() - emitter.out_sent, MSG_NOSIGNAL);
-      if (written < 0) {
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-        fail(emitter, std::string("send: ") + std::strerror(errno));
-        return;
-      }
-      emitter.out_sent += static_cast<std::size_t>(written);
+    if (const std::string error = send_pending(emitter.fd, request_, emitter.out_sent);
+        !error.empty()) {
+      fail(emitter, error);
+      return;
     }
-    const bool pending = emitter.out_sent < request_.size();
-    if (pending != emitter.want_write) {
-      emitter.want_write = pending;
-      epoll_event event{};
-      event.events = EPOLLIN | (pending ? EPOLLOUT : 0u);
-      event.data.u64 = static_cast<std::uint64_t>(&emitter - emitters_.data());
-      epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, emitter.fd, &event);
-    }
+    watch_writes(epoll_fd_, emitter.fd, static_cast<std::uint64_t>(&emitter - emitters_.data()),
+                 emitter.out_sent < request_.size(), emitter.want_write);
   }
 
   void on_readable(Emitter& emitter) {
-    char buffer[4096];
-    for (;;) {
-      const ssize_t got = ::recv(emitter.fd, buffer, sizeof buffer, 0);
-      if (got > 0) {
-        emitter.in.append(buffer, static_cast<std::size_t>(got));
-        if (static_cast<std::size_t>(got) < sizeof buffer) break;
-        continue;
-      }
-      if (got == 0) {
-        fail(emitter, "server closed the connection");
-        return;
-      }
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-      fail(emitter, std::string("recv: ") + std::strerror(errno));
+    if (const std::string error = receive_available(emitter.fd, emitter.in); !error.empty()) {
+      fail(emitter, error);
       return;
     }
     const TimePoint now = Clock::now();
