@@ -1580,6 +1580,7 @@ Reply Engine::handle(Instant now, SessionId session, const Request& request,
     case Command::kListen:
     case Command::kUnlisten:
     case Command::kSignal:
+    case Command::kSignalPeer:
       break;
   }
   TS_ASSERT(false);

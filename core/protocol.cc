@@ -42,6 +42,8 @@ std::string_view command_name(Command command) {
       return "unlisten";
     case Command::kSignal:
       return "signal";
+    case Command::kSignalPeer:
+      return "signal-peer";
   }
   TS_ASSERT(false);
 }
@@ -53,7 +55,7 @@ bool is_engine_command(Command command) {
 
 bool is_signal_command(Command command) {
   return command == Command::kListen || command == Command::kUnlisten ||
-         command == Command::kSignal;
+         command == Command::kSignal || command == Command::kSignalPeer;
 }
 
 bool is_routed_command(Command command) {

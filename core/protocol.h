@@ -36,6 +36,9 @@ enum class Command : std::uint8_t {
   kListen,    // listen   <pattern> [<group>]
   kUnlisten,  // unlisten <pattern> [<group>]
   kSignal,    // signal   <channel> <payload>   `ok <n>`: n deliveries
+  // Cluster mode (docs/cluster.md, "Signals in a cluster"): a signal forwarded by another node.
+  // Like signal, but delivered to this node's listeners only and never forwarded again.
+  kSignalPeer,  // signal-peer <channel> <payload>   `ok <n>`: n deliveries here
 };
 
 std::string_view command_name(Command command);
@@ -43,7 +46,7 @@ std::string_view command_name(Command command);
 // True for the commands the engine answers (everything keyed, and barrier); ping, stats, auth and
 // stable-ref are answered by the session and its driver.
 bool is_engine_command(Command command);
-// listen, unlisten and signal: answered by the signal hub (core/signal_hub.h).
+// listen, unlisten, signal and signal-peer: answered by the signal hub (core/signal_hub.h).
 bool is_signal_command(Command command);
 // What a session hands its driver to route (core/router.h): an engine command, stats or a signal
 // command. The rest (ping, auth, stable-ref) the session answers itself.

@@ -208,6 +208,19 @@ void Router::run_engine_request(Instant now, SessionId session, const Request& r
 
 // ---- the signal side ---------------------------------------------------------------------------
 
+bool apply_signal_event(const SessionEvent& event, Session& session) {
+  switch (event.kind) {
+    case SessionEvent::Kind::kSignal:
+      session.push_signal(*event.frame);
+      return true;
+    case SessionEvent::Kind::kSlowConsumer:
+      session.close(CloseReason::kSlowConsumer);
+      return true;
+    default:
+      return false;
+  }
+}
+
 void Router::run_signal_request(SessionId session, const Request& request) {
   Reply reply = Reply::of(Status::kError);
   if (config_.signals != nullptr) {
@@ -221,11 +234,16 @@ void Router::run_signal_request(SessionId session, const Request& request) {
         reply = Reply::of(Status::kOk);
         break;
       default: {
-        TS_ASSERT(request.command == Command::kSignal);
+        TS_ASSERT(request.command == Command::kSignal || request.command == Command::kSignalPeer);
         const std::size_t count = config_.signals->publish(request.key, request.text, fanout_);
         // The frames go first: a session that listens to what it signals has its frame before
         // the reply that counts it.
         fan_out(fanout_);
+        // A client's signal goes on to the other nodes of a cluster; one that came from another
+        // node (signal-peer) stops here, so no signal goes round twice.
+        if (request.command == Command::kSignal) {
+          config_.signals->forward(request.key, request.text);
+        }
         reply = Reply::delivered(static_cast<std::int64_t>(count));
         break;
       }

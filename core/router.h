@@ -25,7 +25,9 @@
 //    is for in one message (SignalFrames) and comes out as a kSignal event per session, in
 //    order; a slow consumer's owner gets a kSlowConsumer event and closes it. Frames that reach
 //    the owner after the session's close() are dropped there. The owner reports
-//    the frames it wrote to the socket (signals_written), which frees room in the hub.
+//    the frames it wrote to the socket (signals_written), which frees room in the hub. A
+//    `signal` is then handed to the hub's forward() (the other nodes of a cluster); a
+//    `signal-peer`, which came from another node, is published here only.
 //  * close() sends one close notice to every shard where the session may have left state (it
 //    sent an acquire, an enqueue or a wait there; a release or a renew acts on a token and leaves
 //    none), and forgets the session's routing state. An engine that drops the session's parked
@@ -50,6 +52,7 @@
 
 #include "core/engine.h"
 #include "core/protocol.h"
+#include "core/session.h"
 #include "core/signal_hub.h"
 #include "core/stats.h"
 #include "core/time.h"
@@ -122,6 +125,11 @@ struct SessionEvent {
   StatsSnapshot stats;
   std::shared_ptr<const std::string> frame = nullptr;  // kSignal
 };
+
+// A driver's whole part in a signal event for one of its sessions: kSignal pushes the frame,
+// kSlowConsumer closes the session (CloseReason::kSlowConsumer). False, and nothing done, for
+// any other event.
+bool apply_signal_event(const SessionEvent& event, Session& session);
 
 // What a driver that checks the engines (the simulator) sees of every engine call: the request
 // (null for a close, a cancel, a tick or stats), its immediate reply (null likewise) and the

@@ -83,6 +83,13 @@ class SignalBroker {
   // Every pattern and group with its listener count, sorted (stats' signal_channels).
   virtual std::vector<SignalChannelStats> channels() = 0;
   virtual SignalCounters counters() = 0;
+  // A signal published here by a client (`signal`, not `signal-peer`), after publish(): for the
+  // other nodes of a cluster (docs/cluster.md, "Signals in a cluster"). Asynchronous: nothing of
+  // it is in the reply's count. By default nothing: one node, the simulator, the tests.
+  virtual void forward(std::string_view channel, std::string_view payload) {
+    (void)channel;
+    (void)payload;
+  }
 };
 
 class SignalHub final : public SignalBroker {

@@ -175,10 +175,10 @@ std::string_view strip_cr(std::string_view line) {
 }
 
 // The commands whose argument line may be long (Limits::long_line_max): auth's secret and
-// signal's payload.
+// the payload of signal and signal-peer.
 bool is_long_arg_command(std::string_view command_line) {
   const std::string_view command = strip_cr(command_line);
-  return command == "auth" || command == "signal";
+  return command == "auth" || command == "signal" || command == "signal-peer";
 }
 
 std::optional<Command> lookup_command(std::string_view text) {
@@ -234,6 +234,9 @@ std::optional<Command> lookup_command(std::string_view text) {
     case 10:
       if (text == "stable-ref") return Command::kStableRef;
       return std::nullopt;
+    case 11:
+      if (text == "signal-peer") return Command::kSignalPeer;
+      return std::nullopt;
     default:
       return std::nullopt;
   }
@@ -288,7 +291,8 @@ ProtocolError build_request(std::string_view command_text, std::string_view key,
       request.key.assign(key);
       request.text.assign(trim_space(arg));
       return ProtocolError::kNone;
-    case Command::kSignal: {
+    case Command::kSignal:
+    case Command::kSignalPeer: {
       if (!is_valid_key(key) || check_signal_channel(key) != SignalNameError::kNone) {
         return ProtocolError::kBadKey;
       }
@@ -373,6 +377,7 @@ ProtocolError build_request(std::string_view command_text, std::string_view key,
     case Command::kListen:
     case Command::kUnlisten:
     case Command::kSignal:
+    case Command::kSignalPeer:
       break;
   }
   TS_ASSERT(false);
@@ -601,7 +606,7 @@ std::optional<Reply> decode_reply(Command command, std::string_view line) {
                        command == Command::kWait || command == Command::kSemWait;
     const bool fields_on_ok = grant || command == Command::kRenew ||
                               command == Command::kSemRenew || command == Command::kStats ||
-                              command == Command::kSignal;
+                              command == Command::kSignal || command == Command::kSignalPeer;
     if (*status == Status::kOk && fields_on_ok) return std::nullopt;
     if (*status == Status::kAcquired) return std::nullopt;
     return Reply::of(*status);
@@ -616,7 +621,7 @@ std::optional<Reply> decode_reply(Command command, std::string_view line) {
     if (!ttl) return std::nullopt;
     return Reply::renewed(*ttl);
   }
-  if (*status == Status::kOk && command == Command::kSignal) {
+  if (*status == Status::kOk && (command == Command::kSignal || command == Command::kSignalPeer)) {
     const std::optional<std::int64_t> count = parse_count(rest);
     if (!count) return std::nullopt;
     return Reply::delivered(*count);
@@ -722,6 +727,7 @@ void encode_request(const Request& request, std::string& out) {
     case Command::kListen:
     case Command::kUnlisten:
     case Command::kSignal:
+    case Command::kSignalPeer:
       out.append(request.text);
       break;
   }

@@ -94,7 +94,7 @@ bool valid_reply_line(std::string_view line) {
   if (const std::optional<core::SignalFrame> frame = core::parse_signal_frame(line)) {
     return core::check_signal_channel(frame->channel) == core::SignalNameError::kNone;
   }
-  for (int command = 0; command <= static_cast<int>(core::Command::kSignal); ++command) {
+  for (int command = 0; command <= static_cast<int>(core::Command::kSignalPeer); ++command) {
     const std::optional<core::Reply> reply =
         core::decode_reply(static_cast<core::Command>(command), line);
     if (!reply) continue;
@@ -215,7 +215,8 @@ class Scenario {
       case 16:
         return "unlisten\n" + pattern + "\n" + group + "\n";
       case 17:
-        return "signal\n" + kChannels[input_.below(kChannels.size())] + "\n" +
+        return (input_.flag() ? "signal\n" : "signal-peer\n") +
+               kChannels[input_.below(kChannels.size())] + "\n" +
                (input_.below(8) == 0 ? std::string(" ") : "p" + std::to_string(input_.below(9))) +
                "\n";
       default:

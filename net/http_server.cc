@@ -1423,6 +1423,15 @@ std::string HttpServer::metrics_text(const core::StatsSnapshot& snapshot) {
           signals.delivered);
   counter("turnstile_signal_slow_consumers_total",
           "listeners closed because their signal queue was full", signals.slow_consumers);
+  if (const std::optional<SignalPeersCounters> peers = shared_.signals.peer_counters()) {
+    gauge("turnstile_signal_peer_links", "links to the other members that forward signals",
+          static_cast<double>(peers->connected));
+    counter("turnstile_signal_forwarded_total", "signal copies sent to other members",
+            peers->forwarded);
+    counter("turnstile_signal_forward_dropped_total",
+            "signal copies not sent to a member (link down, backed up, or queue full)",
+            peers->dropped);
+  }
 
   text +=
       "# HELP turnstile_http_forwarded_total HTTP requests answered by the thread that is home to "

@@ -94,6 +94,8 @@ void Server::create_shards() {
 }
 
 Server::~Server() {
+  shared_.signals.set_peers(nullptr);
+  signal_peers_.reset();
   if (listener_ != nullptr) evconnlistener_free(listener_);
   if (accept_resume_ != nullptr) event_free(accept_resume_);
   if (drain_poll_ != nullptr) event_free(drain_poll_);
@@ -185,6 +187,17 @@ int Server::run() {
   }
   create_shards();
   if (!set_up_tls() || !listen()) return 1;
+  if (cluster_ != nullptr) {
+    // Signals do not go through raft: each member sends the others what its clients publish
+    // (docs/cluster.md, "Signals in a cluster").
+    signal_peers_ =
+        std::make_unique<SignalPeers>(signal_peers_options(config_, shared_.tls != nullptr));
+    if (std::optional<std::string> error = signal_peers_->start()) {
+      logf(LogLevel::kError, "signals: %s", error->c_str());
+      return 1;
+    }
+    shared_.signals.set_peers(signal_peers_.get());
+  }
   if (config_.http_port != 0) {
     // The HTTP API runs on every shard's thread; it binds before they start.
     const int fd = HttpServer::open_listener(config_, shared_.tls != nullptr);
@@ -221,6 +234,8 @@ int Server::run() {
   }
   event_base_dispatch(base_);
   stop_shards();
+  shared_.signals.set_peers(nullptr);
+  if (signal_peers_ != nullptr) signal_peers_->stop();
   if (cluster_ != nullptr) cluster_->stop();
   if (fence_file_ != nullptr) fence_file_->stop_writer();  // after a write in flight finishes
   log_line(LogLevel::kInfo, fatal_ ? "stopped: the cluster node could not go on" : "stopped");

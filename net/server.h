@@ -24,6 +24,7 @@
 #include "net/fence_file.h"
 #include "net/http_server.h"
 #include "net/shard.h"
+#include "net/signal_peers.h"
 
 namespace turnstile::net {
 
@@ -62,6 +63,9 @@ class Server {
   std::unique_ptr<FenceFile> fence_file_;  // with --fence-state-file; outlives the shards
   std::vector<std::unique_ptr<Shard>> shards_;
   std::unique_ptr<ClusterNode> cluster_;  // cluster mode; stopped after the shards
+  // Cluster mode: signals to the other members (SharedState::signals forwards to it); stopped
+  // after the shards.
+  std::unique_ptr<SignalPeers> signal_peers_;
   // With --http-port: one HttpServer per shard, on its thread, freed before the shards.
   std::unique_ptr<HttpShared> http_shared_;
   std::vector<std::unique_ptr<HttpServer>> http_;

@@ -359,12 +359,10 @@ void TcpConnections::on_session_event(core::Instant now, core::SessionEvent& eve
       break;
     }
     case core::SessionEvent::Kind::kSignal:
-      session.push_signal(*event.frame);
-      break;
     case core::SessionEvent::Kind::kSlowConsumer:
-      // Its frames pile up unread: close it at once, without flushing them (docs/protocol.md).
-      connection->abort = true;
-      session.close(core::CloseReason::kSlowConsumer);
+      // A slow consumer's frames pile up unread: close it at once, without flushing them.
+      if (event.kind == core::SessionEvent::Kind::kSlowConsumer) connection->abort = true;
+      (void)core::apply_signal_event(event, session);
       break;
   }
   dirty_.push_back(connection);

@@ -604,14 +604,9 @@ void ServerProcess::on_session_event(std::size_t shard, core::SessionEvent& even
   }
   ServerSession& ss = it->second;
   core::Session& session = *ss.session;
-  if (event.kind == core::SessionEvent::Kind::kSignal) {
-    session.push_signal(*event.frame);
-    ++run_.result.coverage["signal-frame"];
-    return;
-  }
-  if (event.kind == core::SessionEvent::Kind::kSlowConsumer) {
-    session.close(core::CloseReason::kSlowConsumer);
-    ++run_.result.coverage["slow-consumer"];
+  if (core::apply_signal_event(event, session)) {
+    ++run_.result.coverage[event.kind == core::SessionEvent::Kind::kSignal ? "signal-frame"
+                                                                           : "slow-consumer"];
     return;
   }
   if (!session.in_flight()) {

@@ -254,14 +254,7 @@ void Loopback::apply(core::SessionEvent& event) {
     return;
   }
   core::Session& session = *connection->session;
-  if (event.kind == core::SessionEvent::Kind::kSignal) {
-    session.push_signal(*event.frame);
-    return;
-  }
-  if (event.kind == core::SessionEvent::Kind::kSlowConsumer) {
-    session.close(core::CloseReason::kSlowConsumer);
-    return;
-  }
+  if (core::apply_signal_event(event, session)) return;
   if (!session.in_flight()) {
     anomalies_.push_back(describe(event.session, "router event with nothing in flight"));
     return;

@@ -7,8 +7,10 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "core/router.h"
 #include "testing/loopback.h"
 
 namespace turnstile::core {
@@ -227,6 +229,97 @@ TEST(SignalHub, ClosingAConnectionDropsItsSubscriptionsAndStatsListsTheRest) {
   loop.send(observer, request("signal", "x.y", "p"));
   EXPECT_EQ(loop.read(observer), "ok 2\n");
   EXPECT_EQ(loop.signals().counters().subscriptions, 2);
+}
+
+// A hub that records what the router hands on to the other nodes of a cluster (forward()).
+class ForwardingHub final : public SignalBroker {
+ public:
+  Status listen(SessionId session, std::string_view pattern, std::string_view group) override {
+    return hub_.listen(session, pattern, group);
+  }
+  void unlisten(SessionId session, std::string_view pattern, std::string_view group) override {
+    hub_.unlisten(session, pattern, group);
+  }
+  std::size_t publish(std::string_view channel, std::string_view payload,
+                      SignalFanout& out) override {
+    return hub_.publish(channel, payload, out);
+  }
+  void written(SessionId session, std::size_t frames) override { hub_.written(session, frames); }
+  void close(SessionId session) override { hub_.close(session); }
+  std::vector<SignalChannelStats> channels() override { return hub_.channels(); }
+  SignalCounters counters() override { return hub_.counters(); }
+  void forward(std::string_view channel, std::string_view payload) override {
+    forwarded.emplace_back(channel, payload);
+  }
+
+  std::vector<std::pair<std::string, std::string>> forwarded;
+
+ private:
+  SignalHub hub_{SignalHubConfig{}};
+};
+
+// Cluster mode (docs/cluster.md, "Signals in a cluster"): a client's `signal` is published here
+// and handed to forward() once; a `signal-peer` (from another node) is published here only, so
+// that no signal goes round the cluster twice. Both count this node's deliveries.
+TEST(SignalHub, ASignalIsForwardedOnceAndASignalPeerNever) {
+  ForwardingHub hub;
+  RouterConfig config;
+  config.replicated = true;
+  config.signals = &hub;
+  Router router(config);
+  const Instant now = Instant::from_ns(1'000'000'000);
+  const SessionId listener = router.new_session_id();
+  const SessionId publisher = router.new_session_id();
+  const auto reply_of = [&](SessionId session) {
+    for (const SessionEvent& event : router.take_events()) {
+      if (event.session == session && event.kind == SessionEvent::Kind::kReply) return event.reply;
+    }
+    return Reply::of(Status::kParked);
+  };
+  Request listen;
+  listen.command = Command::kListen;
+  listen.key = "jobs.*";
+  router.submit(now, listener, listen);
+  EXPECT_EQ(reply_of(listener), Reply::of(Status::kOk));
+
+  Request signal;
+  signal.command = Command::kSignal;
+  signal.key = "jobs.1";
+  signal.text = "done";
+  router.submit(now, publisher, signal);
+  EXPECT_EQ(reply_of(publisher), Reply::delivered(1));
+  ASSERT_EQ(hub.forwarded.size(), 1U);
+  EXPECT_EQ(hub.forwarded[0], std::make_pair(std::string("jobs.1"), std::string("done")));
+
+  Request peer = signal;
+  peer.command = Command::kSignalPeer;
+  peer.text = "from another node";
+  router.submit(now, publisher, peer);
+  EXPECT_EQ(reply_of(publisher), Reply::delivered(1));
+  EXPECT_EQ(hub.forwarded.size(), 1U);
+
+  // A signal nobody here listens to is forwarded all the same: listeners elsewhere may want it.
+  signal.key = "other";
+  router.submit(now, publisher, signal);
+  EXPECT_EQ(reply_of(publisher), Reply::delivered(0));
+  EXPECT_EQ(hub.forwarded.size(), 2U);
+  EXPECT_TRUE(router.take_outbox().empty());
+}
+
+// The same over real request bytes: signal-peer answers with this process's deliveries, like
+// signal.
+TEST(SignalHub, SignalPeerIsPublishedLikeASignal) {
+  Loopback loop(shards(2));
+  const SessionId listener = loop.connect();
+  const SessionId publisher = loop.connect();
+  loop.send(listener, request("listen", "jobs.>", ""));
+  EXPECT_EQ(loop.read(listener), "ok\n");
+  loop.send(publisher, request("signal-peer", "jobs.7", " forwarded "));
+  EXPECT_EQ(loop.read(publisher), "ok 1\n");
+  EXPECT_EQ(loop.read(listener), "sig jobs.7 forwarded\n");
+  loop.send(publisher, request("signal-peer", "jobs.*", "x"));
+  EXPECT_EQ(loop.read(publisher), "error\n");
+  EXPECT_TRUE(loop.anomalies().empty());
 }
 
 }  // namespace

@@ -32,12 +32,12 @@ using Error = ProtocolError;
 constexpr std::string_view kHex = "0006a1b2c3d4e5f6a7b8c9d0e1f2a3b4";
 const Token kToken{Fence{0x0006a1b2c3d4e5f6}, 0xa7b8c9d0e1f2a3b4};
 
-constexpr std::array<Command, 18> kAllCommands = {
+constexpr std::array<Command, 19> kAllCommands = {
     Command::kLock,       Command::kRelease, Command::kRenew,      Command::kEnqueue,
     Command::kWait,       Command::kSemLock, Command::kSemRelease, Command::kSemRenew,
     Command::kSemEnqueue, Command::kSemWait, Command::kPing,       Command::kStats,
     Command::kAuth,       Command::kBarrier, Command::kStableRef,  Command::kListen,
-    Command::kUnlisten,   Command::kSignal};
+    Command::kUnlisten,   Command::kSignal,  Command::kSignalPeer};
 
 std::string request_text(std::string_view command, std::string_view key, std::string_view arg) {
   std::string text;
@@ -447,6 +447,7 @@ TEST(WireErrors, EveryCommandNameIsRecognised) {
         arg = kHex;
         break;
       case Command::kSignal:
+      case Command::kSignalPeer:
         arg = "payload";
         break;
       default:
@@ -528,6 +529,23 @@ TEST(WireRequests, Signals) {
   std::string reply;
   encode_reply(Reply::delivered(0), reply);
   EXPECT_EQ(reply, "ok 0\n");
+
+  // signal-peer (cluster mode: a signal forwarded by another node) has signal's lines, rules and
+  // reply.
+  Request peer = parsed("signal-peer", "jobs.7.done", " p ");
+  EXPECT_EQ(peer.command, Command::kSignalPeer);
+  EXPECT_EQ(peer.key, "jobs.7.done");
+  EXPECT_EQ(peer.text, "p");
+  EXPECT_EQ(error_of("signal-peer", "a.*", "x"), Error::kBadKey);
+  EXPECT_EQ(error_of("signal-peer", "a", " "), Error::kBadArguments);
+  EXPECT_EQ(parsed("signal-peer", channel, std::string(max, 'p')).text.size(), max);
+  EXPECT_EQ(error_of("signal-peer", channel, std::string(max + 1, 'p')), Error::kBadArguments);
+  EXPECT_EQ(error_of("signal-peer", channel, std::string(64 * 1024 + 1, 'p')), Error::kLineTooLong);
+  encoded.clear();
+  encode_request(peer, encoded);
+  EXPECT_EQ(encoded, "signal-peer\njobs.7.done\np\n");
+  EXPECT_EQ(decode_reply(Command::kSignalPeer, "ok 2"), Reply::delivered(2));
+  EXPECT_EQ(decode_reply(Command::kSignalPeer, "ok"), std::nullopt);
 }
 
 TEST(WireErrors, CommandIsCheckedBeforeKeyAndKeyBeforeArguments) {
@@ -1078,6 +1096,7 @@ Request random_valid_request() {
       request.text = random_trimmed_text(0, 40);
       break;
     case Command::kSignal:
+    case Command::kSignalPeer:
       request.key = random_signal_name(false);
       request.text = random_trimmed_text(1, 3000);
       break;
