@@ -15,6 +15,8 @@
 //  * every body the codec writes is valid UTF-8 and parses as JSON (or is empty: a 204);
 //  * an endpoint found has the method asked for and no Allow list; a path with no endpoint for
 //    this method names only other methods in its Allow list;
+//  * a signal published or a stream's query (its text given as the body) decodes to a request
+//    the TCP parser would take, and its event is one line of JSON;
 //  * a decoded request is one the engine may take: the command of its endpoint, a key of 1..256
 //    bytes without whitespace, a 32-hex session handle, numbers in their documented ranges, and
 //    a body that was valid UTF-8.
@@ -29,6 +31,7 @@
 #include "core/http_codec.h"
 #include "core/http_sessions.h"
 #include "core/protocol.h"
+#include "core/signal_pattern.h"
 #include "fuzz/fuzz_input.h"
 
 namespace turnstile::fuzz {
@@ -182,6 +185,35 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     } else {
       const std::string& text = std::get<std::string>(ref);
       check(text.empty() || core::is_valid_stable_ref(text), "an invalid stable ref accepted");
+    }
+    return 0;
+  }
+  if (match.spec->endpoint == core::HttpEndpoint::kSignalPublish ||
+      match.spec->endpoint == core::HttpEndpoint::kSignalStream) {
+    // A signal published (the path's channel, the body's payload) or a stream's query (the body
+    // stands in for it): a request the TCP parser would take, or a 400 that says why.
+    const bool publish = match.spec->endpoint == core::HttpEndpoint::kSignalPublish;
+    const auto decoded = publish ? core::decode_http_signal(match.params.at(0), http.body)
+                                 : core::decode_http_listen(http.body);
+    if (const auto* bad = std::get_if<core::HttpBadRequest>(&decoded)) {
+      check(!bad->detail.empty(), "a 400 without a detail");
+      check_body(core::http_error_body("bad_request", bad->detail));
+      return 0;
+    }
+    const core::Request& request = std::get<core::Request>(decoded);
+    check(publish ? core::check_signal_channel(request.key) == core::SignalNameError::kNone
+                  : core::check_signal_pattern(request.key) == core::SignalNameError::kNone,
+          "a bad signal name accepted");
+    if (publish) {
+      check(!request.text.empty() && request.text.size() <= core::signal_payload_max(request.key),
+            "a payload out of bounds accepted");
+      std::string frame;
+      core::append_signal_frame(request.key, request.text, frame);
+      const std::string event = core::http_signal_event(frame);
+      check(event.rfind("event: sig\ndata: ", 0) == 0, "an event without its head");
+      check_body(event.substr(std::string_view("event: sig\ndata: ").size(),
+                              event.size() - std::string_view("event: sig\ndata: ").size() - 1));
+      check_body(core::http_delivered_body(7));
     }
     return 0;
   }

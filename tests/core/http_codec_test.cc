@@ -422,3 +422,61 @@ TEST(HttpCodec, EveryEndpointIsDocumentedAndEveryDocumentedRouteIsAnEndpoint) {
 
 }  // namespace
 }  // namespace turnstile::core
+
+namespace turnstile::core {
+namespace {
+
+// The signal routes take what a TCP client could send, by the TCP parser's rules.
+TEST(HttpCodecSignals, APublishIsASignalRequestByTheWireRules) {
+  const auto ok = decode_http_signal("jobs.7", R"({"payload":"  done  "})");
+  ASSERT_TRUE(std::holds_alternative<Request>(ok));
+  const Request& request = std::get<Request>(ok);
+  EXPECT_EQ(request.command, Command::kSignal);
+  EXPECT_EQ(request.key, "jobs.7");
+  EXPECT_EQ(request.text, "done");
+  for (const auto& [channel, body] : std::vector<std::pair<std::string, std::string>>{
+           {"jobs.*", R"({"payload":"x"})"},                              // a wildcard channel
+           {"a..b", R"({"payload":"x"})"},                                // an empty token
+           {"a", R"({"payload":"   "})"},                                 // a blank payload
+           {"a", R"({"payload":"one\ntwo"})"},                            // two lines
+           {"a", R"({})"},                                                // no payload
+           {"a", R"({"payload":7})"},                                     // not a string
+           {"a", "not json"},                                             // not JSON
+           {"a", R"({"payload":")" + std::string(65531, 'p') + R"("})"},  // over the cap
+       }) {
+    EXPECT_TRUE(std::holds_alternative<HttpBadRequest>(decode_http_signal(channel, body)))
+        << channel << " " << body.substr(0, 40);
+  }
+  EXPECT_TRUE(std::holds_alternative<Request>(
+      decode_http_signal("a", R"({"payload":")" + std::string(65530, 'p') + R"("})")));
+  EXPECT_EQ(http_delivered_body(3), "{\"delivered\":3}\n");
+}
+
+TEST(HttpCodecSignals, AStreamQueryIsAListenRequest) {
+  const auto plain = decode_http_listen("pattern=jobs.%3E");
+  ASSERT_TRUE(std::holds_alternative<Request>(plain));
+  EXPECT_EQ(std::get<Request>(plain).command, Command::kListen);
+  EXPECT_EQ(std::get<Request>(plain).key, "jobs.>");
+  EXPECT_EQ(std::get<Request>(plain).text, "");
+  const auto group = decode_http_listen("group=+w+&pattern=a.*&pattern=ignored");
+  ASSERT_TRUE(std::holds_alternative<Request>(group));
+  EXPECT_EQ(std::get<Request>(group).key, "a.*");
+  EXPECT_EQ(std::get<Request>(group).text, "w");  // '+' is a space, trimmed
+  for (const char* bad : {"", "group=g", "pattern=a.b*", "pattern=a..b", "pattern=a%20b"}) {
+    EXPECT_TRUE(std::holds_alternative<HttpBadRequest>(decode_http_listen(bad))) << bad;
+  }
+}
+
+TEST(HttpCodecSignals, AnEventIsTheFrameAsGoWouldWriteItsJson) {
+  EXPECT_EQ(http_signal_event("sig jobs.7 done\n"),
+            "event: sig\ndata: {\"channel\":\"jobs.7\",\"payload\":\"done\"}\n\n");
+  EXPECT_EQ(http_signal_event("sig c <a&b> \"q\" \\"),
+            "event: sig\ndata: {\"channel\":\"c\",\"payload\":"
+            "\"\\u003ca\\u0026b\\u003e \\\"q\\\" \\\\\"}\n\n");
+  EXPECT_EQ(http_signal_event("sig c \xff"),
+            "event: sig\ndata: {\"channel\":\"c\",\"payload\":\"\\ufffd\"}\n\n");
+  EXPECT_EQ(http_signal_event("ok 1"), "");
+}
+
+}  // namespace
+}  // namespace turnstile::core
