@@ -566,12 +566,17 @@ void TcpConnections::service(Connection& connection, core::Instant now) {
       flush_output(connection);
       progress = session.output().size() != before;
     }
+    // next_request() first answers what the session answers itself (a ping, a protocol error
+    // that may close it); those bytes must reach flush_output too, or a session whose output was
+    // full could close with its last reply never written, and its socket never closed.
+    const std::size_t before_requests = session.output().size();
     while (std::optional<core::Request> request = session.next_request(now)) {
       connection.routed_command = request->command;
       connection.routed_at = now;
       loop_.router().submit(now, session.id(), *request);
       progress = true;
     }
+    if (session.output().size() != before_requests) progress = true;
     // The router's events for this connection are applied by settle(), which services it again.
   }
 

@@ -22,6 +22,7 @@ test_packages=(
   librapidcheck-dev
   libbenchmark-dev
   openssl
+  python3  # tests/chaos/signal_chaos.py, the bench smoke test's fake server
 )
 bench_packages=(python3-matplotlib)
 

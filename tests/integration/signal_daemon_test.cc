@@ -419,6 +419,35 @@ TEST(SignalDaemon, APlainListenerThatNeverReadsIsClosedAsASlowConsumer) {
   EXPECT_EQ(healthy.request("ping", "_", ""), "ok");
 }
 
+// A listener that does not read fills its output; requests it pipelines meanwhile wait. Once it
+// reads, what the session answers itself is written too: a ping's `ok`, then the `error` of an
+// over-long line, after which the server closes the connection. (The race that once left such
+// an `error` unwritten, and the socket open, needs a reader that drains at the right moment;
+// tests/chaos/signal_chaos.py is what catches it.)
+TEST(SignalDaemon, RepliesHeldBackByAFullOutputAreWrittenOnceTheListenerReads) {
+  Daemon daemon({"--threads", "1"});
+  ClientOptions small_window;
+  small_window.receive_buffer_bytes = 4096;
+  Client listener(daemon.port(), small_window);
+  Client publisher(daemon.port());
+  ASSERT_EQ(listener.request("listen", "big", ""), "ok");
+  // 60 frames of 20 KB: more than the kernel and the server's buffers hold for a reader that
+  // does not read, fewer than the 64 that would make it a slow consumer.
+  const std::string payload(20000, 'x');
+  for (int i = 0; i < 60; ++i) {
+    ASSERT_EQ(publisher.request("signal", "big", payload, 10s), "ok 1") << i;
+  }
+  ASSERT_TRUE(listener.send("ping\n_\n\nl\n" + std::string(300, 'k') + "\n1\n"));
+  for (int i = 0; i < 60; ++i) {
+    const std::optional<std::string> line = listener.read_line(10s);
+    ASSERT_TRUE(line && *line == sig("big", payload)) << "frame " << i;
+  }
+  EXPECT_EQ(listener.read_line(10s), "ok");
+  EXPECT_EQ(listener.read_line(10s), "error");
+  EXPECT_TRUE(listener.closed_by_peer(10s));
+  EXPECT_EQ(publisher.request("ping", "_", ""), "ok");
+}
+
 // A queue group whose members are all full: the member whose turn it was is closed. The turn is
 // the reference's: the group's n-th signal (from 0) starts at member n % size, in join order, and
 // passes over members without room.
