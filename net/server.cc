@@ -16,6 +16,7 @@
 #include "net/clock.h"
 #include "net/crypto_random.h"
 #include "net/log.h"
+#include "net/openssl_error.h"
 
 namespace turnstile::net {
 namespace {
@@ -44,14 +45,6 @@ std::string address_text(const sockaddr_storage& address) {
                        ? ntohs(reinterpret_cast<const sockaddr_in6*>(&address)->sin6_port)
                        : ntohs(reinterpret_cast<const sockaddr_in*>(&address)->sin_port);
   return (address.ss_family == AF_INET6 ? "[" + ip + "]" : ip) + ":" + std::to_string(port);
-}
-
-std::string openssl_error() {
-  const unsigned long code = ERR_get_error();
-  if (code == 0) return "unknown error";
-  char text[256];
-  ERR_error_string_n(code, text, sizeof text);
-  return text;
 }
 
 }  // namespace

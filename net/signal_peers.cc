@@ -25,6 +25,7 @@
 
 #include "net/config.h"
 #include "net/log.h"
+#include "net/openssl_error.h"
 
 namespace turnstile::net {
 
@@ -72,14 +73,6 @@ bool is_ip_literal(const std::string& host) {
   in6_addr v6{};
   in_addr v4{};
   return inet_pton(AF_INET, host.c_str(), &v4) == 1 || inet_pton(AF_INET6, host.c_str(), &v6) == 1;
-}
-
-std::string openssl_error() {
-  const unsigned long code = ERR_get_error();
-  if (code == 0) return "unknown error";
-  char text[256];
-  ERR_error_string_n(code, text, sizeof text);
-  return text;
 }
 
 }  // namespace
