@@ -242,12 +242,32 @@ class RaftNodeTest : public ::testing::Test {
     return node.raft->start();
   }
 
-  void start_cluster(const std::vector<RaftNodeConfig>& configs) {
-    for (const RaftNodeConfig& c : configs) {
-      std::optional<std::string> error = start(c);
-      ASSERT_FALSE(error) << *error;
+  // Starts every node of `configs`. A port probed free can be taken by a parallel test before
+  // the node binds it; then every address is picked again (in `configs` too) and all restart.
+  void start_cluster(std::vector<RaftNodeConfig>& configs) {
+    for (int attempt = 1;; ++attempt) {
+      std::optional<std::string> error;
+      for (const RaftNodeConfig& c : configs) {
+        error = start(c);
+        if (error) break;
+      }
+      if (!error) return;
+      const bool port_taken = error->find("address already in use") != std::string::npos;
+      ASSERT_TRUE(port_taken && attempt < 5) << *error;
+      for (const RaftNodeConfig& c : configs) {
+        if (nodes_.count(c.id) != 0) stop(c.id);
+      }
+      std::vector<RaftPeer> peers;
+      for (RaftNodeConfig& c : configs) {
+        c.raft_address = "127.0.0.1:" + std::to_string(free_port());
+        fs::remove_all(c.dir);
+        fs::create_directories(c.dir);
+        peers.push_back(RaftPeer{c.id, c.raft_address});
+      }
+      for (RaftNodeConfig& c : configs) c.peers = peers;
     }
   }
+  void start_cluster(std::vector<RaftNodeConfig>&& configs) { start_cluster(configs); }
 
   void stop(std::uint64_t id) {
     Node& node = nodes_.at(id);
