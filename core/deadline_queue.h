@@ -53,7 +53,9 @@ class SegmentedArray {
 class DeadlineQueue {
  public:
   // Lower kinds are processed first at the same instant.
-  enum class Kind : std::uint8_t { kLeaseExpiry = 0, kWaitTimeout = 1, kIdleGc = 2 };
+  // A lock-delay's end (kDelayEnd) comes before wait timeouts, so that a waiter the end of the
+  // delay grants at the instant its request times out is granted.
+  enum class Kind : std::uint8_t { kLeaseExpiry = 0, kDelayEnd = 1, kWaitTimeout = 2, kIdleGc = 3 };
 
   class Timer {
    public:
@@ -178,7 +180,7 @@ class DeadlineQueue {
 
  private:
   static constexpr int kKindShift = 56;
-  static constexpr std::size_t kKinds = 3;
+  static constexpr std::size_t kKinds = 4;
 
   struct Entry {
     Instant at;
@@ -189,7 +191,7 @@ class DeadlineQueue {
   // One heap per kind: idle-GC timers, far in the future and one per idle resource, would
   // otherwise sit in the same heap as the short lease timers that come and go on every acquire
   // and make each of those climb and descend the whole heap. The earliest entry overall is the
-  // earliest of the three tops, compared on the same (instant, kind, sequence) order.
+  // earliest of the tops, compared on the same (instant, kind, sequence) order.
   using Heap = SegmentedArray<Entry>;
 
   Heap& heap_of(Kind kind) { return heaps_[static_cast<std::size_t>(kind)]; }

@@ -35,6 +35,7 @@ struct Holder {
   ListLink<Holder> in_resource;
   ListLink<Holder> in_session;
   bool two_phase_pending = false;  // granted to an `e` whose `w` has not come yet
+  bool shared = false;             // a read slot of a read-write lock
   // Set while orphaned under a stable ref (its session closed with --orphan-ttl): an acquire or
   // enqueue of the same key with this ref adopts the holder, token and all.
   std::string ref;
@@ -48,6 +49,8 @@ struct Waiter {
   std::int64_t lease_s = 0;
   bool two_phase = false;      // queued by `e`
   bool parked = false;         // a blocking l/sl/w/sw is waiting on it
+  bool shared = false;         // waits for a read slot of a read-write lock
+  Instant since;               // when it joined the queue
   DeadlineQueue::Timer timer;  // timeout of the parked request, or the end of an orphan's time
   // Set while orphaned under a stable ref (owner is null): the place in the queue is kept until
   // the timer fires, for an acquire or enqueue with this ref to adopt.
@@ -79,11 +82,21 @@ struct Resource {
   std::uint32_t records = 0;  // two-phase records naming this resource
   std::uint32_t orphans = 0;  // holders and waiters orphaned under a stable ref
   DeadlineQueue::Timer gc_timer;
+  // Scheduled while a lock-delay holds the key: nothing is granted until it fires.
+  DeadlineQueue::Timer delay_timer;
   std::unique_ptr<std::unordered_map<std::uint64_t, Holder*>> holders_by_fence;
 
-  bool full() const { return static_cast<std::int64_t>(holders.size()) >= limit; }
+  // Whether a slot of the kind asked for (shared: a read slot) can be granted now, queue aside.
+  // A read-write lock admits readers while no writer holds it, and a writer only alone.
+  bool admits(bool shared) const {
+    if (delay_timer.scheduled()) return false;
+    if (ns != Namespace::kReadWrite) return static_cast<std::int64_t>(holders.size()) < limit;
+    return holders.empty() || (shared && holders.front()->shared);
+  }
+  // Whether the head of the queue could be granted now (false for an empty queue).
+  bool head_admitted() const { return !waiters.empty() && admits(waiters.front()->shared); }
   bool idle() const { return holders.empty() && waiters.empty(); }
-  bool collectable() const { return idle() && records == 0; }
+  bool collectable() const { return idle() && records == 0 && !delay_timer.scheduled(); }
 };
 
 struct SessionState {
@@ -214,7 +227,13 @@ class ResourceMap {
   std::size_t size_ = 0;
 };
 
-std::int64_t ns_index(Namespace ns) { return ns == Namespace::kLock ? 0 : 1; }
+std::size_t ns_index(Namespace ns) { return static_cast<std::size_t>(ns); }
+constexpr std::size_t kNamespaces = 3;
+
+// Read-write locks and large semaphores index their holders by fence (see kIndexedHoldersAbove).
+bool indexes_holders(Namespace ns, std::int64_t limit) {
+  return ns == Namespace::kReadWrite || limit > kIndexedHoldersAbove;
+}
 
 }  // namespace
 
@@ -262,7 +281,7 @@ struct Engine::Impl {
   std::uint64_t block_next;  // the next fence of the current block, valid while block_left > 0
   std::uint64_t block_left;
   EngineCounters counters;
-  ResourceMap resources[2];
+  ResourceMap resources[kNamespaces];
   std::uint64_t next_serial = 0;
   std::unordered_map<std::uint64_t, SessionState> sessions;
   DeadlineQueue deadlines;
@@ -294,6 +313,9 @@ struct Engine::Impl {
     switch (due.kind) {
       case DeadlineQueue::Kind::kLeaseExpiry:
         expire(static_cast<Holder*>(due.owner), out);
+        return true;
+      case DeadlineQueue::Kind::kDelayEnd:
+        end_delay(static_cast<Resource*>(due.owner), out);
         return true;
       case DeadlineQueue::Kind::kWaitTimeout:
         time_out(static_cast<Waiter*>(due.owner), out);
@@ -350,6 +372,7 @@ struct Engine::Impl {
            w = decltype(resource->waiters)::next(w)) {
         consider(w->timer, DeadlineQueue::Kind::kWaitTimeout, w);
       }
+      consider(resource->delay_timer, DeadlineQueue::Kind::kDelayEnd, resource);
       consider(resource->gc_timer, DeadlineQueue::Kind::kIdleGc, resource);
       if (items.empty()) break;
       std::sort(items.begin(), items.end(),
@@ -370,7 +393,11 @@ struct Engine::Impl {
 
   // ---- resources ----------------------------------------------------------------------------
 
-  std::size_t resources_count() const { return resources[0].size() + resources[1].size(); }
+  std::size_t resources_count() const {
+    std::size_t count = 0;
+    for (const ResourceMap& map : resources) count += map.size();
+    return count;
+  }
 
   Resource* find(Namespace ns, std::string_view key) { return resources[ns_index(ns)].find(key); }
 
@@ -381,7 +408,7 @@ struct Engine::Impl {
     resource.limit = limit;
     resource.serial = ++next_serial;
     resource.last_activity = now;
-    if (limit > kIndexedHoldersAbove) {
+    if (indexes_holders(ns, limit)) {
       resource.holders_by_fence = std::make_unique<std::unordered_map<std::uint64_t, Holder*>>();
     }
     return &resource;
@@ -453,8 +480,9 @@ struct Engine::Impl {
     return Token{last_fence, salt_source.next_u64()};
   }
 
-  Holder* grant(Resource& resource, SessionId session, SessionState* owner, std::int64_t lease_s) {
-    TS_ASSERT(!resource.full());
+  Holder* grant(Resource& resource, SessionId session, SessionState* owner, std::int64_t lease_s,
+                bool shared) {
+    TS_ASSERT(resource.admits(shared));
     std::optional<Token> token = mint();
     if (!token) return nullptr;
     Holder* holder = holder_pool.make();
@@ -463,6 +491,7 @@ struct Engine::Impl {
     holder->owner = owner;
     holder->resource = &resource;
     holder->lease_s = lease_s;
+    holder->shared = shared;
     holder->deadline = deadline_after(lease_s);
     resource.holders.push_back(holder);
     if (owner != nullptr) owner->holders.push_back(holder);
@@ -502,13 +531,15 @@ struct Engine::Impl {
   }
 
   Waiter* add_waiter(Resource& resource, SessionId session, SessionState& owner,
-                     std::int64_t lease_s, bool two_phase) {
+                     std::int64_t lease_s, bool two_phase, bool shared) {
     Waiter* waiter = waiter_pool.make();
     waiter->session = session;
     waiter->owner = &owner;
     waiter->resource = &resource;
     waiter->lease_s = lease_s;
     waiter->two_phase = two_phase;
+    waiter->shared = shared;
+    waiter->since = now;
     resource.waiters.push_back(waiter);
     owner.waiters.push_back(waiter);
     return waiter;
@@ -601,18 +632,20 @@ struct Engine::Impl {
     return ordered;
   }
 
-  Holder* find_orphan_holder(Resource& resource, std::string_view ref) {
+  // An orphan is adopted only by a request for the same kind of slot: a read request never
+  // takes back a write slot, nor the reverse.
+  Holder* find_orphan_holder(Resource& resource, std::string_view ref, bool shared) {
     for (Holder* h = resource.holders.front(); h != nullptr;
          h = decltype(resource.holders)::next(h)) {
-      if (h->owner == nullptr && h->ref == ref) return h;
+      if (h->owner == nullptr && h->ref == ref && h->shared == shared) return h;
     }
     return nullptr;
   }
 
-  Waiter* find_orphan_waiter(Resource& resource, std::string_view ref) {
+  Waiter* find_orphan_waiter(Resource& resource, std::string_view ref, bool shared) {
     for (Waiter* w = resource.waiters.front(); w != nullptr;
          w = decltype(resource.waiters)::next(w)) {
-      if (w->owner == nullptr && w->ref == ref) return w;
+      if (w->owner == nullptr && w->ref == ref && w->shared == shared) return w;
     }
     return nullptr;
   }
@@ -623,7 +656,8 @@ struct Engine::Impl {
   void hand_to_waiting_ref(Holder& holder, std::vector<Delivery>& out) {
     Resource& resource = *holder.resource;
     Waiter* waiter = resource.waiters.front();
-    while (waiter != nullptr && (waiter->owner == nullptr || waiter->owner->ref != holder.ref)) {
+    while (waiter != nullptr && (waiter->owner == nullptr || waiter->owner->ref != holder.ref ||
+                                 waiter->shared != holder.shared)) {
       waiter = decltype(resource.waiters)::next(waiter);
     }
     if (waiter == nullptr) return;
@@ -670,7 +704,7 @@ struct Engine::Impl {
   // Hands free capacity to the head of the queue, in order, until the resource is full or the
   // queue is empty.
   void promote(Resource& resource, std::vector<Delivery>& out) {
-    while (!resource.full() && !resource.waiters.empty()) {
+    while (resource.head_admitted()) {
       Waiter* waiter = resource.waiters.front();
 #ifdef TURNSTILE_CANARY_SKIP_FIFO
       // CANARY, never defined in a real build: only sim/'s turnstile-sim-canary compiles it, to
@@ -686,7 +720,8 @@ struct Engine::Impl {
         std::string ref;
         ref.swap(waiter->ref);
         --resource.orphans;  // the waiter's: it moves to the holder
-        if (Holder* holder = grant(resource, waiter->session, nullptr, waiter->lease_s)) {
+        if (Holder* holder =
+                grant(resource, waiter->session, nullptr, waiter->lease_s, waiter->shared)) {
           orphan_holder(*holder, std::move(ref),
                         until ? std::optional<Instant>(until->at) : std::nullopt);
         }
@@ -694,7 +729,7 @@ struct Engine::Impl {
         continue;
       }
       SessionState& state = *waiter->owner;
-      Holder* holder = grant(resource, waiter->session, &state, waiter->lease_s);
+      Holder* holder = grant(resource, waiter->session, &state, waiter->lease_s, waiter->shared);
       if (holder == nullptr) {
         // No fence left: the waiter cannot ever be granted, so it is answered rather than left.
         if (waiter->parked) out.push_back(Delivery{waiter->session, Reply::of(Status::kError)});
@@ -726,8 +761,26 @@ struct Engine::Impl {
       record = TwoPhaseRecord{TwoPhaseRecord::State::kExpired, nullptr, nullptr};
     }
     remove_holder(holder);
+    start_delay(resource);
     promote(resource, out);
     arm_gc(resource);
+  }
+
+  // A holder left without releasing (its lease ran out, or its session closed holding it): with
+  // a lock-delay, the key grants nothing until the delay is over (docs/semantics.md, "Lock-delay"),
+  // so that writes the old holder still has in flight land before the next holder starts.
+  void start_delay(Resource& resource) {
+    if (config.lock_delay <= Duration::zero()) return;
+    const Instant until = now + config.lock_delay;
+    const std::optional<DeadlineQueue::Slot> slot = deadlines.slot(resource.delay_timer);
+    if (slot && slot->at >= until) return;
+    deadlines.cancel(resource.gc_timer);  // not collectable while the delay lasts
+    deadlines.schedule(resource.delay_timer, until, DeadlineQueue::Kind::kDelayEnd, &resource);
+  }
+
+  void end_delay(Resource* resource, std::vector<Delivery>& out) {
+    promote(*resource, out);
+    arm_gc(*resource);
   }
 
   void time_out(Waiter* waiter, std::vector<Delivery>& out) {
@@ -777,7 +830,8 @@ struct Engine::Impl {
   }
 
   Reply acquire(SessionId session, Namespace ns, const Request& request) {
-    const std::int64_t limit = ns == Namespace::kLock ? 1 : request.limit;
+    const std::int64_t limit = ns == Namespace::kSemaphore ? request.limit : 1;
+    const bool shared = is_shared_command(request.command);
     const std::int64_t lease_s = lease_of(request);
     Status status = Status::kError;
     Resource* resource = find_or_create(ns, request, limit, status);
@@ -788,14 +842,14 @@ struct Engine::Impl {
     if (!request.ref.empty()) {
       if (state.ref.empty()) state.ref = request.ref;
       if (resource->orphans > 0) {
-        if (Holder* holder = find_orphan_holder(*resource, request.ref)) {
+        if (Holder* holder = find_orphan_holder(*resource, request.ref, shared)) {
           adopt_holder(*holder, session, state, lease_s);
           return Reply::granted(Status::kOk, holder->token, lease_s);
         }
-        if (Waiter* waiter = find_orphan_waiter(*resource, request.ref)) {
+        if (Waiter* waiter = find_orphan_waiter(*resource, request.ref, shared)) {
           adopt_waiter(*waiter, session, state, lease_s, /*two_phase=*/false);
           if (request.timeout_s == 0) {
-            // Try-once gives the place up. The queue is behind a full resource: nobody moves up.
+            // Try-once gives the place up. The queue's head cannot be granted: nobody moves up.
             remove_waiter(waiter);
             return Reply::of(Status::kTimeout);
           }
@@ -805,8 +859,8 @@ struct Engine::Impl {
       }
     }
 
-    if (!resource->full() && resource->waiters.empty()) {
-      Holder* holder = grant(*resource, session, &state, lease_s);
+    if (resource->waiters.empty() && resource->admits(shared)) {
+      Holder* holder = grant(*resource, session, &state, lease_s, shared);
       if (holder == nullptr) {
         arm_gc(*resource);
         return Reply::of(Status::kError);
@@ -815,7 +869,8 @@ struct Engine::Impl {
     }
     if (queue_full(*resource)) return Reply::of(Status::kErrorMaxWaiters);
     if (request.timeout_s == 0) return Reply::of(Status::kTimeout);
-    park(add_waiter(*resource, session, state, lease_s, /*two_phase=*/false), request.timeout_s);
+    park(add_waiter(*resource, session, state, lease_s, /*two_phase=*/false, shared),
+         request.timeout_s);
     return Reply::parked();
   }
 
@@ -825,7 +880,8 @@ struct Engine::Impl {
   }
 
   Reply enqueue(SessionId session, Namespace ns, const Request& request) {
-    const std::int64_t limit = ns == Namespace::kLock ? 1 : request.limit;
+    const std::int64_t limit = ns == Namespace::kSemaphore ? request.limit : 1;
+    const bool shared = is_shared_command(request.command);
     const std::int64_t lease_s = lease_of(request);
     if (Resource* existing = find(ns, request.key); existing != nullptr) {
       if (const TwoPhaseRecord* record = find_record(session, *existing);
@@ -843,13 +899,13 @@ struct Engine::Impl {
     if (!request.ref.empty()) {
       if (state.ref.empty()) state.ref = request.ref;
       if (resource->orphans > 0) {
-        if (Holder* holder = find_orphan_holder(*resource, request.ref)) {
+        if (Holder* holder = find_orphan_holder(*resource, request.ref, shared)) {
           adopt_holder(*holder, session, state, lease_s);
           holder->two_phase_pending = true;
           add_record(state, *resource, {TwoPhaseRecord::State::kGranted, nullptr, holder});
           return Reply::granted(Status::kAcquired, holder->token, lease_s);
         }
-        if (Waiter* waiter = find_orphan_waiter(*resource, request.ref)) {
+        if (Waiter* waiter = find_orphan_waiter(*resource, request.ref, shared)) {
           adopt_waiter(*waiter, session, state, lease_s, /*two_phase=*/true);
           add_record(state, *resource, {TwoPhaseRecord::State::kWaiting, waiter, nullptr});
           return Reply::of(Status::kQueued);
@@ -857,8 +913,8 @@ struct Engine::Impl {
       }
     }
 
-    if (!resource->full() && resource->waiters.empty()) {
-      Holder* holder = grant(*resource, session, &state, lease_s);
+    if (resource->waiters.empty() && resource->admits(shared)) {
+      Holder* holder = grant(*resource, session, &state, lease_s, shared);
       if (holder == nullptr) {
         arm_gc(*resource);
         return Reply::of(Status::kError);
@@ -868,7 +924,7 @@ struct Engine::Impl {
       return Reply::granted(Status::kAcquired, holder->token, lease_s);
     }
     if (queue_full(*resource)) return Reply::of(Status::kErrorMaxWaiters);
-    Waiter* waiter = add_waiter(*resource, session, state, lease_s, /*two_phase=*/true);
+    Waiter* waiter = add_waiter(*resource, session, state, lease_s, /*two_phase=*/true, shared);
     add_record(state, *resource, {TwoPhaseRecord::State::kWaiting, waiter, nullptr});
     return Reply::of(Status::kQueued);
   }
@@ -890,6 +946,12 @@ struct Engine::Impl {
     auto record_it = state.records.find(resource);
     if (record_it == state.records.end()) return Reply::of(Status::kErrorNotEnqueued);
     TwoPhaseRecord record = record_it->second;
+    // A read-write lock's `rw` waits for what `re` asked, `ww` for what `we` asked.
+    const bool shared = is_shared_command(request.command);
+    if ((record.waiter != nullptr && record.waiter->shared != shared) ||
+        (record.holder != nullptr && record.holder->shared != shared)) {
+      return Reply::of(Status::kErrorNotEnqueued);
+    }
     resource->last_activity = now;
 
     switch (record.state) {
@@ -925,7 +987,9 @@ struct Engine::Impl {
     Resource* resource = find(ns, request.key);
     if (resource == nullptr || !request.token) return Reply::of(Status::kError);
     Holder* holder = find_holder(*resource, *request.token);
-    if (holder == nullptr) return Reply::of(Status::kError);
+    if (holder == nullptr || holder->shared != is_shared_command(request.command)) {
+      return Reply::of(Status::kError);
+    }
     // A give-back takes back only what its closed session still holds: not a slot its close
     // handed to a waiter with its stable ref, nor one another session adopted since.
     if (request.give_back && holder->session != session) return Reply::of(Status::kError);
@@ -943,7 +1007,9 @@ struct Engine::Impl {
     Resource* resource = find(ns, request.key);
     if (resource == nullptr || !request.token) return Reply::of(Status::kError);
     Holder* holder = find_holder(*resource, *request.token);
-    if (holder == nullptr) return Reply::of(Status::kError);
+    if (holder == nullptr || holder->shared != is_shared_command(request.command)) {
+      return Reply::of(Status::kError);
+    }
     const std::int64_t ttl_s = lease_of(request);
     holder->deadline = deadline_after(ttl_s);
     deadlines.schedule(holder->timer, holder->deadline, DeadlineQueue::Kind::kLeaseExpiry, holder);
@@ -976,6 +1042,7 @@ struct Engine::Impl {
     const bool keep = orphan_ttl > Duration::zero() && !state.ref.empty();
     const Instant until = now + orphan_ttl;
     std::vector<Resource*> touched;
+    std::vector<Resource*> released;  // a holding of the session was released here
     // Waiters first, so that the releases below cannot promote this session's own waiters.
     if (keep) {
       // Their timers are scheduled in an order every replica agrees on, restored from a snapshot
@@ -1010,6 +1077,7 @@ struct Engine::Impl {
       Holder* holder = state.holders.front();
       if (auto_release) {
         touched.push_back(holder->resource);
+        released.push_back(holder->resource);
         remove_holder(holder);
       } else {
         state.holders.remove(holder);
@@ -1023,6 +1091,12 @@ struct Engine::Impl {
     std::sort(touched.begin(), touched.end(),
               [](const Resource* a, const Resource* b) { return a->serial < b->serial; });
     touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
+    // The session left without releasing: lock-delays start, in creation order too (their
+    // timers' order must not depend on the order the session acted in, which a snapshot loses).
+    std::sort(released.begin(), released.end(),
+              [](const Resource* a, const Resource* b) { return a->serial < b->serial; });
+    released.erase(std::unique(released.begin(), released.end()), released.end());
+    for (Resource* resource : released) start_delay(*resource);
     for (Resource* resource : touched) {
       promote(*resource, out);
       arm_gc(*resource);
@@ -1035,7 +1109,30 @@ struct Engine::Impl {
     for (const ResourceMap& map : resources) {
       map.for_each([&](const std::string& key, const Resource& resource) {
         const bool busy = !resource.idle();
-        if (resource.limit == 1) {
+        if (resource.ns == Namespace::kReadWrite) {
+          if (!busy) {
+            part.idle_rw_locks.push_back(
+                IdleStats{key, (now - resource.last_activity).seconds_double()});
+            return;
+          }
+          ReadWriteStats entry;
+          entry.key = key;
+          entry.waiters = static_cast<std::int64_t>(resource.waiters.size());
+          std::optional<Instant> soonest;
+          for (const Holder* h = resource.holders.front(); h != nullptr;
+               h = decltype(resource.holders)::next(h)) {
+            if (h->shared) {
+              ++entry.readers;
+            } else {
+              entry.writer = h->session;
+            }
+            if (!soonest || h->deadline < *soonest) soonest = h->deadline;
+          }
+          if (soonest) {
+            entry.lease_expires_in_s = std::max(Duration::zero(), *soonest - now).seconds_double();
+          }
+          part.rw_locks.push_back(std::move(entry));
+        } else if (resource.limit == 1) {
           if (busy) {
             const Holder* holder = resource.holders.front();
             LockStats entry;
@@ -1079,16 +1176,24 @@ struct Engine::Impl {
   //            | resources: count u64, resource* | records: count u64, record*
   //            | refs: count u64, (session u64 | ref bytes)*       (ascending session)
   //   resource = ns u8 | key bytes | limit i64 | serial u64 | last_activity i64 | gc slot
+  //            | delay slot
   //            | holders: count u64, (fence u64 | salt u64 | session u64 | flags u8 [| ref bytes]
   //                                   | lease i64 | deadline i64 | slot)*
-  //            | waiters: count u64, (session u64 | lease i64 | flags u8 [| ref bytes] | slot)*
+  //            | waiters: count u64, (session u64 | lease i64 | flags u8 [| ref bytes]
+  //                                   | since i64 | slot)*
   //   slot     = 0 u8 (unscheduled) | 1 u8, at i64, order u64
   //   record   = session u64 | resource serial u64 | state u8
-  // A holder or waiter orphaned under a stable ref has the orphan flag and its ref.
+  // A holder or waiter orphaned under a stable ref has the orphan flag and its ref; a read slot
+  // of a read-write lock (or a waiter for one) has the shared flag.
+  //
+  // Version 2 (before read-write locks and lock-delay) is still read: no delay slot, no `since`
+  // (taken as `now`), no shared flags, and its deadline kinds numbered before kDelayEnd existed.
 
-  static constexpr std::uint8_t kSnapshotVersion = 2;
-  static constexpr std::uint8_t kHolderOwned = 1, kHolderTwoPhasePending = 2, kHolderOrphan = 4;
-  static constexpr std::uint8_t kWaiterTwoPhase = 1, kWaiterParked = 2, kWaiterOrphan = 4;
+  static constexpr std::uint8_t kSnapshotVersion = 3;
+  static constexpr std::uint8_t kHolderOwned = 1, kHolderTwoPhasePending = 2, kHolderOrphan = 4,
+                                kHolderShared = 8;
+  static constexpr std::uint8_t kWaiterTwoPhase = 1, kWaiterParked = 2, kWaiterOrphan = 4,
+                                kWaiterShared = 8;
 
   void save_slot(ByteWriter& w, const DeadlineQueue::Timer& timer) const {
     const std::optional<DeadlineQueue::Slot> slot = deadlines.slot(timer);
@@ -1129,6 +1234,7 @@ struct Engine::Impl {
       w.u64(resource->serial);
       w.i64(resource->last_activity.ns());
       save_slot(w, resource->gc_timer);
+      save_slot(w, resource->delay_timer);
       w.u64(resource->holders.size());
       for (const Holder* h = resource->holders.front(); h != nullptr;
            h = decltype(resource->holders)::next(h)) {
@@ -1137,7 +1243,8 @@ struct Engine::Impl {
         w.u64(h->session.value);
         w.u8(static_cast<std::uint8_t>((h->owner != nullptr ? kHolderOwned : 0) |
                                        (h->two_phase_pending ? kHolderTwoPhasePending : 0) |
-                                       (!h->ref.empty() ? kHolderOrphan : 0)));
+                                       (!h->ref.empty() ? kHolderOrphan : 0) |
+                                       (h->shared ? kHolderShared : 0)));
         if (!h->ref.empty()) w.bytes(h->ref);
         w.i64(h->lease_s);
         w.i64(h->deadline.ns());
@@ -1148,10 +1255,11 @@ struct Engine::Impl {
            waiter = decltype(resource->waiters)::next(waiter)) {
         w.u64(waiter->session.value);
         w.i64(waiter->lease_s);
-        w.u8(static_cast<std::uint8_t>((waiter->two_phase ? kWaiterTwoPhase : 0) |
-                                       (waiter->parked ? kWaiterParked : 0) |
-                                       (!waiter->ref.empty() ? kWaiterOrphan : 0)));
+        w.u8(static_cast<std::uint8_t>(
+            (waiter->two_phase ? kWaiterTwoPhase : 0) | (waiter->parked ? kWaiterParked : 0) |
+            (!waiter->ref.empty() ? kWaiterOrphan : 0) | (waiter->shared ? kWaiterShared : 0)));
         if (!waiter->ref.empty()) w.bytes(waiter->ref);
+        w.i64(waiter->since.ns());
         save_slot(w, waiter->timer);
       }
     }
@@ -1190,8 +1298,10 @@ struct Engine::Impl {
 
   // A slot read back from a snapshot; refused unless its kind is `kind` and (for a ranked GC
   // timer) its rank is `rank`, or (for the others) its sequence was issued before `sequence`.
+  // A version-2 snapshot numbers the kinds as they were before kDelayEnd: its slots are read with
+  // that number and given the current one.
   static bool read_slot(ByteReader& r, std::optional<DeadlineQueue::Slot>& slot,
-                        DeadlineQueue::Kind kind, std::uint64_t sequence,
+                        DeadlineQueue::Kind kind, std::uint64_t sequence, std::uint8_t version,
                         std::optional<std::uint64_t> rank = std::nullopt) {
     std::uint8_t scheduled = 0;
     if (!r.u8(scheduled) || scheduled > 1) return false;
@@ -1200,9 +1310,15 @@ struct Engine::Impl {
     std::int64_t at = 0;
     std::uint64_t order = 0;
     if (!r.i64(at) || !r.u64(order)) return false;
-    slot = DeadlineQueue::Slot{Instant::from_ns(at), order};
-    if ((order >> 56) != static_cast<std::uint64_t>(kind)) return false;
-    const std::uint64_t below = DeadlineQueue::rank_of(*slot);
+    std::uint64_t code = static_cast<std::uint64_t>(kind);
+    if (version == 2) {
+      if (kind == DeadlineQueue::Kind::kDelayEnd) return false;
+      if (kind > DeadlineQueue::Kind::kDelayEnd) --code;
+    }
+    if ((order >> 56) != code) return false;
+    const std::uint64_t below = order & ((std::uint64_t{1} << 56) - 1);
+    slot =
+        DeadlineQueue::Slot{Instant::from_ns(at), (static_cast<std::uint64_t>(kind) << 56) | below};
     return rank ? below == *rank : (below >= 1 && below <= sequence);
   }
 
@@ -1227,8 +1343,10 @@ struct Engine::Impl {
     struct WaiterImage {
       SessionId session;
       std::int64_t lease_s = 0;
-      std::uint8_t flags = 0;
+      std::uint8_t flags = 0;  // without kWaiterShared, which is `shared`
+      bool shared = false;
       std::string ref;
+      Instant since;
       Slot slot;
     };
     struct ResourceImage {
@@ -1238,6 +1356,7 @@ struct Engine::Impl {
       std::uint64_t serial = 0;
       Instant last_activity;
       Slot gc;
+      Slot delay;
       std::vector<HolderImage> holders;
       std::vector<WaiterImage> waiters;
     };
@@ -1256,7 +1375,7 @@ struct Engine::Impl {
     EngineCounters image_counters;
     std::uint64_t image_next_serial = 0;
     std::uint64_t sequence = 0;
-    if (!r.u8(version) || version != kSnapshotVersion || !r.i64(image_now) ||
+    if (!r.u8(version) || (version != kSnapshotVersion && version != 2) || !r.i64(image_now) ||
         !r.u64(image_last_fence.value) || !r.u64(image_block_next) || !r.u64(image_block_left)) {
       return false;
     }
@@ -1293,24 +1412,32 @@ struct Engine::Impl {
     for (ResourceImage& image : images) {
       std::uint8_t ns = 0;
       std::int64_t last_activity = 0;
-      if (!r.u8(ns) || ns > 1 || !r.bytes(image.key) || key_problem(image.key) ||
+      const std::uint8_t ns_max = version == 2 ? 1 : 2;
+      if (!r.u8(ns) || ns > ns_max || !r.bytes(image.key) || key_problem(image.key) ||
           !r.i64(image.limit) || !r.u64(image.serial) || !r.i64(last_activity)) {
         return false;
       }
-      image.ns = ns == 0 ? Namespace::kLock : Namespace::kSemaphore;
+      image.ns = static_cast<Namespace>(ns);
       image.last_activity = Instant::from_ns(last_activity);
-      const bool limit_ok = image.ns == Namespace::kLock
-                                ? image.limit == 1
-                                : image.limit >= 1 && image.limit <= kMaxSemaphoreLimit;
+      const bool read_write = image.ns == Namespace::kReadWrite;
+      const bool limit_ok = image.ns == Namespace::kSemaphore
+                                ? image.limit >= 1 && image.limit <= kMaxSemaphoreLimit
+                                : image.limit == 1;
       // Serials are written in creation order, each at most the counter.
       if (!limit_ok || image.serial <= previous_serial || image.serial > image_next_serial ||
           !by_key[ns].emplace(image.key, 0).second) {
         return false;
       }
       previous_serial = image.serial;
-      if (!read_slot(r, image.gc, Kind::kIdleGc, sequence, image.serial)) return false;
+      if (!read_slot(r, image.gc, Kind::kIdleGc, sequence, version, image.serial) ||
+          (version > 2 && !read_slot(r, image.delay, Kind::kDelayEnd, sequence, version)) ||
+          !unique_sequence(image.delay)) {
+        return false;
+      }
       std::uint64_t holder_count = 0;
-      if (!r.count(holder_count, 42) || static_cast<std::int64_t>(holder_count) > image.limit) {
+      // A read-write lock has any number of readers (or one writer, checked below).
+      if (!r.count(holder_count, 42) ||
+          (!read_write && static_cast<std::int64_t>(holder_count) > image.limit)) {
         return false;
       }
       image.holders.resize(static_cast<std::size_t>(holder_count));
@@ -1322,7 +1449,7 @@ struct Engine::Impl {
             ((holder.flags & kHolderOrphan) != 0 &&
              (!r.bytes(holder.ref) || !is_valid_stable_ref(holder.ref))) ||
             !r.i64(holder.lease_s) || !r.i64(deadline) ||
-            !read_slot(r, holder.slot, Kind::kLeaseExpiry, sequence)) {
+            !read_slot(r, holder.slot, Kind::kLeaseExpiry, sequence, version)) {
           return false;
         }
         holder.deadline = Instant::from_ns(deadline);
@@ -1330,28 +1457,34 @@ struct Engine::Impl {
         // without an owner is orphaned under a ref.
         if (holder.token.fence.value == 0 || holder.token.fence > image_last_fence ||
             !fences_seen.emplace(holder.token.fence.value, true).second ||
-            holder.session.value == 0 || holder.flags > 7 ||
+            holder.session.value == 0 || holder.flags > 15 ||
+            ((holder.flags & kHolderShared) != 0 && !read_write) ||
+            ((holder.flags & kHolderShared) == 0 && read_write && holder_count > 1) ||
             ((holder.flags & kHolderTwoPhasePending) != 0 && (holder.flags & kHolderOwned) == 0) ||
-            ((holder.flags & kHolderOrphan) != 0 && holder.flags != kHolderOrphan) ||
+            ((holder.flags & kHolderOrphan) != 0 &&
+             (holder.flags & ~kHolderShared) != kHolderOrphan) ||
             !valid_lease(holder.lease_s) || !holder.slot || !unique_sequence(holder.slot)) {
           return false;
         }
       }
       std::uint64_t waiter_count = 0;
-      // Waiters queue only behind a full resource: a promotion that cannot mint a fence answers
-      // and drops them instead.
-      if (!r.count(waiter_count, 18) ||
-          (waiter_count > 0 && static_cast<std::int64_t>(holder_count) < image.limit)) {
-        return false;
-      }
+      if (!r.count(waiter_count, 18)) return false;
       image.waiters.resize(static_cast<std::size_t>(waiter_count));
       for (WaiterImage& waiter : image.waiters) {
+        std::int64_t since = image_now;
         if (!r.u64(waiter.session.value) || !r.i64(waiter.lease_s) || !r.u8(waiter.flags) ||
             ((waiter.flags & kWaiterOrphan) != 0 &&
              (!r.bytes(waiter.ref) || !is_valid_stable_ref(waiter.ref))) ||
-            !read_slot(r, waiter.slot, Kind::kWaitTimeout, sequence)) {
+            (version > 2 && !r.i64(since)) ||
+            !read_slot(r, waiter.slot, Kind::kWaitTimeout, sequence, version)) {
           return false;
         }
+        waiter.since = Instant::from_ns(since);
+        waiter.shared = (waiter.flags & kWaiterShared) != 0;
+        if ((waiter.shared && !read_write) || waiter.since > Instant::from_ns(image_now)) {
+          return false;
+        }
+        waiter.flags &= static_cast<std::uint8_t>(~kWaiterShared);  // the rest is checked as before
         const bool orphan = waiter.flags == kWaiterOrphan;
         const bool parked = (waiter.flags & kWaiterParked) != 0;
         // A waiter has a timeout exactly while a request is parked on it or it is orphaned (the
@@ -1363,6 +1496,17 @@ struct Engine::Impl {
             (parked && ++parked_of_session[waiter.session.value] > 1)) {
           return false;
         }
+      }
+      // Waiters queue only while the head cannot be granted (a full resource, a writer, readers
+      // before a waiting writer, or a lock-delay): a promotion that cannot mint a fence answers
+      // and drops them instead.
+      if (!image.waiters.empty() && !image.delay) {
+        const bool head_admitted =
+            read_write
+                ? image.holders.empty() || (image.waiters.front().shared &&
+                                            (image.holders.front().flags & kHolderShared) != 0)
+                : static_cast<std::int64_t>(holder_count) < image.limit;
+        if (head_admitted) return false;
       }
       by_serial.emplace(image.serial, static_cast<std::size_t>(&image - images.data()));
     }
@@ -1455,10 +1599,11 @@ struct Engine::Impl {
       resource.limit = image.limit;
       resource.serial = image.serial;
       resource.last_activity = image.last_activity;
-      if (image.limit > kIndexedHoldersAbove) {
+      if (indexes_holders(image.ns, image.limit)) {
         resource.holders_by_fence = std::make_unique<std::unordered_map<std::uint64_t, Holder*>>();
       }
       if (image.gc) deadlines.reinstate(resource.gc_timer, *image.gc, &resource);
+      if (image.delay) deadlines.reinstate(resource.delay_timer, *image.delay, &resource);
       resource_of.emplace(image.serial, &resource);
       for (const HolderImage& held : image.holders) {
         Holder* holder = holder_pool.make();
@@ -1469,6 +1614,7 @@ struct Engine::Impl {
         holder->lease_s = held.lease_s;
         holder->deadline = held.deadline;
         holder->two_phase_pending = (held.flags & kHolderTwoPhasePending) != 0;
+        holder->shared = (held.flags & kHolderShared) != 0;
         holder->ref = held.ref;
         if (!holder->ref.empty()) ++resource.orphans;
         resource.holders.push_back(holder);
@@ -1485,6 +1631,8 @@ struct Engine::Impl {
           waiter->session = queued.session;
           waiter->resource = &resource;
           waiter->lease_s = queued.lease_s;
+          waiter->shared = queued.shared;
+          waiter->since = queued.since;
           waiter->ref = queued.ref;
           ++resource.orphans;
           resource.waiters.push_back(waiter);
@@ -1493,7 +1641,8 @@ struct Engine::Impl {
         }
         SessionState& owner = session_state(queued.session);
         Waiter* waiter = add_waiter(resource, queued.session, owner, queued.lease_s,
-                                    (queued.flags & kWaiterTwoPhase) != 0);
+                                    (queued.flags & kWaiterTwoPhase) != 0, queued.shared);
+        waiter->since = queued.since;
         if ((queued.flags & kWaiterParked) != 0) {
           waiter->parked = true;
           owner.parked = waiter;
@@ -1520,17 +1669,23 @@ struct Engine::Impl {
     std::vector<ResourceView> views;
     for (const ResourceMap& map : resources) {
       map.for_each([&](const std::string& key, const Resource& resource) {
-        ResourceView view{resource.ns, key, resource.limit, {}, {}, {}, {}};
+        ResourceView view{resource.ns, key, resource.limit, {}, {}, {}, {}, {}, {}, {}};
         for (const Holder* h = resource.holders.front(); h != nullptr;
              h = decltype(resource.holders)::next(h)) {
           view.holders.push_back(HolderView{resource.ns, key, h->token, h->session, h->deadline,
-                                            h->owner != nullptr ? h->owner->ref : h->ref});
+                                            h->owner != nullptr ? h->owner->ref : h->ref,
+                                            h->shared});
+        }
+        if (const std::optional<DeadlineQueue::Slot> delay = deadlines.slot(resource.delay_timer)) {
+          view.delayed_until = delay->at;
         }
         for (const Waiter* w = resource.waiters.front(); w != nullptr;
              w = decltype(resource.waiters)::next(w)) {
           view.waiters.push_back(w->session);
           view.waiters_orphaned.push_back(w->owner == nullptr);
           view.waiter_refs.push_back(w->owner != nullptr ? w->owner->ref : w->ref);
+          view.waiters_shared.push_back(w->shared);
+          view.waiters_since.push_back(w->since);
         }
         views.push_back(std::move(view));
       });
@@ -1555,33 +1710,20 @@ Reply Engine::handle(Instant now, SessionId session, const Request& request,
   if (impl_->advance(now, out, impl_->config.deadlines_per_call)) {
     impl_->settle(impl_->find(ns, request.key), out);
   }
-  switch (request.command) {
-    case Command::kLock:
-    case Command::kSemLock:
+  switch (command_operation(request.command)) {
+    case Operation::kAcquire:
       return impl_->acquire(session, ns, request);
-    case Command::kRelease:
-    case Command::kSemRelease:
+    case Operation::kRelease:
       return impl_->release(session, ns, request, out);
-    case Command::kRenew:
-    case Command::kSemRenew:
+    case Operation::kRenew:
       return impl_->renew(ns, request);
-    case Command::kEnqueue:
-    case Command::kSemEnqueue:
+    case Operation::kEnqueue:
       return impl_->enqueue(session, ns, request);
-    case Command::kWait:
-    case Command::kSemWait:
+    case Operation::kWait:
       return impl_->wait(session, ns, request, out);
-    case Command::kBarrier:
+    case Operation::kOther:
+      TS_ASSERT(request.command == Command::kBarrier);
       return Reply::of(Status::kOk);  // everything before it is done
-    case Command::kPing:
-    case Command::kStats:
-    case Command::kAuth:
-    case Command::kStableRef:
-    case Command::kListen:
-    case Command::kUnlisten:
-    case Command::kSignal:
-    case Command::kSignalPeer:
-      break;
   }
   TS_ASSERT(false);
 }

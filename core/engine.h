@@ -56,6 +56,10 @@ struct EngineConfig {
   // those of the resource it names, so that a million leases ending together cannot hold the
   // shard for seconds; what is left stays due for the next call (next_wake() <= now()). >= 1.
   std::size_t deadlines_per_call = 8;
+  // --lock-delay (docs/semantics.md, "Lock-delay"): after a holder leaves without releasing (its
+  // lease ends, or its session closes holding it and auto-release frees it), the key grants
+  // nothing for this long. A release, renewal or clean hand-over grants at once. Zero: off.
+  Duration lock_delay = Duration::zero();
 };
 
 // A reply addressed to a session whose request was parked (or whose request is in flight).
@@ -172,7 +176,8 @@ class Engine {
     Token token;
     SessionId session;
     Instant deadline;
-    std::string ref;  // its session's stable ref (or the orphan's); empty when it has none
+    std::string ref;      // its session's stable ref (or the orphan's); empty when it has none
+    bool shared = false;  // a read slot of a read-write lock
   };
   struct ResourceView {
     Namespace ns;
@@ -184,6 +189,12 @@ class Engine {
     std::vector<bool> waiters_orphaned;
     // Per waiter: its stable ref (its session's, or the orphan's), empty when it has none.
     std::vector<std::string> waiter_refs;
+    // Per waiter: whether it waits for a read slot of a read-write lock.
+    std::vector<bool> waiters_shared;
+    // Per waiter: when it joined the queue.
+    std::vector<Instant> waiters_since;
+    // While a lock-delay holds the key: when it ends.
+    std::optional<Instant> delayed_until;
   };
   std::vector<ResourceView> inspect() const;
 

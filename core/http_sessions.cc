@@ -8,10 +8,6 @@
 namespace turnstile::core {
 namespace {
 
-bool is_enqueue(Command command) {
-  return command == Command::kEnqueue || command == Command::kSemEnqueue;
-}
-
 constexpr Duration kMaxSweepInterval = Duration::seconds(30);
 constexpr Duration kSweepWithoutTimeout = Duration::seconds(10);
 constexpr Duration kBucketIdle = Duration::seconds(600);
@@ -189,11 +185,12 @@ void HttpSessions::on_parked(SessionId id) {
 void HttpSessions::give_back(Session& session, const Request& request, const Reply& reply) {
   if (reply.is_grant()) {
     session.give_backs.push_back(release_of(request, *reply.token));
-  } else if (reply.status == Status::kQueued && is_enqueue(request.command)) {
+  } else if (reply.status == Status::kQueued &&
+             command_operation(request.command) == Operation::kEnqueue) {
     // A queued enqueue nobody will wait for: a wait with timeout 0 takes back a grant that came
     // in between (and the waiter otherwise); its grant, if any, is released in turn.
     Request wait;
-    wait.command = request.command == Command::kEnqueue ? Command::kWait : Command::kSemWait;
+    wait.command = command_like(request.command, Operation::kWait);
     wait.key = request.key;
     wait.timeout_s = 0;
     session.give_backs.push_back(wait);

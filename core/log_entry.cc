@@ -30,7 +30,7 @@ void write_request(ByteWriter& w, const Request& request) {
 bool read_request(ByteReader& r, std::uint8_t version, Request& request) {
   std::uint8_t command = 0;
   std::uint8_t has_token = 0;
-  if (!r.u8(command) || command > static_cast<std::uint8_t>(Command::kStableRef)) return false;
+  if (!r.u8(command) || command > static_cast<std::uint8_t>(Command::kWriteWait)) return false;
   request.command = static_cast<Command>(command);
   if (!is_engine_command(request.command)) return false;
   // A barrier names no key; every other engine command names a valid one.
@@ -56,10 +56,7 @@ bool read_request(ByteReader& r, std::uint8_t version, Request& request) {
     std::uint8_t give_back = 0;
     if (!r.u8(give_back) || give_back > 1) return false;
     // Only a release gives back.
-    if (give_back == 1 && request.command != Command::kRelease &&
-        request.command != Command::kSemRelease) {
-      return false;
-    }
+    if (give_back == 1 && command_operation(request.command) != Operation::kRelease) return false;
     request.give_back = give_back == 1;
   }
   return true;

@@ -44,6 +44,26 @@ std::string_view command_name(Command command) {
       return "signal";
     case Command::kSignalPeer:
       return "signal-peer";
+    case Command::kReadLock:
+      return "rl";
+    case Command::kWriteLock:
+      return "wl";
+    case Command::kReadRelease:
+      return "rr";
+    case Command::kWriteRelease:
+      return "wr";
+    case Command::kReadRenew:
+      return "rn";
+    case Command::kWriteRenew:
+      return "wn";
+    case Command::kReadEnqueue:
+      return "re";
+    case Command::kWriteEnqueue:
+      return "we";
+    case Command::kReadWait:
+      return "rw";
+    case Command::kWriteWait:
+      return "ww";
   }
   TS_ASSERT(false);
 }
@@ -72,9 +92,7 @@ bool is_valid_stable_ref(std::string_view ref) {
 
 Request release_of(const Request& granted_request, const Token& token) {
   Request release;
-  release.command = command_namespace(granted_request.command) == Namespace::kLock
-                        ? Command::kRelease
-                        : Command::kSemRelease;
+  release.command = command_like(granted_request.command, Operation::kRelease);
   release.key = granted_request.key;
   release.token = token;
   release.give_back = true;
@@ -89,9 +107,85 @@ Namespace command_namespace(Command command) {
     case Command::kSemEnqueue:
     case Command::kSemWait:
       return Namespace::kSemaphore;
+    case Command::kReadLock:
+    case Command::kWriteLock:
+    case Command::kReadRelease:
+    case Command::kWriteRelease:
+    case Command::kReadRenew:
+    case Command::kWriteRenew:
+    case Command::kReadEnqueue:
+    case Command::kWriteEnqueue:
+    case Command::kReadWait:
+    case Command::kWriteWait:
+      return Namespace::kReadWrite;
     default:
       return Namespace::kLock;
   }
+}
+
+Operation command_operation(Command command) {
+  switch (command) {
+    case Command::kLock:
+    case Command::kSemLock:
+    case Command::kReadLock:
+    case Command::kWriteLock:
+      return Operation::kAcquire;
+    case Command::kRelease:
+    case Command::kSemRelease:
+    case Command::kReadRelease:
+    case Command::kWriteRelease:
+      return Operation::kRelease;
+    case Command::kRenew:
+    case Command::kSemRenew:
+    case Command::kReadRenew:
+    case Command::kWriteRenew:
+      return Operation::kRenew;
+    case Command::kEnqueue:
+    case Command::kSemEnqueue:
+    case Command::kReadEnqueue:
+    case Command::kWriteEnqueue:
+      return Operation::kEnqueue;
+    case Command::kWait:
+    case Command::kSemWait:
+    case Command::kReadWait:
+    case Command::kWriteWait:
+      return Operation::kWait;
+    default:
+      return Operation::kOther;
+  }
+}
+
+bool is_shared_command(Command command) {
+  return command == Command::kReadLock || command == Command::kReadRelease ||
+         command == Command::kReadRenew || command == Command::kReadEnqueue ||
+         command == Command::kReadWait;
+}
+
+Command command_like(Command like, Operation operation) {
+  // Rows: lock, semaphore, read, write; columns in Operation order.
+  static constexpr Command kTable[4][5] = {
+      {Command::kLock, Command::kRelease, Command::kRenew, Command::kEnqueue, Command::kWait},
+      {Command::kSemLock, Command::kSemRelease, Command::kSemRenew, Command::kSemEnqueue,
+       Command::kSemWait},
+      {Command::kReadLock, Command::kReadRelease, Command::kReadRenew, Command::kReadEnqueue,
+       Command::kReadWait},
+      {Command::kWriteLock, Command::kWriteRelease, Command::kWriteRenew, Command::kWriteEnqueue,
+       Command::kWriteWait},
+  };
+  TS_ASSERT(operation != Operation::kOther && command_operation(like) != Operation::kOther);
+  std::size_t row = 0;
+  switch (command_namespace(like)) {
+    case Namespace::kLock:
+      row = 0;
+      break;
+    case Namespace::kSemaphore:
+      row = 1;
+      break;
+    case Namespace::kReadWrite:
+      row = is_shared_command(like) ? 2 : 3;
+      break;
+  }
+  return kTable[row][static_cast<std::size_t>(operation)];
 }
 
 std::string_view status_name(Status status) {

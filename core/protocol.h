@@ -39,7 +39,35 @@ enum class Command : std::uint8_t {
   // Cluster mode (docs/cluster.md, "Signals in a cluster"): a signal forwarded by another node.
   // Like signal, but delivered to this node's listeners only and never forwarded again.
   kSignalPeer,  // signal-peer <channel> <payload>   `ok <n>`: n deliveries here
+  // Read-write locks (docs/protocol.md, "Read-write locks"; the command names of dflockd's
+  // experimental branch), in their own namespace: arguments and replies as for l, r, n, e, w.
+  kReadLock,      // rl key <timeout> [<lease>]
+  kWriteLock,     // wl key <timeout> [<lease>]
+  kReadRelease,   // rr key <token>
+  kWriteRelease,  // wr key <token>
+  kReadRenew,     // rn key <token> [<lease>]
+  kWriteRenew,    // wn key <token> [<lease>]
+  kReadEnqueue,   // re key [<lease>]
+  kWriteEnqueue,  // we key [<lease>]
+  kReadWait,      // rw key <timeout>
+  kWriteWait,     // ww key <timeout>
 };
+
+// What an engine command does to its resource, whatever its namespace.
+enum class Operation : std::uint8_t {
+  kAcquire,  // l, sl, rl, wl
+  kRelease,  // r, sr, rr, wr
+  kRenew,    // n, sn, rn, wn
+  kEnqueue,  // e, se, re, we
+  kWait,     // w, sw, rw, ww
+  kOther,    // everything else
+};
+Operation command_operation(Command command);
+// rl, rr, rn, re, rw: a shared (read) slot of a read-write lock. Every other keyed command takes
+// or names an exclusive slot (a semaphore's slots are counted, not shared).
+bool is_shared_command(Command command);
+// The command of `operation` in the namespace (and, for read-write locks, the mode) of `like`.
+Command command_like(Command like, Operation operation);
 
 std::string_view command_name(Command command);
 

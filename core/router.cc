@@ -33,13 +33,10 @@ std::size_t Router::shard_of(const Request& request) const {
 // -------------------------------------------------------------------------
 
 bool Router::leaves_session_state(Command command) {
-  switch (command) {
-    case Command::kLock:
-    case Command::kSemLock:
-    case Command::kEnqueue:
-    case Command::kSemEnqueue:
-    case Command::kWait:
-    case Command::kSemWait:
+  switch (command_operation(command)) {
+    case Operation::kAcquire:
+    case Operation::kEnqueue:
+    case Operation::kWait:
       return true;
     default:
       return false;  // release and renew act on a token, whoever holds it

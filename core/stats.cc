@@ -23,6 +23,10 @@ bool comes_before(const SemaphoreStats& a, const SemaphoreStats& b) {
   return std::tie(a.key, a.limit, a.holders, a.waiters) <
          std::tie(b.key, b.limit, b.holders, b.waiters);
 }
+bool comes_before(const ReadWriteStats& a, const ReadWriteStats& b) {
+  return std::tie(a.key, a.readers, a.writer, a.lease_expires_in_s, a.waiters) <
+         std::tie(b.key, b.readers, b.writer, b.lease_expires_in_s, b.waiters);
+}
 bool comes_before(const IdleStats& a, const IdleStats& b) {
   return std::tie(a.key, a.idle_s) < std::tie(b.key, b.idle_s);
 }
@@ -59,6 +63,8 @@ void merge_stats(StatsSnapshot& total, StatsSnapshot&& part, std::size_t entries
   cut |= merge_sorted(total.semaphores, std::move(part.semaphores), entries_max);
   cut |= merge_sorted(total.idle_locks, std::move(part.idle_locks), entries_max);
   cut |= merge_sorted(total.idle_semaphores, std::move(part.idle_semaphores), entries_max);
+  cut |= merge_sorted(total.rw_locks, std::move(part.rw_locks), entries_max);
+  cut |= merge_sorted(total.idle_rw_locks, std::move(part.idle_rw_locks), entries_max);
   // Only the part the signal hub adds has these (they are not split by key).
   for (SignalChannelStats& channel : part.signal_channels) {
     total.signal_channels.push_back(std::move(channel));
@@ -112,6 +118,20 @@ std::string encode_stats_json_whole(std::int64_t connections, const StatsSnapsho
   }
   // Only while something listens: a server nobody uses signals on answers dflockd v2's line.
   if (!channels.empty()) root["signal_channels"] = std::move(channels);
+  // Likewise read-write locks: present only while there are some.
+  if (!snapshot.rw_locks.empty()) {
+    Json rw_locks = Json::array();
+    for (const ReadWriteStats& lock : snapshot.rw_locks) {
+      rw_locks.push_back(
+          Json{{"key", lock.key},
+               {"readers", lock.readers},
+               {"writer_conn_id", lock.writer.value},
+               {"lease_expires_in_s", lock.lease_expires_in_s > 0 ? lock.lease_expires_in_s : 0.0},
+               {"waiters", lock.waiters}});
+    }
+    root["rw_locks"] = std::move(rw_locks);
+  }
+  if (!snapshot.idle_rw_locks.empty()) root["idle_rw_locks"] = idle_array(snapshot.idle_rw_locks);
   root["truncated"] = snapshot.truncated;
   if (const std::optional<ClusterStatus>& cluster = snapshot.cluster) {
     Json voters = Json::array();
@@ -153,9 +173,12 @@ std::string encode_stats_json(std::int64_t connections, const StatsSnapshot& sna
     keep_first_half(cut.idle_locks);
     keep_first_half(cut.idle_semaphores);
     keep_first_half(cut.signal_channels);
+    keep_first_half(cut.rw_locks);
+    keep_first_half(cut.idle_rw_locks);
     json = encode_stats_json_whole(connections, cut);
     if (cut.locks.empty() && cut.semaphores.empty() && cut.idle_locks.empty() &&
-        cut.idle_semaphores.empty() && cut.signal_channels.empty()) {
+        cut.idle_semaphores.empty() && cut.signal_channels.empty() && cut.rw_locks.empty() &&
+        cut.idle_rw_locks.empty()) {
       break;  // the skeleton alone always fits any sensible limit
     }
   }

@@ -11,6 +11,9 @@
 //    "signal_channels":[{"pattern","group","listeners"}...],   <- dflockd v1.11-v1.16, only
 //                                               while anything listens; "group" only for a
 //                                               queue group's listeners
+//    "rw_locks":[{"key","readers","writer_conn_id","lease_expires_in_s","waiters"}...],
+//    "idle_rw_locks":[{"key","idle_s"}...],  <- turnstile's read-write locks, each array only
+//                                               while it has entries
 //    "truncated":bool,                       <- turnstile's addition, after dflockd's fields
 //    "cluster":{"node_id","role","term","leader_id","leader_address","commit_index",
 //               "last_index","snapshot_index","applied_index","voters":[ids...]}}
@@ -57,6 +60,16 @@ struct SignalChannelStats {
   bool operator==(const SignalChannelStats&) const = default;
 };
 
+// A read-write lock in use: its readers, or its writer (never both), and its queue.
+struct ReadWriteStats {
+  std::string key;
+  std::int64_t readers = 0;
+  SessionId writer;               // 0 when no writer holds it
+  double lease_expires_in_s = 0;  // the writer's, or the soonest reader's; 0 when not held
+  std::int64_t waiters = 0;
+  bool operator==(const ReadWriteStats&) const = default;
+};
+
 struct IdleStats {
   std::string key;
   double idle_s = 0;  // seconds since the resource was last used
@@ -85,6 +98,8 @@ struct StatsSnapshot {
   std::vector<IdleStats> idle_locks;
   std::vector<IdleStats> idle_semaphores;
   std::vector<SignalChannelStats> signal_channels;  // by pattern, then group
+  std::vector<ReadWriteStats> rw_locks;
+  std::vector<IdleStats> idle_rw_locks;
   bool truncated = false;
   std::optional<ClusterStatus> cluster = {};  // cluster mode only
   bool operator==(const StatsSnapshot&) const = default;

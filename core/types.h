@@ -25,8 +25,9 @@ struct Fence {
   constexpr auto operator<=>(const Fence&) const = default;
 };
 
-// Locks and semaphores live in separate key spaces: `l k` and `sl k` name different resources.
-enum class Namespace : std::uint8_t { kLock, kSemaphore };
+// Locks, semaphores and read-write locks live in separate key spaces: `l k`, `sl k` and `rl k`
+// name three different resources.
+enum class Namespace : std::uint8_t { kLock, kSemaphore, kReadWrite };
 
 // The capability a grant hands out: 32 lowercase hex characters on the wire, the first 16 the
 // big-endian fence, the last 16 a random salt. Whoever presents it may release or renew.

@@ -181,6 +181,24 @@ bool is_long_arg_command(std::string_view command_line) {
   return command == "auth" || command == "signal" || command == "signal-peer";
 }
 
+// rl wl rr wr rn wn re we rw ww: `read` for the first letter r, then the operation's letter.
+std::optional<Command> lookup_read_write(bool read, char operation) {
+  switch (operation) {
+    case 'l':
+      return read ? Command::kReadLock : Command::kWriteLock;
+    case 'r':
+      return read ? Command::kReadRelease : Command::kWriteRelease;
+    case 'n':
+      return read ? Command::kReadRenew : Command::kWriteRenew;
+    case 'e':
+      return read ? Command::kReadEnqueue : Command::kWriteEnqueue;
+    case 'w':
+      return read ? Command::kReadWait : Command::kWriteWait;
+    default:
+      return std::nullopt;
+  }
+}
+
 std::optional<Command> lookup_command(std::string_view text) {
   switch (text.size()) {
     case 1:
@@ -199,6 +217,7 @@ std::optional<Command> lookup_command(std::string_view text) {
           return std::nullopt;
       }
     case 2:
+      if (text[0] == 'r' || text[0] == 'w') return lookup_read_write(text[0] == 'r', text[1]);
       if (text[0] != 's') return std::nullopt;
       switch (text[1]) {
         case 'l':
@@ -313,36 +332,30 @@ ProtocolError build_request(std::string_view command_text, std::string_view key,
 
   std::array<std::string_view, kFieldsMax> fields;
   ProtocolError error = ProtocolError::kNone;
-  switch (*command) {
-    case Command::kLock: {
-      const std::size_t count = split_fields(arg, fields, 2);
-      if (count < 1 || count > 2) return ProtocolError::kBadArguments;
+  const bool semaphore = command_namespace(*command) == Namespace::kSemaphore;
+  switch (command_operation(*command)) {
+    case Operation::kAcquire: {
+      // l, rl, wl: <timeout> [<lease>]; sl: <timeout> <limit> [<lease>]
+      const std::size_t min = semaphore ? 2 : 1;
+      const std::size_t count = split_fields(arg, fields, min + 1);
+      if (count < min || count > min + 1) return ProtocolError::kBadArguments;
       if ((error = parse_timeout(fields[0], request.timeout_s)) != ProtocolError::kNone) {
         return error;
       }
-      if (count == 2) return parse_lease(fields[1], request.lease_s);
-      return ProtocolError::kNone;
-    }
-    case Command::kSemLock: {
-      const std::size_t count = split_fields(arg, fields, 3);
-      if (count < 2 || count > 3) return ProtocolError::kBadArguments;
-      if ((error = parse_timeout(fields[0], request.timeout_s)) != ProtocolError::kNone) {
+      if (semaphore && (error = parse_limit(fields[1], request.limit)) != ProtocolError::kNone) {
         return error;
       }
-      if ((error = parse_limit(fields[1], request.limit)) != ProtocolError::kNone) return error;
-      if (count == 3) return parse_lease(fields[2], request.lease_s);
+      if (count == min + 1) return parse_lease(fields[min], request.lease_s);
       return ProtocolError::kNone;
     }
-    case Command::kRelease:
-    case Command::kSemRelease: {
+    case Operation::kRelease: {
       // The whole trimmed line is the token, so an inner space makes it one that never matches.
       const std::string_view token = trim_space(arg);
       if (token.empty()) return ProtocolError::kEmptyToken;
       request.token = Token::parse(token);
       return ProtocolError::kNone;
     }
-    case Command::kRenew:
-    case Command::kSemRenew: {
+    case Operation::kRenew: {
       const std::size_t count = split_fields(arg, fields, 2);
       if (count == 0) return ProtocolError::kEmptyToken;
       if (count > 2) return ProtocolError::kBadArguments;
@@ -350,34 +363,23 @@ ProtocolError build_request(std::string_view command_text, std::string_view key,
       if (count == 2) return parse_lease(fields[1], request.lease_s);
       return ProtocolError::kNone;
     }
-    case Command::kEnqueue: {
-      const std::size_t count = split_fields(arg, fields, 1);
-      if (count > 1) return ProtocolError::kBadArguments;
-      if (count == 1) return parse_lease(fields[0], request.lease_s);
+    case Operation::kEnqueue: {
+      // e, re, we: [<lease>]; se: <limit> [<lease>]
+      const std::size_t min = semaphore ? 1 : 0;
+      const std::size_t count = split_fields(arg, fields, min + 1);
+      if (count < min || count > min + 1) return ProtocolError::kBadArguments;
+      if (semaphore && (error = parse_limit(fields[0], request.limit)) != ProtocolError::kNone) {
+        return error;
+      }
+      if (count == min + 1) return parse_lease(fields[min], request.lease_s);
       return ProtocolError::kNone;
     }
-    case Command::kSemEnqueue: {
-      const std::size_t count = split_fields(arg, fields, 2);
-      if (count < 1 || count > 2) return ProtocolError::kBadArguments;
-      if ((error = parse_limit(fields[0], request.limit)) != ProtocolError::kNone) return error;
-      if (count == 2) return parse_lease(fields[1], request.lease_s);
-      return ProtocolError::kNone;
-    }
-    case Command::kWait:
-    case Command::kSemWait: {
+    case Operation::kWait: {
       const std::size_t count = split_fields(arg, fields, 1);
       if (count != 1) return ProtocolError::kBadArguments;
       return parse_timeout(fields[0], request.timeout_s);
     }
-    case Command::kPing:
-    case Command::kStats:
-    case Command::kAuth:
-    case Command::kBarrier:
-    case Command::kStableRef:
-    case Command::kListen:
-    case Command::kUnlisten:
-    case Command::kSignal:
-    case Command::kSignalPeer:
+    case Operation::kOther:
       break;
   }
   TS_ASSERT(false);
@@ -602,11 +604,11 @@ std::optional<Reply> decode_reply(Command command, std::string_view line) {
   if (!status) return std::nullopt;
   if (space == std::string_view::npos) {
     // A status alone: never the success shape of a command whose success carries fields.
-    const bool grant = command == Command::kLock || command == Command::kSemLock ||
-                       command == Command::kWait || command == Command::kSemWait;
-    const bool fields_on_ok = grant || command == Command::kRenew ||
-                              command == Command::kSemRenew || command == Command::kStats ||
-                              command == Command::kSignal || command == Command::kSignalPeer;
+    const Operation operation = command_operation(command);
+    const bool grant = operation == Operation::kAcquire || operation == Operation::kWait;
+    const bool fields_on_ok = grant || operation == Operation::kRenew ||
+                              command == Command::kStats || command == Command::kSignal ||
+                              command == Command::kSignalPeer;
     if (*status == Status::kOk && fields_on_ok) return std::nullopt;
     if (*status == Status::kAcquired) return std::nullopt;
     return Reply::of(*status);
@@ -616,7 +618,7 @@ std::optional<Reply> decode_reply(Command command, std::string_view line) {
     if (rest.empty()) return std::nullopt;
     return Reply::stats(std::string(rest));
   }
-  if (*status == Status::kOk && (command == Command::kRenew || command == Command::kSemRenew)) {
+  if (*status == Status::kOk && command_operation(command) == Operation::kRenew) {
     const std::optional<std::int64_t> ttl = parse_count(rest);
     if (!ttl) return std::nullopt;
     return Reply::renewed(*ttl);
@@ -626,9 +628,9 @@ std::optional<Reply> decode_reply(Command command, std::string_view line) {
     if (!count) return std::nullopt;
     return Reply::delivered(*count);
   }
-  const bool two_phase = command == Command::kEnqueue || command == Command::kSemEnqueue;
-  const bool grant = command == Command::kLock || command == Command::kSemLock ||
-                     command == Command::kWait || command == Command::kSemWait;
+  const Operation operation = command_operation(command);
+  const bool two_phase = operation == Operation::kEnqueue;
+  const bool grant = operation == Operation::kAcquire || operation == Operation::kWait;
   if ((*status == Status::kOk && grant) || (*status == Status::kAcquired && two_phase)) {
     const std::size_t second = rest.find(' ');
     if (second == std::string_view::npos) return std::nullopt;
@@ -681,54 +683,54 @@ void encode_request(const Request& request, std::string& out) {
       append_int(request.lease_s, out);
     }
   };
-  switch (request.command) {
-    case Command::kLock:
+  const bool semaphore = command_namespace(request.command) == Namespace::kSemaphore;
+  switch (command_operation(request.command)) {
+    case Operation::kAcquire:
       append_int(request.timeout_s, out);
+      if (semaphore) {
+        out.push_back(' ');
+        append_int(request.limit, out);
+      }
       append_lease();
       break;
-    case Command::kSemLock:
-      append_int(request.timeout_s, out);
-      out.push_back(' ');
-      append_int(request.limit, out);
-      append_lease();
-      break;
-    case Command::kRelease:
-    case Command::kSemRelease:
+    case Operation::kRelease:
       TS_ASSERT(request.token.has_value());
       append_token(*request.token, out);
       break;
-    case Command::kRenew:
-    case Command::kSemRenew:
+    case Operation::kRenew:
       TS_ASSERT(request.token.has_value());
       append_token(*request.token, out);
       append_lease();
       break;
-    case Command::kEnqueue:
-      if (request.lease_s > 0) append_int(request.lease_s, out);
+    case Operation::kEnqueue:
+      if (semaphore) {
+        append_int(request.limit, out);
+        append_lease();
+      } else if (request.lease_s > 0) {
+        append_int(request.lease_s, out);
+      }
       break;
-    case Command::kSemEnqueue:
-      append_int(request.limit, out);
-      append_lease();
-      break;
-    case Command::kWait:
-    case Command::kSemWait:
+    case Operation::kWait:
       append_int(request.timeout_s, out);
       break;
-    case Command::kPing:
-    case Command::kStats:
-      break;
-    case Command::kBarrier:
-    case Command::kStableRef:
-      out.push_back('_');
-      break;
-    case Command::kAuth:
-      out.append(request.secret);
-      break;
-    case Command::kListen:
-    case Command::kUnlisten:
-    case Command::kSignal:
-    case Command::kSignalPeer:
-      out.append(request.text);
+    case Operation::kOther:
+      switch (request.command) {
+        case Command::kBarrier:
+        case Command::kStableRef:
+          out.push_back('_');
+          break;
+        case Command::kAuth:
+          out.append(request.secret);
+          break;
+        case Command::kListen:
+        case Command::kUnlisten:
+        case Command::kSignal:
+        case Command::kSignalPeer:
+          out.append(request.text);
+          break;
+        default:
+          break;  // ping, stats
+      }
       break;
   }
   out.push_back('\n');

@@ -103,6 +103,9 @@ const Setting kSettings[] = {
      &Config::gc_interval_s, "accepted for compatibility; collection is event-driven"},
     {"gc-max-idle", "GC_MAX_IDLE_S", Kind::kInteger, "seconds", 0, kMaxSeconds,
      &Config::gc_max_idle_s, "an unused key is collected once idle longer than this; 0 = at once"},
+    {"lock-delay", "LOCK_DELAY_S", Kind::kInteger, "seconds", 0, 86'400, &Config::lock_delay_s,
+     "after a holder leaves without releasing (lease expired, disconnected), its key grants "
+     "nothing for this long; 0 = off"},
     {"max-locks", "MAX_LOCKS", Kind::kInteger, "int", 1, kInt64Max, &Config::max_locks,
      "most keys (locks and semaphores) held in memory at once, across all threads"},
     {"max-waiters", "MAX_WAITERS", Kind::kInteger, "int", 0, kInt64Max, &Config::max_waiters,

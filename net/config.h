@@ -25,6 +25,7 @@ struct Config {
   std::int64_t lease_sweep_interval_s = 1;  // > 0; bounds timer slack (expiry is event-driven)
   std::int64_t gc_interval_s = 5;           // > 0; accepted for compatibility
   std::int64_t gc_max_idle_s = 60;          // >= 0
+  std::int64_t lock_delay_s = 0;            // 0..86400; 0 = off
   std::int64_t max_locks = 1'048'576;       // > 0, across all shards, exact
   std::int64_t max_waiters = 0;             // >= 0 per key; 0 = unlimited
   std::int64_t max_connections = 0;         // >= 0; 0 = unlimited

@@ -82,6 +82,7 @@ core::EngineConfig engine_config(const Config& config, std::uint64_t fence_floor
   core::EngineConfig engine;
   engine.default_lease_s = config.default_lease_ttl_s;
   engine.gc_max_idle = core::Duration::seconds(config.gc_max_idle_s);
+  engine.lock_delay = core::Duration::seconds(config.lock_delay_s);
   engine.resources_max = config.max_locks;  // on one node superseded by the shared budget
   engine.waiters_max = config.max_waiters;
   engine.fence_floor = core::Fence{fence_floor};

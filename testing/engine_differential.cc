@@ -36,20 +36,20 @@ std::string format_ns(std::int64_t ns) {
 }
 
 bool takes_timeout(core::Command command) {
-  return command == core::Command::kLock || command == core::Command::kSemLock ||
-         command == core::Command::kWait || command == core::Command::kSemWait;
+  const core::Operation operation = core::command_operation(command);
+  return operation == core::Operation::kAcquire || operation == core::Operation::kWait;
 }
 bool takes_lease(core::Command command) {
-  return command == core::Command::kLock || command == core::Command::kSemLock ||
-         command == core::Command::kRenew || command == core::Command::kSemRenew ||
-         command == core::Command::kEnqueue || command == core::Command::kSemEnqueue;
+  const core::Operation operation = core::command_operation(command);
+  return operation == core::Operation::kAcquire || operation == core::Operation::kRenew ||
+         operation == core::Operation::kEnqueue;
 }
 bool takes_limit(core::Command command) {
   return command == core::Command::kSemLock || command == core::Command::kSemEnqueue;
 }
 bool takes_token(core::Command command) {
-  return command == core::Command::kRelease || command == core::Command::kSemRelease ||
-         command == core::Command::kRenew || command == core::Command::kSemRenew;
+  const core::Operation operation = core::command_operation(command);
+  return operation == core::Operation::kRelease || operation == core::Operation::kRenew;
 }
 
 // ---- inputs -------------------------------------------------------------------------------------
@@ -60,6 +60,7 @@ std::ostream& operator<<(std::ostream& out, const ConfigChoice& c) {
              << " resources_max=" << c.resources_max << " waiters_max=" << c.waiters_max
              << " fence_floor=" << c.fence_floor << " stats_entries_max=" << c.stats_entries_max
              << " deadlines_per_call=" << c.deadlines_per_call
+             << " lock_delay=" << format_ns(c.lock_delay_ns)
              << " last_key_limit=" << c.last_key_limit << " start=" << c.start_ns
              << "ns near_max_jumps=" << c.near_max_jumps << " salt_seed=" << c.salt_seed << "}";
 }
@@ -73,6 +74,7 @@ core::EngineConfig engine_config(const ConfigChoice& choice) {
   config.fence_floor = core::Fence{choice.fence_floor};
   config.stats_entries_max = choice.stats_entries_max;
   config.deadlines_per_call = choice.deadlines_per_call;
+  config.lock_delay = core::Duration::nanoseconds(choice.lock_delay_ns);
   return config;
 }
 
@@ -113,7 +115,21 @@ void Coverage::print(std::FILE* out) const {
 namespace {
 
 std::string resource_name(const Engine::ResourceView& view) {
-  return (view.ns == core::Namespace::kLock ? "lock:" : "sem:") + view.key;
+  switch (view.ns) {
+    case core::Namespace::kLock:
+      return "lock:" + view.key;
+    case core::Namespace::kSemaphore:
+      return "sem:" + view.key;
+    case core::Namespace::kReadWrite:
+      return "rw:" + view.key;
+  }
+  return view.key;
+}
+
+std::string format_modes(const std::vector<bool>& shared) {
+  std::string text;
+  for (bool reader : shared) text += reader ? " r" : " w";
+  return text;
 }
 
 std::string format_deliveries(const std::map<SessionId, Reply>& deliveries) {
@@ -457,6 +473,13 @@ void EngineDifferential::compare_stats(const core::StatsSnapshot& engine_stats,
     for (const auto& e : s.idle_locks) out << e.key << ":" << e.idle_s << " ";
     out << "] idle_semaphores[";
     for (const auto& e : s.idle_semaphores) out << e.key << ":" << e.idle_s << " ";
+    out << "] rw_locks[";
+    for (const auto& e : s.rw_locks) {
+      out << e.key << ":" << e.readers << "/" << e.writer.value << "/" << e.lease_expires_in_s
+          << "/" << e.waiters << " ";
+    }
+    out << "] idle_rw_locks[";
+    for (const auto& e : s.idle_rw_locks) out << e.key << ":" << e.idle_s << " ";
     out << "] truncated=" << s.truncated;
     return out.str();
   };
@@ -528,6 +551,17 @@ void EngineDifferential::compare_state() {
       return where() + ": " + resource_name(e) + " queue differs: engine [" +
              format_sessions(e.waiters) + " ], model [" + format_sessions(m.waiters) + " ]";
     });
+    check(e.waiters_shared == m.waiters_shared, [&] {
+      return where() + ": " + resource_name(e) + " queue modes differ: engine [" +
+             format_modes(e.waiters_shared) + " ], model [" + format_modes(m.waiters_shared) + " ]";
+    });
+    check(e.waiters_since == m.waiters_since,
+          [&] { return where() + ": " + resource_name(e) + " queue arrival times differ"; });
+    check(e.delayed_until == m.delayed_until, [&] {
+      return where() + ": " + resource_name(e) + " lock-delay differs: engine " +
+             (e.delayed_until ? at(*e.delayed_until) : "none") + ", model " +
+             (m.delayed_until ? at(*m.delayed_until) : "none");
+    });
     std::vector<HolderRow> engine_rows;
     for (const auto& holder : e.holders) {
       check(holder.ns == e.ns && holder.key == e.key,
@@ -536,23 +570,24 @@ void EngineDifferential::compare_state() {
       auto it = engine_to_model_.find(key_of(holder.token));
       if (it != engine_to_model_.end()) paired = key_of(it->second);
       engine_rows.emplace_back(holder.session.value, holder.deadline.ns(), holder.token.fence.value,
-                               paired);
+                               paired, holder.shared);
     }
     std::vector<HolderRow> model_rows;
     for (const auto& holder : m.holders) {
       std::optional<TokenKey> paired;
       if (model_to_engine_.contains(key_of(holder.token))) paired = key_of(holder.token);
       model_rows.emplace_back(holder.session.value, holder.deadline.ns(), holder.token.fence.value,
-                              paired);
+                              paired, holder.shared);
     }
     std::sort(engine_rows.begin(), engine_rows.end());
     std::sort(model_rows.begin(), model_rows.end());
     check(engine_rows == model_rows, [&] {
       auto rows = [this](const std::vector<HolderRow>& list) {
         std::string text;
-        for (const auto& [session, deadline, fence, paired] : list) {
+        for (const auto& [session, deadline, fence, paired, shared] : list) {
           text += " s" + std::to_string(session) + "/f" + std::to_string(fence) + "/until " +
-                  at(Instant::from_ns(deadline)) + (paired ? "" : "/unrevealed");
+                  at(Instant::from_ns(deadline)) + (paired ? "" : "/unrevealed") +
+                  (shared ? "/read" : "");
         }
         return text;
       };
@@ -593,12 +628,25 @@ void EngineDifferential::check_engine_invariants(
   const std::optional<Instant> wake = engine_.next_wake();
   const bool behind = wake && *wake <= engine_.now();
   for (const auto& view : after) {
-    check(static_cast<std::int64_t>(view.holders.size()) <= view.limit, [&] {
-      return where() + ": " + resource_name(view) + " has more holders than its limit";
+    const bool read_write = view.ns == core::Namespace::kReadWrite;
+    const auto readers = static_cast<std::int64_t>(std::count_if(
+        view.holders.begin(), view.holders.end(), [](const auto& h) { return h.shared; }));
+    const auto holders = static_cast<std::int64_t>(view.holders.size());
+    // A read-write lock has readers or one writer; anything else has at most its limit.
+    check(read_write ? readers == holders || holders == 1 : holders <= view.limit && readers == 0,
+          [&] {
+            return where() + ": " + resource_name(view) + " has " + std::to_string(holders) +
+                   " holders (" + std::to_string(readers) + " readers) against its limit";
+          });
+    // Waiters queue only while the head cannot be granted: the resource is full, a writer holds
+    // it or waits at the head behind readers, or a lock-delay holds the key.
+    const bool head_blocked =
+        view.waiters.empty() || view.delayed_until.has_value() ||
+        (read_write ? holders > 0 && (readers < holders || !view.waiters_shared.front())
+                    : holders == view.limit);
+    check(head_blocked || exhausted, [&] {
+      return where() + ": " + resource_name(view) + " has waiters its holders would admit";
     });
-    check(view.waiters.empty() || static_cast<std::int64_t>(view.holders.size()) == view.limit ||
-              exhausted,
-          [&] { return where() + ": " + resource_name(view) + " has waiters while not full"; });
     const bool settled =
         !behind || (requested && requested->ns == view.ns && requested->key == view.key);
     for (const auto& holder : view.holders) {
@@ -659,11 +707,11 @@ void EngineDifferential::check_engine_invariants(
     const std::vector<SessionId> old_queue = queue_of(before, id);
     std::vector<SessionId> survivors = view.waiters;
     // The request of this step joins the tail when it is queued (e/se) or parks (l/sl).
-    const bool appended = requested && *requested == id &&
-                          (engine_reply.status == core::Status::kQueued ||
-                           (engine_reply.status == core::Status::kParked && requested_command &&
-                            (*requested_command == core::Command::kLock ||
-                             *requested_command == core::Command::kSemLock)));
+    const bool appended =
+        requested && *requested == id &&
+        (engine_reply.status == core::Status::kQueued ||
+         (engine_reply.status == core::Status::kParked && requested_command &&
+          core::command_operation(*requested_command) == core::Operation::kAcquire));
     if (appended && !survivors.empty()) survivors.pop_back();
     check(is_subsequence(survivors, old_queue, 0),
           [&] { return where() + ": " + resource_name(view) + " queue reordered"; });

@@ -81,6 +81,7 @@ struct ConfigChoice {
   bool near_max_jumps = false;  // huge steps are multiplied so that the clock saturates
   std::int64_t last_key_limit = static_cast<std::int64_t>(kKeys);  // usual limit of the last key
   std::uint64_t salt_seed = 1;
+  std::int64_t lock_delay_ns = 0;  // EngineConfig::lock_delay
 };
 
 std::ostream& operator<<(std::ostream& out, const ConfigChoice& choice);
@@ -136,8 +137,10 @@ class EngineDifferential {
 
  private:
   using TokenKey = std::pair<std::uint64_t, std::uint64_t>;
-  // Holders of one resource as comparable rows: (session, deadline, fence, paired model token).
-  using HolderRow = std::tuple<std::uint64_t, std::int64_t, std::uint64_t, std::optional<TokenKey>>;
+  // Holders of one resource as comparable rows: (session, deadline, fence, paired model token,
+  // read slot).
+  using HolderRow =
+      std::tuple<std::uint64_t, std::int64_t, std::uint64_t, std::optional<TokenKey>, bool>;
 
   struct ResourceId {
     core::Namespace ns = core::Namespace::kLock;

@@ -30,7 +30,9 @@ ReferenceModel::ReferenceModel(const core::EngineConfig& config, std::uint64_t s
 // ---- time ---------------------------------------------------------------------------------------
 
 bool ReferenceModel::gc_candidate(const Resource& resource) const {
-  if (!resource.holders.empty() || !resource.waiters.empty()) return false;
+  if (!resource.holders.empty() || !resource.waiters.empty() || resource.delay_until) {
+    return false;
+  }
   for (const Record& record : records_) {
     if (record.ns == resource.ns && record.key == resource.key) return false;
   }
@@ -62,15 +64,18 @@ std::optional<ReferenceModel::Due> ReferenceModel::earliest_due(
       const Holder& holder = resource.holders[h];
       if (holder.deadline <= now_) consider(Due{holder.deadline, 0, holder.serial, r, h});
     }
+    if (resource.delay_until && *resource.delay_until <= now_) {
+      consider(Due{*resource.delay_until, 1, resource.delay_serial, r, 0});
+    }
     for (std::size_t w = 0; w < resource.waiters.size(); ++w) {
       const Waiter& waiter = resource.waiters[w];
       if (waiter.parked && waiter.timeout_deadline <= now_) {
-        consider(Due{waiter.timeout_deadline, 1, waiter.serial, r, w});
+        consider(Due{waiter.timeout_deadline, 2, waiter.serial, r, w});
       }
     }
     // Literally "now - last_activity > gc_max_idle".
     if (gc_candidate(resource) && now_ - resource.last_activity > config_.gc_max_idle) {
-      consider(Due{*gc_instant(resource), 2, 0, r, 0});
+      consider(Due{*gc_instant(resource), 3, 0, r, 0});
     }
   }
   return best;
@@ -110,8 +115,12 @@ void ReferenceModel::process(const Due& due, std::vector<Delivery>& out) {
         record.state = RecordState::kExpired;
       }
     }
+    start_delay(resource);
     promote(due.resource_index, out);
   } else if (due.kind == 1) {
+    resource.delay_until.reset();
+    promote(due.resource_index, out);
+  } else if (due.kind == 2) {
     Waiter waiter = resource.waiters[due.item_index];
     resource.waiters.erase(resource.waiters.begin() + static_cast<std::ptrdiff_t>(due.item_index));
     ++counters_.wait_timeouts;
@@ -134,6 +143,7 @@ std::optional<Instant> ReferenceModel::next_wake() const {
     for (const Waiter& waiter : resource.waiters) {
       if (waiter.parked) consider(waiter.timeout_deadline);
     }
+    if (resource.delay_until) consider(*resource.delay_until);
     if (std::optional<Instant> at = gc_instant(resource)) consider(*at);
   }
   return best;
@@ -154,10 +164,30 @@ std::int64_t ReferenceModel::lease_or_default(std::int64_t lease_s) const {
   return lease_s > 0 ? lease_s : config_.default_lease_s;
 }
 
+bool ReferenceModel::admits(const Resource& resource, bool shared) {
+  if (resource.delay_until) return false;
+  if (resource.ns != Namespace::kReadWrite) {
+    return static_cast<std::int64_t>(resource.holders.size()) < resource.limit;
+  }
+  if (resource.holders.empty()) return true;
+  if (!shared) return false;
+  for (const Holder& holder : resource.holders) {
+    if (!holder.shared) return false;
+  }
+  return true;
+}
+
+void ReferenceModel::start_delay(Resource& resource) {
+  if (config_.lock_delay <= Duration::zero()) return;
+  const Instant until = now_ + config_.lock_delay;
+  if (resource.delay_until && *resource.delay_until >= until) return;
+  resource.delay_until = until;
+  resource.delay_serial = next_serial();
+}
+
 void ReferenceModel::promote(std::size_t resource_index, std::vector<Delivery>& out) {
   Resource& resource = resources_[resource_index];
-  while (static_cast<std::int64_t>(resource.holders.size()) < resource.limit &&
-         !resource.waiters.empty()) {
+  while (!resource.waiters.empty() && admits(resource, resource.waiters.front().shared)) {
     Waiter waiter = resource.waiters.front();
     resource.waiters.erase(resource.waiters.begin());
     if (fences_exhausted()) {
@@ -167,8 +197,9 @@ void ReferenceModel::promote(std::size_t resource_index, std::vector<Delivery>& 
       continue;
     }
     Token token = mint();
-    resource.holders.push_back(
-        Holder{token, waiter.session, now_ + Duration::seconds(waiter.lease_s), next_serial()});
+    resource.holders.push_back(Holder{token, waiter.session,
+                                      now_ + Duration::seconds(waiter.lease_s), next_serial(),
+                                      waiter.shared});
     if (waiter.parked) {
       out.push_back(Delivery{waiter.session, Reply::granted(Status::kOk, token, waiter.lease_s)});
       if (waiter.two_phase) erase_record(waiter.session, resource.ns, resource.key);
@@ -249,43 +280,39 @@ Reply ReferenceModel::handle(Instant now, SessionId session, const Request& requ
   advance(now, out, config_.deadlines_per_call);
   Namespace ns = core::command_namespace(request.command);
   settle(ns, request.key, out);
-  switch (request.command) {
-    case Command::kLock:
-    case Command::kSemLock:
+  switch (core::command_operation(request.command)) {
+    case core::Operation::kAcquire:
       return acquire(session, ns, request);
-    case Command::kEnqueue:
-    case Command::kSemEnqueue:
+    case core::Operation::kEnqueue:
       return enqueue(session, ns, request);
-    case Command::kWait:
-    case Command::kSemWait:
+    case core::Operation::kWait:
       return wait(session, ns, request, out);
-    case Command::kRelease:
-    case Command::kSemRelease:
+    case core::Operation::kRelease:
       return release(ns, request, out);
-    case Command::kRenew:
-    case Command::kSemRenew:
+    case core::Operation::kRenew:
       return renew(ns, request);
-    default:
-      TS_ASSERT(false);
+    case core::Operation::kOther:
+      break;
   }
+  TS_ASSERT(false);
 }
 
 Reply ReferenceModel::acquire(SessionId session, Namespace ns, const Request& request) {
-  std::int64_t limit = ns == Namespace::kLock ? 1 : request.limit;
+  const std::int64_t limit = ns == Namespace::kSemaphore ? request.limit : 1;
+  const bool shared = core::is_shared_command(request.command);
   Found found = find_or_create(ns, request.key, limit);
   if (!found.index) return Reply::of(found.error);
   Resource& resource = resources_[*found.index];
   resource.last_activity = now_;
   std::int64_t lease_s = lease_or_default(request.lease_s);
-  if (static_cast<std::int64_t>(resource.holders.size()) < resource.limit &&
-      resource.waiters.empty()) {
+  if (resource.waiters.empty() && admits(resource, shared)) {
     if (fences_exhausted()) {
       ++counters_.fence_exhausted;
       return Reply::of(Status::kError);
     }
     Token token = mint();
     resource.holders.push_back(
-        Holder{token, session, now_ + Duration::seconds(lease_s), next_serial()});
+        Holder{token, session, now_ + Duration::seconds(lease_s), next_serial(), shared});
     return Reply::granted(Status::kOk, token, lease_s);
   }
   if (config_.waiters_max > 0 &&
@@ -294,7 +321,8 @@ Reply ReferenceModel::acquire(SessionId session, Namespace ns, const Request& re
   }
   if (request.timeout_s == 0) return Reply::of(Status::kTimeout);
   resource.waiters.push_back(Waiter{session, lease_s, false, true,
-                                    now_ + Duration::seconds(request.timeout_s), next_serial()});
+                                    now_ + Duration::seconds(request.timeout_s), next_serial(),
+                                    shared, now_});
   return Reply::parked();
 }
 
@@ -305,31 +333,33 @@ Reply ReferenceModel::enqueue(SessionId session, Namespace ns, const Request& re
     }
     // An expired record does not count; it is discarded once the request passes step 2.
   }
-  std::int64_t limit = ns == Namespace::kLock ? 1 : request.limit;
+  const std::int64_t limit = ns == Namespace::kSemaphore ? request.limit : 1;
+  const bool shared = core::is_shared_command(request.command);
   Found found = find_or_create(ns, request.key, limit);
   if (!found.index) return Reply::of(found.error);
   erase_record(session, ns, request.key);  // an expired one, if any
   Resource& resource = resources_[*found.index];
   resource.last_activity = now_;
   std::int64_t lease_s = lease_or_default(request.lease_s);
-  if (static_cast<std::int64_t>(resource.holders.size()) < resource.limit &&
-      resource.waiters.empty()) {
+  if (resource.waiters.empty() && admits(resource, shared)) {
     if (fences_exhausted()) {
       ++counters_.fence_exhausted;
       return Reply::of(Status::kError);
     }
     Token token = mint();
     resource.holders.push_back(
-        Holder{token, session, now_ + Duration::seconds(lease_s), next_serial()});
-    records_.push_back(Record{session, ns, request.key, RecordState::kGranted, token, lease_s});
+        Holder{token, session, now_ + Duration::seconds(lease_s), next_serial(), shared});
+    records_.push_back(
+        Record{session, ns, request.key, RecordState::kGranted, token, lease_s, shared});
     return Reply::granted(Status::kAcquired, token, lease_s);
   }
   if (config_.waiters_max > 0 &&
       static_cast<std::int64_t>(resource.waiters.size()) >= config_.waiters_max) {
     return Reply::of(Status::kErrorMaxWaiters);
   }
-  resource.waiters.push_back(Waiter{session, lease_s, true, false, Instant{}, 0});
-  records_.push_back(Record{session, ns, request.key, RecordState::kWaiting, Token{}, lease_s});
+  resource.waiters.push_back(Waiter{session, lease_s, true, false, Instant{}, 0, shared, now_});
+  records_.push_back(
+      Record{session, ns, request.key, RecordState::kWaiting, Token{}, lease_s, shared});
   return Reply::of(Status::kQueued);
 }
 
@@ -337,6 +367,11 @@ Reply ReferenceModel::wait(SessionId session, Namespace ns, const Request& reque
                            std::vector<Delivery>& out) {
   std::optional<std::size_t> record_index = find_record(session, ns, request.key);
   if (!record_index) return Reply::of(Status::kErrorNotEnqueued);  // touches nothing
+  // rw waits for what re asked, ww for what we asked; an expired record answers either.
+  if (records_[*record_index].state != RecordState::kExpired &&
+      records_[*record_index].shared != core::is_shared_command(request.command)) {
+    return Reply::of(Status::kErrorNotEnqueued);  // touches nothing
+  }
   // A w that finds its record, in any state, touches the resource.
   std::optional<std::size_t> resource_index = find_resource(ns, request.key);
   TS_ASSERT(resource_index.has_value());  // a record keeps its resource alive
@@ -383,6 +418,8 @@ Reply ReferenceModel::release(Namespace ns, const Request& request, std::vector<
   Resource& resource = resources_[*resource_index];
   for (std::size_t h = 0; h < resource.holders.size(); ++h) {
     if (resource.holders[h].token != *request.token) continue;
+    // rr releases only a read slot, wr only a write slot.
+    if (resource.holders[h].shared != core::is_shared_command(request.command)) break;
     resource.holders.erase(resource.holders.begin() + static_cast<std::ptrdiff_t>(h));
     std::erase_if(records_, [&](const Record& record) {
       return record.state == RecordState::kGranted && record.token == *request.token;
@@ -400,6 +437,7 @@ Reply ReferenceModel::renew(Namespace ns, const Request& request) {
   Resource& resource = resources_[*resource_index];
   for (Holder& holder : resource.holders) {
     if (holder.token != *request.token) continue;
+    if (holder.shared != core::is_shared_command(request.command)) break;
     std::int64_t lease_s = lease_or_default(request.lease_s);
     holder.deadline = now_ + Duration::seconds(lease_s);
     holder.serial = next_serial();
@@ -419,8 +457,10 @@ bool ReferenceModel::close_session(Instant now, SessionId session, bool auto_rel
     std::size_t removed = std::erase_if(
         resource.waiters, [&](const Waiter& waiter) { return waiter.session == session; });
     if (auto_release) {
-      removed += std::erase_if(resource.holders,
-                               [&](const Holder& holder) { return holder.session == session; });
+      const std::size_t released = std::erase_if(
+          resource.holders, [&](const Holder& holder) { return holder.session == session; });
+      if (released > 0) start_delay(resource);  // it left without releasing
+      removed += released;
     }
     if (removed > 0) touched.push_back(r);
   }
@@ -444,7 +484,25 @@ core::StatsSnapshot ReferenceModel::stats(Instant now, std::vector<Delivery>& ou
   for (const Resource* resource : sorted) {
     bool idle = resource->holders.empty() && resource->waiters.empty();
     auto waiters = static_cast<std::int64_t>(resource->waiters.size());
-    if (idle) {
+    if (resource->ns == Namespace::kReadWrite) {
+      if (idle) {
+        snapshot.idle_rw_locks.push_back(
+            core::IdleStats{resource->key, (now_ - resource->last_activity).seconds_double()});
+        continue;
+      }
+      core::ReadWriteStats entry{resource->key, 0, SessionId{0}, 0.0, waiters};
+      std::optional<Instant> soonest;
+      for (const Holder& holder : resource->holders) {
+        if (holder.shared) {
+          ++entry.readers;
+        } else {
+          entry.writer = holder.session;
+        }
+        if (!soonest || holder.deadline < *soonest) soonest = holder.deadline;
+      }
+      if (soonest) entry.lease_expires_in_s = std::max(0.0, (*soonest - now_).seconds_double());
+      snapshot.rw_locks.push_back(entry);
+    } else if (idle) {
       core::IdleStats entry{resource->key, (now_ - resource->last_activity).seconds_double()};
       (resource->limit == 1 ? snapshot.idle_locks : snapshot.idle_semaphores).push_back(entry);
     } else if (resource->limit == 1) {
@@ -477,6 +535,11 @@ core::StatsSnapshot ReferenceModel::stats(Instant now, std::vector<Delivery>& ou
   };
   std::sort(snapshot.idle_locks.begin(), snapshot.idle_locks.end(), by_key_then_idle);
   std::sort(snapshot.idle_semaphores.begin(), snapshot.idle_semaphores.end(), by_key_then_idle);
+  std::sort(snapshot.idle_rw_locks.begin(), snapshot.idle_rw_locks.end(), by_key_then_idle);
+  std::sort(snapshot.rw_locks.begin(), snapshot.rw_locks.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.key, a.readers, a.writer, a.lease_expires_in_s, a.waiters) <
+           std::tie(b.key, b.readers, b.writer, b.lease_expires_in_s, b.waiters);
+  });
   auto cut = [&](auto& entries) {
     if (entries.size() > config_.stats_entries_max) {
       entries.resize(config_.stats_entries_max);
@@ -487,6 +550,8 @@ core::StatsSnapshot ReferenceModel::stats(Instant now, std::vector<Delivery>& ou
   cut(snapshot.semaphores);
   cut(snapshot.idle_locks);
   cut(snapshot.idle_semaphores);
+  cut(snapshot.rw_locks);
+  cut(snapshot.idle_rw_locks);
   return snapshot;
 }
 
@@ -498,10 +563,20 @@ std::vector<core::Engine::ResourceView> ReferenceModel::inspect() const {
     view.key = resource.key;
     view.limit = resource.limit;
     for (const Holder& holder : resource.holders) {
-      view.holders.push_back(core::Engine::HolderView{
-          resource.ns, resource.key, holder.token, holder.session, holder.deadline, {}});
+      view.holders.push_back(core::Engine::HolderView{resource.ns,
+                                                      resource.key,
+                                                      holder.token,
+                                                      holder.session,
+                                                      holder.deadline,
+                                                      {},
+                                                      holder.shared});
     }
-    for (const Waiter& waiter : resource.waiters) view.waiters.push_back(waiter.session);
+    for (const Waiter& waiter : resource.waiters) {
+      view.waiters.push_back(waiter.session);
+      view.waiters_shared.push_back(waiter.shared);
+      view.waiters_since.push_back(waiter.since);
+    }
+    view.delayed_until = resource.delay_until;
     views.push_back(std::move(view));
   }
   std::sort(views.begin(), views.end(), [](const auto& a, const auto& b) {

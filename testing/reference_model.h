@@ -4,12 +4,15 @@
 // It is written to be obviously correct, not fast: state is plain vectors scanned linearly, and
 // time is processed literally as the spec words it. Before every input, `now` becomes
 // max(now, largest now seen); then, repeatedly, every due deadline is collected by a full scan
-// (holder lease deadlines, kind 0; parked waiters' timeouts, kind 1; GC eligibility of an empty
-// resource, kind 2, due when now - last_activity > gc_max_idle, i.e. at
-// last_activity + gc_max_idle + 1ns), the earliest by (instant, kind) is processed, and the scan
+// (holder lease deadlines, kind 0; the end of a resource's lock-delay, kind 1; parked waiters'
+// timeouts, kind 2; GC eligibility of an empty resource without a lock-delay, kind 3, due when
+// now - last_activity > gc_max_idle, i.e. at last_activity + gc_max_idle + 1ns), the earliest by
+// (instant, kind) is processed, and the scan
 // starts again, until config.deadlines_per_call deadlines were processed; a request then
 // processes, the same way, every due deadline of the resource it names (stats: every deadline).
-// Only then is the input applied. Everything happens at `now`: a waiter promoted
+// Only then is the input applied. A read-write lock grants the head of its queue while nobody
+// holds it, or while readers hold it and the head is a reader; a lock-delay grants nothing.
+// Everything happens at `now`: a waiter promoted
 // while deadlines are processed gets `now + lease` (its lease runs from the delivery), even
 // when the lease it replaces ended earlier.
 //
@@ -74,6 +77,7 @@ class ReferenceModel {
     core::SessionId session;
     core::Instant deadline;
     std::uint64_t serial = 0;  // when the deadline was last set (orders equal deadlines)
+    bool shared = false;       // a read slot
   };
   struct Waiter {
     core::SessionId session;
@@ -82,6 +86,8 @@ class ReferenceModel {
     bool parked = false;             // a l/sl/w/sw request waits on it
     core::Instant timeout_deadline;  // meaningful only when parked
     std::uint64_t serial = 0;        // when the timeout was set (orders equal deadlines)
+    bool shared = false;             // waits for a read slot
+    core::Instant since;             // when it joined the queue
   };
   struct Resource {
     core::Namespace ns;
@@ -90,6 +96,8 @@ class ReferenceModel {
     std::vector<Holder> holders;  // grant order
     std::vector<Waiter> waiters;  // queue order, head first
     core::Instant last_activity;
+    std::optional<core::Instant> delay_until;  // a lock-delay not yet over
+    std::uint64_t delay_serial = 0;            // when it was set (orders equal deadlines)
   };
   enum class RecordState { kWaiting, kGranted, kExpired };
   struct Record {
@@ -99,10 +107,11 @@ class ReferenceModel {
     RecordState state = RecordState::kWaiting;
     core::Token token;         // kGranted / kExpired: the token of the grant
     std::int64_t lease_s = 0;  // the lease given at e/se
+    bool shared = false;       // re (a read slot) rather than we
   };
   struct Due {
     core::Instant at;
-    int kind = 0;  // 0 lease expiry, 1 wait timeout, 2 garbage collection
+    int kind = 0;  // 0 lease expiry, 1 lock-delay end, 2 wait timeout, 3 garbage collection
     std::uint64_t serial = 0;
     std::size_t resource_index = 0;
     std::size_t item_index = 0;  // holder or waiter index
@@ -118,6 +127,10 @@ class ReferenceModel {
   std::optional<core::Instant> gc_instant(const Resource& resource) const;
   bool gc_candidate(const Resource& resource) const;
   void promote(std::size_t resource_index, std::vector<core::Delivery>& out);
+  // Whether the resource could grant a slot of this kind now, its queue aside.
+  static bool admits(const Resource& resource, bool shared);
+  // A holder of the resource left without releasing: the lock-delay starts (if configured).
+  void start_delay(Resource& resource);
   std::uint64_t next_serial() { return ++serial_; }
   bool fences_exhausted() const;
   core::Token mint();

@@ -83,16 +83,15 @@ rc::Gen<Step> gen_step() {
                                                            {3, StepKind::kClose},
                                                            {2, StepKind::kStats}})),
       set(&Step::advance_ns, gen_advance_ns()), set(&Step::slot, inRange<std::size_t>(0, kSlots)),
-      set(&Step::command, rc::gen::weightedElement<Command>({{10, Command::kLock},
-                                                             {10, Command::kSemLock},
-                                                             {7, Command::kRelease},
-                                                             {7, Command::kSemRelease},
-                                                             {4, Command::kRenew},
-                                                             {4, Command::kSemRenew},
-                                                             {6, Command::kEnqueue},
-                                                             {6, Command::kSemEnqueue},
-                                                             {6, Command::kWait},
-                                                             {6, Command::kSemWait}})),
+      set(&Step::command,
+          rc::gen::weightedElement<Command>(
+              {{10, Command::kLock},       {10, Command::kSemLock},     {7, Command::kRelease},
+               {7, Command::kSemRelease},  {4, Command::kRenew},        {4, Command::kSemRenew},
+               {6, Command::kEnqueue},     {6, Command::kSemEnqueue},   {6, Command::kWait},
+               {6, Command::kSemWait},     {8, Command::kReadLock},     {4, Command::kWriteLock},
+               {5, Command::kReadRelease}, {3, Command::kWriteRelease}, {2, Command::kReadRenew},
+               {2, Command::kWriteRenew},  {3, Command::kReadEnqueue},  {3, Command::kWriteEnqueue},
+               {3, Command::kReadWait},    {3, Command::kWriteWait}})),
       set(&Step::key, inRange<std::size_t>(0, kKeys)),
       set(&Step::timeout_s,
           rc::gen::weightedOneOf<std::int64_t>(
@@ -138,7 +137,10 @@ rc::Gen<ConfigChoice> gen_config() {
       set(&ConfigChoice::near_max_jumps, rc::gen::weightedElement<bool>({{19, false}, {1, true}})),
       set(&ConfigChoice::last_key_limit,
           rc::gen::weightedElement<std::int64_t>({{3, static_cast<std::int64_t>(kKeys)}, {1, 17}})),
-      set(&ConfigChoice::salt_seed, rc::gen::arbitrary<std::uint64_t>()));
+      set(&ConfigChoice::salt_seed, rc::gen::arbitrary<std::uint64_t>()),
+      set(&ConfigChoice::lock_delay_ns,
+          rc::gen::weightedElement<std::int64_t>(
+              {{3, 0}, {1, 1}, {1, kSecondNs / 2}, {1, kSecondNs}, {1, 2 * kSecondNs}})));
 }
 
 // With TURNSTILE_MODEL_COVERAGE=1 the property prints how often each (command, reply) and each

@@ -32,12 +32,15 @@ using Error = ProtocolError;
 constexpr std::string_view kHex = "0006a1b2c3d4e5f6a7b8c9d0e1f2a3b4";
 const Token kToken{Fence{0x0006a1b2c3d4e5f6}, 0xa7b8c9d0e1f2a3b4};
 
-constexpr std::array<Command, 19> kAllCommands = {
-    Command::kLock,       Command::kRelease, Command::kRenew,      Command::kEnqueue,
-    Command::kWait,       Command::kSemLock, Command::kSemRelease, Command::kSemRenew,
-    Command::kSemEnqueue, Command::kSemWait, Command::kPing,       Command::kStats,
-    Command::kAuth,       Command::kBarrier, Command::kStableRef,  Command::kListen,
-    Command::kUnlisten,   Command::kSignal,  Command::kSignalPeer};
+constexpr std::array<Command, 29> kAllCommands = {
+    Command::kLock,       Command::kRelease,     Command::kRenew,        Command::kEnqueue,
+    Command::kWait,       Command::kSemLock,     Command::kSemRelease,   Command::kSemRenew,
+    Command::kSemEnqueue, Command::kSemWait,     Command::kPing,         Command::kStats,
+    Command::kAuth,       Command::kBarrier,     Command::kStableRef,    Command::kListen,
+    Command::kUnlisten,   Command::kSignal,      Command::kSignalPeer,   Command::kReadLock,
+    Command::kWriteLock,  Command::kReadRelease, Command::kWriteRelease, Command::kReadRenew,
+    Command::kWriteRenew, Command::kReadEnqueue, Command::kWriteEnqueue, Command::kReadWait,
+    Command::kWriteWait};
 
 std::string request_text(std::string_view command, std::string_view key, std::string_view arg) {
   std::string text;
@@ -432,6 +435,10 @@ TEST(WireErrors, EveryCommandNameIsRecognised) {
       case Command::kLock:
       case Command::kWait:
       case Command::kSemWait:
+      case Command::kReadLock:
+      case Command::kWriteLock:
+      case Command::kReadWait:
+      case Command::kWriteWait:
         arg = "1";
         break;
       case Command::kSemLock:
@@ -444,6 +451,10 @@ TEST(WireErrors, EveryCommandNameIsRecognised) {
       case Command::kRenew:
       case Command::kSemRelease:
       case Command::kSemRenew:
+      case Command::kReadRelease:
+      case Command::kWriteRelease:
+      case Command::kReadRenew:
+      case Command::kWriteRenew:
         arg = kHex;
         break;
       case Command::kSignal:
@@ -1051,6 +1062,8 @@ Request random_valid_request() {
   };
   switch (request.command) {
     case Command::kLock:
+    case Command::kReadLock:
+    case Command::kWriteLock:
       request.timeout_s = random_in(0, kMaxSeconds);
       request.lease_s = maybe_lease();
       break;
@@ -1061,14 +1074,20 @@ Request random_valid_request() {
       break;
     case Command::kRelease:
     case Command::kSemRelease:
+    case Command::kReadRelease:
+    case Command::kWriteRelease:
       request.token = random_token();
       break;
     case Command::kRenew:
     case Command::kSemRenew:
+    case Command::kReadRenew:
+    case Command::kWriteRenew:
       request.token = random_token();
       request.lease_s = maybe_lease();
       break;
     case Command::kEnqueue:
+    case Command::kReadEnqueue:
+    case Command::kWriteEnqueue:
       request.lease_s = maybe_lease();
       break;
     case Command::kSemEnqueue:
@@ -1077,6 +1096,8 @@ Request random_valid_request() {
       break;
     case Command::kWait:
     case Command::kSemWait:
+    case Command::kReadWait:
+    case Command::kWriteWait:
       request.timeout_s = random_in(0, kMaxSeconds);
       break;
     case Command::kPing:
