@@ -70,6 +70,7 @@ struct TwoPhaseRecord {
 // Semaphores above this limit index their holders by fence, so that release and renew stay O(1)
 // however many holders there are; smaller resources scan their short holder list.
 constexpr std::int64_t kIndexedHoldersAbove = 16;
+constexpr std::size_t kForcedRemembered = 16;
 
 struct Resource {
   Namespace ns = Namespace::kLock;
@@ -81,6 +82,9 @@ struct Resource {
   IntrusiveList<Waiter, &Waiter::in_resource> waiters;
   std::uint32_t records = 0;  // two-phase records naming this resource
   std::uint32_t orphans = 0;  // holders and waiters orphaned under a stable ref
+  // Fences of the latest holders an operator forced out (at most kForcedRemembered): their
+  // release or renewal is answered error_lease_expired rather than error.
+  std::vector<std::uint64_t> forced_fences;
   DeadlineQueue::Timer gc_timer;
   // Scheduled while a lock-delay holds the key: nothing is granted until it fires.
   DeadlineQueue::Timer delay_timer;
@@ -287,6 +291,7 @@ struct Engine::Impl {
   DeadlineQueue deadlines;
   NodePool<Holder> holder_pool;
   NodePool<Waiter> waiter_pool;
+  std::vector<Loss> losses;  // for take_losses()
 
   // ---- time ---------------------------------------------------------------------------------
 
@@ -756,6 +761,7 @@ struct Engine::Impl {
   void expire(Holder* holder, std::vector<Delivery>& out) {
     ++counters.lease_expiries;
     Resource& resource = *holder->resource;
+    report_loss(*holder, holder->owner != nullptr ? LossReason::kExpired : LossReason::kReclaimed);
     if (holder->two_phase_pending && holder->owner != nullptr) {
       TwoPhaseRecord& record = holder->owner->records.at(&resource);
       record = TwoPhaseRecord{TwoPhaseRecord::State::kExpired, nullptr, nullptr};
@@ -764,6 +770,26 @@ struct Engine::Impl {
     start_delay(resource);
     promote(resource, out);
     arm_gc(resource);
+  }
+
+  // The holder's slot is gone without its release: its session, if still open, hears of it; an
+  // orphan kept for a stable ref is told to the open sessions with that ref, in id order.
+  void report_loss(const Holder& holder, LossReason reason) {
+    const Resource& resource = *holder.resource;
+    auto lost_by = [&](SessionId session) {
+      losses.push_back(Loss{session, resource.ns, std::string(resource.key), holder.token, reason});
+    };
+    if (holder.owner != nullptr) {
+      lost_by(holder.session);
+      return;
+    }
+    if (holder.ref.empty()) return;  // its session closed and nobody can claim it
+    std::vector<std::uint64_t> ids;
+    for (const auto& [id, state] : sessions) {
+      if (state.ref == holder.ref) ids.push_back(id);
+    }
+    std::sort(ids.begin(), ids.end());
+    for (std::uint64_t id : ids) lost_by(SessionId{id});
   }
 
   // A holder left without releasing (its lease ran out, or its session closed holding it): with
@@ -987,9 +1013,8 @@ struct Engine::Impl {
     Resource* resource = find(ns, request.key);
     if (resource == nullptr || !request.token) return Reply::of(Status::kError);
     Holder* holder = find_holder(*resource, *request.token);
-    if (holder == nullptr || holder->shared != is_shared_command(request.command)) {
-      return Reply::of(Status::kError);
-    }
+    if (holder == nullptr) return Reply::of(unheld_status(*resource, *request.token));
+    if (holder->shared != is_shared_command(request.command)) return Reply::of(Status::kError);
     // A give-back takes back only what its closed session still holds: not a slot its close
     // handed to a waiter with its stable ref, nor one another session adopted since.
     if (request.give_back && holder->session != session) return Reply::of(Status::kError);
@@ -1007,14 +1032,96 @@ struct Engine::Impl {
     Resource* resource = find(ns, request.key);
     if (resource == nullptr || !request.token) return Reply::of(Status::kError);
     Holder* holder = find_holder(*resource, *request.token);
-    if (holder == nullptr || holder->shared != is_shared_command(request.command)) {
-      return Reply::of(Status::kError);
-    }
+    if (holder == nullptr) return Reply::of(unheld_status(*resource, *request.token));
+    if (holder->shared != is_shared_command(request.command)) return Reply::of(Status::kError);
     const std::int64_t ttl_s = lease_of(request);
     holder->deadline = deadline_after(ttl_s);
     deadlines.schedule(holder->timer, holder->deadline, DeadlineQueue::Kind::kLeaseExpiry, holder);
     resource->last_activity = now;
     return Reply::renewed(ttl_s);
+  }
+
+  // What a release or renewal of a token that holds nothing is told: error_lease_expired when an
+  // operator forced that holder out, error otherwise (dflockd's answer to a token it does not
+  // know).
+  static Status unheld_status(const Resource& resource, const Token& token) {
+    const bool forced = std::find(resource.forced_fences.begin(), resource.forced_fences.end(),
+                                  token.fence.value) != resource.forced_fences.end();
+    return forced ? Status::kErrorLeaseExpired : Status::kError;
+  }
+
+  // check: whether `token` holds the key now; `ok <seconds left, rounded up>` if so. Touches
+  // nothing.
+  Reply check(Namespace ns, const Request& request) {
+    Resource* resource = find(ns, request.key);
+    const Holder* holder =
+        resource != nullptr && request.token ? find_holder(*resource, *request.token) : nullptr;
+    if (holder == nullptr) return Reply::of(Status::kErrorLeaseExpired);
+    const std::int64_t left_ns = (holder->deadline - now).ns();
+    const std::int64_t second = Duration::seconds(1).ns();
+    return Reply::renewed(left_ns / second + (left_ns % second != 0 ? 1 : 0));
+  }
+
+  // inspect: the key's holders and waiters as JSON (core/stats.h). Touches nothing.
+  Reply inspect_key(Namespace ns, const Request& request) {
+    KeyInspection inspection;
+    inspection.kind = std::string(namespace_word(ns));
+    inspection.key = request.key;
+    const Resource* resource = find(ns, request.key);
+    if (resource != nullptr) {
+      inspection.exists = true;
+      inspection.limit = resource->limit;
+      for (const Holder* h = resource->holders.front(); h != nullptr;
+           h = decltype(resource->holders)::next(h)) {
+        inspection.holders.push_back(KeyInspection::Holder{
+            h->token.fence.value, h->session, std::max(Duration::zero(), h->deadline - now).seconds_double(),
+            h->shared, h->owner == nullptr});
+      }
+      for (const Waiter* w = resource->waiters.front(); w != nullptr;
+           w = decltype(resource->waiters)::next(w)) {
+        inspection.waiters.push_back(KeyInspection::Waiter{
+            w->session, std::max(Duration::zero(), now - w->since).seconds_double(), w->shared,
+            w->owner == nullptr});
+      }
+      if (const std::optional<DeadlineQueue::Slot> delay = deadlines.slot(resource->delay_timer)) {
+        inspection.lock_delay_left_s = std::max(Duration::zero(), delay->at - now).seconds_double();
+      }
+    }
+    return Reply::stats(encode_inspection_json(inspection));
+  }
+
+  // force-release: frees every holder of the key (or the one whose fence is request.fence) as if
+  // its lease had ended now: its token stops working (error_lease_expired), its open session
+  // hears of the loss, the lock-delay starts and the queue moves on. `ok <n>`: n freed.
+  Reply force_release(Namespace ns, const Request& request, std::vector<Delivery>& out) {
+    Resource* resource = find(ns, request.key);
+    if (resource == nullptr) return Reply::delivered(0);
+    std::vector<Holder*> victims;
+    for (Holder* h = resource->holders.front(); h != nullptr;
+         h = decltype(resource->holders)::next(h)) {
+      if (request.fence == 0 || h->token.fence.value == request.fence) victims.push_back(h);
+    }
+    if (victims.empty()) return Reply::delivered(0);
+    for (Holder* holder : victims) {
+      ++counters.forced_releases;
+      report_loss(*holder, LossReason::kForced);
+      if (holder->two_phase_pending && holder->owner != nullptr) {
+        holder->owner->records.at(resource) =
+            TwoPhaseRecord{TwoPhaseRecord::State::kExpired, nullptr, nullptr};
+      }
+      resource->forced_fences.push_back(holder->token.fence.value);
+      remove_holder(holder);
+    }
+    if (resource->forced_fences.size() > kForcedRemembered) {
+      resource->forced_fences.erase(
+          resource->forced_fences.begin(),
+          resource->forced_fences.end() - static_cast<std::ptrdiff_t>(kForcedRemembered));
+    }
+    resource->last_activity = now;
+    start_delay(*resource);
+    promote(*resource, out);
+    arm_gc(*resource);
+    return Reply::delivered(static_cast<std::int64_t>(victims.size()));
   }
 
   bool cancel_parked(SessionId session, std::vector<Delivery>& out) {
@@ -1096,6 +1203,11 @@ struct Engine::Impl {
     std::sort(released.begin(), released.end(),
               [](const Resource* a, const Resource* b) { return a->serial < b->serial; });
     released.erase(std::unique(released.begin(), released.end()), released.end());
+#ifdef TURNSTILE_CANARY_SKIP_CLOSE_DELAY
+    // CANARY, never defined in a real build: only sim/'s turnstile-sim-canary-lock-delay compiles
+    // it, to prove that the simulator catches a skipped lock-delay. A close starts none.
+    released.clear();
+#endif
     for (Resource* resource : released) start_delay(*resource);
     for (Resource* resource : touched) {
       promote(*resource, out);
@@ -1172,11 +1284,11 @@ struct Engine::Impl {
   // and `now`. The configuration is not in it: the restoring engine brings its own.
   //
   //   snapshot = version u8 | now i64 | last_fence u64 | block_next u64 | block_left u64
-  //            | counters 6 × u64 | next_serial u64 | sequence u64
+  //            | counters 7 × u64 | next_serial u64 | sequence u64
   //            | resources: count u64, resource* | records: count u64, record*
   //            | refs: count u64, (session u64 | ref bytes)*       (ascending session)
   //   resource = ns u8 | key bytes | limit i64 | serial u64 | last_activity i64 | gc slot
-  //            | delay slot
+  //            | delay slot | forced fences: count u64, fence u64*
   //            | holders: count u64, (fence u64 | salt u64 | session u64 | flags u8 [| ref bytes]
   //                                   | lease i64 | deadline i64 | slot)*
   //            | waiters: count u64, (session u64 | lease i64 | flags u8 [| ref bytes]
@@ -1186,8 +1298,9 @@ struct Engine::Impl {
   // A holder or waiter orphaned under a stable ref has the orphan flag and its ref; a read slot
   // of a read-write lock (or a waiter for one) has the shared flag.
   //
-  // Version 2 (before read-write locks and lock-delay) is still read: no delay slot, no `since`
-  // (taken as `now`), no shared flags, and its deadline kinds numbered before kDelayEnd existed.
+  // Version 2 (before read-write locks and lock-delay) is still read: 6 counters (no
+  // forced_releases), no delay slot, no forced fences, no `since` (taken as `now`), no shared
+  // flags, and its deadline kinds numbered before kDelayEnd existed.
 
   static constexpr std::uint8_t kSnapshotVersion = 3;
   static constexpr std::uint8_t kHolderOwned = 1, kHolderTwoPhasePending = 2, kHolderOrphan = 4,
@@ -1213,7 +1326,8 @@ struct Engine::Impl {
     w.u64(block_left);
     for (std::uint64_t counter :
          {counters.clock_regressions, counters.grants, counters.lease_expiries,
-          counters.wait_timeouts, counters.resources_collected, counters.fence_exhausted}) {
+          counters.wait_timeouts, counters.resources_collected, counters.fence_exhausted,
+          counters.forced_releases}) {
       w.u64(counter);
     }
     w.u64(next_serial);
@@ -1235,6 +1349,8 @@ struct Engine::Impl {
       w.i64(resource->last_activity.ns());
       save_slot(w, resource->gc_timer);
       save_slot(w, resource->delay_timer);
+      w.u64(resource->forced_fences.size());
+      for (const std::uint64_t fence : resource->forced_fences) w.u64(fence);
       w.u64(resource->holders.size());
       for (const Holder* h = resource->holders.front(); h != nullptr;
            h = decltype(resource->holders)::next(h)) {
@@ -1357,6 +1473,7 @@ struct Engine::Impl {
       Instant last_activity;
       Slot gc;
       Slot delay;
+      std::vector<std::uint64_t> forced_fences;
       std::vector<HolderImage> holders;
       std::vector<WaiterImage> waiters;
     };
@@ -1385,6 +1502,7 @@ struct Engine::Impl {
           &image_counters.fence_exhausted}) {
       if (!r.u64(*counter)) return false;
     }
+    if (version > 2 && !r.u64(image_counters.forced_releases)) return false;
     if (!r.u64(image_next_serial) || !r.u64(sequence) || sequence >= (std::uint64_t{1} << 56)) {
       return false;
     }
@@ -1401,7 +1519,7 @@ struct Engine::Impl {
     }
     std::vector<ResourceImage> images(static_cast<std::size_t>(resource_count));
     std::unordered_map<std::uint64_t, std::size_t> by_serial;
-    std::unordered_map<std::string, std::size_t> by_key[2];
+    std::unordered_map<std::string, std::size_t> by_key[kNamespaces];
     std::unordered_map<std::uint64_t, bool> sequences_seen;
     std::unordered_map<std::uint64_t, std::uint64_t> parked_of_session;  // session -> count
     auto unique_sequence = [&](const Slot& slot) {
@@ -1433,6 +1551,14 @@ struct Engine::Impl {
           (version > 2 && !read_slot(r, image.delay, Kind::kDelayEnd, sequence, version)) ||
           !unique_sequence(image.delay)) {
         return false;
+      }
+      if (version > 2) {
+        std::uint64_t forced = 0;
+        if (!r.count(forced, 8) || forced > kForcedRemembered) return false;
+        image.forced_fences.resize(static_cast<std::size_t>(forced));
+        for (std::uint64_t& fence : image.forced_fences) {
+          if (!r.u64(fence) || fence == 0 || fence > image_last_fence.value) return false;
+        }
       }
       std::uint64_t holder_count = 0;
       // A read-write lock has any number of readers (or one writer, checked below).
@@ -1604,6 +1730,7 @@ struct Engine::Impl {
       }
       if (image.gc) deadlines.reinstate(resource.gc_timer, *image.gc, &resource);
       if (image.delay) deadlines.reinstate(resource.delay_timer, *image.delay, &resource);
+      resource.forced_fences = image.forced_fences;
       resource_of.emplace(image.serial, &resource);
       for (const HolderImage& held : image.holders) {
         Holder* holder = holder_pool.make();
@@ -1706,7 +1833,7 @@ Engine::~Engine() = default;
 Reply Engine::handle(Instant now, SessionId session, const Request& request,
                      std::vector<Delivery>& out) {
   TS_ASSERT(is_engine_command(request.command));
-  const Namespace ns = command_namespace(request.command);
+  const Namespace ns = request_namespace(request);
   if (impl_->advance(now, out, impl_->config.deadlines_per_call)) {
     impl_->settle(impl_->find(ns, request.key), out);
   }
@@ -1722,8 +1849,17 @@ Reply Engine::handle(Instant now, SessionId session, const Request& request,
     case Operation::kWait:
       return impl_->wait(session, ns, request, out);
     case Operation::kOther:
-      TS_ASSERT(request.command == Command::kBarrier);
-      return Reply::of(Status::kOk);  // everything before it is done
+      switch (request.command) {
+        case Command::kCheck:
+          return impl_->check(ns, request);
+        case Command::kInspect:
+          return impl_->inspect_key(ns, request);
+        case Command::kForceRelease:
+          return impl_->force_release(ns, request, out);
+        default:
+          TS_ASSERT(request.command == Command::kBarrier);
+          return Reply::of(Status::kOk);  // everything before it is done
+      }
   }
   TS_ASSERT(false);
 }
@@ -1771,6 +1907,37 @@ Fence Engine::last_fence() const { return impl_->last_fence; }
 bool Engine::has_parked(SessionId session) const {
   auto it = impl_->sessions.find(session.value);
   return it != impl_->sessions.end() && it->second.parked != nullptr;
+}
+
+std::vector<Loss> Engine::take_losses() {
+  std::vector<Loss> taken;
+  taken.swap(impl_->losses);
+  return taken;
+}
+
+std::string_view loss_reason_name(LossReason reason) {
+  switch (reason) {
+    case LossReason::kExpired:
+      return "expired";
+    case LossReason::kForced:
+      return "forced";
+    case LossReason::kReclaimed:
+      return "reclaimed";
+  }
+  TS_ASSERT(false);
+}
+
+std::string lost_line(const Loss& loss) {
+  std::string line = "lost ";
+  line.append(namespace_word(loss.ns));
+  line.push_back(' ');
+  line.append(loss.key);
+  line.push_back(' ');
+  line.append(loss.token.to_string());
+  line.push_back(' ');
+  line.append(loss_reason_name(loss.reason));
+  line.push_back('\n');
+  return line;
 }
 
 std::string Engine::save() const { return impl_->save(); }

@@ -69,6 +69,28 @@ struct Delivery {
   bool operator==(const Delivery&) const = default;
 };
 
+// Why a holder lost its slot without releasing it.
+enum class LossReason : std::uint8_t {
+  kExpired,    // its lease ran out
+  kForced,     // an operator force-released it
+  kReclaimed,  // an orphan kept for a stable ref (docs/semantics.md) ran out of time; the loss
+               // goes to the open sessions with that ref
+};
+std::string_view loss_reason_name(LossReason reason);
+
+// A slot lost by a session that is still open (Engine::take_losses): what a connection that asked
+// for lost-notify is told, as a `lost <kind> <key> <token> <reason>` line.
+struct Loss {
+  SessionId session;
+  Namespace ns = Namespace::kLock;
+  std::string key;
+  Token token;
+  LossReason reason = LossReason::kExpired;
+  bool operator==(const Loss&) const = default;
+};
+// The push line of a loss, with its newline.
+std::string lost_line(const Loss& loss);
+
 struct EngineCounters {
   std::uint64_t clock_regressions = 0;  // inputs whose `now` was behind the largest seen
   std::uint64_t grants = 0;             // fences minted
@@ -78,6 +100,7 @@ struct EngineCounters {
   // Grants refused because no fence was available: the space is used up, or the FenceSource
   // had none (with the fence journal: none durable yet).
   std::uint64_t fence_exhausted = 0;
+  std::uint64_t forced_releases = 0;  // holders freed by an operator
 };
 
 // Counts resources across all engines of a server, so that --max-locks is exact for the whole
@@ -150,6 +173,10 @@ class Engine {
   StatsSnapshot stats_view() const;
   // The sessions that have state here (a holder, a waiter or a two-phase record), ascending.
   std::vector<SessionId> sessions() const;
+
+  // The slots lost since the last call (lease expiries and force-releases of holders whose session
+  // is open, orphans of a stable ref that open sessions have), in the order they were lost.
+  std::vector<Loss> take_losses();
 
   // The largest `now` seen (Instant::min() before the first input).
   Instant now() const;

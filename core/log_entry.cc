@@ -24,13 +24,16 @@ void write_request(ByteWriter& w, const Request& request) {
   }
   w.bytes(request.ref);
   w.u8(request.give_back ? 1 : 0);
+  w.u8(static_cast<std::uint8_t>(request.space));
+  w.u64(request.fence);
 }
 
-// `version`: of the entry; version 2 had no give-back flag.
+// `version`: of the entry; version 2 had no give-back flag, version 3 no namespace and fence
+// (check, inspect and force-release came with version 4).
 bool read_request(ByteReader& r, std::uint8_t version, Request& request) {
   std::uint8_t command = 0;
   std::uint8_t has_token = 0;
-  if (!r.u8(command) || command > static_cast<std::uint8_t>(Command::kWriteWait)) return false;
+  if (!r.u8(command) || command > static_cast<std::uint8_t>(Command::kForceRelease)) return false;
   request.command = static_cast<Command>(command);
   if (!is_engine_command(request.command)) return false;
   // A barrier names no key; every other engine command names a valid one.
@@ -58,6 +61,16 @@ bool read_request(ByteReader& r, std::uint8_t version, Request& request) {
     // Only a release gives back.
     if (give_back == 1 && command_operation(request.command) != Operation::kRelease) return false;
     request.give_back = give_back == 1;
+  }
+  if (version >= 4) {
+    std::uint8_t space = 0;
+    if (!r.u8(space) || space > static_cast<std::uint8_t>(Namespace::kReadWrite) ||
+        !r.u64(request.fence)) {
+      return false;
+    }
+    request.space = static_cast<Namespace>(space);
+    // Only a force-release names a fence.
+    if (request.fence != 0 && request.command != Command::kForceRelease) return false;
   }
   return true;
 }

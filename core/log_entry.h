@@ -59,7 +59,7 @@ struct LogEntry {
   bool operator==(const LogEntry&) const = default;
 };
 
-inline constexpr std::uint8_t kLogEntryVersion = 3;
+inline constexpr std::uint8_t kLogEntryVersion = 4;
 
 std::string encode_entry(const LogEntry& entry);
 // The entry `bytes` encode, or nullopt when they are not exactly one well-formed entry of a

@@ -64,13 +64,22 @@ std::string_view command_name(Command command) {
       return "rw";
     case Command::kWriteWait:
       return "ww";
+    case Command::kCheck:
+      return "check";
+    case Command::kInspect:
+      return "inspect";
+    case Command::kLostNotify:
+      return "lost-notify";
+    case Command::kForceRelease:
+      return "force-release";
   }
   TS_ASSERT(false);
 }
 
 bool is_engine_command(Command command) {
   return command != Command::kPing && command != Command::kStats && command != Command::kAuth &&
-         command != Command::kStableRef && !is_signal_command(command);
+         command != Command::kStableRef && command != Command::kLostNotify &&
+         !is_signal_command(command);
 }
 
 bool is_signal_command(Command command) {
@@ -153,6 +162,36 @@ Operation command_operation(Command command) {
     default:
       return Operation::kOther;
   }
+}
+
+Namespace request_namespace(const Request& request) {
+  switch (request.command) {
+    case Command::kCheck:
+    case Command::kInspect:
+    case Command::kForceRelease:
+      return request.space;
+    default:
+      return command_namespace(request.command);
+  }
+}
+
+std::string_view namespace_word(Namespace ns) {
+  switch (ns) {
+    case Namespace::kLock:
+      return "lock";
+    case Namespace::kSemaphore:
+      return "sem";
+    case Namespace::kReadWrite:
+      return "rw";
+  }
+  TS_ASSERT(false);
+}
+
+std::optional<Namespace> parse_namespace_word(std::string_view word) {
+  for (Namespace ns : {Namespace::kLock, Namespace::kSemaphore, Namespace::kReadWrite}) {
+    if (word == namespace_word(ns)) return ns;
+  }
+  return std::nullopt;
 }
 
 bool is_shared_command(Command command) {

@@ -51,6 +51,16 @@ enum class Command : std::uint8_t {
   kWriteEnqueue,  // we key [<lease>]
   kReadWait,      // rw key <timeout>
   kWriteWait,     // ww key <timeout>
+  // Beyond dflockd (docs/protocol.md). A `kind` word names the namespace: lock (the default),
+  // sem or rw (Request::space).
+  kCheck,       // check   key <token> [<kind>]   `ok <ttl>` while the token holds the key, else
+                //                                 `error_lease_expired` (a fence check)
+  kInspect,     // inspect key [<kind>]           `ok <json>`: holders and waiters of the key
+  kLostNotify,  // lost-notify _ on|off           `ok`; with on, the connection is told of every
+                //                                 slot it loses (`lost ...` push lines)
+  // An operator's force-release (HTTP DELETE /v1/admin/..., never on the TCP wire): frees every
+  // holder of the key, or the one whose fence is Request::fence.  `ok <n>`: n freed.
+  kForceRelease,
 };
 
 // What an engine command does to its resource, whatever its namespace.
@@ -68,6 +78,9 @@ Operation command_operation(Command command);
 bool is_shared_command(Command command);
 // The command of `operation` in the namespace (and, for read-write locks, the mode) of `like`.
 Command command_like(Command like, Operation operation);
+// The wire word of a namespace in check, inspect and `lost` lines: lock, sem or rw.
+std::string_view namespace_word(Namespace ns);
+std::optional<Namespace> parse_namespace_word(std::string_view word);
 
 std::string_view command_name(Command command);
 
@@ -105,6 +118,12 @@ struct Request {
   // listen, unlisten: the queue group (the trimmed argument line), empty for none. signal: the
   // payload (the trimmed argument line, never blank).
   std::string text;
+  // check, inspect, force-release: the namespace of the key.
+  Namespace space = Namespace::kLock;
+  // force-release: the fence of the one holder to free; 0 frees every holder.
+  std::uint64_t fence = 0;
+  // lost-notify: on (true) or off.
+  bool enable = false;
   // r, sr: a give-back (release_of) by a session that closed before its grant reached it. It
   // releases the token only while the giving session still holds it: a slot its close already
   // handed on (to a waiter with its stable ref) or that another session adopted stays where it
@@ -113,6 +132,10 @@ struct Request {
 
   bool operator==(const Request&) const = default;
 };
+
+// The namespace a keyed request names: its command's, or for check, inspect and force-release
+// the one Request::space says.
+Namespace request_namespace(const Request& request);
 
 // The release (`r` or `sr`, a give-back) of the grant `token` that answered `granted_request`: how
 // a session hands back a grant nobody will receive (its client left, or its request was

@@ -51,6 +51,7 @@ AppliedEntry Replica::apply(std::uint64_t index, const LogEntry& entry) {
         command);
     applied.results.push_back(std::move(result));
   }
+  applied.losses = engine_->take_losses();
   return applied;
 }
 

@@ -38,6 +38,7 @@ struct CommandResult {
 struct AppliedEntry {
   std::vector<CommandResult> results;  // one per command
   std::vector<Delivery> deliveries;    // replies to parked requests, in the order they happened
+  std::vector<Loss> losses;            // slots lost by open sessions (Engine::take_losses)
 };
 
 class Replica {

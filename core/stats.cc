@@ -152,6 +152,36 @@ std::string encode_stats_json_whole(std::int64_t connections, const StatsSnapsho
   return root.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
+}  // namespace
+
+std::string encode_inspection_json(const KeyInspection& inspection) {
+  using Json = nlohmann::ordered_json;
+  const bool read_write = inspection.kind == "rw";
+  Json holders = Json::array();
+  for (const KeyInspection::Holder& holder : inspection.holders) {
+    Json entry = Json{{"fence", holder.fence},
+                      {"session", holder.session.value},
+                      {"lease_expires_in_s", holder.lease_expires_in_s}};
+    if (read_write) entry["mode"] = holder.shared ? "read" : "write";
+    if (holder.orphaned) entry["orphaned"] = true;
+    holders.push_back(std::move(entry));
+  }
+  Json waiters = Json::array();
+  for (const KeyInspection::Waiter& waiter : inspection.waiters) {
+    Json entry = Json{{"session", waiter.session.value}, {"waited_s", waiter.waited_s}};
+    if (read_write) entry["mode"] = waiter.shared ? "read" : "write";
+    if (waiter.orphaned) entry["orphaned"] = true;
+    waiters.push_back(std::move(entry));
+  }
+  Json root = Json{{"kind", inspection.kind},       {"key", inspection.key},
+                   {"exists", inspection.exists},   {"limit", inspection.limit},
+                   {"holders", std::move(holders)}, {"waiters", std::move(waiters)}};
+  if (inspection.lock_delay_left_s) root["lock_delay_left_s"] = *inspection.lock_delay_left_s;
+  return root.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+namespace {
+
 template <typename Entry>
 void keep_first_half(std::vector<Entry>& entries) {
   entries.resize(entries.size() / 2);

@@ -105,6 +105,36 @@ struct StatsSnapshot {
   bool operator==(const StatsSnapshot&) const = default;
 };
 
+// One key as `inspect` (and GET /v1/locks/{key}) shows it. Holders show their fence, never their
+// whole token: a token is a capability, its fence is public.
+struct KeyInspection {
+  struct Holder {
+    std::uint64_t fence = 0;
+    SessionId session;
+    double lease_expires_in_s = 0;
+    bool shared = false;    // a read slot of a read-write lock
+    bool orphaned = false;  // kept for a stable ref after its session closed
+  };
+  struct Waiter {
+    SessionId session;
+    double waited_s = 0;  // since it joined the queue
+    bool shared = false;
+    bool orphaned = false;
+  };
+  std::string kind;  // lock, sem or rw
+  std::string key;
+  bool exists = false;
+  std::int64_t limit = 0;
+  std::vector<Holder> holders;  // in grant order
+  std::vector<Waiter> waiters;  // in queue order
+  std::optional<double> lock_delay_left_s;
+};
+
+// {"kind","key","exists","limit","holders":[{"fence","session","lease_expires_in_s"[,"mode"]
+//  [,"orphaned":true]}...],"waiters":[{"session","waited_s"[,"mode"][,"orphaned":true]}...]
+//  [,"lock_delay_left_s"]}; "mode" ("read" or "write") for read-write locks only.
+std::string encode_inspection_json(const KeyInspection& inspection);
+
 // Moves the entries of `part` into `total`, keeps every array sorted by key and cut to
 // `entries_max` entries (setting `truncated` when something was cut). A `cluster` in `part`
 // replaces the one in `total` (only the replicated endpoint sends one).

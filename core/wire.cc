@@ -239,6 +239,7 @@ std::optional<Command> lookup_command(std::string_view text) {
       return std::nullopt;
     case 5:
       if (text == "stats") return Command::kStats;
+      if (text == "check") return Command::kCheck;
       return std::nullopt;
     case 6:
       if (text == "listen") return Command::kListen;
@@ -249,12 +250,14 @@ std::optional<Command> lookup_command(std::string_view text) {
       return std::nullopt;
     case 7:
       if (text == "barrier") return Command::kBarrier;
+      if (text == "inspect") return Command::kInspect;
       return std::nullopt;
     case 10:
       if (text == "stable-ref") return Command::kStableRef;
       return std::nullopt;
     case 11:
       if (text == "signal-peer") return Command::kSignalPeer;
+      if (text == "lost-notify") return Command::kLostNotify;
       return std::nullopt;
     default:
       return std::nullopt;
@@ -275,6 +278,9 @@ void reset_request(Request& request, Command command) {
   request.secret.clear();
   request.ref.clear();
   request.text.clear();
+  request.space = Namespace::kLock;
+  request.fence = 0;
+  request.enable = false;
 }
 
 // Validates the three lines (each already stripped of its '\r') in dflockd's order: command,
@@ -310,6 +316,12 @@ ProtocolError build_request(std::string_view command_text, std::string_view key,
       request.key.assign(key);
       request.text.assign(trim_space(arg));
       return ProtocolError::kNone;
+    case Command::kLostNotify: {
+      const std::string_view word = trim_space(arg);
+      if (word != "on" && word != "off") return ProtocolError::kBadArguments;
+      request.enable = word == "on";
+      return ProtocolError::kNone;
+    }
     case Command::kSignal:
     case Command::kSignalPeer: {
       if (!is_valid_key(key) || check_signal_channel(key) != SignalNameError::kNone) {
@@ -332,6 +344,20 @@ ProtocolError build_request(std::string_view command_text, std::string_view key,
 
   std::array<std::string_view, kFieldsMax> fields;
   ProtocolError error = ProtocolError::kNone;
+  if (*command == Command::kCheck || *command == Command::kInspect) {
+    // check: <token> [<kind>]; inspect: [<kind>]
+    const std::size_t token_fields = *command == Command::kCheck ? 1 : 0;
+    const std::size_t count = split_fields(arg, fields, token_fields + 1);
+    if (count < token_fields) return ProtocolError::kEmptyToken;
+    if (count > token_fields + 1) return ProtocolError::kBadArguments;
+    if (token_fields == 1) request.token = Token::parse(fields[0]);
+    if (count == token_fields + 1) {
+      const std::optional<Namespace> space = parse_namespace_word(fields[token_fields]);
+      if (!space) return ProtocolError::kBadArguments;
+      request.space = *space;
+    }
+    return ProtocolError::kNone;
+  }
   const bool semaphore = command_namespace(*command) == Namespace::kSemaphore;
   switch (command_operation(*command)) {
     case Operation::kAcquire: {
@@ -608,22 +634,25 @@ std::optional<Reply> decode_reply(Command command, std::string_view line) {
     const bool grant = operation == Operation::kAcquire || operation == Operation::kWait;
     const bool fields_on_ok = grant || operation == Operation::kRenew ||
                               command == Command::kStats || command == Command::kSignal ||
-                              command == Command::kSignalPeer;
+                              command == Command::kSignalPeer || command == Command::kCheck ||
+                              command == Command::kInspect || command == Command::kForceRelease;
     if (*status == Status::kOk && fields_on_ok) return std::nullopt;
     if (*status == Status::kAcquired) return std::nullopt;
     return Reply::of(*status);
   }
   if (*status == Status::kErrorNotLeader) return Reply::not_leader(std::string(rest));
-  if (*status == Status::kOk && command == Command::kStats) {
+  if (*status == Status::kOk && (command == Command::kStats || command == Command::kInspect)) {
     if (rest.empty()) return std::nullopt;
     return Reply::stats(std::string(rest));
   }
-  if (*status == Status::kOk && command_operation(command) == Operation::kRenew) {
+  if (*status == Status::kOk &&
+      (command_operation(command) == Operation::kRenew || command == Command::kCheck)) {
     const std::optional<std::int64_t> ttl = parse_count(rest);
     if (!ttl) return std::nullopt;
     return Reply::renewed(*ttl);
   }
-  if (*status == Status::kOk && (command == Command::kSignal || command == Command::kSignalPeer)) {
+  if (*status == Status::kOk && (command == Command::kSignal || command == Command::kSignalPeer ||
+                                 command == Command::kForceRelease)) {
     const std::optional<std::int64_t> count = parse_count(rest);
     if (!count) return std::nullopt;
     return Reply::delivered(*count);
@@ -721,6 +750,24 @@ void encode_request(const Request& request, std::string& out) {
           break;
         case Command::kAuth:
           out.append(request.secret);
+          break;
+        case Command::kCheck:
+          TS_ASSERT(request.token.has_value());
+          append_token(*request.token, out);
+          out.push_back(' ');
+          out.append(namespace_word(request.space));
+          break;
+        case Command::kInspect:
+          out.append(namespace_word(request.space));
+          break;
+        case Command::kLostNotify:
+          out.append(request.enable ? "on" : "off");
+          break;
+        case Command::kForceRelease:
+          // Never sent: an operator's request arrives over HTTP. Written for logs and tests.
+          out.append(std::to_string(request.fence));
+          out.push_back(' ');
+          out.append(namespace_word(request.space));
           break;
         case Command::kListen:
         case Command::kUnlisten:

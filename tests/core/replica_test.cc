@@ -137,21 +137,42 @@ TEST(LogEntry, WhatTheEngineMustNeverSeeIsRefused) {
   EXPECT_FALSE(decode_entry(bad_version));
 }
 
-// Version 2 had no give-back flag (after a Submit's ref): its entries still decode, as a release
-// that is not a give-back.
-TEST(LogEntry, VersionTwoEntriesStillDecode) {
+// Version 2 had no give-back flag (after a Submit's ref), version 3 no namespace and fence (after
+// the flag): their entries still decode, as a release that is not a give-back.
+TEST(LogEntry, VersionTwoAndThreeEntriesStillDecode) {
   Request release;
   release.command = Command::kRelease;
   release.key = "jobs";
   release.token = Token{Fence{42}, 0xabcdef};
   const LogEntry original = entry(kStart, 7, {command::Submit{SessionId{3}, release}});
-  std::string bytes = encode_entry(original);
-  ASSERT_EQ(bytes.back(), '\0');  // the flag, last
-  bytes.pop_back();
-  bytes[0] = 2;
-  const std::optional<LogEntry> decoded = decode_entry(bytes);
+  const std::string bytes = encode_entry(original);
+  // Last: the flag (0), the namespace (0) and the fence (8 bytes of 0).
+  ASSERT_EQ(bytes.substr(bytes.size() - 10), std::string(10, '\0'));
+  for (const int version : {2, 3}) {
+    std::string old = bytes.substr(0, bytes.size() - (version == 2 ? 10 : 9));
+    old[0] = static_cast<char>(version);
+    const std::optional<LogEntry> decoded = decode_entry(old);
+    ASSERT_TRUE(decoded) << "version " << version;
+    EXPECT_EQ(*decoded, original);
+  }
+}
+
+// Check, inspect and force-release carry their namespace, and force-release its fence; a fence on
+// any other command is refused.
+TEST(LogEntry, NamespaceAndFenceRoundTrip) {
+  Request force;
+  force.command = Command::kForceRelease;
+  force.key = "jobs";
+  force.space = Namespace::kReadWrite;
+  force.fence = 77;
+  const LogEntry original = entry(kStart, 7, {command::Submit{SessionId{3}, force}});
+  const std::optional<LogEntry> decoded = decode_entry(encode_entry(original));
   ASSERT_TRUE(decoded);
   EXPECT_EQ(*decoded, original);
+  Request check = force;
+  check.command = Command::kCheck;
+  EXPECT_FALSE(
+      decode_entry(encode_entry(entry(kStart, 7, {command::Submit{SessionId{3}, check}}))));
 }
 
 RC_GTEST_PROP(LogEntry, RandomEntriesRoundTrip, ()) {

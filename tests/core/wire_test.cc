@@ -32,7 +32,8 @@ using Error = ProtocolError;
 constexpr std::string_view kHex = "0006a1b2c3d4e5f6a7b8c9d0e1f2a3b4";
 const Token kToken{Fence{0x0006a1b2c3d4e5f6}, 0xa7b8c9d0e1f2a3b4};
 
-constexpr std::array<Command, 29> kAllCommands = {
+// Every command a client can send (force-release is HTTP-only).
+constexpr std::array<Command, 32> kAllCommands = {
     Command::kLock,       Command::kRelease,     Command::kRenew,        Command::kEnqueue,
     Command::kWait,       Command::kSemLock,     Command::kSemRelease,   Command::kSemRenew,
     Command::kSemEnqueue, Command::kSemWait,     Command::kPing,         Command::kStats,
@@ -40,7 +41,7 @@ constexpr std::array<Command, 29> kAllCommands = {
     Command::kUnlisten,   Command::kSignal,      Command::kSignalPeer,   Command::kReadLock,
     Command::kWriteLock,  Command::kReadRelease, Command::kWriteRelease, Command::kReadRenew,
     Command::kWriteRenew, Command::kReadEnqueue, Command::kWriteEnqueue, Command::kReadWait,
-    Command::kWriteWait};
+    Command::kWriteWait,  Command::kCheck,       Command::kInspect,      Command::kLostNotify};
 
 std::string request_text(std::string_view command, std::string_view key, std::string_view arg) {
   std::string text;
@@ -460,6 +461,12 @@ TEST(WireErrors, EveryCommandNameIsRecognised) {
       case Command::kSignal:
       case Command::kSignalPeer:
         arg = "payload";
+        break;
+      case Command::kCheck:
+        arg = kHex;
+        break;
+      case Command::kLostNotify:
+        arg = "on";
         break;
       default:
         break;
@@ -1121,6 +1128,20 @@ Request random_valid_request() {
       request.key = random_signal_name(false);
       request.text = random_trimmed_text(1, 3000);
       break;
+    case Command::kCheck:
+      request.token = random_token();
+      request.space =
+          *rc::gen::element(Namespace::kLock, Namespace::kSemaphore, Namespace::kReadWrite);
+      break;
+    case Command::kInspect:
+      request.space =
+          *rc::gen::element(Namespace::kLock, Namespace::kSemaphore, Namespace::kReadWrite);
+      break;
+    case Command::kLostNotify:
+      request.enable = *rc::gen::arbitrary<bool>();
+      break;
+    case Command::kForceRelease:
+      break;  // not in kAllCommands
   }
   return request;
 }
