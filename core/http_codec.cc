@@ -162,48 +162,59 @@ std::variant<HttpBadRequest, Json> parse_object(std::string_view body,
   return json;
 }
 
-// Parses and validates the body of a lock or semaphore endpoint into the engine request.
-std::optional<HttpBadRequest> parse_body(HttpEndpoint endpoint, std::string_view body,
-                                         Request& request) {
+// The keyed endpoints: a row per kind of resource (named by one of its commands), a column per
+// operation of kKeyedOperations; command_like() gives the command of each cell.
+constexpr std::array<Operation, 5> kKeyedOperations = {Operation::kAcquire, Operation::kRelease,
+                                                       Operation::kRenew, Operation::kEnqueue,
+                                                       Operation::kWait};
+struct KeyedRoutes {
+  Command like;
+  std::array<HttpEndpoint, 5> by_operation;
+};
+constexpr std::array<KeyedRoutes, 4> kKeyedRoutes = {{
+    {Command::kLock,
+     {HttpEndpoint::kLockAcquire, HttpEndpoint::kLockRelease, HttpEndpoint::kLockRenew,
+      HttpEndpoint::kLockEnqueue, HttpEndpoint::kLockWait}},
+    {Command::kSemLock,
+     {HttpEndpoint::kSemAcquire, HttpEndpoint::kSemRelease, HttpEndpoint::kSemRenew,
+      HttpEndpoint::kSemEnqueue, HttpEndpoint::kSemWait}},
+    {Command::kReadLock,
+     {HttpEndpoint::kReadAcquire, HttpEndpoint::kReadRelease, HttpEndpoint::kReadRenew,
+      HttpEndpoint::kReadEnqueue, HttpEndpoint::kReadWait}},
+    {Command::kWriteLock,
+     {HttpEndpoint::kWriteAcquire, HttpEndpoint::kWriteRelease, HttpEndpoint::kWriteRenew,
+      HttpEndpoint::kWriteEnqueue, HttpEndpoint::kWriteWait}},
+}};
+
+// Parses and validates the body of a keyed endpoint into the engine request for `command`. The
+// fields follow from what the command does; a semaphore's acquire and enqueue also take its
+// limit, which makes the enqueue's body required (a lock's and a read-write lock's may be empty).
+std::optional<HttpBadRequest> parse_body(Command command, std::string_view body, Request& request) {
+  request.command = command;
+  const Operation operation = command_operation(command);
+  const bool limited = command_namespace(command) == Namespace::kSemaphore &&
+                       (operation == Operation::kAcquire || operation == Operation::kEnqueue);
   std::array<std::string_view, 3> allowed{};  // the fields this endpoint takes; unused slots empty
-  bool body_optional = false;
-  switch (endpoint) {
-    case HttpEndpoint::kLockAcquire:
-      request.command = Command::kLock;
-      allowed = {"acquire_timeout_s", "lease_ttl_s"};
+  switch (operation) {
+    case Operation::kAcquire:
+      allowed = {"acquire_timeout_s", "lease_ttl_s", limited ? "limit" : ""};
       break;
-    case HttpEndpoint::kSemAcquire:
-      request.command = Command::kSemLock;
-      allowed = {"acquire_timeout_s", "limit", "lease_ttl_s"};
-      break;
-    case HttpEndpoint::kLockRelease:
-    case HttpEndpoint::kSemRelease:
-      request.command =
-          endpoint == HttpEndpoint::kLockRelease ? Command::kRelease : Command::kSemRelease;
+    case Operation::kRelease:
       allowed = {"token"};
       break;
-    case HttpEndpoint::kLockRenew:
-    case HttpEndpoint::kSemRenew:
-      request.command = endpoint == HttpEndpoint::kLockRenew ? Command::kRenew : Command::kSemRenew;
+    case Operation::kRenew:
       allowed = {"token", "lease_ttl_s"};
       break;
-    case HttpEndpoint::kLockEnqueue:
-      request.command = Command::kEnqueue;
-      allowed = {"lease_ttl_s"};
-      body_optional = true;
+    case Operation::kEnqueue:
+      allowed = {"lease_ttl_s", limited ? "limit" : ""};
       break;
-    case HttpEndpoint::kSemEnqueue:
-      request.command = Command::kSemEnqueue;
-      allowed = {"limit", "lease_ttl_s"};
-      break;
-    case HttpEndpoint::kLockWait:
-    case HttpEndpoint::kSemWait:
-      request.command = endpoint == HttpEndpoint::kLockWait ? Command::kWait : Command::kSemWait;
+    case Operation::kWait:
       allowed = {"timeout_s"};
       break;
-    default:
-      TS_ASSERT(false);  // only the endpoints with a {key} come here
+    case Operation::kOther:
+      TS_ASSERT(false);  // only the keyed endpoints come here
   }
+  const bool body_optional = operation == Operation::kEnqueue && !limited;
   std::variant<HttpBadRequest, Json> parsed = parse_object(body, allowed, body_optional);
   if (auto* bad = std::get_if<HttpBadRequest>(&parsed)) return std::move(*bad);
   const Json json = std::move(std::get<Json>(parsed));
@@ -215,12 +226,12 @@ std::optional<HttpBadRequest> parse_body(HttpEndpoint endpoint, std::string_view
   }
   if (auto bad = read_int(json, "lease_ttl_s", 0, kMaxSeconds, value)) return bad;
   request.lease_s = value;  // 0 = the server default
-  if (endpoint == HttpEndpoint::kSemAcquire || endpoint == HttpEndpoint::kSemEnqueue) {
+  if (limited) {
     if (auto bad = read_int(json, "limit", 0, kMaxSemaphoreLimit, value)) return bad;
     if (value <= 0) return HttpBadRequest{"field \"limit\" must be greater than 0"};
     request.limit = value;
   }
-  if (std::find(allowed.begin(), allowed.end(), std::string_view("token")) != allowed.end()) {
+  if (operation == Operation::kRelease || operation == Operation::kRenew) {
     auto it = json.find("token");
     if (it == json.end() || !it->is_string()) {
       return HttpBadRequest{"field \"token\" must be a string"};
@@ -237,12 +248,18 @@ std::optional<HttpBadRequest> parse_body(HttpEndpoint endpoint, std::string_view
   return std::nullopt;
 }
 
-bool is_release_or_renew(Command command) {
-  return command == Command::kRelease || command == Command::kSemRelease ||
-         command == Command::kRenew || command == Command::kSemRenew;
-}
-
 }  // namespace
+
+std::optional<Command> http_endpoint_command(HttpEndpoint endpoint) {
+  for (const KeyedRoutes& routes : kKeyedRoutes) {
+    for (std::size_t i = 0; i < routes.by_operation.size(); ++i) {
+      if (routes.by_operation[i] == endpoint) {
+        return command_like(routes.like, kKeyedOperations[i]);
+      }
+    }
+  }
+  return std::nullopt;
+}
 
 HttpRouteMatch match_http_route(std::string_view method, std::string_view path) {
   HttpRouteMatch result;
@@ -304,7 +321,9 @@ std::variant<HttpBadRequest, HttpSessionRequest> decode_http_session_request(
   HttpSessionRequest decoded;
   if (auto bad = check_key(key)) return *bad;
   decoded.request.key = std::string(key);
-  if (auto bad = parse_body(endpoint, body, decoded.request)) return *bad;
+  const std::optional<Command> command = http_endpoint_command(endpoint);
+  TS_ASSERT(command.has_value());  // only the keyed endpoints come here
+  if (auto bad = parse_body(*command, body, decoded.request)) return *bad;
   if (!session_header) return HttpBadRequest{"missing X-Dflockd-Session header"};
   if (!is_session_handle(*session_header)) {
     return HttpBadRequest{"X-Dflockd-Session must be 32 lowercase hex characters"};
@@ -329,12 +348,11 @@ std::variant<HttpBadRequest, std::string> decode_http_session_create(std::string
 }
 
 HttpResponse render_http_reply(const Request& request, const Reply& reply) {
+  const Operation operation = command_operation(request.command);
   switch (reply.status) {
     case Status::kOk:
-      if (request.command == Command::kRelease || request.command == Command::kSemRelease) {
-        return {204, ""};
-      }
-      if (request.command == Command::kRenew || request.command == Command::kSemRenew) {
+      if (operation == Operation::kRelease) return {204, ""};
+      if (operation == Operation::kRenew) {
         return {200, json_line(Json{{"remaining_s", reply.seconds}})};
       }
       if (reply.token) {
@@ -352,9 +370,16 @@ HttpResponse render_http_reply(const Request& request, const Reply& reply) {
     case Status::kTimeout:
       return {200, http_status_body("timeout")};
     case Status::kError:
-      if (is_release_or_renew(request.command)) {
-        return {404, http_error_body("not_held",
-                                     "the token does not hold this key (or its lease ended)")};
+      if (operation == Operation::kRelease || operation == Operation::kRenew) {
+        // A read-write lock's side is part of the check: rr and rn take only read tokens, wr and
+        // wn only the write token.
+        std::string_view detail = "the token does not hold this key (or its lease ended)";
+        if (command_namespace(request.command) == Namespace::kReadWrite) {
+          detail = is_shared_command(request.command)
+                       ? "the token is not a read token holding this key (or its lease ended)"
+                       : "the token is not the write token holding this key (or its lease ended)";
+        }
+        return {404, http_error_body("not_held", detail)};
       }
       return {503, http_error_body("fence_persistence",
                                    "no fence available: the fence journal is "

@@ -49,6 +49,16 @@ enum class HttpEndpoint {
   kSemRenew,
   kSemEnqueue,
   kSemWait,
+  kReadAcquire,  // the read (shared) side of a read-write lock
+  kReadRelease,
+  kReadRenew,
+  kReadEnqueue,
+  kReadWait,
+  kWriteAcquire,  // the write (exclusive) side
+  kWriteRelease,
+  kWriteRenew,
+  kWriteEnqueue,
+  kWriteWait,
   kReadIndex,
   kAdminVoterAdd,
   kAdminVoterRemove,
@@ -67,7 +77,7 @@ struct HttpEndpointSpec {
   bool rate_limited;
 };
 
-inline constexpr std::array<HttpEndpointSpec, 24> kHttpEndpoints = {{
+inline constexpr std::array<HttpEndpointSpec, 34> kHttpEndpoints = {{
     {"GET", "/health", HttpEndpoint::kHealth, false, false},
     {"GET", "/ready", HttpEndpoint::kReady, false, false},
     {"GET", "/metrics", HttpEndpoint::kMetrics, true, true},
@@ -86,6 +96,16 @@ inline constexpr std::array<HttpEndpointSpec, 24> kHttpEndpoints = {{
     {"POST", "/v1/semaphores/{key}/renew", HttpEndpoint::kSemRenew, true, true},
     {"POST", "/v1/semaphores/{key}/enqueue", HttpEndpoint::kSemEnqueue, true, true},
     {"POST", "/v1/semaphores/{key}/wait", HttpEndpoint::kSemWait, true, true},
+    {"POST", "/v1/rwlocks/{key}/read", HttpEndpoint::kReadAcquire, true, true},
+    {"POST", "/v1/rwlocks/{key}/read/release", HttpEndpoint::kReadRelease, true, true},
+    {"POST", "/v1/rwlocks/{key}/read/renew", HttpEndpoint::kReadRenew, true, true},
+    {"POST", "/v1/rwlocks/{key}/read/enqueue", HttpEndpoint::kReadEnqueue, true, true},
+    {"POST", "/v1/rwlocks/{key}/read/wait", HttpEndpoint::kReadWait, true, true},
+    {"POST", "/v1/rwlocks/{key}/write", HttpEndpoint::kWriteAcquire, true, true},
+    {"POST", "/v1/rwlocks/{key}/write/release", HttpEndpoint::kWriteRelease, true, true},
+    {"POST", "/v1/rwlocks/{key}/write/renew", HttpEndpoint::kWriteRenew, true, true},
+    {"POST", "/v1/rwlocks/{key}/write/enqueue", HttpEndpoint::kWriteEnqueue, true, true},
+    {"POST", "/v1/rwlocks/{key}/write/wait", HttpEndpoint::kWriteWait, true, true},
     {"POST", "/v1/signals/{channel}", HttpEndpoint::kSignalPublish, true, true},
     {"GET", "/v1/signals", HttpEndpoint::kSignalStream, true, true},
     {"GET", "/v1/readindex", HttpEndpoint::kReadIndex, true, true},
@@ -121,13 +141,17 @@ struct HttpBadRequest {
   std::string detail;
 };
 
-// A lock or semaphore request of a session, decoded and validated.
+// The engine command a keyed endpoint (a lock, semaphore or read-write lock route, the ones with
+// a {key}) sends, or nullopt for every other endpoint.
+std::optional<Command> http_endpoint_command(HttpEndpoint endpoint);
+
+// A lock, semaphore or read-write lock request of a session, decoded and validated.
 struct HttpSessionRequest {
   std::string handle;  // the X-Dflockd-Session header
   Request request;
 };
 
-// Decodes a request to one of the lock and semaphore endpoints (the ones with a {key}): the body
+// Decodes a request to one of the keyed endpoints (http_endpoint_command is not nullopt): the body
 // (at most kHttpBodyMax bytes, a JSON object with only the fields the endpoint takes), the key and
 // the session header (nullopt when absent), checked in that order.
 std::variant<HttpBadRequest, HttpSessionRequest> decode_http_session_request(

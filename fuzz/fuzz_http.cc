@@ -1,6 +1,6 @@
 // Fuzzes the HTTP codec (core/http_codec.h) the way turnstiled drives it: find the endpoint,
-// check the bearer token, add the CORS headers, decode a lock or semaphore request, and render
-// every reply the engine could give it.
+// check the bearer token, add the CORS headers, decode a lock, semaphore or read-write lock
+// request, and render every reply the engine could give it.
 //
 // Input: a small HTTP request as text, so that the corpus reads as requests and the dictionary
 // (fuzz/fuzz_http.dict: methods, routes, header and field names, bytes that are not UTF-8) helps:
@@ -17,9 +17,10 @@
 //    this method names only other methods in its Allow list;
 //  * a signal published or a stream's query (its text given as the body) decodes to a request
 //    the TCP parser would take, and its event is one line of JSON;
-//  * a decoded request is one the engine may take: the command of its endpoint, a key of 1..256
-//    bytes without whitespace, a 32-hex session handle, numbers in their documented ranges, and
-//    a body that was valid UTF-8.
+//  * a decoded request is one the engine may take: the command of its endpoint (of the right
+//    namespace and, for a read-write lock, the right side), a key of 1..256 bytes without
+//    whitespace, a 32-hex session handle, numbers in their documented ranges, and a body that
+//    was valid UTF-8.
 #include <cstddef>
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -89,24 +90,6 @@ HttpText read_request(std::string_view text) {
   return request;
 }
 
-bool has_key(core::HttpEndpoint endpoint) {
-  switch (endpoint) {
-    case core::HttpEndpoint::kLockAcquire:
-    case core::HttpEndpoint::kLockRelease:
-    case core::HttpEndpoint::kLockRenew:
-    case core::HttpEndpoint::kLockEnqueue:
-    case core::HttpEndpoint::kLockWait:
-    case core::HttpEndpoint::kSemAcquire:
-    case core::HttpEndpoint::kSemRelease:
-    case core::HttpEndpoint::kSemRenew:
-    case core::HttpEndpoint::kSemEnqueue:
-    case core::HttpEndpoint::kSemWait:
-      return true;
-    default:
-      return false;
-  }
-}
-
 void check_decoded(const core::HttpEndpointSpec& spec, const core::HttpSessionRequest& decoded,
                    std::string_view body) {
   const core::Request& request = decoded.request;
@@ -117,11 +100,23 @@ void check_decoded(const core::HttpEndpointSpec& spec, const core::HttpSessionRe
   }
   check(request.timeout_s >= 0 && request.timeout_s <= core::kMaxSeconds, "timeout out of range");
   check(request.lease_s >= 0 && request.lease_s <= core::kMaxSeconds, "lease out of range");
-  const bool semaphore = spec.pattern.starts_with("/v1/semaphores");
+  check(request.command == core::http_endpoint_command(spec.endpoint),
+        "a command that is not its endpoint's");
+  const bool semaphore = spec.pattern.starts_with("/v1/semaphores/");
+  const bool read_write = spec.pattern.starts_with("/v1/rwlocks/");
   check((core::command_namespace(request.command) == core::Namespace::kSemaphore) == semaphore,
         "a command of the wrong kind");
+  check((core::command_namespace(request.command) == core::Namespace::kReadWrite) == read_write,
+        "a command of the wrong kind");
+  if (read_write) {
+    check(core::is_shared_command(request.command) ==
+              (spec.pattern.find("/{key}/read") != std::string_view::npos),
+          "a read-write command of the wrong side");
+  }
   if (request.command == core::Command::kSemLock || request.command == core::Command::kSemEnqueue) {
     check(request.limit >= 1 && request.limit <= core::kMaxSemaphoreLimit, "limit out of range");
+  } else {
+    check(request.limit == 1, "a limit on a request that takes none");
   }
   check(!core::first_invalid_utf8(body).has_value(), "a body that is not UTF-8 was accepted");
 }
@@ -217,7 +212,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
     return 0;
   }
-  if (!has_key(match.spec->endpoint)) return 0;
+  if (!core::http_endpoint_command(match.spec->endpoint)) return 0;
   check(match.params.size() == 1, "a keyed endpoint without its key");
 
   const auto decoded = core::decode_http_session_request(match.spec->endpoint, match.params.at(0),

@@ -74,6 +74,85 @@ TEST(HttpCodec, PercentDecodingTakesTwoHexDigitsAndKeepsEverythingElse) {
   EXPECT_EQ(percent_decode("+"), "+");  // a path, not a form: '+' stays
 }
 
+// The read-write lock routes: each path names its endpoint and the engine command it sends.
+TEST(HttpCodec, ReadWriteLockRoutesNameTheirEndpointAndCommand) {
+  struct Route {
+    const char* path;
+    HttpEndpoint endpoint;
+    Command command;
+  };
+  const Route routes[] = {
+      {"/v1/rwlocks/cfg/read", HttpEndpoint::kReadAcquire, Command::kReadLock},
+      {"/v1/rwlocks/cfg/read/release", HttpEndpoint::kReadRelease, Command::kReadRelease},
+      {"/v1/rwlocks/cfg/read/renew", HttpEndpoint::kReadRenew, Command::kReadRenew},
+      {"/v1/rwlocks/cfg/read/enqueue", HttpEndpoint::kReadEnqueue, Command::kReadEnqueue},
+      {"/v1/rwlocks/cfg/read/wait", HttpEndpoint::kReadWait, Command::kReadWait},
+      {"/v1/rwlocks/cfg/write", HttpEndpoint::kWriteAcquire, Command::kWriteLock},
+      {"/v1/rwlocks/cfg/write/release", HttpEndpoint::kWriteRelease, Command::kWriteRelease},
+      {"/v1/rwlocks/cfg/write/renew", HttpEndpoint::kWriteRenew, Command::kWriteRenew},
+      {"/v1/rwlocks/cfg/write/enqueue", HttpEndpoint::kWriteEnqueue, Command::kWriteEnqueue},
+      {"/v1/rwlocks/cfg/write/wait", HttpEndpoint::kWriteWait, Command::kWriteWait},
+  };
+  for (const Route& route : routes) {
+    const HttpRouteMatch match = match_http_route("POST", route.path);
+    ASSERT_NE(match.spec, nullptr) << route.path;
+    EXPECT_EQ(match.spec->endpoint, route.endpoint) << route.path;
+    EXPECT_EQ(match.params, std::vector<std::string>{"cfg"}) << route.path;
+    EXPECT_TRUE(match.spec->needs_auth) << route.path;
+    EXPECT_TRUE(match.spec->rate_limited) << route.path;
+    EXPECT_EQ(http_endpoint_command(route.endpoint), route.command) << route.path;
+    // POST only.
+    const HttpRouteMatch get = match_http_route("GET", route.path);
+    EXPECT_EQ(get.spec, nullptr) << route.path;
+    EXPECT_EQ(get.allow, "POST") << route.path;
+  }
+  // The key is one percent-decoded segment, and may be a word the routes use.
+  HttpRouteMatch match = match_http_route("POST", "/v1/rwlocks/read/write");
+  ASSERT_NE(match.spec, nullptr);
+  EXPECT_EQ(match.spec->endpoint, HttpEndpoint::kWriteAcquire);
+  EXPECT_EQ(match.params, std::vector<std::string>{"read"});
+  match = match_http_route("POST", "/v1/rwlocks/a%2Fb/read/wait");
+  ASSERT_NE(match.spec, nullptr);
+  EXPECT_EQ(match.spec->endpoint, HttpEndpoint::kReadWait);
+  EXPECT_EQ(match.params, std::vector<std::string>{"a/b"});
+  for (const char* path : {"/v1/rwlocks/k", "/v1/rwlocks/k/", "/v1/rwlocks/k/read/", "/v1/rwlocks",
+                           "/v1/rwlocks/k/readers", "/v1/rwlocks/k/read/release/x",
+                           "/v1/rwlocks/k/release", "/v1/rwlocks/k/write/lock"}) {
+    const HttpRouteMatch none = match_http_route("POST", path);
+    EXPECT_EQ(none.spec, nullptr) << path;
+    EXPECT_EQ(none.allow, "") << path;
+  }
+}
+
+// Every lock, semaphore and read-write lock route sends the command of its resource and
+// operation; no other endpoint sends one.
+TEST(HttpCodec, OnlyTheKeyedEndpointsSendAnEngineCommand) {
+  int keyed = 0;
+  for (const HttpEndpointSpec& spec : kHttpEndpoints) {
+    const std::optional<Command> command = http_endpoint_command(spec.endpoint);
+    const std::string_view pattern = spec.pattern;
+    const bool keyed_route = pattern.starts_with("/v1/locks/{key}") ||
+                             pattern.starts_with("/v1/semaphores/{key}") ||
+                             pattern.starts_with("/v1/rwlocks/{key}");
+    EXPECT_EQ(command.has_value(), keyed_route) << pattern;
+    if (!command) continue;
+    ++keyed;
+    Namespace expected = Namespace::kLock;
+    if (pattern.starts_with("/v1/semaphores/")) expected = Namespace::kSemaphore;
+    if (pattern.starts_with("/v1/rwlocks/")) expected = Namespace::kReadWrite;
+    EXPECT_EQ(command_namespace(*command), expected) << pattern;
+    EXPECT_EQ(is_shared_command(*command), pattern.find("{key}/read") != std::string_view::npos)
+        << pattern;
+    Operation operation = Operation::kAcquire;
+    if (pattern.ends_with("/release")) operation = Operation::kRelease;
+    if (pattern.ends_with("/renew")) operation = Operation::kRenew;
+    if (pattern.ends_with("/enqueue")) operation = Operation::kEnqueue;
+    if (pattern.ends_with("/wait")) operation = Operation::kWait;
+    EXPECT_EQ(command_operation(*command), operation) << pattern;
+  }
+  EXPECT_EQ(keyed, 20);
+}
+
 // ---- UTF-8 -------------------------------------------------------------------------------------
 
 TEST(HttpCodec, Utf8ValidationFollowsRfc3629) {
@@ -174,6 +253,84 @@ TEST(HttpCodec, BodiesBecomeEngineRequests) {
   ASSERT_TRUE(renew.request.token.has_value());
   EXPECT_EQ(renew.request.token->to_string(), token);
   EXPECT_EQ(renew.request.lease_s, 9);
+}
+
+TEST(HttpCodec, ReadWriteLockBodiesBecomeEngineRequests) {
+  const std::string token = "0000000000000001abcdefabcdefabcd";
+  for (const bool read : {true, false}) {
+    SCOPED_TRACE(read ? "read" : "write");
+    const HttpSessionRequest acquire =
+        decode_ok(read ? HttpEndpoint::kReadAcquire : HttpEndpoint::kWriteAcquire, "cfg",
+                  R"({"acquire_timeout_s":5,"lease_ttl_s":30})");
+    EXPECT_EQ(acquire.handle, kHandle);
+    EXPECT_EQ(acquire.request.command, read ? Command::kReadLock : Command::kWriteLock);
+    EXPECT_EQ(acquire.request.key, "cfg");
+    EXPECT_EQ(acquire.request.timeout_s, 5);
+    EXPECT_EQ(acquire.request.lease_s, 30);
+    EXPECT_EQ(acquire.request.limit, 1);
+
+    const HttpSessionRequest release =
+        decode_ok(read ? HttpEndpoint::kReadRelease : HttpEndpoint::kWriteRelease, "cfg",
+                  R"({"token":")" + token + R"("})");
+    EXPECT_EQ(release.request.command, read ? Command::kReadRelease : Command::kWriteRelease);
+    ASSERT_TRUE(release.request.token.has_value());
+    EXPECT_EQ(release.request.token->to_string(), token);
+
+    const HttpSessionRequest renew =
+        decode_ok(read ? HttpEndpoint::kReadRenew : HttpEndpoint::kWriteRenew, "cfg",
+                  R"({"token":")" + token + R"(","lease_ttl_s":9})");
+    EXPECT_EQ(renew.request.command, read ? Command::kReadRenew : Command::kWriteRenew);
+    ASSERT_TRUE(renew.request.token.has_value());
+    EXPECT_EQ(renew.request.lease_s, 9);
+
+    // An enqueue's body may be empty, as a lock's.
+    const HttpEndpoint enqueue_endpoint =
+        read ? HttpEndpoint::kReadEnqueue : HttpEndpoint::kWriteEnqueue;
+    const HttpSessionRequest enqueue = decode_ok(enqueue_endpoint, "cfg", "");
+    EXPECT_EQ(enqueue.request.command, read ? Command::kReadEnqueue : Command::kWriteEnqueue);
+    EXPECT_EQ(enqueue.request.lease_s, 0);
+    EXPECT_EQ(decode_ok(enqueue_endpoint, "cfg", R"({"lease_ttl_s":7})").request.lease_s, 7);
+
+    const HttpSessionRequest wait = decode_ok(
+        read ? HttpEndpoint::kReadWait : HttpEndpoint::kWriteWait, "cfg", R"({"timeout_s":4})");
+    EXPECT_EQ(wait.request.command, read ? Command::kReadWait : Command::kWriteWait);
+    EXPECT_EQ(wait.request.timeout_s, 4);
+  }
+}
+
+TEST(HttpCodec, ReadWriteLockBodiesTakeOnlyTheirFields) {
+  // A read-write lock has no limit; acquire takes no token; wait takes timeout_s only.
+  EXPECT_EQ(decode_bad(HttpEndpoint::kReadAcquire, "k", R"({"limit":2})"),
+            "unknown field \"limit\"");
+  EXPECT_EQ(decode_bad(HttpEndpoint::kWriteEnqueue, "k", R"({"limit":2})"),
+            "unknown field \"limit\"");
+  EXPECT_EQ(decode_bad(HttpEndpoint::kWriteAcquire, "k", R"({"token":"x"})"),
+            "unknown field \"token\"");
+  EXPECT_EQ(decode_bad(HttpEndpoint::kReadWait, "k", R"({"acquire_timeout_s":1})"),
+            "unknown field \"acquire_timeout_s\"");
+  // Acquire, release, renew and wait need a body; release and renew need a token.
+  EXPECT_EQ(decode_bad(HttpEndpoint::kWriteAcquire, "k", ""), "request body must be a JSON object");
+  EXPECT_EQ(decode_bad(HttpEndpoint::kReadWait, "k", " "), "request body must be a JSON object");
+  EXPECT_EQ(decode_bad(HttpEndpoint::kReadRelease, "k", "{}"), "field \"token\" must be a string");
+  EXPECT_EQ(decode_bad(HttpEndpoint::kWriteRenew, "k", R"({"token":""})"),
+            "token must not be empty");
+  EXPECT_EQ(decode_bad(HttpEndpoint::kWriteRelease, "k", R"({"token":"a b"})"),
+            "token must not contain whitespace");
+  EXPECT_EQ(decode_bad(HttpEndpoint::kReadAcquire, "k", R"({"lease_ttl_s":9223372037})"),
+            "field \"lease_ttl_s\" must be between 0 and 9223372036");
+  // The key and the session header as for every keyed route.
+  EXPECT_EQ(decode_bad(HttpEndpoint::kReadAcquire, "", "{}"), "key is empty");
+  EXPECT_EQ(decode_bad(HttpEndpoint::kWriteWait, "a b", "{}"),
+            "key contains whitespace (a space, tab, CR or LF)");
+  EXPECT_EQ(decode_bad(HttpEndpoint::kReadAcquire, "k", "{}", std::nullopt),
+            "missing X-Dflockd-Session header");
+  EXPECT_EQ(decode_bad(HttpEndpoint::kWriteRelease, "k", R"({"token":"t"})", "nope"),
+            "X-Dflockd-Session must be 32 lowercase hex characters");
+  EXPECT_EQ(decode_bad(HttpEndpoint::kReadRenew, "k", "{\"token\":\"\xff\"}"),
+            "request body is not valid UTF-8 (byte 10)");
+  // A token that we could not have issued decodes (and then holds nothing: 404).
+  EXPECT_FALSE(
+      decode_ok(HttpEndpoint::kReadRelease, "k", R"({"token":"abc"})").request.token.has_value());
 }
 
 TEST(HttpCodec, BadInputIsRejectedWithADetailInAFixedOrder) {
@@ -292,6 +449,60 @@ TEST(HttpCodec, RepliesRenderToStatusCodesAndBodies) {
   EXPECT_EQ(not_leader.body, "{\"error\":\"not_leader\",\"detail\":\"10.0.0.2:6388\"}\n");
   EXPECT_EQ(render_http_reply(release, Reply::of(Status::kError)).code, 404);  // not held
   EXPECT_EQ(render_http_reply(renew, Reply::of(Status::kError)).code, 404);
+}
+
+TEST(HttpCodec, ReadWriteLockRepliesRenderAsTheLockRoutesDo) {
+  const Token token = Token::parse("0000000000000001abcdefabcdefabcd").value();
+  auto request_of = [](Command command) {
+    Request request;
+    request.command = command;
+    request.key = "cfg";
+    return request;
+  };
+  Reply granted = Reply::granted(Status::kOk, token, 30);
+  Reply acquired = Reply::granted(Status::kAcquired, token, 30);
+  for (const bool read : {true, false}) {
+    SCOPED_TRACE(read ? "read" : "write");
+    const Command like = read ? Command::kReadLock : Command::kWriteLock;
+    const Request acquire = request_of(like);
+    const Request release = request_of(command_like(like, Operation::kRelease));
+    const Request renew = request_of(command_like(like, Operation::kRenew));
+    const Request enqueue = request_of(command_like(like, Operation::kEnqueue));
+    const Request wait = request_of(command_like(like, Operation::kWait));
+    EXPECT_EQ(render_http_reply(acquire, granted).code, 200);
+    EXPECT_EQ(render_http_reply(acquire, granted).body,
+              R"({"status":"ok","token":"0000000000000001abcdefabcdefabcd","lease_ttl_s":30})"
+              "\n");
+    EXPECT_EQ(render_http_reply(wait, granted).body, render_http_reply(acquire, granted).body);
+    EXPECT_EQ(render_http_reply(acquire, Reply::of(Status::kTimeout)).body,
+              "{\"status\":\"timeout\"}\n");
+    EXPECT_EQ(render_http_reply(enqueue, acquired).body,
+              R"({"status":"acquired","token":"0000000000000001abcdefabcdefabcd","lease_ttl_s":30})"
+              "\n");
+    EXPECT_EQ(render_http_reply(enqueue, Reply::of(Status::kQueued)).body,
+              "{\"status\":\"queued\"}\n");
+    const HttpResponse released = render_http_reply(release, Reply::of(Status::kOk));
+    EXPECT_EQ(released.code, 204);
+    EXPECT_EQ(released.body, "");
+    EXPECT_EQ(render_http_reply(renew, Reply::renewed(12)).body, "{\"remaining_s\":12}\n");
+    // A token of the other side (or none at all) is not held; the detail names the side.
+    for (const Request& by_token : {release, renew}) {
+      const HttpResponse refused = render_http_reply(by_token, Reply::of(Status::kError));
+      EXPECT_EQ(refused.code, 404);
+      const Json body = Json::parse(refused.body);
+      EXPECT_EQ(body.at("error"), "not_held");
+      EXPECT_NE(body.at("detail").get<std::string>().find(read ? "read token" : "write token"),
+                std::string::npos)
+          << refused.body;
+    }
+    // An acquire's bare error is the fence journal's, as for a lock.
+    EXPECT_EQ(render_http_reply(acquire, Reply::of(Status::kError)).code, 503);
+    const HttpResponse not_enqueued = render_http_reply(wait, Reply::of(Status::kErrorNotEnqueued));
+    EXPECT_EQ(not_enqueued.code, 409);
+    EXPECT_EQ(not_enqueued.body, "{\"error\":\"not_enqueued\"}\n");
+    EXPECT_EQ(render_http_reply(enqueue, Reply::of(Status::kErrorAlreadyEnqueued)).code, 409);
+    EXPECT_EQ(render_http_reply(acquire, Reply::of(Status::kErrorMaxLocks)).code, 503);
+  }
 }
 
 TEST(HttpCodec, FixedBodies) {

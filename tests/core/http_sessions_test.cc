@@ -204,6 +204,42 @@ TEST(HttpSessionsTest, ClientLeavingAnEnqueueTakesBackTheQueuedPlace) {
   EXPECT_EQ(routes[0].request.command, Command::kRelease);
 }
 
+// A read-write lock's grant nobody receives is released on its own side (rr for a read grant,
+// wr for a write grant: the other side's release would not take it), and a queued place is
+// taken back with a wait of its own side.
+TEST(HttpSessionsTest, ReadWriteGrantsAndPlacesAreGivenBackOnTheirSide) {
+  HttpSessions sessions(config(20));
+  ASSERT_EQ(sessions.create(secs(0), SessionId{1}, "a", "ip"), HttpCreate::kOk);
+  Request read = lock_request("k", 60);
+  read.command = Command::kReadLock;
+  ASSERT_TRUE(sessions.submit(secs(0), "a", 10, read));
+  (void)sessions.take_routes();
+  sessions.abandon(10);
+  sessions.on_reply(secs(1), SessionId{1}, Reply::granted(Status::kOk, token(4), 33));
+  std::vector<HttpRoute> routes = sessions.take_routes();
+  ASSERT_EQ(routes.size(), 1U);
+  EXPECT_EQ(routes[0].request.command, Command::kReadRelease);
+  EXPECT_EQ(routes[0].request.key, "k");
+  EXPECT_EQ(routes[0].request.token, token(4));
+  sessions.on_reply(secs(1), SessionId{1}, Reply::of(Status::kOk));
+
+  Request write = enqueue_request("k");
+  write.command = Command::kWriteEnqueue;
+  ASSERT_TRUE(sessions.submit(secs(1), "a", 11, write));
+  (void)sessions.take_routes();
+  sessions.abandon(11);
+  sessions.on_reply(secs(1), SessionId{1}, Reply::of(Status::kQueued));
+  routes = sessions.take_routes();
+  ASSERT_EQ(routes.size(), 1U);
+  EXPECT_EQ(routes[0].request.command, Command::kWriteWait);
+  EXPECT_EQ(routes[0].request.timeout_s, 0);
+  sessions.on_reply(secs(2), SessionId{1}, Reply::granted(Status::kOk, token(5), 33));
+  routes = sessions.take_routes();
+  ASSERT_EQ(routes.size(), 1U);
+  EXPECT_EQ(routes[0].request.command, Command::kWriteRelease);
+  EXPECT_EQ(routes[0].request.token, token(5));
+}
+
 TEST(HttpSessionsTest, ClientLeavingAQueuedRequestDropsIt) {
   HttpSessions sessions(config(20));
   ASSERT_EQ(sessions.create(secs(0), SessionId{1}, "a", "ip"), HttpCreate::kOk);

@@ -2,6 +2,8 @@
 // with --http-port on 127.0.0.1, real HTTP/1.1 over loopback through the small keep-alive client
 // below. Every endpoint, status code and error body; TCP and HTTP sessions on one FIFO queue; long
 // polls woken by a release, a timeout and a session delete; a client leaving during a long poll;
+// read-write locks (readers together, a queued writer ahead of later readers, two-phase, the
+// side a token belongs to, what a deleted session gives back);
 // the reaper; auth, rate limit, CORS; oversized and malformed bodies; /metrics as Prometheus
 // text; and the OpenAPI drift check against docs/openapi.json and core/http_codec.h.
 #include <arpa/inet.h>
@@ -701,6 +703,289 @@ TEST(HttpApi, ReaperClosesIdleSessionsButNotOnesInALongPoll) {
   for (const std::string& session : {idle, holder, polling}) {
     expect_error(server.call("POST", "/v1/sessions/" + session + "/ping"), 410, "session_gone");
   }
+}
+
+// ---- read-write locks --------------------------------------------------------------------------
+
+// POST /v1/rwlocks/{key}/{route} on the session `id` (route: read, write/release, ...).
+Response rw_call(const HttpServer& server, const std::string& id, const std::string& key,
+                 const std::string& route, const std::string& body) {
+  return server.call("POST", "/v1/rwlocks/" + key + "/" + route, body, {session_header(id)});
+}
+
+std::string token_body(const std::string& token) { return Json{{"token", token}}.dump(); }
+
+// The grant in `response` (200, status ok or acquired): its token, "" when it is not one.
+std::string granted_token(const Response& response, const std::string& status = "ok") {
+  EXPECT_EQ(response.status, 200) << response.body;
+  if (response.status != 200) return "";
+  const Json json = response.json();
+  EXPECT_EQ(json.value("status", ""), status) << response.body;
+  if (json.value("status", "") != status) return "";
+  return json.value("token", "");
+}
+
+// The stats entry of the read-write lock `key` (null when it is not in use).
+Json rw_lock(const HttpServer& server, const std::string& key) {
+  const Json all = server.stats();
+  if (!all.contains("rw_locks")) return Json();
+  for (const Json& lock : all["rw_locks"]) {
+    if (lock["key"] == key) return lock;
+  }
+  return Json();
+}
+
+std::int64_t rw_number(const HttpServer& server, const std::string& key, const char* field) {
+  const Json lock = rw_lock(server, key);
+  return lock.is_null() ? 0 : lock[field].get<std::int64_t>();
+}
+
+TEST(HttpRwLocks, ReadersHoldTogetherAndAWriterWaitsForAllOfThemWithAHigherFence) {
+  HttpServer server;
+  const std::string a = server.new_session();
+  const std::string b = server.new_session();
+  const std::string w = server.new_session();
+  // Two readers at once, each without waiting.
+  const std::string first =
+      granted_token(rw_call(server, a, "cfg", "read", "{\"acquire_timeout_s\":0}"));
+  const std::string second =
+      granted_token(rw_call(server, b, "cfg", "read", "{\"acquire_timeout_s\":0}"));
+  ASSERT_FALSE(first.empty());
+  ASSERT_FALSE(second.empty());
+  EXPECT_NE(first, second);
+  Json held = rw_lock(server, "cfg");
+  ASSERT_FALSE(held.is_null()) << server.stats().dump();
+  EXPECT_EQ(held["readers"], 2);
+  EXPECT_EQ(held["writer_conn_id"], 0);
+  // A writer is refused while they hold, and waits for both.
+  EXPECT_EQ(rw_call(server, w, "cfg", "write", "{\"acquire_timeout_s\":0}").body,
+            "{\"status\":\"timeout\"}\n");
+  Http writer(server.http_port);
+  ASSERT_TRUE(writer.send_request("POST", "/v1/rwlocks/cfg/write", "{\"acquire_timeout_s\":30}",
+                                  {session_header(w)}));
+  ASSERT_TRUE(eventually([&] { return rw_number(server, "cfg", "waiters") == 1; }, 5s));
+  EXPECT_EQ(rw_call(server, a, "cfg", "read/release", token_body(first)).status, 204);
+  held = rw_lock(server, "cfg");  // one reader left: the writer still waits
+  EXPECT_EQ(held["readers"], 1);
+  EXPECT_EQ(held["waiters"], 1);
+  EXPECT_EQ(held["writer_conn_id"], 0);
+  EXPECT_EQ(rw_call(server, b, "cfg", "read/release", token_body(second)).status, 204);
+  const std::string written = granted_token(writer.read_response());
+  ASSERT_FALSE(written.empty());
+  EXPECT_GT(fence_of(written).value(), fence_of(first).value());
+  EXPECT_GT(fence_of(written).value(), fence_of(second).value());
+  held = rw_lock(server, "cfg");
+  EXPECT_EQ(held["readers"], 0);
+  EXPECT_NE(held["writer_conn_id"], 0);
+  // While the writer holds, a reader is refused.
+  EXPECT_EQ(rw_call(server, a, "cfg", "read", "{\"acquire_timeout_s\":0}").body,
+            "{\"status\":\"timeout\"}\n");
+  // Locks, semaphores and read-write locks are separate namespaces.
+  EXPECT_EQ(server.call("POST", "/v1/locks/cfg", "{}", {session_header(a)}).json()["status"], "ok");
+  EXPECT_EQ(rw_call(server, w, "cfg", "write/renew", "{\"token\":\"" + written + "\"}").status,
+            200);
+}
+
+TEST(HttpRwLocks, AReaderAfterAQueuedWriterWaitsBehindIt) {
+  HttpServer server;
+  const std::string a = server.new_session();
+  const std::string w = server.new_session();
+  const std::string c = server.new_session();
+  const std::string read_token =
+      granted_token(rw_call(server, a, "k", "read", "{\"acquire_timeout_s\":0}"));
+  ASSERT_FALSE(read_token.empty());
+  Http writer(server.http_port);
+  ASSERT_TRUE(writer.send_request("POST", "/v1/rwlocks/k/write", "{\"acquire_timeout_s\":30}",
+                                  {session_header(w)}));
+  ASSERT_TRUE(eventually([&] { return rw_number(server, "k", "waiters") == 1; }, 5s));
+  // A reader holds, but a writer is queued: a later reader does not overtake it.
+  EXPECT_EQ(rw_call(server, c, "k", "read", "{\"acquire_timeout_s\":0}").body,
+            "{\"status\":\"timeout\"}\n");
+  Http reader(server.http_port);
+  ASSERT_TRUE(reader.send_request("POST", "/v1/rwlocks/k/read", "{\"acquire_timeout_s\":30}",
+                                  {session_header(c)}));
+  ASSERT_TRUE(eventually([&] { return rw_number(server, "k", "waiters") == 2; }, 5s));
+  // The first reader leaves: the writer is next, the reader still waits.
+  EXPECT_EQ(rw_call(server, a, "k", "read/release", token_body(read_token)).status, 204);
+  const std::string write_token = granted_token(writer.read_response());
+  ASSERT_FALSE(write_token.empty());
+  EXPECT_EQ(rw_number(server, "k", "waiters"), 1);
+  EXPECT_EQ(rw_number(server, "k", "readers"), 0);
+  // The writer leaves: the reader is granted, with the highest fence.
+  EXPECT_EQ(rw_call(server, w, "k", "write/release", token_body(write_token)).status, 204);
+  const std::string late_read = granted_token(reader.read_response());
+  ASSERT_FALSE(late_read.empty());
+  EXPECT_GT(fence_of(write_token).value(), fence_of(read_token).value());
+  EXPECT_GT(fence_of(late_read).value(), fence_of(write_token).value());
+  EXPECT_EQ(rw_number(server, "k", "readers"), 1);
+}
+
+TEST(HttpRwLocks, ATokenOfTheWrongKindIsNotHeldAndChangesNothing) {
+  HttpServer server;
+  const std::string a = server.new_session();
+  const std::string b = server.new_session();
+  const std::string c = server.new_session();
+  const std::string read_token =
+      granted_token(rw_call(server, a, "r", "read", "{\"acquire_timeout_s\":0}"));
+  const std::string write_token =
+      granted_token(rw_call(server, b, "w", "write", "{\"acquire_timeout_s\":0}"));
+  const std::string lock_token = granted_token(
+      server.call("POST", "/v1/locks/r", "{\"acquire_timeout_s\":0}", {session_header(c)}));
+  ASSERT_FALSE(read_token.empty());
+  ASSERT_FALSE(write_token.empty());
+  ASSERT_FALSE(lock_token.empty());
+  // A read token on the write side, a write token on the read side, a lock's token on a
+  // read-write lock and a read-write lock's token on a lock: none of them holds.
+  struct Case {
+    std::string path;
+    std::string token;
+  };
+  const Case cases[] = {
+      {"/v1/rwlocks/r/write/release", read_token}, {"/v1/rwlocks/r/write/renew", read_token},
+      {"/v1/rwlocks/w/read/release", write_token}, {"/v1/rwlocks/w/read/renew", write_token},
+      {"/v1/rwlocks/r/read/release", lock_token},  {"/v1/rwlocks/r/write/release", lock_token},
+      {"/v1/locks/r/release", read_token},         {"/v1/locks/w/release", write_token},
+  };
+  for (const Case& refused : cases) {
+    const Response response =
+        server.call("POST", refused.path, token_body(refused.token), {session_header(a)});
+    expect_error(response, 404, "not_held");
+    EXPECT_FALSE(response.json().value("detail", "").empty()) << refused.path;
+  }
+  // Nothing changed: the reader and the writer still hold, the lock too.
+  EXPECT_EQ(rw_number(server, "r", "readers"), 1);
+  EXPECT_NE(rw_number(server, "w", "writer_conn_id"), 0);
+  EXPECT_EQ(rw_call(server, c, "w", "read", "{\"acquire_timeout_s\":0}").body,
+            "{\"status\":\"timeout\"}\n");
+  EXPECT_EQ(rw_call(server, c, "r", "write", "{\"acquire_timeout_s\":0}").body,
+            "{\"status\":\"timeout\"}\n");
+  EXPECT_EQ(
+      server.call("POST", "/v1/locks/r", "{\"acquire_timeout_s\":0}", {session_header(b)}).body,
+      "{\"status\":\"timeout\"}\n");
+  // The right side takes them.
+  EXPECT_EQ(rw_call(server, a, "r", "read/renew", token_body(read_token)).status, 200);
+  EXPECT_EQ(rw_call(server, a, "r", "read/release", token_body(read_token)).status, 204);
+  EXPECT_EQ(rw_call(server, b, "w", "write/renew", token_body(write_token)).status, 200);
+  EXPECT_EQ(rw_call(server, b, "w", "write/release", token_body(write_token)).status, 204);
+  EXPECT_FALSE(
+      granted_token(rw_call(server, c, "r", "write", "{\"acquire_timeout_s\":0}")).empty());
+  EXPECT_FALSE(granted_token(rw_call(server, a, "w", "read", "{\"acquire_timeout_s\":0}")).empty());
+}
+
+TEST(HttpRwLocks, TwoPhaseEnqueueAndWaitForReadersAndWriters) {
+  HttpServer server({"--default-lease-ttl=40"});
+  const std::string a = server.new_session();
+  const std::string b = server.new_session();
+  const std::string w = server.new_session();
+  const std::string c = server.new_session();
+  // Two readers enqueue and are granted at once (an empty body is allowed).
+  const Response a_enqueued = rw_call(server, a, "k", "read/enqueue", "");
+  const std::string a_token = granted_token(a_enqueued, "acquired");
+  EXPECT_EQ(a_enqueued.json()["lease_ttl_s"], 40);
+  const std::string b_token =
+      granted_token(rw_call(server, b, "k", "read/enqueue", "{}"), "acquired");
+  ASSERT_FALSE(a_token.empty());
+  ASSERT_FALSE(b_token.empty());
+  // A writer is queued behind them, and once only.
+  EXPECT_EQ(rw_call(server, w, "k", "write/enqueue", "{\"lease_ttl_s\":6}").body,
+            "{\"status\":\"queued\"}\n");
+  expect_error(rw_call(server, w, "k", "write/enqueue", "{}"), 409, "already_enqueued");
+  // A reader is queued behind the writer.
+  EXPECT_EQ(rw_call(server, c, "k", "read/enqueue", "").body, "{\"status\":\"queued\"}\n");
+  EXPECT_EQ(rw_number(server, "k", "waiters"), 2);
+  // A wait names the side that was enqueued.
+  expect_error(rw_call(server, w, "k", "read/wait", "{\"timeout_s\":0}"), 409, "not_enqueued");
+  expect_error(rw_call(server, c, "k", "write/wait", "{\"timeout_s\":0}"), 409, "not_enqueued");
+  // The readers' waits deliver their fast-path grants.
+  EXPECT_EQ(granted_token(rw_call(server, a, "k", "read/wait", "{\"timeout_s\":0}")), a_token);
+  EXPECT_EQ(granted_token(rw_call(server, b, "k", "read/wait", "{\"timeout_s\":0}")), b_token);
+  // The writer waits; the readers' releases grant it.
+  Http writer(server.http_port);
+  ASSERT_TRUE(writer.send_request("POST", "/v1/rwlocks/k/write/wait", "{\"timeout_s\":30}",
+                                  {session_header(w)}));
+  Http reader(server.http_port);
+  ASSERT_TRUE(reader.send_request("POST", "/v1/rwlocks/k/read/wait", "{\"timeout_s\":30}",
+                                  {session_header(c)}));
+  EXPECT_EQ(rw_call(server, a, "k", "read/release", token_body(a_token)).status, 204);
+  EXPECT_EQ(rw_call(server, b, "k", "read/release", token_body(b_token)).status, 204);
+  const Response w_granted = writer.read_response();
+  const std::string w_token = granted_token(w_granted);
+  ASSERT_FALSE(w_token.empty());
+  EXPECT_EQ(w_granted.json()["lease_ttl_s"], 6);
+  EXPECT_GT(fence_of(w_token).value(), fence_of(b_token).value());
+  // The reader behind the writer gets its grant once the writer leaves.
+  EXPECT_EQ(rw_call(server, w, "k", "write/release", token_body(w_token)).status, 204);
+  const std::string c_token = granted_token(reader.read_response());
+  ASSERT_FALSE(c_token.empty());
+  EXPECT_GT(fence_of(c_token).value(), fence_of(w_token).value());
+  // Each two-phase record is used up by its grant.
+  expect_error(rw_call(server, c, "k", "read/wait", "{\"timeout_s\":0}"), 409, "not_enqueued");
+  expect_error(rw_call(server, w, "k", "write/wait", "{\"timeout_s\":0}"), 409, "not_enqueued");
+}
+
+TEST(HttpRwLocks, DeletingASessionGivesBackWhatItHoldsAndWhereItWaits) {
+  HttpServer server;
+  const std::string a = server.new_session();
+  const std::string b = server.new_session();
+  const std::string c = server.new_session();
+  const std::string d = server.new_session();
+  // a reads one key and writes another, and waits to write a third behind d.
+  ASSERT_FALSE(granted_token(rw_call(server, a, "read-by-a", "read", "{}")).empty());
+  ASSERT_FALSE(granted_token(rw_call(server, a, "written-by-a", "write", "{}")).empty());
+  const std::string d_token = granted_token(rw_call(server, d, "read-by-d", "read", "{}"));
+  ASSERT_FALSE(d_token.empty());
+  Http a_poll(server.http_port);
+  ASSERT_TRUE(a_poll.send_request("POST", "/v1/rwlocks/read-by-d/write",
+                                  "{\"acquire_timeout_s\":60}", {session_header(a)}));
+  ASSERT_TRUE(eventually([&] { return rw_number(server, "read-by-d", "waiters") == 1; }, 5s));
+  // b waits to write what a reads; c waits to read what a writes.
+  Http b_poll(server.http_port);
+  ASSERT_TRUE(b_poll.send_request("POST", "/v1/rwlocks/read-by-a/write",
+                                  "{\"acquire_timeout_s\":60}", {session_header(b)}));
+  Http c_poll(server.http_port);
+  ASSERT_TRUE(c_poll.send_request("POST", "/v1/rwlocks/written-by-a/read",
+                                  "{\"acquire_timeout_s\":60}", {session_header(c)}));
+  ASSERT_TRUE(eventually(
+      [&] {
+        return rw_number(server, "read-by-a", "waiters") == 1 &&
+               rw_number(server, "written-by-a", "waiters") == 1;
+      },
+      5s));
+  EXPECT_EQ(server.call("DELETE", "/v1/sessions/" + a).status, 204);
+  expect_error(a_poll.read_response(), 410, "session_gone");
+  EXPECT_FALSE(granted_token(b_poll.read_response()).empty());
+  EXPECT_FALSE(granted_token(c_poll.read_response()).empty());
+  // a's place behind d is gone: d's reader is alone, and another reader joins at once.
+  EXPECT_EQ(rw_number(server, "read-by-d", "waiters"), 0);
+  EXPECT_FALSE(
+      granted_token(rw_call(server, b, "read-by-d", "read", "{\"acquire_timeout_s\":0}")).empty());
+  EXPECT_EQ(rw_number(server, "read-by-d", "readers"), 2);
+}
+
+TEST(HttpRwLocks, AClientLeavingAWriteLongPollLetsTheReadersBehindItIn) {
+  HttpServer server({"--threads=2"});
+  const std::string a = server.new_session();
+  const std::string w = server.new_session();
+  const std::string c = server.new_session();
+  ASSERT_FALSE(granted_token(rw_call(server, a, "k", "read", "{}")).empty());
+  Http reader(server.http_port);
+  {
+    Http leaving(server.http_port);
+    ASSERT_TRUE(leaving.send_request("POST", "/v1/rwlocks/k/write", "{\"acquire_timeout_s\":60}",
+                                     {session_header(w)}));
+    ASSERT_TRUE(eventually([&] { return rw_number(server, "k", "waiters") == 1; }, 5s));
+    // c's read waits behind the queued writer.
+    ASSERT_TRUE(reader.send_request("POST", "/v1/rwlocks/k/read", "{\"acquire_timeout_s\":60}",
+                                    {session_header(c)}));
+    ASSERT_TRUE(eventually([&] { return rw_number(server, "k", "waiters") == 2; }, 5s));
+  }  // the writer's client leaves
+  // The writer leaves the queue, so the reader joins the one that holds.
+  EXPECT_FALSE(granted_token(reader.read_response()).empty());
+  EXPECT_EQ(rw_number(server, "k", "readers"), 2);
+  EXPECT_EQ(rw_number(server, "k", "waiters"), 0);
+  // w's session lives on.
+  EXPECT_EQ(rw_call(server, w, "k", "write", "{\"acquire_timeout_s\":0}").body,
+            "{\"status\":\"timeout\"}\n");
 }
 
 // ---- auth, rate limit, caps, CORS ------------------------------------------------------------
