@@ -49,10 +49,12 @@ constexpr const char* kUsage =
     "  acquire --key K [--timeout S] [--lease S] [--semaphore LIMIT]\n"
     "  release --key K --token T [--semaphore]\n"
     "  renew   --key K --token T [--lease S] [--semaphore]\n"
+    "          (a read-write lock: --read K or --write K in place of --key K)\n"
     "  stats\n"
     "  ping\n"
     "  run     --key K [--timeout S] [--lease S] [--semaphore LIMIT] [--grace S]\n"
     "          [--no-kill-on-loss] -- command [args...]\n"
+    "          (--read K: a read lock, shared with other readers; --write K: a write lock)\n"
     "  listen  PATTERN [--group G]   (one `<channel> <payload>` line per signal, until\n"
     "          SIGINT or SIGTERM)\n"
     "  emit    CHANNEL PAYLOAD   (prints the number of deliveries)\n"
@@ -199,6 +201,28 @@ std::string required(const cxxopts::ParseResult& parsed, const std::string& name
   return parsed[name].as<std::string>();
 }
 
+// What acquire, release, renew and run work on: --key K (a lock, or with --semaphore a
+// semaphore), --read K or --write K (a read-write lock in that mode).
+struct Target {
+  std::string key;
+  std::optional<RwMode> mode;  // set for --read and --write
+};
+
+Target read_target(const cxxopts::ParseResult& parsed) {
+  const bool key = parsed.count("key") != 0;
+  const bool read = parsed.count("read") != 0;
+  const bool write = parsed.count("write") != 0;
+  if (int{key} + int{read} + int{write} != 1) {
+    throw UsageError{"give one of --key, --read and --write"};
+  }
+  if (key) return Target{parsed["key"].as<std::string>(), std::nullopt};
+  if (parsed.count("semaphore") != 0) {
+    throw UsageError{"--semaphore goes with --key, not with --read or --write"};
+  }
+  const RwMode mode = read ? RwMode::kRead : RwMode::kWrite;
+  return Target{parsed[std::string(rw_mode_name(mode))].as<std::string>(), mode};
+}
+
 // The connection `key` is taken on: the replicated cluster's leader (--servers, found within the
 // connect timeout plus 15 s for an election), or the key's server (--server). `where` names it
 // for error messages.
@@ -217,17 +241,21 @@ Result<Connection> connect_for(const Common& common, std::string_view key, std::
 // ---------------------------------------------------------
 
 int do_acquire(const cxxopts::ParseResult& parsed, const Common& common) {
-  const std::string key = required(parsed, "key");
+  const auto [key, mode] = read_target(parsed);
   if (auto valid = validate_key(key); !valid) return fail(common, valid.error());
   const Seconds timeout = seconds_option(parsed, "timeout");
   const Seconds lease = seconds_option(parsed, "lease");
   std::string where;
   auto connection = connect_for(common, key, where);
   if (!connection) return fail(common, connection.error(), where);
-  auto grant =
-      parsed.count("semaphore") != 0
-          ? connection->sem_lock(key, timeout, parsed["semaphore"].as<std::int64_t>(), lease)
-          : connection->lock(key, timeout, lease);
+  Result<Grant> grant = make_error(ErrorCode::kIo, "not sent");
+  if (mode) {
+    grant = connection->rw_lock(key, *mode, timeout, lease);
+  } else if (parsed.count("semaphore") != 0) {
+    grant = connection->sem_lock(key, timeout, parsed["semaphore"].as<std::int64_t>(), lease);
+  } else {
+    grant = connection->lock(key, timeout, lease);
+  }
   if (!grant) return fail(common, grant.error(), key);
   if (common.json) {
     Json out = {{"ok", true},
@@ -236,6 +264,7 @@ int do_acquire(const cxxopts::ParseResult& parsed, const Common& common) {
                 {"fence", grant->fence()},
                 {"lease_s", grant->lease.count()},
                 {"server", connection->endpoint().to_string()}};
+    if (mode) out["mode"] = rw_mode_name(*mode);
     std::cout << out.dump() << "\n";
   } else {
     std::cout << grant->token.to_string() << " " << grant->fence() << " " << grant->lease.count()
@@ -245,7 +274,7 @@ int do_acquire(const cxxopts::ParseResult& parsed, const Common& common) {
 }
 
 int do_release_or_renew(const cxxopts::ParseResult& parsed, const Common& common, bool renew) {
-  const std::string key = required(parsed, "key");
+  const auto [key, mode] = read_target(parsed);
   if (auto valid = validate_key(key); !valid) return fail(common, valid.error());
   auto token = parse_token(required(parsed, "token"));
   if (!token) return fail(common, token.error());
@@ -254,15 +283,25 @@ int do_release_or_renew(const cxxopts::ParseResult& parsed, const Common& common
   auto connection = connect_for(common, key, where);
   if (!connection) return fail(common, connection.error(), where);
   if (!renew) {
-    auto released =
-        semaphore ? connection->sem_release(key, *token) : connection->release(key, *token);
+    Result<void> released;
+    if (mode) {
+      released = connection->rw_release(key, *mode, *token);
+    } else {
+      released =
+          semaphore ? connection->sem_release(key, *token) : connection->release(key, *token);
+    }
     if (!released) return fail(common, released.error(), key);
     std::cout << (common.json ? Json{{"ok", true}}.dump() : "ok") << "\n";
     return kExitOk;
   }
   const Seconds lease = seconds_option(parsed, "lease");
-  auto renewed =
-      semaphore ? connection->sem_renew(key, *token, lease) : connection->renew(key, *token, lease);
+  Result<Seconds> renewed = make_error(ErrorCode::kIo, "not sent");
+  if (mode) {
+    renewed = connection->rw_renew(key, *mode, *token, lease);
+  } else {
+    renewed = semaphore ? connection->sem_renew(key, *token, lease)
+                        : connection->renew(key, *token, lease);
+  }
   if (!renewed) return fail(common, renewed.error(), key);
   if (common.json) {
     std::cout << Json{{"ok", true}, {"lease_s", renewed->count()}}.dump() << "\n";
@@ -411,6 +450,7 @@ struct RunOptions {
   Seconds timeout{10};
   Seconds lease{0};
   std::optional<std::int64_t> limit;
+  std::optional<RwMode> mode;  // --read or --write: a read-write lock
   double grace_s = 10;
   bool kill_on_loss = true;
   std::vector<std::string> command;
@@ -465,14 +505,14 @@ int do_run(const Common& common, const RunOptions& run) {
     const auto take = [&](auto guard) {
       result = guard ? Result<Guard>(Guard(std::move(*guard))) : Result<Guard>(guard.error());
     };
-    if (run.limit && common.replicated) {
-      take(members.semaphore(run.key, *run.limit, options));
-    } else if (run.limit) {
-      take(cluster.semaphore(run.key, *run.limit, options));
-    } else if (common.replicated) {
-      take(members.lock(run.key, options));
+    if (run.limit) {
+      take(common.replicated ? members.semaphore(run.key, *run.limit, options)
+                             : cluster.semaphore(run.key, *run.limit, options));
+    } else if (run.mode) {
+      take(common.replicated ? members.rw_lock(run.key, *run.mode, options)
+                             : cluster.rw_lock(run.key, *run.mode, options));
     } else {
-      take(cluster.lock(run.key, options));
+      take(common.replicated ? members.lock(run.key, options) : cluster.lock(run.key, options));
     }
     acquired.emplace(std::move(result));
     const std::uint64_t one = 1;
@@ -788,6 +828,12 @@ cxxopts::Options command_options(const std::string& command) {
   cxxopts::Options options("turnstile " + command);
   add_common_options(options);
   auto add = options.add_options();
+  if (command == "acquire" || command == "run" || command == "release" || command == "renew") {
+    add("read", "read-write lock key, read mode (shared with other readers); not with --key",
+        cxxopts::value<std::string>())(
+        "write", "read-write lock key, write mode (exclusive); not with --key",
+        cxxopts::value<std::string>());
+  }
   if (command == "acquire" || command == "run") {
     add("k,key", "lock key", cxxopts::value<std::string>())(
         "t,timeout", "seconds to wait for the lock (0: try once)",
@@ -902,7 +948,9 @@ int dispatch(int argc, char** argv) {
   if (command.starts_with("cluster ")) return do_cluster(parsed, common, command.substr(8));
 
   RunOptions run;
-  run.key = required(parsed, "key");
+  const Target target = read_target(parsed);
+  run.key = target.key;
+  run.mode = target.mode;
   run.timeout = seconds_option(parsed, "timeout");
   run.lease = seconds_option(parsed, "lease");
   if (parsed.count("semaphore") != 0) run.limit = parsed["semaphore"].as<std::int64_t>();

@@ -35,6 +35,9 @@ class Cluster {
   Result<PendingLock> enqueue_lock(std::string key, GuardOptions options = {}) const;
   Result<PendingSemaphore> enqueue_semaphore(std::string key, std::int64_t limit,
                                              GuardOptions options = {}) const;
+  Result<RwLock> rw_lock(std::string key, RwMode mode, GuardOptions options = {}) const;
+  Result<PendingRwLock> enqueue_rw_lock(std::string key, RwMode mode,
+                                        GuardOptions options = {}) const;
 
  private:
   std::vector<Endpoint> servers_;

@@ -630,8 +630,8 @@ Result<EnqueueResult> do_enqueue(Connection::Impl* impl, const core::Request& re
 
 namespace {
 
-// The lock and semaphore forms of each command differ only in the command and the limit (a lock
-// is a resource of limit 1), so each pair shares one of these.
+// The lock, semaphore and read-write forms of each command differ only in the command and the
+// limit (a lock or a read-write lock is a resource of limit 1), so they share one of these.
 
 Result<Grant> acquire_on(Connection::Impl* impl, core::Command command, std::string_view key,
                          Seconds timeout, std::int64_t limit, Seconds lease) {
@@ -727,6 +727,41 @@ Result<Grant> Connection::wait(std::string_view key, Seconds timeout) {
 
 Result<Grant> Connection::sem_wait(std::string_view key, Seconds timeout) {
   return wait_on(open_impl(), core::Command::kSemWait, key, timeout);
+}
+
+namespace {
+
+// The command of `operation` in the read-write namespace, in `mode`.
+core::Command rw_command(RwMode mode, core::Operation operation) {
+  return core::command_like(
+      mode == RwMode::kRead ? core::Command::kReadLock : core::Command::kWriteLock, operation);
+}
+
+}  // namespace
+
+std::string_view rw_mode_name(RwMode mode) { return mode == RwMode::kRead ? "read" : "write"; }
+
+Result<Grant> Connection::rw_lock(std::string_view key, RwMode mode, Seconds timeout,
+                                  Seconds lease) {
+  return acquire_on(open_impl(), rw_command(mode, core::Operation::kAcquire), key, timeout, 1,
+                    lease);
+}
+
+Result<void> Connection::rw_release(std::string_view key, RwMode mode, const core::Token& token) {
+  return release_on(open_impl(), rw_command(mode, core::Operation::kRelease), key, token);
+}
+
+Result<Seconds> Connection::rw_renew(std::string_view key, RwMode mode, const core::Token& token,
+                                     Seconds lease) {
+  return renew_on(open_impl(), rw_command(mode, core::Operation::kRenew), key, token, lease);
+}
+
+Result<EnqueueResult> Connection::rw_enqueue(std::string_view key, RwMode mode, Seconds lease) {
+  return enqueue_on(open_impl(), rw_command(mode, core::Operation::kEnqueue), key, 1, lease);
+}
+
+Result<Grant> Connection::rw_wait(std::string_view key, RwMode mode, Seconds timeout) {
+  return wait_on(open_impl(), rw_command(mode, core::Operation::kWait), key, timeout);
 }
 
 Result<void> Connection::ping() {

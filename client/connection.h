@@ -3,10 +3,10 @@
 //
 // Each call sends one request (three lines, encoded by core::encode_request) and reads its one
 // reply line. A reply is waited for at most `reply_timeout`, plus the request's own timeout for
-// the blocking commands (l, sl, w, sw). When no reply comes in time, or the connection fails, the
-// call returns kIo and the connection is closed: a reply arriving later could otherwise be taken
-// for the answer to the next request. `error_auth` and `error_draining` also close it (the
-// server closes its side after sending them).
+// the blocking commands (l, sl, rl, wl, w, sw, rw, ww). When no reply comes in time, or the
+// connection fails, the call returns kIo and the connection is closed: a reply arriving later could
+// otherwise be taken for the answer to the next request. `error_auth` and `error_draining` also
+// close it (the server closes its side after sending them).
 //
 // Arguments are checked before anything is sent, with the server's rules (docs/protocol.md):
 // a key is 1..256 bytes without space, tab, CR or LF; a token is 32 lowercase hex characters;
@@ -82,7 +82,16 @@ struct Grant {
   std::uint64_t fence() const { return token.fence.value; }
 };
 
-// The reply to `e` / `se`: granted at once (`acquired`, the lease is already running) or queued.
+// The two modes of a read-write lock: kRead is shared (readers hold it together), kWrite is
+// exclusive (a writer holds it alone). Read-write locks are a key space of their own, apart from
+// locks and semaphores.
+enum class RwMode : std::uint8_t { kRead, kWrite };
+
+// "read" or "write".
+std::string_view rw_mode_name(RwMode mode);
+
+// The reply to `e` / `se` / `re` / `we`: granted at once (`acquired`, the lease is already running)
+// or queued.
 struct EnqueueResult {
   std::optional<Grant> acquired;  // nullopt: `queued`
 };
@@ -135,6 +144,19 @@ class Connection {
   Result<EnqueueResult> sem_enqueue(std::string_view key, std::int64_t limit,
                                     Seconds lease = Seconds{0});
   Result<Grant> sem_wait(std::string_view key, Seconds timeout);
+
+  // Read-write locks (`rl wl`, `rr wr`, `rn wn`, `re we`, `rw ww`): `mode` picks the read or the
+  // write form. Readers share the key; a writer holds it alone; the queue is FIFO, and a queued
+  // writer keeps later readers waiting. A token is released or renewed only in the mode that
+  // granted it (the other mode's command is refused: kProtocol), and rw_wait only follows an
+  // rw_enqueue of the same mode (else kNotEnqueued).
+  Result<Grant> rw_lock(std::string_view key, RwMode mode, Seconds timeout,
+                        Seconds lease = Seconds{0});
+  Result<void> rw_release(std::string_view key, RwMode mode, const core::Token& token);
+  Result<Seconds> rw_renew(std::string_view key, RwMode mode, const core::Token& token,
+                           Seconds lease = Seconds{0});
+  Result<EnqueueResult> rw_enqueue(std::string_view key, RwMode mode, Seconds lease = Seconds{0});
+  Result<Grant> rw_wait(std::string_view key, RwMode mode, Seconds timeout);
 
   Result<void> ping();
   Result<StatsResult> stats();

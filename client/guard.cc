@@ -28,6 +28,7 @@ std::string_view loss_reason_name(LossReason reason) {
 struct Guard::State {
   Connection connection;
   core::Namespace space = core::Namespace::kLock;
+  RwMode mode = RwMode::kWrite;  // kReadWrite: which kind of slot
   std::string key;
   std::int64_t limit = 1;
   GuardOptions options;
@@ -72,9 +73,37 @@ struct Guard::State {
     return std::chrono::duration_cast<Clock::duration>(lease * fraction);
   }
 
+  // The guard's commands in its namespace (and mode), on `on`.
+  Result<Grant> acquire_on(Connection& on) {
+    if (space == core::Namespace::kSemaphore) {
+      return on.sem_lock(key, options.timeout, limit, options.lease);
+    }
+    if (space == core::Namespace::kReadWrite) {
+      return on.rw_lock(key, mode, options.timeout, options.lease);
+    }
+    return on.lock(key, options.timeout, options.lease);
+  }
+  Result<EnqueueResult> enqueue_on(Connection& on) {
+    if (space == core::Namespace::kSemaphore) return on.sem_enqueue(key, limit, options.lease);
+    if (space == core::Namespace::kReadWrite) return on.rw_enqueue(key, mode, options.lease);
+    return on.enqueue(key, options.lease);
+  }
+  Result<Grant> wait_on(Connection& on, Seconds timeout) {
+    if (space == core::Namespace::kSemaphore) return on.sem_wait(key, timeout);
+    if (space == core::Namespace::kReadWrite) return on.rw_wait(key, mode, timeout);
+    return on.wait(key, timeout);
+  }
+  Result<Seconds> renew_on(Connection& on) {
+    if (space == core::Namespace::kSemaphore) return on.sem_renew(key, grant.token, grant.lease);
+    if (space == core::Namespace::kReadWrite) {
+      return on.rw_renew(key, mode, grant.token, grant.lease);
+    }
+    return on.renew(key, grant.token, grant.lease);
+  }
   Result<void> release_on(Connection& on) {
-    return space == core::Namespace::kLock ? on.release(key, grant.token)
-                                           : on.sem_release(key, grant.token);
+    if (space == core::Namespace::kSemaphore) return on.sem_release(key, grant.token);
+    if (space == core::Namespace::kReadWrite) return on.rw_release(key, mode, grant.token);
+    return on.release(key, grant.token);
   }
 
   void declare_lost(LossReason reason, Error error) {
@@ -108,9 +137,7 @@ struct Guard::State {
       if (sent_at >= deadline) break;
       fresh->set_reply_timeout(
           std::max(Milliseconds{1}, std::chrono::ceil<Milliseconds>(deadline - sent_at)));
-      auto renewed = space == core::Namespace::kLock
-                         ? fresh->renew(key, grant.token, grant.lease)
-                         : fresh->sem_renew(key, grant.token, grant.lease);
+      auto renewed = renew_on(*fresh);
       if (renewed) {
         {
           std::lock_guard guard(mutex);
@@ -152,9 +179,7 @@ struct Guard::State {
           std::max(Milliseconds{1}, std::chrono::ceil<Milliseconds>(deadline - sent_at));
       connection.set_reply_timeout(options.reconnect ? std::max(Milliseconds{1}, reply_wait / 2)
                                                      : reply_wait);
-      auto renewed = space == core::Namespace::kLock
-                         ? connection.renew(key, grant.token, grant.lease)
-                         : connection.sem_renew(key, grant.token, grant.lease);
+      auto renewed = renew_on(connection);
       if (!renewed && options.reconnect && node_could_not_answer(renewed.error().code)) {
         auto moved = renew_after_failover(deadline);
         if (moved) {
@@ -274,17 +299,26 @@ Result<void> Guard::release() {
 
 namespace {
 
-std::unique_ptr<Guard::State> make_state(Connection connection, core::Namespace space,
-                                         std::string key, std::int64_t limit,
-                                         GuardOptions options) {
-  auto state = std::make_unique<Guard::State>();
-  state->connection = std::move(connection);
-  state->space = space;
-  state->key = std::move(key);
-  state->limit = limit;
-  state->options = std::move(options);
-  return state;
-}
+// What a guard holds: its namespace, and the limit (semaphores) or the mode (read-write locks).
+struct Kind {
+  core::Namespace space = core::Namespace::kLock;
+  std::int64_t limit = 1;
+  RwMode mode = RwMode::kWrite;
+
+  static Kind lock() { return Kind{}; }
+  static Kind semaphore(std::int64_t limit) {
+    Kind kind;
+    kind.space = core::Namespace::kSemaphore;
+    kind.limit = limit;
+    return kind;
+  }
+  static Kind rw(RwMode mode) {
+    Kind kind;
+    kind.space = core::Namespace::kReadWrite;
+    kind.mode = mode;
+    return kind;
+  }
+};
 
 Result<void> check_options(const GuardOptions& options) {
   if (!(options.renew_ratio > 0 && options.renew_ratio < 1)) {
@@ -296,51 +330,96 @@ Result<void> check_options(const GuardOptions& options) {
   return {};
 }
 
+Result<std::unique_ptr<Guard::State>> make_state(Connection connection, Kind kind, std::string key,
+                                                 GuardOptions options) {
+  if (auto checked = check_options(options); !checked) return checked.error();
+  auto state = std::make_unique<Guard::State>();
+  state->connection = std::move(connection);
+  state->space = kind.space;
+  state->limit = kind.limit;
+  state->mode = kind.mode;
+  state->key = std::move(key);
+  state->options = std::move(options);
+  return state;
+}
+
+// Acquires (`l`, `sl`, `rl`, `wl`) on the state's connection and starts renewing; `wrap` (a
+// lambda of the guard's class, which may call its constructor) makes the guard.
+template <typename Wrap>
+auto acquire_guard(Result<std::unique_ptr<Guard::State>> made, Wrap wrap)
+    -> Result<decltype(wrap(std::move(*made)))> {
+  if (!made) return made.error();
+  std::unique_ptr<Guard::State> state = std::move(*made);
+  auto grant = state->acquire_on(state->connection);
+  if (!grant) return grant.error();
+  state->start(*grant, Clock::now());
+  return wrap(std::move(state));
+}
+
+// Enqueues (`e`, `se`, `re`, `we`) on the state's connection; `wrap` makes the pending that
+// waits later, from the state and whether the grant was immediate.
+template <typename Wrap>
+auto enqueue_pending(Result<std::unique_ptr<Guard::State>> made, Wrap wrap)
+    -> Result<decltype(wrap(std::move(*made), false))> {
+  if (!made) return made.error();
+  std::unique_ptr<Guard::State> state = std::move(*made);
+  auto enqueued = state->enqueue_on(state->connection);
+  if (!enqueued) return enqueued.error();
+  const bool acquired = enqueued->acquired.has_value();
+  return wrap(std::move(state), acquired);
+}
+
 }  // namespace
 
 Result<Lock> Lock::acquire(Connection connection, std::string key, GuardOptions options) {
-  if (auto checked = check_options(options); !checked) return checked.error();
-  auto grant = connection.lock(key, options.timeout, options.lease);
-  if (!grant) return grant.error();
-  const auto granted_at = Clock::now();
-  auto state = make_state(std::move(connection), core::Namespace::kLock, std::move(key), 1,
-                          std::move(options));
-  state->start(*grant, granted_at);
-  return Lock(std::move(state));
+  return acquire_guard(
+      make_state(std::move(connection), Kind::lock(), std::move(key), std::move(options)),
+      [](std::unique_ptr<State> state) { return Lock(std::move(state)); });
+}
+
+Result<PendingLock> Lock::enqueue(Connection connection, std::string key, GuardOptions options) {
+  return enqueue_pending(
+      make_state(std::move(connection), Kind::lock(), std::move(key), std::move(options)),
+      [](std::unique_ptr<State> state, bool acquired) {
+        return PendingLock(std::move(state), acquired);
+      });
 }
 
 Result<Semaphore> Semaphore::acquire(Connection connection, std::string key, std::int64_t limit,
                                      GuardOptions options) {
-  if (auto checked = check_options(options); !checked) return checked.error();
-  auto grant = connection.sem_lock(key, options.timeout, limit, options.lease);
-  if (!grant) return grant.error();
-  const auto granted_at = Clock::now();
-  auto state = make_state(std::move(connection), core::Namespace::kSemaphore, std::move(key), limit,
-                          std::move(options));
-  state->start(*grant, granted_at);
-  return Semaphore(std::move(state));
-}
-
-std::int64_t Semaphore::limit() const { return state_->limit; }
-
-Result<PendingLock> Lock::enqueue(Connection connection, std::string key, GuardOptions options) {
-  if (auto checked = check_options(options); !checked) return checked.error();
-  auto enqueued = connection.enqueue(key, options.lease);
-  if (!enqueued) return enqueued.error();
-  auto state = make_state(std::move(connection), core::Namespace::kLock, std::move(key), 1,
-                          std::move(options));
-  return PendingLock(std::move(state), enqueued->acquired.has_value());
+  return acquire_guard(
+      make_state(std::move(connection), Kind::semaphore(limit), std::move(key), std::move(options)),
+      [](std::unique_ptr<State> state) { return Semaphore(std::move(state)); });
 }
 
 Result<PendingSemaphore> Semaphore::enqueue(Connection connection, std::string key,
                                             std::int64_t limit, GuardOptions options) {
-  if (auto checked = check_options(options); !checked) return checked.error();
-  auto enqueued = connection.sem_enqueue(key, limit, options.lease);
-  if (!enqueued) return enqueued.error();
-  auto state = make_state(std::move(connection), core::Namespace::kSemaphore, std::move(key), limit,
-                          std::move(options));
-  return PendingSemaphore(std::move(state), enqueued->acquired.has_value());
+  return enqueue_pending(
+      make_state(std::move(connection), Kind::semaphore(limit), std::move(key), std::move(options)),
+      [](std::unique_ptr<State> state, bool acquired) {
+        return PendingSemaphore(std::move(state), acquired);
+      });
 }
+
+std::int64_t Semaphore::limit() const { return state_->limit; }
+
+Result<RwLock> RwLock::acquire(Connection connection, std::string key, RwMode mode,
+                               GuardOptions options) {
+  return acquire_guard(
+      make_state(std::move(connection), Kind::rw(mode), std::move(key), std::move(options)),
+      [](std::unique_ptr<State> state) { return RwLock(std::move(state)); });
+}
+
+Result<PendingRwLock> RwLock::enqueue(Connection connection, std::string key, RwMode mode,
+                                      GuardOptions options) {
+  return enqueue_pending(
+      make_state(std::move(connection), Kind::rw(mode), std::move(key), std::move(options)),
+      [](std::unique_ptr<State> state, bool acquired) {
+        return PendingRwLock(std::move(state), acquired);
+      });
+}
+
+RwMode RwLock::mode() const { return state_->mode; }
 
 Pending::Pending(std::unique_ptr<Guard::State> state, bool acquired)
     : state_(std::move(state)), acquired_(acquired) {}
@@ -353,9 +432,7 @@ bool Pending::acquired() const { return acquired_; }
 Result<std::unique_ptr<Guard::State>> Pending::wait_state(Seconds timeout) {
   if (state_ == nullptr) return make_error(ErrorCode::kNotEnqueued, "already waited");
   auto state = std::move(state_);
-  auto grant = state->space == core::Namespace::kLock
-                   ? state->connection.wait(state->key, timeout)
-                   : state->connection.sem_wait(state->key, timeout);
+  auto grant = state->wait_on(state->connection, timeout);
   if (!grant) return grant.error();
   state->start(*grant, Clock::now());
   return state;
@@ -371,6 +448,12 @@ Result<Semaphore> PendingSemaphore::wait(Seconds timeout) {
   auto state = wait_state(timeout);
   if (!state) return state.error();
   return Semaphore(std::move(*state));
+}
+
+Result<RwLock> PendingRwLock::wait(Seconds timeout) {
+  auto state = wait_state(timeout);
+  if (!state) return state.error();
+  return RwLock(std::move(*state));
 }
 
 }  // namespace turnstile::client

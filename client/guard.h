@@ -1,10 +1,13 @@
-// RAII guards over one held lock or semaphore slot, with background lease renewal.
+// RAII guards over one held lock, semaphore slot or read-write lock (read or write), with
+// background lease renewal.
 //
 //   auto connection = Connection::connect(endpoint);          // or Cluster::connect_for(key)
 //   auto lock = Lock::acquire(std::move(*connection), "build-job", {.timeout = Seconds{30}});
 //   if (!lock) { ... lock.error().code == ErrorCode::kTimeout ... }
 //   write_with_fence(lock->fence());                           // u64 from the token
 //   // ~Lock releases (r) and closes the connection.
+//   auto reader = RwLock::acquire(std::move(*other), "catalog", RwMode::kRead, options);
+//   // readers share "catalog"; a RwMode::kWrite guard holds it alone. ~RwLock sends rr (or wr).
 //
 // A guard owns its Connection: the lock lives and dies with it (the server's default
 // --auto-release-on-disconnect), and nothing else can block the connection the renewals need.
@@ -106,8 +109,9 @@ class Guard {
   bool held() const { return state() == GuardState::kHeld; }
   std::optional<LossEvent> loss() const;  // set once state() is kLost
 
-  // Stops renewing, releases (`r`/`sr`) if still held, closes the connection. Errors: what the
-  // release returned; kLeaseExpired if the lock had been lost; nothing if already released.
+  // Stops renewing, releases (`r`/`sr`/`rr`/`wr`) if still held, closes the connection. Errors:
+  // what the release returned; kLeaseExpired if the lock had been lost; nothing if already
+  // released.
   Result<void> release();
 
   struct State;  // implementation detail (guard.cc)
@@ -119,6 +123,7 @@ class Guard {
 
 class PendingLock;
 class PendingSemaphore;
+class PendingRwLock;
 
 class Lock : public Guard {
  public:
@@ -147,6 +152,22 @@ class Semaphore : public Guard {
   using Guard::Guard;
 };
 
+class RwLock : public Guard {
+ public:
+  // `rl`/`wl key timeout [lease]`: a read lock (shared with other readers) or a write lock
+  // (alone), renewed with `rn`/`wn` and released with `rr`/`wr`.
+  static Result<RwLock> acquire(Connection connection, std::string key, RwMode mode,
+                                GuardOptions options = {});
+  // Two-phase, step one: `re`/`we key [lease]`. Wait with PendingRwLock::wait (`rw`/`ww`).
+  static Result<PendingRwLock> enqueue(Connection connection, std::string key, RwMode mode,
+                                       GuardOptions options = {});
+  RwMode mode() const;
+
+ private:
+  friend class PendingRwLock;
+  using Guard::Guard;
+};
+
 // Two-phase acquisition between `e` and `w`: the place in the queue is held by the connection.
 // Destroying it without waiting closes the connection, which gives the place (or the grant) up.
 class Pending {
@@ -161,7 +182,7 @@ class Pending {
 
  protected:
   explicit Pending(std::unique_ptr<Guard::State> state, bool acquired);
-  // `w`/`sw`: the state of a held guard, or the error (kTimeout, kLeaseExpired, ...). The
+  // `w`/`sw`/`rw`/`ww`: the state of a held guard, or the error (kTimeout, kLeaseExpired, ...). The
   // pending is spent afterwards either way (a second wait() returns kNotEnqueued).
   Result<std::unique_ptr<Guard::State>> wait_state(Seconds timeout);
 
@@ -184,6 +205,15 @@ class PendingSemaphore : public Pending {
 
  private:
   friend class Semaphore;
+  using Pending::Pending;
+};
+
+class PendingRwLock : public Pending {
+ public:
+  Result<RwLock> wait(Seconds timeout);
+
+ private:
+  friend class RwLock;
   using Pending::Pending;
 };
 

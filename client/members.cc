@@ -189,4 +189,11 @@ Result<Semaphore> Members::semaphore(std::string key, std::int64_t limit,
   });
 }
 
+Result<RwLock> Members::rw_lock(std::string key, RwMode mode, GuardOptions options) const {
+  options = Shared::riding(shared_, std::move(options));
+  return shared_->acquire_on_leader(options.timeout, [&](Connection connection) {
+    return RwLock::acquire(std::move(connection), key, mode, options);
+  });
+}
+
 }  // namespace turnstile::client

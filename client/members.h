@@ -66,6 +66,9 @@ class Members {
   // it takes back its own slot or queue place there, never a second one.
   Result<Lock> lock(std::string key, GuardOptions options = {}) const;
   Result<Semaphore> semaphore(std::string key, std::int64_t limit, GuardOptions options = {}) const;
+  // A read or write lock (guard.h, RwLock), likewise: a read lock taken back under the same ref
+  // stays a read lock, a write lock a write lock.
+  Result<RwLock> rw_lock(std::string key, RwMode mode, GuardOptions options = {}) const;
 
   struct Shared;  // implementation detail (members.cc)
 

@@ -1,6 +1,7 @@
 // The `turnstile` CLI against a real turnstiled: every subcommand, the documented exit codes, and
 // `run`: the lock held for the command's lifetime, the fence in its environment, exit codes and
-// signals passed through, signals forwarded, the command terminated when the lock is lost.
+// signals passed through, signals forwarded, the command terminated when the lock is lost; and
+// read-write locks (`--read`, `--write`): readers run together, a writer alone.
 #include "client/cli.h"
 
 #include <fcntl.h>
@@ -136,6 +137,15 @@ Connection connect_to(const Daemon& daemon) {
   return std::move(*connection);
 }
 
+// Runs `args` with --json, which the server must refuse with a plain `error` (a token that matches
+// no holder): exit 1 and {"error":"protocol"} on stdout.
+void expect_refused(const TempDir& dir, std::vector<std::string> args) {
+  args.push_back("--json");
+  const Outcome outcome = run_cli(dir, std::move(args));
+  EXPECT_EQ(outcome.code, kExitError) << outcome.err;
+  EXPECT_EQ(Json::parse(outcome.out, nullptr, false).value("error", ""), "protocol") << outcome.out;
+}
+
 TEST(TurnstileCli, PingStatsAcquireRenewRelease) {
   Daemon daemon({"--auto-release-on-disconnect=false"});
   TempDir dir;
@@ -171,10 +181,7 @@ TEST(TurnstileCli, PingStatsAcquireRenewRelease) {
       run_cli(dir, {"release", "-s", server(daemon), "--key", "job", "--token", token});
   EXPECT_EQ(released.code, kExitOk) << released.err;
   EXPECT_EQ(released.out, "ok\n");
-  const Outcome again =
-      run_cli(dir, {"release", "-s", server(daemon), "--key", "job", "--token", token, "--json"});
-  EXPECT_EQ(again.code, kExitError);
-  EXPECT_EQ(Json::parse(again.out)["error"], "protocol");
+  expect_refused(dir, {"release", "-s", server(daemon), "--key", "job", "--token", token});
 
   // Semaphores.
   const Outcome slot = run_cli(
@@ -189,6 +196,66 @@ TEST(TurnstileCli, PingStatsAcquireRenewRelease) {
                           "--semaphore"})
                 .code,
             kExitOk);
+}
+
+TEST(TurnstileCli, ReadWriteAcquireRenewRelease) {
+  Daemon daemon({"--auto-release-on-disconnect=false"});
+  TempDir dir;
+  const Outcome first =
+      run_cli(dir, {"acquire", "-s", server(daemon), "--read", "doc", "--lease", "30", "--json"});
+  ASSERT_EQ(first.code, kExitOk) << first.err;
+  const Json grant = Json::parse(first.out);
+  EXPECT_EQ(grant["key"], "doc");
+  EXPECT_EQ(grant["mode"], "read");
+  const std::string token = grant["token"];
+  // Readers share: a second read lock is granted while the first is held.
+  const Outcome second = run_cli(dir, {"acquire", "-s", server(daemon), "--read", "doc"});
+  ASSERT_EQ(second.code, kExitOk) << second.err;
+  const std::string second_token = second.out.substr(0, second.out.find(' '));
+  ASSERT_EQ(second_token.size(), 32U) << second.out;
+  // A writer is not.
+  EXPECT_EQ(run_cli(dir, {"acquire", "-s", server(daemon), "--write", "doc", "-t", "0"}).code,
+            kExitTimedOut);
+  // The lock with the same name is another key space: free.
+  EXPECT_EQ(run_cli(dir, {"acquire", "-s", server(daemon), "--key", "doc", "-t", "0"}).code,
+            kExitOk);
+
+  const Outcome renewed =
+      run_cli(dir, {"renew", "-s", server(daemon), "--read", "doc", "--token", token, "-l", "45"});
+  EXPECT_EQ(renewed.code, kExitOk) << renewed.err;
+  EXPECT_EQ(renewed.out, "45\n");
+  // A read token is not released as a write lock (nor as a lock), and stays held.
+  expect_refused(dir, {"release", "-s", server(daemon), "--write", "doc", "--token", token});
+  expect_refused(dir, {"release", "-s", server(daemon), "--key", "doc", "--token", token});
+  expect_refused(dir, {"renew", "-s", server(daemon), "--write", "doc", "--token", token});
+  for (const std::string& held : {token, second_token}) {
+    const Outcome released =
+        run_cli(dir, {"release", "-s", server(daemon), "--read", "doc", "--token", held});
+    EXPECT_EQ(released.code, kExitOk) << released.err;
+    EXPECT_EQ(released.out, "ok\n");
+  }
+  const Outcome writer =
+      run_cli(dir, {"acquire", "-s", server(daemon), "--write", "doc", "-t", "0", "--json"});
+  ASSERT_EQ(writer.code, kExitOk) << writer.err;
+  EXPECT_EQ(Json::parse(writer.out)["mode"], "write");
+  EXPECT_GT(Json::parse(writer.out)["fence"].get<std::uint64_t>(),
+            grant["fence"].get<std::uint64_t>());
+
+  // One of --key, --read and --write; no --semaphore with a read-write lock.
+  EXPECT_EQ(run_cli(dir, {"acquire", "-s", server(daemon), "--key", "a", "--read", "a"}).code,
+            kExitUsage);
+  EXPECT_EQ(run_cli(dir, {"acquire", "-s", server(daemon), "--read", "a", "--write", "a"}).code,
+            kExitUsage);
+  EXPECT_EQ(run_cli(dir, {"acquire", "-s", server(daemon), "--read", "a", "--semaphore", "2"}).code,
+            kExitUsage);
+  EXPECT_EQ(
+      run_cli(dir, {"release", "-s", server(daemon), "--read", "a", "--token", "NOTHEX"}).code,
+      kExitUsage);
+  EXPECT_EQ(run_cli(dir, {"acquire", "-s", server(daemon), "--write", "a b"}).code, kExitUsage);
+  const Outcome help = run_cli(dir, {"run", "--help"});
+  EXPECT_EQ(help.code, kExitOk);
+  EXPECT_NE(help.out.find("--read"), std::string::npos) << help.out;
+  EXPECT_NE(help.out.find("--write"), std::string::npos) << help.out;
 }
 
 TEST(TurnstileCli, SeveralServers) {
@@ -301,6 +368,88 @@ TEST(TurnstileCli, SecondRunWaitsForTheFirst) {
   EXPECT_GE(second_start, first_end);
   EXPECT_GT(std::stoull(read_file(dir.file("b_fence"))),
             std::stoull(read_file(dir.file("a_fence"))));
+}
+
+// A command that marks `mine` and then waits about `seconds` for `other` to appear: it exits 0 if
+// it appeared, 3 if not.
+std::string meet_script(const std::string& mine, const std::string& other, int seconds = 10) {
+  return "echo \"$TURNSTILE_KEY $TURNSTILE_FENCE\" > '" + mine + "'; i=0; while [ ! -e '" + other +
+         "' ]; do sleep 0.05; i=$((i+1)); [ $i -gt " + std::to_string(seconds * 20) +
+         " ] && exit 3; done; exit 0";
+}
+
+TEST(TurnstileCli, RunReadLetsTwoCommandsRunAtOnce) {
+  Daemon daemon;
+  TempDir dir;
+  const std::string a = dir.file("a"), b = dir.file("b");
+  Cli first(dir, {"run", "-s", server(daemon), "--read", "shared", "-t", "30", "--", "sh", "-c",
+                  meet_script(a, b)});
+  Cli second(dir, {"run", "-s", server(daemon), "--read", "shared", "-t", "30", "--", "sh", "-c",
+                   meet_script(b, a)});
+  EXPECT_EQ(first.wait(), 0) << first.err();
+  EXPECT_EQ(second.wait(), 0) << second.err();
+  EXPECT_EQ(read_file(a).substr(0, 7), "shared ") << read_file(a);
+  // The same two as writers cannot meet: the second waits until the first has given up.
+  const std::string c = dir.file("c"), d = dir.file("d");
+  Cli writer(dir, {"run", "-s", server(daemon), "--write", "shared", "-t", "30", "--", "sh", "-c",
+                   meet_script(c, d, 2)});
+  ASSERT_TRUE(eventually([&] { return exists(c); }, 20s));
+  Cli other(dir, {"run", "-s", server(daemon), "--write", "shared", "-t", "30", "--", "sh", "-c",
+                  meet_script(d, c, 2)});
+  EXPECT_EQ(writer.wait(), 3) << writer.err();  // gave up waiting for the other
+  EXPECT_EQ(other.wait(), 0) << other.err();    // started after: the first's mark was there
+}
+
+TEST(TurnstileCli, RunWriteWaitsForTheReadersAndKeepsLaterReadersOut) {
+  Daemon daemon;
+  TempDir dir;
+  const auto stamp = [&](const std::string& name) {
+    return "date +%s%N > '" + dir.file(name) + "'";
+  };
+  // A reader holds the key for 2 s; a writer queues behind it; a reader that comes after the
+  // writer queued waits for the writer (no reader overtakes a queued writer).
+  Cli reader(dir, {"run", "-s", server(daemon), "--read", "rw", "--", "sh", "-c",
+                   stamp("r_start") + "; sleep 2; " + stamp("r_end")});
+  ASSERT_TRUE(eventually([&] { return exists(dir.file("r_start")); }, 20s));
+  Cli writer(dir, {"run", "-s", server(daemon), "--write", "rw", "-t", "60", "--", "sh", "-c",
+                   stamp("w_start") + "; sleep 1; " + stamp("w_end")});
+  Connection observer = connect_to(daemon);
+  ASSERT_TRUE(eventually(
+      [&] {
+        auto stats = observer.stats();
+        return stats && stats->json.find("\"waiters\":1") != std::string::npos;
+      },
+      20s));
+  Cli late(dir, {"run", "-s", server(daemon), "--read", "rw", "-t", "60", "--", "sh", "-c",
+                 stamp("l_start")});
+  EXPECT_EQ(reader.wait(), 0) << reader.err();
+  EXPECT_EQ(writer.wait(), 0) << writer.err();
+  EXPECT_EQ(late.wait(), 0) << late.err();
+  const auto at = [&](const std::string& name) { return std::stoll(read_file(dir.file(name))); };
+  EXPECT_GE(at("w_start"), at("r_end"));
+  EXPECT_GE(at("l_start"), at("w_end"));
+}
+
+TEST(TurnstileCli, RunReadEndsWithTheLockLostWhenItsTokenIsReleased) {
+  Daemon daemon;
+  TempDir dir;
+  const std::string token_file = dir.file("token");
+  Cli cli(dir, {"run", "-s", server(daemon), "--read", "fragile", "--lease", "2", "--", "sh", "-c",
+                "echo $TURNSTILE_TOKEN > '" + token_file + "'; exec sleep 60"});
+  ASSERT_TRUE(eventually([&] { return read_file(token_file).size() == 33; }, 20s));
+  auto token = parse_token(read_file(token_file).substr(0, 32));
+  ASSERT_TRUE(token.ok());
+  Connection other = connect_to(daemon);
+  // Not a write token: refused, the run goes on.
+  const auto wrong_kind = other.rw_release("fragile", RwMode::kWrite, *token);
+  ASSERT_FALSE(wrong_kind.ok());
+  EXPECT_EQ(wrong_kind.error().code, ErrorCode::kProtocol);
+  EXPECT_EQ(cli.wait(1500ms), -1) << cli.err();
+  // Released as what it is: the next renew is refused, the command is ended.
+  ASSERT_TRUE(other.rw_release("fragile", RwMode::kRead, *token).ok());
+  EXPECT_EQ(cli.wait(20s), kExitLockLost) << cli.err();
+  EXPECT_NE(cli.err().find("lost the lock on fragile (renew_refused)"), std::string::npos)
+      << cli.err();
 }
 
 TEST(TurnstileCli, SignalsReachTheCommand) {

@@ -1,10 +1,12 @@
 // The client library against a real turnstiled on loopback: every call and every typed error,
-// TLS and auth, IPv6, placement over two servers, the RAII guards' renewal, release and loss.
+// TLS and auth, IPv6, placement over two servers, the RAII guards' renewal, release and loss,
+// and read-write locks (readers share, a writer waits for them, a token only in its own mode).
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -58,13 +60,14 @@ GuardOptions options_with(Seconds timeout, Seconds lease = 0s) {
   return options;
 }
 
-// The stats entry of `key` in the server's `array` ("locks" or "semaphores"), read over a
-// connection of its own; null when there is none.
+// The stats entry of `key` in the server's `array` ("locks", "semaphores" or "rw_locks", which
+// is absent while there are none), read over a connection of its own; null when there is none.
 Json stats_entry(const Daemon& daemon, const std::string& array, const std::string& key) {
   Connection observer = connect_or_die(local(daemon));
   auto stats = observer.stats();
   if (!stats) return Json();
   const Json parsed = Json::parse(stats->json);  // kept alive: the loop reads into it
+  if (!parsed.contains(array)) return Json();
   for (const Json& entry : parsed[array]) {
     if (entry["key"] == key) return entry;
   }
@@ -77,6 +80,17 @@ bool lock_waiters_reach(const Daemon& daemon, const std::string& key, std::int64
       [&] {
         const Json entry = stats_entry(daemon, "locks", key);
         return !entry.is_null() && entry["waiters"] == waiters;
+      },
+      10s);
+}
+
+// Waits until the server shows read-write lock `key` with `readers` readers and `waiters` queued.
+bool rw_lock_reaches(const Daemon& daemon, const std::string& key, std::int64_t readers,
+                     std::int64_t waiters) {
+  return eventually(
+      [&] {
+        const Json entry = stats_entry(daemon, "rw_locks", key);
+        return !entry.is_null() && entry["readers"] == readers && entry["waiters"] == waiters;
       },
       10s);
 }
@@ -250,6 +264,105 @@ TEST(ClientConnection, InvalidArgumentsAreRefusedBeforeSending) {
   // Nothing was sent: the connection is in step and the longest key works.
   EXPECT_TRUE(connection.ping().ok());
   EXPECT_TRUE(connection.lock(std::string(256, 'k'), 0s).ok());
+}
+
+// --- read-write locks
+
+TEST(ClientRwConnection, ReadersShareAndAWriterWaitsForThemAll) {
+  Daemon daemon;
+  Connection a = connect_or_die(local(daemon));
+  Connection b = connect_or_die(local(daemon));
+  Connection c = connect_or_die(local(daemon));
+  Connection d = connect_or_die(local(daemon));
+  auto first = a.rw_lock("doc", RwMode::kRead, 0s, 20s);
+  auto second = b.rw_lock("doc", RwMode::kRead, 0s);
+  ASSERT_TRUE(first.ok()) << first.error().to_string();
+  ASSERT_TRUE(second.ok()) << second.error().to_string();  // readers share: granted at once
+  EXPECT_EQ(first->lease, 20s);
+  EXPECT_NE(first->token, second->token);
+  EXPECT_EQ(stats_entry(daemon, "rw_locks", "doc")["readers"], 2);
+  EXPECT_EQ(code_of(c.rw_lock("doc", RwMode::kWrite, 0s)), ErrorCode::kTimeout);
+  // Read-write locks are a key space of their own: the lock "doc" is free.
+  EXPECT_TRUE(d.lock("doc", 0s).ok());
+
+  std::atomic<bool> written{false};
+  std::optional<Result<Grant>> writer;
+  std::thread writing([&] {
+    writer.emplace(c.rw_lock("doc", RwMode::kWrite, 30s));
+    written = true;
+  });
+  ASSERT_TRUE(rw_lock_reaches(daemon, "doc", 2, 1));
+  // A queued writer keeps a later reader out: no reader overtakes it.
+  EXPECT_EQ(code_of(d.rw_lock("doc", RwMode::kRead, 0s)), ErrorCode::kTimeout);
+  EXPECT_TRUE(a.rw_release("doc", RwMode::kRead, first->token).ok());
+  // One reader still holds it: the writer still waits.
+  EXPECT_TRUE(rw_lock_reaches(daemon, "doc", 1, 1));
+  EXPECT_FALSE(written.load());
+  EXPECT_TRUE(b.rw_release("doc", RwMode::kRead, second->token).ok());
+  writing.join();
+  ASSERT_TRUE(writer->ok()) << writer->error().to_string();
+  EXPECT_GT((*writer)->fence(), first->fence());
+  EXPECT_GT((*writer)->fence(), second->fence());
+  // The writer holds it alone: neither a reader nor another writer gets in.
+  EXPECT_EQ(code_of(a.rw_lock("doc", RwMode::kRead, 0s)), ErrorCode::kTimeout);
+  EXPECT_EQ(code_of(b.rw_lock("doc", RwMode::kWrite, 0s)), ErrorCode::kTimeout);
+  auto renewed = c.rw_renew("doc", RwMode::kWrite, (*writer)->token, 9s);
+  ASSERT_TRUE(renewed.ok()) << renewed.error().to_string();
+  EXPECT_EQ(*renewed, 9s);
+  EXPECT_TRUE(c.rw_release("doc", RwMode::kWrite, (*writer)->token).ok());
+  EXPECT_TRUE(a.rw_lock("doc", RwMode::kRead, 0s).ok());
+}
+
+TEST(ClientRwConnection, ATokenIsReleasedAndRenewedOnlyInItsOwnMode) {
+  Daemon daemon;
+  Connection a = connect_or_die(local(daemon));
+  Connection b = connect_or_die(local(daemon));
+  auto read = a.rw_lock("k", RwMode::kRead, 0s);
+  ASSERT_TRUE(read.ok()) << read.error().to_string();
+  EXPECT_EQ(code_of(a.rw_release("k", RwMode::kWrite, read->token)), ErrorCode::kProtocol);
+  EXPECT_EQ(code_of(a.rw_renew("k", RwMode::kWrite, read->token)), ErrorCode::kProtocol);
+  EXPECT_EQ(code_of(a.release("k", read->token)), ErrorCode::kProtocol);  // the lock namespace
+  // The refused releases changed nothing: still read-held.
+  EXPECT_EQ(code_of(b.rw_lock("k", RwMode::kWrite, 0s)), ErrorCode::kTimeout);
+  auto renewed = a.rw_renew("k", RwMode::kRead, read->token, 12s);
+  ASSERT_TRUE(renewed.ok()) << renewed.error().to_string();
+  EXPECT_EQ(*renewed, 12s);
+  EXPECT_TRUE(a.rw_release("k", RwMode::kRead, read->token).ok());
+  EXPECT_EQ(code_of(a.rw_release("k", RwMode::kRead, read->token)), ErrorCode::kProtocol);
+
+  auto write = b.rw_lock("k", RwMode::kWrite, 0s);
+  ASSERT_TRUE(write.ok()) << write.error().to_string();
+  EXPECT_EQ(code_of(b.rw_release("k", RwMode::kRead, write->token)), ErrorCode::kProtocol);
+  EXPECT_EQ(code_of(b.rw_renew("k", RwMode::kRead, write->token)), ErrorCode::kProtocol);
+  EXPECT_EQ(code_of(a.rw_lock("k", RwMode::kRead, 0s)), ErrorCode::kTimeout);
+  EXPECT_TRUE(b.rw_release("k", RwMode::kWrite, write->token).ok());
+  EXPECT_TRUE(a.rw_lock("k", RwMode::kRead, 0s).ok());
+
+  // Refused before sending; the connection stays in step.
+  EXPECT_EQ(code_of(a.rw_lock("a b", RwMode::kRead, 0s)), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code_of(a.rw_lock("k", RwMode::kWrite, -1s)), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code_of(a.rw_enqueue("k", RwMode::kRead, -1s)), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code_of(a.rw_wait("", RwMode::kRead, 0s)), ErrorCode::kInvalidArgument);
+  EXPECT_TRUE(a.ping().ok());
+}
+
+TEST(ClientRwConnection, TwoPhaseWaitsOnlyInTheModeItEnqueued) {
+  Daemon daemon;
+  Connection a = connect_or_die(local(daemon));
+  Connection b = connect_or_die(local(daemon));
+  auto enqueued = a.rw_enqueue("k", RwMode::kRead, 15s);
+  ASSERT_TRUE(enqueued.ok()) << enqueued.error().to_string();
+  ASSERT_TRUE(enqueued->acquired.has_value());
+  EXPECT_EQ(enqueued->acquired->lease, 15s);
+  EXPECT_EQ(code_of(a.rw_wait("k", RwMode::kWrite, 1s)), ErrorCode::kNotEnqueued);
+  auto mine = a.rw_wait("k", RwMode::kRead, 1s);
+  ASSERT_TRUE(mine.ok()) << mine.error().to_string();
+  EXPECT_EQ(mine->token, enqueued->acquired->token);
+  auto queued = b.rw_enqueue("k", RwMode::kWrite);
+  ASSERT_TRUE(queued.ok()) << queued.error().to_string();
+  EXPECT_FALSE(queued->acquired.has_value());
+  EXPECT_EQ(code_of(b.rw_wait("k", RwMode::kWrite, 0s)), ErrorCode::kTimeout);
+  EXPECT_EQ(code_of(b.rw_wait("k", RwMode::kWrite, 0s)), ErrorCode::kNotEnqueued);
 }
 
 TEST(ClientConnection, ConnectFailures) {
@@ -580,6 +693,113 @@ TEST(ClientTwoPhaseGuard, EnqueueThenWait) {
   auto slot = semaphore->wait(1s);
   ASSERT_TRUE(slot.ok());
   EXPECT_EQ(slot->limit(), 1);
+}
+
+TEST(ClientRwLockGuard, ReadersShareAndRenewThenAWriterTakesIt) {
+  Daemon daemon;
+  const Cluster cluster({local(daemon)});
+  RenewalCounter first_renewals;
+  RenewalCounter second_renewals;
+  GuardOptions options = options_with(0s, 1s);
+  options.on_renewed = first_renewals.callback();
+  auto one = cluster.rw_lock("catalog", RwMode::kRead, options);
+  options.on_renewed = second_renewals.callback();
+  auto two = RwLock::acquire(connect_or_die(local(daemon)), "catalog", RwMode::kRead, options);
+  ASSERT_TRUE(one.ok()) << one.error().to_string();
+  ASSERT_TRUE(two.ok()) << two.error().to_string();
+  EXPECT_EQ(one->mode(), RwMode::kRead);
+  EXPECT_EQ(one->lease(), 1s);
+  Connection other = connect_or_die(local(daemon));
+  // Both renewed past several leases, and both still hold: a writer cannot get in.
+  for (int i = 1; i <= 3; ++i) {
+    ASSERT_TRUE(first_renewals.reach(i)) << "renewal " << i;
+    ASSERT_TRUE(second_renewals.reach(i)) << "renewal " << i;
+    EXPECT_TRUE(one->held());
+    EXPECT_TRUE(two->held());
+    EXPECT_EQ(code_of(other.rw_lock("catalog", RwMode::kWrite, 0s)), ErrorCode::kTimeout);
+  }
+  EXPECT_EQ(stats_entry(daemon, "rw_locks", "catalog")["readers"], 2);
+  EXPECT_TRUE(one->release().ok());
+  EXPECT_EQ(one->state(), GuardState::kReleased);
+  EXPECT_EQ(stats_entry(daemon, "rw_locks", "catalog")["readers"], 1);
+  EXPECT_EQ(code_of(other.rw_lock("catalog", RwMode::kWrite, 0s)), ErrorCode::kTimeout);
+  const std::uint64_t fence = std::max(one->fence(), two->fence());
+  EXPECT_TRUE(two->release().ok());
+  auto writer = RwLock::acquire(connect_or_die(local(daemon)), "catalog", RwMode::kWrite,
+                                options_with(0s, 1s));
+  ASSERT_TRUE(writer.ok()) << writer.error().to_string();
+  EXPECT_EQ(writer->mode(), RwMode::kWrite);
+  EXPECT_GT(writer->fence(), fence);
+  EXPECT_EQ(code_of(cluster.rw_lock("catalog", RwMode::kRead, options_with(0s))),
+            ErrorCode::kTimeout);
+  EXPECT_EQ(code_of(cluster.rw_lock("bad key", RwMode::kRead)), ErrorCode::kInvalidArgument);
+}
+
+TEST(ClientRwLockGuard, ReleasesOnDestruction) {
+  // Without auto-release, only the guard's own `wr` can free the key.
+  Daemon daemon({"--auto-release-on-disconnect=false"});
+  Connection other = connect_or_die(local(daemon));
+  {
+    auto writer = RwLock::acquire(connect_or_die(local(daemon)), "scoped", RwMode::kWrite);
+    ASSERT_TRUE(writer.ok()) << writer.error().to_string();
+    EXPECT_EQ(code_of(other.rw_lock("scoped", RwMode::kRead, 0s)), ErrorCode::kTimeout);
+  }
+  auto reader = other.rw_lock("scoped", RwMode::kRead, 0s);
+  ASSERT_TRUE(reader.ok()) << reader.error().to_string();
+  EXPECT_TRUE(other.rw_release("scoped", RwMode::kRead, reader->token).ok());
+}
+
+TEST(ClientRwLockGuard, RefusedRenewalIsALoss) {
+  Daemon daemon;
+  LossRecorder recorder;
+  RenewalCounter renewals;
+  GuardOptions options;
+  options.lease = 2s;
+  options.on_lost = recorder.callback();
+  options.on_renewed = renewals.callback();
+  auto reader = RwLock::acquire(connect_or_die(local(daemon)), "stolen", RwMode::kRead, options);
+  ASSERT_TRUE(reader.ok()) << reader.error().to_string();
+  Connection other = connect_or_die(local(daemon));
+  // Released in the wrong mode: refused, and the guard keeps renewing.
+  EXPECT_EQ(code_of(other.rw_release("stolen", RwMode::kWrite, reader->token())),
+            ErrorCode::kProtocol);
+  ASSERT_TRUE(renewals.reach(1));
+  EXPECT_TRUE(reader->held());
+  EXPECT_EQ(recorder.count(), 0U);
+  // Released in its mode by someone else: the next renewal is refused.
+  ASSERT_TRUE(other.rw_release("stolen", RwMode::kRead, reader->token()).ok());
+  ASSERT_TRUE(eventually([&] { return recorder.count() > 0; }, 10s));
+  EXPECT_EQ(recorder.first().reason, LossReason::kRenewRefused);
+  EXPECT_EQ(recorder.first().error.code, ErrorCode::kProtocol);
+  EXPECT_EQ(reader->state(), GuardState::kLost);
+  EXPECT_EQ(reader->release().error().code, ErrorCode::kLeaseExpired);
+}
+
+TEST(ClientRwLockGuard, EnqueueThenWait) {
+  Daemon daemon;
+  const Cluster cluster({local(daemon)});
+  auto first = cluster.enqueue_rw_lock("tp", RwMode::kWrite, options_with(10s, 2s));
+  ASSERT_TRUE(first.ok()) << first.error().to_string();
+  EXPECT_TRUE(first->acquired());
+  auto second =
+      RwLock::enqueue(connect_or_die(local(daemon)), "tp", RwMode::kRead, options_with(10s, 2s));
+  ASSERT_TRUE(second.ok()) << second.error().to_string();
+  EXPECT_FALSE(second->acquired());
+  auto held = first->wait(5s);
+  ASSERT_TRUE(held.ok()) << held.error().to_string();
+  EXPECT_EQ(held->mode(), RwMode::kWrite);
+  EXPECT_EQ(code_of(first->wait(1s)), ErrorCode::kNotEnqueued);  // spent
+  const std::uint64_t fence = held->fence();
+  std::thread releaser([&] {
+    EXPECT_TRUE(rw_lock_reaches(daemon, "tp", 0, 1));  // the reader is queued
+    EXPECT_TRUE(held->release().ok());
+  });
+  auto next = second->wait(30s);
+  releaser.join();
+  ASSERT_TRUE(next.ok()) << next.error().to_string();
+  EXPECT_EQ(next->mode(), RwMode::kRead);
+  EXPECT_GT(next->fence(), fence);
+  EXPECT_TRUE(next->held());
 }
 
 }  // namespace

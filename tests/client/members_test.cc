@@ -1,8 +1,8 @@
 // client::Members against three real turnstiled nodes on loopback (client/members.h): it finds the
 // leader from any member by following `error_not_leader`, binds its stable ref, gives up in time
 // when nothing answers; a lock guard made through it keeps its lock, token and fence through a
-// kill -9 of the leader (it renews with the next one) and reports the loss when no leader comes
-// back before its lease ends.
+// kill -9 of the leader (it renews with the next one), a read lock likewise, and it reports the
+// loss when no leader comes back before its lease ends.
 #include "client/members.h"
 
 #include <arpa/inet.h>
@@ -200,7 +200,11 @@ TEST(MembersTest, AMemberListWithNobodyListeningGivesUpAtTheDeadline) {
   EXPECT_NE(Members({Endpoint{}}).stable_ref(), Members({Endpoint{}}).stable_ref());
 }
 
-TEST(MembersTest, ALockGuardKeepsItsLockAndTokenThroughAKillOfTheLeader) {
+// A guard made through Members, on a lock or (with `read`) a read lock, keeps its slot, token
+// and fence through a kill -9 of the leader: it renews with the next leader, which a lease later
+// still refuses the key to a writer (and grants a second reader beside a read lock), and hands the
+// key on with a higher fence after the release.
+void expect_the_guard_rides_through_a_kill_of_the_leader(bool read) {
   LoopbackCluster cluster;
   const std::optional<std::size_t> first = cluster.leader();
   ASSERT_TRUE(first);
@@ -216,7 +220,11 @@ TEST(MembersTest, ALockGuardKeepsItsLockAndTokenThroughAKillOfTheLeader) {
     moved_to.push_back(to);
   };
   options.on_lost = [&](const LossEvent&) { lost = true; };
-  auto guard = members.lock("job", options);
+  const auto as_guard = [](auto made) {
+    return made ? Result<Guard>(Guard(std::move(*made))) : Result<Guard>(made.error());
+  };
+  Result<Guard> guard = read ? as_guard(members.rw_lock("job", RwMode::kRead, options))
+                             : as_guard(members.lock("job", options));
   ASSERT_TRUE(guard) << guard.error().to_string();
   EXPECT_EQ(guard->endpoint(), node(cluster, *first));
   const std::string token = guard->token_string();
@@ -239,16 +247,30 @@ TEST(MembersTest, ALockGuardKeepsItsLockAndTokenThroughAKillOfTheLeader) {
   EXPECT_FALSE(lost);
   EXPECT_EQ(guard->token_string(), token);
   EXPECT_EQ(guard->endpoint(), node(cluster, *next));
-  // Two more leases later it still holds: nobody else can take the lock.
+  // Two more leases later it still holds: nobody else can take the key to write.
   std::this_thread::sleep_for(5s);
   EXPECT_TRUE(guard->held());
   Client other(cluster.client_port(*next));
-  EXPECT_EQ(other.request("l", "job", "0 30"), "timeout");
+  if (read) {
+    const std::string reader = other.request("rl", "job", "0 30");
+    ASSERT_EQ(reader.substr(0, 3), "ok ") << reader;
+    EXPECT_EQ(other.request("rr", "job", reader.substr(3, 32)), "ok");
+  }
+  const char* const exclusive = read ? "wl" : "l";
+  EXPECT_EQ(other.request(exclusive, "job", "0 30"), "timeout");
   ASSERT_TRUE(guard->release());
-  const std::string after = other.request("l", "job", "0 30");
+  const std::string after = other.request(exclusive, "job", "0 30");
   ASSERT_EQ(after.substr(0, 3), "ok ") << after;
   EXPECT_GT(integration::fence_of(after.substr(3, 32)).value(),
             integration::fence_of(token).value());
+}
+
+TEST(MembersTest, ALockGuardKeepsItsLockAndTokenThroughAKillOfTheLeader) {
+  expect_the_guard_rides_through_a_kill_of_the_leader(/*read=*/false);
+}
+
+TEST(MembersTest, AReadLockGuardKeepsItsLockAndTokenThroughAKillOfTheLeader) {
+  expect_the_guard_rides_through_a_kill_of_the_leader(/*read=*/true);
 }
 
 TEST(MembersTest, AReleaseAfterTheLeaderDiedIsMadeWithTheNextLeader) {
