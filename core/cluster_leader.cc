@@ -186,6 +186,11 @@ void ClusterLeader::applied(const LogEntry& entry, const AppliedEntry& applied) 
     if (!own(delivery.session) || awaiting_.erase(delivery.session.value) == 0) continue;
     to_owner(delivery.session, message::EngineReply{delivery.session, delivery.reply});
   }
+  for (const Loss& loss : applied.losses) {
+    if (!own(loss.session)) continue;
+    to_owner(loss.session,
+             message::Lost{loss.session, std::make_shared<const std::string>(lost_line(loss))});
+  }
 }
 
 void ClusterLeader::answer(const Origin& origin, const CommandResult& result) {

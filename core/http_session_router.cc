@@ -217,6 +217,8 @@ void HttpSessionRouter::on_session_event(Instant now, const SessionEvent& event)
     case SessionEvent::Kind::kSlowConsumer:
       TS_ASSERT(false && "an HTTP session never listens");
       break;
+    case SessionEvent::Kind::kLost:
+      break;  // an HTTP session is not a connection that can be pushed to
   }
   collect(now);
 }

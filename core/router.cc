@@ -26,7 +26,7 @@ SessionId Router::new_session_id() {
 
 std::size_t Router::shard_of(const Request& request) const {
   if (config_.replicated) return replicated_endpoint();
-  return core::shard_of(command_namespace(request.command), request.key, config_.shards);
+  return core::shard_of(request_namespace(request), request.key, config_.shards);
 }
 
 // ---- sessions owned here
@@ -162,6 +162,11 @@ void Router::receive(Instant now, RouterMessage message) {
           if (listened(m.session)) {
             events_.push_back({SessionEvent::Kind::kSlowConsumer, m.session, Reply{}, {}});
           }
+        } else if constexpr (std::is_same_v<M, message::Lost>) {
+          // A session that has closed here is forgotten: its loss has nobody to go to.
+          if (routes_.contains(m.session.value)) {
+            events_.push_back({SessionEvent::Kind::kLost, m.session, Reply{}, {}, m.line});
+          }
         } else {
           static_assert(std::is_same_v<M, message::StatsPart>);
           add_stats_part(m.session, std::move(m.snapshot));
@@ -205,10 +210,13 @@ void Router::run_engine_request(Instant now, SessionId session, const Request& r
 
 // ---- the signal side ---------------------------------------------------------------------------
 
-bool apply_signal_event(const SessionEvent& event, Session& session) {
+bool apply_push_event(const SessionEvent& event, Session& session) {
   switch (event.kind) {
     case SessionEvent::Kind::kSignal:
       session.push_signal(*event.frame);
+      return true;
+    case SessionEvent::Kind::kLost:
+      session.push_lost(*event.frame);
       return true;
     case SessionEvent::Kind::kSlowConsumer:
       session.close(CloseReason::kSlowConsumer);
@@ -314,6 +322,10 @@ void Router::dispatch(std::vector<Delivery>& deliveries) {
     to_owner(delivery.session, message::EngineReply{delivery.session, std::move(delivery.reply)});
   }
   deliveries.clear();
+  for (const Loss& loss : engine_->take_losses()) {
+    to_owner(loss.session,
+             message::Lost{loss.session, std::make_shared<const std::string>(lost_line(loss))});
+  }
 }
 
 void Router::to_owner(SessionId session, RouterMessage message) {

@@ -28,6 +28,9 @@
 //    the frames it wrote to the socket (signals_written), which frees room in the hub. A
 //    `signal` is then handed to the hub's forward() (the other nodes of a cluster); a
 //    `signal-peer`, which came from another node, is published here only.
+//  * A slot an open session lost without releasing it (Engine::take_losses: an expired lease, a
+//    force-release, a reclaimed orphan) goes to the session's owner as a kLost event with its
+//    `lost` line, while the session is open there; the session pushes it if it asked.
 //  * close() sends one close notice to every shard where the session may have left state (it
 //    sent an acquire, an enqueue or a wait there; a release or a renew acts on a token and leaves
 //    none), and forgets the session's routing state. An engine that drops the session's parked
@@ -96,12 +99,16 @@ struct SignalFrames {  // to the owner of the sessions: one signal's frame for e
 struct SlowConsumer {  // to the session's owner: close it, its signal queue is full
   SessionId session;
 };
+struct Lost {  // to the session's owner: it lost a slot (Engine::take_losses); the `lost` line
+  SessionId session;
+  std::shared_ptr<const std::string> line;
+};
 }  // namespace message
 
 using RouterMessage = std::variant<message::EngineRequest, message::EngineReply, message::Parked,
                                    message::CloseSession, message::Cancelled, message::StatsRequest,
                                    message::StatsPart, message::CancelParked, message::SignalFrames,
-                                   message::SlowConsumer>;
+                                   message::SlowConsumer, message::Lost>;
 
 // A message for the router of shard `to`.
 struct Envelope {
@@ -118,18 +125,23 @@ struct SessionEvent {
     kStats,      // `stats` holds every engine's part, merged
     kSignal,     // `frame` is a signal for it: push it to the peer now
     kSlowConsumer,  // its signal queue was full: close it
+    kLost,          // `frame` is a `lost ...` line: push it if the session asked (lost-notify)
   };
   Kind kind = Kind::kReply;
   SessionId session;
   Reply reply;
   StatsSnapshot stats;
-  std::shared_ptr<const std::string> frame = nullptr;  // kSignal
+  std::shared_ptr<const std::string> frame = nullptr;  // kSignal, kLost
 };
 
-// A driver's whole part in a signal event for one of its sessions: kSignal pushes the frame,
-// kSlowConsumer closes the session (CloseReason::kSlowConsumer). False, and nothing done, for
-// any other event.
-bool apply_signal_event(const SessionEvent& event, Session& session);
+// A driver's whole part in a push event for one of its sessions: kSignal pushes the frame,
+// kLost pushes its line if the session asked for them, kSlowConsumer closes the session
+// (CloseReason::kSlowConsumer). False, and nothing done, for any other event (the replies).
+bool apply_push_event(const SessionEvent& event, Session& session);
+// The name apply_push_event had before lost-notify; the simulator still calls it by it.
+inline bool apply_signal_event(const SessionEvent& event, Session& session) {
+  return apply_push_event(event, session);
+}
 
 // What a driver that checks the engines (the simulator) sees of every engine call: the request
 // (null for a close, a cancel, a tick or stats), its immediate reply (null likewise) and the
@@ -250,7 +262,7 @@ class Router {
   void cancel_here(Instant now, SessionId session);
   void stats_here(Instant now, SessionId session);
   void add_stats_part(SessionId session, StatsSnapshot&& part);
-  // Sends the engine's deliveries to their sessions' owners.
+  // Sends the engine's deliveries, and the losses it reports, to their sessions' owners.
   void dispatch(std::vector<Delivery>& deliveries);
   // A message for the owner of `session`: an event here when that is this shard.
   void to_owner(SessionId session, RouterMessage message);

@@ -210,6 +210,11 @@ void Session::push_signal(std::string_view frame) {
   frame_ends_.push_back(output_base_ + output_.size());
 }
 
+void Session::push_lost(std::string_view line) {
+  if (closed() || !lost_notify_) return;
+  output_.append(line);
+}
+
 void Session::after_write() {
   if (closed() || frame_ends_.size() <= config_.signal_queue_max) return;
   finish_close(CloseReason::kSlowConsumer);
@@ -298,6 +303,10 @@ void Session::pump(Instant now) {
         continue;
       case Command::kAuth:
         answer_status(Status::kError);  // already authenticated, or no secret configured
+        continue;
+      case Command::kLostNotify:
+        lost_notify_ = head.request.enable;
+        answer_status(Status::kOk);
         continue;
       case Command::kStableRef:
         if (!stable_ref_.empty()) {

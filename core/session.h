@@ -133,6 +133,10 @@ class Session {
   // two replies, whatever is in flight; output_max does not hold it back (after_write() bounds
   // the frames). Dropped once the session is closed.
   void push_signal(std::string_view frame);
+  // A `lost ...` line (core::lost_line): pushed like a signal frame, between two replies, when
+  // the client asked for them with `lost-notify on`; dropped otherwise, or once closed. Not a
+  // signal frame: it does not count against signal_queue_max.
+  void push_lost(std::string_view line);
   // The driver has written all the peer's socket would take. More than signal_queue_max frames
   // still unwritten make a slow consumer: the session closes (CloseReason::kSlowConsumer) and
   // drops its output, so a client that does not read is not sent its backlog.
@@ -191,7 +195,8 @@ class Session {
   std::optional<Instant> auth_failure_at_;     // when to send error_auth and close
   std::optional<Instant> request_started_at_;  // first byte of the partial request
   Instant last_activity_;
-  std::string stable_ref_;  // bound by `stable-ref`; sent with every engine request
+  std::string stable_ref_;    // bound by `stable-ref`; sent with every engine request
+  bool lost_notify_ = false;  // `lost-notify on`: push `lost` lines
   CloseReason close_reason_ = CloseReason::kNone;
 };
 

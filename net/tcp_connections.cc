@@ -360,9 +360,10 @@ void TcpConnections::on_session_event(core::Instant now, core::SessionEvent& eve
     }
     case core::SessionEvent::Kind::kSignal:
     case core::SessionEvent::Kind::kSlowConsumer:
+    case core::SessionEvent::Kind::kLost:
       // A slow consumer's frames pile up unread: close it at once, without flushing them.
       if (event.kind == core::SessionEvent::Kind::kSlowConsumer) connection->abort = true;
-      (void)core::apply_signal_event(event, session);
+      (void)core::apply_push_event(event, session);
       break;
   }
   dirty_.push_back(connection);

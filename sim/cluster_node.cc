@@ -206,6 +206,7 @@ void NodeProcess::on_event(core::Instant now, core::SessionEvent& event) {
     }
     case core::SessionEvent::Kind::kSignal:
     case core::SessionEvent::Kind::kSlowConsumer:
+    case core::SessionEvent::Kind::kLost:
       return;  // handled above
   }
 }

@@ -651,6 +651,7 @@ void ServerProcess::on_session_event(std::size_t shard, core::SessionEvent& even
     }
     case core::SessionEvent::Kind::kSignal:
     case core::SessionEvent::Kind::kSlowConsumer:
+    case core::SessionEvent::Kind::kLost:
       break;  // handled above
   }
 }

@@ -254,7 +254,7 @@ void Loopback::apply(core::SessionEvent& event) {
     return;
   }
   core::Session& session = *connection->session;
-  if (core::apply_signal_event(event, session)) return;
+  if (core::apply_push_event(event, session)) return;
   if (!session.in_flight()) {
     anomalies_.push_back(describe(event.session, "router event with nothing in flight"));
     return;
@@ -286,6 +286,7 @@ void Loopback::apply(core::SessionEvent& event) {
       return;
     case core::SessionEvent::Kind::kSignal:
     case core::SessionEvent::Kind::kSlowConsumer:
+    case core::SessionEvent::Kind::kLost:
       return;  // handled above
   }
 }
