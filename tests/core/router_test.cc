@@ -308,9 +308,37 @@ TEST(Router, TickExpiresLeasesAndHandsTheLockOnAcrossShards) {
   shards.now_ = *shards.at(0).next_wake();
   shards.at(0).tick(shards.now_);
   shards.settle();
-  ASSERT_EQ(shards.events_.size(), 1U);
-  EXPECT_EQ(shards.events_[0].session, waiter);
-  EXPECT_TRUE(shards.events_[0].reply.is_grant());
+  // The grant to the waiter, and the holder (still open) hears of its lost slot: two shards,
+  // in no particular order.
+  ASSERT_EQ(shards.events_.size(), 2U);
+  const bool grant_first = shards.events_[0].session == waiter;
+  const SessionEvent& grant = shards.events_[grant_first ? 0 : 1];
+  const SessionEvent& lost = shards.events_[grant_first ? 1 : 0];
+  EXPECT_EQ(grant.kind, SessionEvent::Kind::kReply);
+  EXPECT_EQ(grant.session, waiter);
+  EXPECT_TRUE(grant.reply.is_grant());
+  EXPECT_EQ(lost.kind, SessionEvent::Kind::kLost);
+  EXPECT_EQ(lost.session, holder);
+  ASSERT_NE(lost.frame, nullptr);
+  EXPECT_EQ(lost.frame->rfind("lost lock " + key + " ", 0), 0U);
+  EXPECT_EQ(lost.frame->substr(lost.frame->size() - 9), " expired\n");
+}
+
+TEST(Router, ALossOfAClosedSessionGoesNowhere) {
+  Shards shards(2);
+  const std::string key = shards.key_on(0);
+  const SessionId holder = shards.at(1).new_session_id();
+  Request lock = lock_request(key, 0);
+  lock.lease_s = 5;
+  shards.at(1).submit(shards.now_, holder, lock);
+  shards.settle();
+  shards.events_.clear();
+  // Its owner forgets it at once; the engine's shard learns of the close a message later.
+  shards.at(1).close(shards.now_, holder);
+  shards.now_ = shards.now_ + Duration::seconds(5);
+  shards.at(0).tick(shards.now_);
+  shards.settle();
+  EXPECT_TRUE(shards.events_.empty());
 }
 
 }  // namespace
