@@ -162,6 +162,24 @@ std::variant<HttpBadRequest, Json> parse_object(std::string_view body,
   return json;
 }
 
+// The "token" field of a release, renew or check body into request.token: a string of 1..256 bytes
+// without whitespace. A token the server could not have issued (Token::parse refuses it) becomes
+// nullopt, which never matches: not held.
+std::optional<HttpBadRequest> read_token(const Json& body, Request& request) {
+  auto it = body.find("token");
+  if (it == body.end() || !it->is_string()) {
+    return HttpBadRequest{"field \"token\" must be a string"};
+  }
+  const std::string& text = it->get_ref<const std::string&>();
+  if (text.empty()) return HttpBadRequest{"token must not be empty"};
+  if (text.size() > kTokenMax) return HttpBadRequest{"token longer than 256 bytes"};
+  if (std::any_of(text.begin(), text.end(), [](char c) { return is_space_byte(c) || c == '\0'; })) {
+    return HttpBadRequest{"token must not contain whitespace"};
+  }
+  request.token = Token::parse(text);
+  return std::nullopt;
+}
+
 // The keyed endpoints: a row per kind of resource (named by one of its commands), a column per
 // operation of kKeyedOperations; command_like() gives the command of each cell.
 constexpr std::array<Operation, 5> kKeyedOperations = {Operation::kAcquire, Operation::kRelease,
@@ -232,18 +250,7 @@ std::optional<HttpBadRequest> parse_body(Command command, std::string_view body,
     request.limit = value;
   }
   if (operation == Operation::kRelease || operation == Operation::kRenew) {
-    auto it = json.find("token");
-    if (it == json.end() || !it->is_string()) {
-      return HttpBadRequest{"field \"token\" must be a string"};
-    }
-    const std::string& text = it->get_ref<const std::string&>();
-    if (text.empty()) return HttpBadRequest{"token must not be empty"};
-    if (text.size() > kTokenMax) return HttpBadRequest{"token longer than 256 bytes"};
-    if (std::any_of(text.begin(), text.end(),
-                    [](char c) { return is_space_byte(c) || c == '\0'; })) {
-      return HttpBadRequest{"token must not contain whitespace"};
-    }
-    request.token = Token::parse(text);  // not one we could issue: never matches (404)
+    return read_token(json, request);
   }
   return std::nullopt;
 }
@@ -602,6 +609,184 @@ std::string http_signal_event(std::string_view frame) {
   append_go_json_string(event, signal->payload);
   event += "}\n\n";
   return event;
+}
+
+// ---- fence checks, inspection, force-release ---------------------------------------------------
+
+namespace {
+
+struct KeyRoute {
+  HttpEndpoint endpoint;
+  Command command;
+  Namespace space;
+};
+constexpr std::array<KeyRoute, 9> kKeyRoutes = {{
+    {HttpEndpoint::kLockCheck, Command::kCheck, Namespace::kLock},
+    {HttpEndpoint::kSemCheck, Command::kCheck, Namespace::kSemaphore},
+    {HttpEndpoint::kReadWriteCheck, Command::kCheck, Namespace::kReadWrite},
+    {HttpEndpoint::kLockInspect, Command::kInspect, Namespace::kLock},
+    {HttpEndpoint::kSemInspect, Command::kInspect, Namespace::kSemaphore},
+    {HttpEndpoint::kReadWriteInspect, Command::kInspect, Namespace::kReadWrite},
+    {HttpEndpoint::kAdminLockRelease, Command::kForceRelease, Namespace::kLock},
+    {HttpEndpoint::kAdminSemRelease, Command::kForceRelease, Namespace::kSemaphore},
+    {HttpEndpoint::kAdminReadWriteRelease, Command::kForceRelease, Namespace::kReadWrite},
+}};
+
+// `fence=N` of a force-release's query: 0 when absent (every holder), N when it is 1..2^64-1.
+std::variant<HttpBadRequest, std::uint64_t> query_fence(std::string_view query) {
+  const HttpBadRequest bad{
+      "query parameter \"fence\" must be a decimal integer between 1 and "
+      "18446744073709551615"};
+  while (!query.empty()) {
+    const std::size_t amp = query.find('&');
+    const std::string_view pair = query.substr(0, amp);
+    query.remove_prefix(amp == std::string_view::npos ? query.size() : amp + 1);
+    const std::size_t equals = pair.find('=');
+    if (query_unescape(pair.substr(0, equals)) != "fence") continue;
+    const std::string value =
+        equals == std::string_view::npos ? std::string() : query_unescape(pair.substr(equals + 1));
+    if (value.empty() || value.size() > 20) return bad;
+    std::uint64_t fence = 0;
+    for (char c : value) {
+      if (c < '0' || c > '9') return bad;
+      const auto digit = static_cast<std::uint64_t>(c - '0');
+      if (fence > (UINT64_MAX - digit) / 10) return bad;
+      fence = fence * 10 + digit;
+    }
+    if (fence == 0) return bad;
+    return fence;  // the first `fence` counts
+  }
+  return std::uint64_t{0};
+}
+
+}  // namespace
+
+std::optional<HttpKeyCommand> http_key_command(HttpEndpoint endpoint) {
+  for (const KeyRoute& route : kKeyRoutes) {
+    if (route.endpoint == endpoint) return HttpKeyCommand{route.command, route.space};
+  }
+  return std::nullopt;
+}
+
+std::variant<HttpBadRequest, Request> decode_http_key_request(HttpEndpoint endpoint,
+                                                              std::string_view key,
+                                                              std::string_view body,
+                                                              std::string_view query) {
+  const std::optional<HttpKeyCommand> command = http_key_command(endpoint);
+  TS_ASSERT(command.has_value());  // only these endpoints come here
+  if (body.size() > kHttpBodyMax) return HttpBadRequest{"request body larger than 1 MiB"};
+  if (auto bad = check_key(key)) return *bad;
+  Request request;
+  request.command = command->command;
+  request.space = command->space;
+  request.key = std::string(key);
+  switch (command->command) {
+    case Command::kCheck: {
+      constexpr std::array<std::string_view, 1> kFields = {"token"};
+      std::variant<HttpBadRequest, Json> parsed =
+          parse_object(body, kFields, /*blank_allowed=*/false);
+      if (auto* bad = std::get_if<HttpBadRequest>(&parsed)) return std::move(*bad);
+      if (auto bad = read_token(std::get<Json>(parsed), request)) return *bad;
+      break;
+    }
+    case Command::kForceRelease: {
+      std::variant<HttpBadRequest, std::uint64_t> fence = query_fence(query);
+      if (auto* bad = std::get_if<HttpBadRequest>(&fence)) return std::move(*bad);
+      request.fence = std::get<std::uint64_t>(fence);
+      break;
+    }
+    default:
+      break;  // an inspect: the key is all it takes
+  }
+  return request;
+}
+
+HttpResponse render_http_key_reply(const Request& request, const Reply& reply) {
+  switch (reply.status) {
+    case Status::kErrorNotLeader:
+      return {503, http_error_body("not_leader", reply.payload), reply.payload};
+    case Status::kErrorDraining:
+      return {503, http_error_body("draining")};
+    default:
+      break;
+  }
+  switch (request.command) {
+    case Command::kCheck:
+      if (reply.status == Status::kOk && reply.seconds >= 0) {
+        return {200, json_line(Json{{"held", true}, {"remaining_s", reply.seconds}})};
+      }
+      if (reply.status == Status::kErrorLeaseExpired) {
+        return {200, json_line(Json{{"held", false}})};
+      }
+      break;
+    case Command::kInspect: {
+      if (reply.status != Status::kOk) break;
+      const Json inspection = Json::parse(reply.payload.begin(), reply.payload.end(), nullptr,
+                                          /*allow_exceptions=*/false);
+      if (!inspection.is_object()) break;
+      auto exists = inspection.find("exists");
+      const bool found = exists != inspection.end() && exists->is_boolean() && exists->get<bool>();
+      return {found ? 200 : 404, json_line(inspection)};
+    }
+    case Command::kForceRelease:
+      if (reply.status == Status::kOk && reply.seconds >= 0) {
+        return {200, json_line(Json{{"released", reply.seconds}})};
+      }
+      break;
+    default:
+      break;
+  }
+  return {500, http_error_body("internal", status_name(reply.status))};
+}
+
+// ---- lost slots ---------------------------------------------------------------------------------
+
+namespace {
+
+Json lost_json(const HttpLostSlot& slot) {
+  return Json{
+      {"kind", slot.kind}, {"key", slot.key}, {"token", slot.token}, {"reason", slot.reason}};
+}
+
+}  // namespace
+
+std::optional<HttpLostSlot> parse_lost_line(std::string_view line) {
+  if (!line.empty() && line.back() == '\n') line.remove_suffix(1);
+  std::array<std::string_view, 5> words;
+  for (std::string_view& word : words) {
+    if (line.empty()) return std::nullopt;
+    const std::size_t space = line.find(' ');
+    word = line.substr(0, space);
+    line.remove_prefix(space == std::string_view::npos ? line.size() : space + 1);
+    if (word.empty()) return std::nullopt;
+  }
+  if (!line.empty() || words[0] != "lost" || !parse_namespace_word(words[1]) ||
+      key_problem(words[2]) || !Token::parse(words[3]) ||
+      (words[4] != "expired" && words[4] != "forced" && words[4] != "reclaimed")) {
+    return std::nullopt;
+  }
+  return HttpLostSlot{std::string(words[1]), std::string(words[2]), std::string(words[3]),
+                      std::string(words[4])};
+}
+
+std::string http_body_with_lost(std::string_view body, const std::vector<HttpLostSlot>& lost,
+                                std::uint64_t dropped) {
+  if (lost.empty() && dropped == 0) return std::string(body);
+  Json json = Json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  if (!json.is_object()) return std::string(body);
+  Json slots = Json::array();
+  for (const HttpLostSlot& slot : lost) slots.push_back(lost_json(slot));
+  json["lost"] = std::move(slots);
+  if (dropped > 0) json["lost_dropped"] = dropped;
+  return json_line(json);
+}
+
+std::string http_lost_event(const HttpLostSlot& slot) {
+  return "event: lost\ndata: " + json_line(lost_json(slot)) + "\n";
+}
+
+std::string http_stream_end_event(std::string_view reason) {
+  return "event: end\ndata: " + json_line(Json{{"reason", reason}}) + "\n";
 }
 
 // ---- the admin routes ---------------------------------------------------------------------------

@@ -65,6 +65,18 @@ enum class HttpEndpoint {
   kAdminLeaderTransfer,
   kSignalPublish,
   kSignalStream,
+  // Fence checks, inspection and an operator's force-release, one per kind of resource
+  // ("Fence check", "Inspecting a key", "Admin force-release" in docs/http-api.md).
+  kLockCheck,
+  kSemCheck,
+  kReadWriteCheck,
+  kLockInspect,
+  kSemInspect,
+  kReadWriteInspect,
+  kAdminLockRelease,
+  kAdminSemRelease,
+  kAdminReadWriteRelease,
+  kSessionEvents,  // the SSE stream of a session's lost slots ("Lost slots")
 };
 
 struct HttpEndpointSpec {
@@ -77,7 +89,7 @@ struct HttpEndpointSpec {
   bool rate_limited;
 };
 
-inline constexpr std::array<HttpEndpointSpec, 34> kHttpEndpoints = {{
+inline constexpr std::array<HttpEndpointSpec, 44> kHttpEndpoints = {{
     {"GET", "/health", HttpEndpoint::kHealth, false, false},
     {"GET", "/ready", HttpEndpoint::kReady, false, false},
     {"GET", "/metrics", HttpEndpoint::kMetrics, true, true},
@@ -86,16 +98,21 @@ inline constexpr std::array<HttpEndpointSpec, 34> kHttpEndpoints = {{
     {"POST", "/v1/sessions", HttpEndpoint::kSessionCreate, true, true},
     {"DELETE", "/v1/sessions/{id}", HttpEndpoint::kSessionDelete, true, true},
     {"POST", "/v1/sessions/{id}/ping", HttpEndpoint::kSessionPing, true, true},
+    {"GET", "/v1/sessions/{id}/events", HttpEndpoint::kSessionEvents, true, true},
     {"POST", "/v1/locks/{key}", HttpEndpoint::kLockAcquire, true, true},
     {"POST", "/v1/locks/{key}/release", HttpEndpoint::kLockRelease, true, true},
     {"POST", "/v1/locks/{key}/renew", HttpEndpoint::kLockRenew, true, true},
     {"POST", "/v1/locks/{key}/enqueue", HttpEndpoint::kLockEnqueue, true, true},
     {"POST", "/v1/locks/{key}/wait", HttpEndpoint::kLockWait, true, true},
+    {"POST", "/v1/locks/{key}/check", HttpEndpoint::kLockCheck, true, true},
+    {"GET", "/v1/locks/{key}", HttpEndpoint::kLockInspect, true, true},
     {"POST", "/v1/semaphores/{key}", HttpEndpoint::kSemAcquire, true, true},
     {"POST", "/v1/semaphores/{key}/release", HttpEndpoint::kSemRelease, true, true},
     {"POST", "/v1/semaphores/{key}/renew", HttpEndpoint::kSemRenew, true, true},
     {"POST", "/v1/semaphores/{key}/enqueue", HttpEndpoint::kSemEnqueue, true, true},
     {"POST", "/v1/semaphores/{key}/wait", HttpEndpoint::kSemWait, true, true},
+    {"POST", "/v1/semaphores/{key}/check", HttpEndpoint::kSemCheck, true, true},
+    {"GET", "/v1/semaphores/{key}", HttpEndpoint::kSemInspect, true, true},
     {"POST", "/v1/rwlocks/{key}/read", HttpEndpoint::kReadAcquire, true, true},
     {"POST", "/v1/rwlocks/{key}/read/release", HttpEndpoint::kReadRelease, true, true},
     {"POST", "/v1/rwlocks/{key}/read/renew", HttpEndpoint::kReadRenew, true, true},
@@ -106,12 +123,17 @@ inline constexpr std::array<HttpEndpointSpec, 34> kHttpEndpoints = {{
     {"POST", "/v1/rwlocks/{key}/write/renew", HttpEndpoint::kWriteRenew, true, true},
     {"POST", "/v1/rwlocks/{key}/write/enqueue", HttpEndpoint::kWriteEnqueue, true, true},
     {"POST", "/v1/rwlocks/{key}/write/wait", HttpEndpoint::kWriteWait, true, true},
+    {"POST", "/v1/rwlocks/{key}/check", HttpEndpoint::kReadWriteCheck, true, true},
+    {"GET", "/v1/rwlocks/{key}", HttpEndpoint::kReadWriteInspect, true, true},
     {"POST", "/v1/signals/{channel}", HttpEndpoint::kSignalPublish, true, true},
     {"GET", "/v1/signals", HttpEndpoint::kSignalStream, true, true},
     {"GET", "/v1/readindex", HttpEndpoint::kReadIndex, true, true},
     {"POST", "/v1/admin/voters", HttpEndpoint::kAdminVoterAdd, false, true},
     {"DELETE", "/v1/admin/voters/{id}", HttpEndpoint::kAdminVoterRemove, false, true},
     {"POST", "/v1/admin/leader/transfer", HttpEndpoint::kAdminLeaderTransfer, false, true},
+    {"DELETE", "/v1/admin/locks/{key}", HttpEndpoint::kAdminLockRelease, false, true},
+    {"DELETE", "/v1/admin/semaphores/{key}", HttpEndpoint::kAdminSemRelease, false, true},
+    {"DELETE", "/v1/admin/rwlocks/{key}", HttpEndpoint::kAdminReadWriteRelease, false, true},
 }};
 
 inline constexpr std::size_t kHttpBodyMax = 1024 * 1024;  // bytes (reference 3.1)
@@ -204,12 +226,72 @@ std::string http_delivered_body(std::int64_t delivered);
 // that is not UTF-8 as \ufffd). Empty when `frame` is not a push frame.
 std::string http_signal_event(std::string_view frame);
 
-// ---- the admin routes (cluster mode, docs/cluster.md "Adding and removing a node") ----------
+// ---- fence checks, inspection, force-release (docs/http-api.md) -----------------------------
+//
+// These act on a key, not for a session: they need no X-Dflockd-Session (one given is ignored)
+// and the server sends each under a request session of its own, as it sends a stats request.
+
+// The engine command an endpoint of these sends (kCheck, kInspect or kForceRelease) and the
+// namespace of its key (Request::space); nullopt for every other endpoint.
+struct HttpKeyCommand {
+  Command command = Command::kCheck;
+  Namespace space = Namespace::kLock;
+};
+std::optional<HttpKeyCommand> http_key_command(HttpEndpoint endpoint);
+
+// Decodes a request to one of those endpoints into its engine request, checking the key (the
+// path's, percent-decoded; the TCP key rule) first:
+//  * a check's body is {"token":"..."}, the token checked as for a release (a string of 1..256
+//    bytes without whitespace; one the server could not have issued is simply not held);
+//  * a force-release's query (`query`, without the '?') may say `fence=N`, N a decimal 1..2^64-1:
+//    only the holder with that fence is freed; without it every holder is. Other query names are
+//    ignored; the body is ignored;
+//  * an inspect takes nothing but its key (body and query are ignored).
+std::variant<HttpBadRequest, Request> decode_http_key_request(HttpEndpoint endpoint,
+                                                              std::string_view key,
+                                                              std::string_view body,
+                                                              std::string_view query);
+
+// The response to the engine's reply to such a request:
+//   check          200 {"held":true,"remaining_s":N} while the token holds the key (N the seconds
+//                  left, rounded up), else 200 {"held":false}
+//   inspect        200 with the engine's JSON (core/stats.h KeyInspection) and a newline; 404 with
+//                  the same JSON when its "exists" is false (the key is not in use)
+//   force-release  200 {"released":N}, N the holders freed
+// and, for all three, 503 not_leader (HttpResponse::leader) or 503 draining as for a lock call.
+HttpResponse render_http_key_reply(const Request& request, const Reply& reply);
+
+// ---- lost slots of HTTP sessions (docs/http-api.md, "Lost slots") ---------------------------
+
+// A slot a session lost without releasing it, as its `lost` push line names it (core::lost_line).
+struct HttpLostSlot {
+  std::string kind;    // lock, sem or rw
+  std::string key;     // 1..256 bytes, no whitespace
+  std::string token;   // the lost token, 32 lowercase hex digits
+  std::string reason;  // expired, forced or reclaimed
+  bool operator==(const HttpLostSlot&) const = default;
+};
+// The slot of a `lost <kind> <key> <token> <reason>` line (its '\n' optional); nullopt when the
+// line is not one.
+std::optional<HttpLostSlot> parse_lost_line(std::string_view line);
+// `body` (a JSON object on one line, as this codec writes them) with "lost":[{"kind","key",
+// "token","reason"}...] added, and "lost_dropped":N when `dropped` > 0 (slots the session lost
+// that no longer fitted in what it remembers). `body` itself when `lost` is empty and `dropped` 0,
+// or when it is not a JSON object.
+std::string http_body_with_lost(std::string_view body, const std::vector<HttpLostSlot>& lost,
+                                std::uint64_t dropped);
+// The Server-Sent Event of a lost slot: `event: lost\ndata: {"kind","key","token","reason"}\n\n`.
+std::string http_lost_event(const HttpLostSlot& slot);
+// The last event of a session's event stream: `event: end\ndata: {"reason":"<reason>"}\n\n`.
+std::string http_stream_end_event(std::string_view reason);
+
+// ---- the admin routes (docs/http-api.md "Admin routes"; docs/cluster.md) ---------------------
 
 // Who may use the admin routes: the Authorization header against --admin-token, compared in
 // constant time (bearer_matches).
 enum class AdminAccess {
-  kDisabled,      // no admin token is configured: 403 admin_disabled
+  kDisabled,      // no admin token is configured (the membership routes: or no cluster mode):
+                  // 403 admin_disabled
   kUnauthorized,  // a missing or wrong token: 401
   kAllowed,
 };

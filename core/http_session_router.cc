@@ -92,6 +92,17 @@ void HttpSessionRouter::ping(Instant now, HttpTicket ticket, const std::string& 
   run_here(now, now, router_.index(), http_message::Op::kPing, ticket, handle, {});
 }
 
+void HttpSessionRouter::watch(Instant now, HttpTicket ticket, const std::string& handle) {
+  if (draining_) {
+    replies_.push_back(HttpReply{ticket, error(503, "draining")});
+    return;
+  }
+  if (forward_if_elsewhere({router_.index(), ticket, http_message::Op::kWatch, handle, {}, now})) {
+    return;
+  }
+  run_here(now, now, router_.index(), http_message::Op::kWatch, ticket, handle, {});
+}
+
 void HttpSessionRouter::abandon(Instant now, HttpTicket ticket) {
   auto out = forwarded_out_.find(ticket);
   if (out != forwarded_out_.end()) {
@@ -99,6 +110,7 @@ void HttpSessionRouter::abandon(Instant now, HttpTicket ticket) {
     out->second.abandoned = true;
     return;
   }
+  watches_.erase(ticket);
   sessions_.abandon(ticket);
   collect(now);
 }
@@ -132,8 +144,27 @@ void HttpSessionRouter::run_here(Instant now, Instant started, std::size_t origi
       respond(origin, ticket, found ? HttpOutcome{204, "", {}} : error(410, "session_gone"));
       return;
     }
+    case http_message::Op::kWatch:
+      if (!sessions_.watch(now, handle, ticket)) {
+        respond(origin, ticket, error(410, "session_gone"));
+        return;
+      }
+      watches_[ticket] = origin;
+      break;
   }
   collect(now);
+}
+
+void HttpSessionRouter::deliver_watch_event(HttpWatchEvent event) {
+  auto watch = watches_.find(event.ticket);
+  if (watch == watches_.end()) return;  // abandoned meanwhile
+  const std::size_t origin = watch->second;
+  if (event.kind == HttpWatchEvent::Kind::kEnd) watches_.erase(watch);
+  if (origin == router_.index()) {
+    watch_events_.push_back(std::move(event));
+  } else {
+    send(origin, http_message::Watched{std::move(event)});
+  }
 }
 
 void HttpSessionRouter::respond(std::size_t origin, HttpTicket ticket, HttpOutcome outcome,
@@ -154,7 +185,8 @@ void HttpSessionRouter::receive(Instant now, HttpMessage message) {
         using M = std::decay_t<decltype(m)>;
         if constexpr (std::is_same_v<M, http_message::Forward>) {
           // Home side: a draining home refuses new work as the origin would.
-          if (m.op == http_message::Op::kSubmit && draining_) {
+          if ((m.op == http_message::Op::kSubmit || m.op == http_message::Op::kWatch) &&
+              draining_) {
             respond(m.origin, m.ticket, error(503, "draining"));
             return;
           }
@@ -179,6 +211,15 @@ void HttpSessionRouter::receive(Instant now, HttpMessage message) {
           }
           forwarded_out_.erase(out);
         } else if constexpr (std::is_same_v<M, http_message::Abandon>) {
+          // Home side: the client of a forwarded watch left: the watch stops, withdrawn.
+          if (auto watch = watches_.find(m.ticket); watch != watches_.end()) {
+            const std::size_t origin = watch->second;
+            watches_.erase(watch);
+            sessions_.abandon(m.ticket);
+            send(origin, http_message::Answer{m.ticket, 0, {}, {}, std::nullopt});
+            collect(now);
+            return;
+          }
           // Home side: the client of a forwarded request left. Still here: withdrawn, and the
           // origin is told so; answered already: the origin gives the answer back.
           auto in = forwarded_in_.find(m.ticket);
@@ -191,7 +232,16 @@ void HttpSessionRouter::receive(Instant now, HttpMessage message) {
           send(origin, http_message::Answer{m.ticket, 0, {}, {}, std::nullopt});
 #endif
           collect(now);
+        } else if constexpr (std::is_same_v<M, http_message::Watched>) {
+          // Origin side: an event of a forwarded watch, for its client unless it left; a kEnd
+          // is the watch's Answer.
+          auto out = forwarded_out_.find(m.event.ticket);
+          if (out == forwarded_out_.end()) return;
+          const bool end = m.event.kind == HttpWatchEvent::Kind::kEnd;
+          if (!out->second.abandoned) watch_events_.push_back(std::move(m.event));
+          if (end) forwarded_out_.erase(out);
         } else {
+          static_assert(std::is_same_v<M, http_message::GiveBack>);
           sessions_.give_back(m.handle, m.request, m.reply);
           collect(now);
         }
@@ -218,7 +268,13 @@ void HttpSessionRouter::on_session_event(Instant now, const SessionEvent& event)
       TS_ASSERT(false && "an HTTP session never listens");
       break;
     case SessionEvent::Kind::kLost:
-      break;  // an HTTP session is not a connection that can be pushed to
+      // The `lost` line of a slot the session lost: for its next reply and its watcher.
+      if (event.frame != nullptr) {
+        if (const std::optional<HttpLostSlot> slot = parse_lost_line(*event.frame)) {
+          sessions_.on_lost(event.session, *slot);
+        }
+      }
+      break;
   }
   collect(now);
 }
@@ -235,7 +291,11 @@ void HttpSessionRouter::collect(Instant now) {
     std::vector<HttpRoute> routes = sessions_.take_routes();
     std::vector<SessionId> closed = sessions_.take_closed();
     std::vector<SessionId> cancels = sessions_.take_cancels();
-    if (answers.empty() && routes.empty() && closed.empty() && cancels.empty()) return;
+    std::vector<HttpWatchEvent> watched = sessions_.take_watch_events();
+    if (answers.empty() && routes.empty() && closed.empty() && cancels.empty() && watched.empty()) {
+      return;
+    }
+    for (HttpWatchEvent& event : watched) deliver_watch_event(std::move(event));
     for (const HttpAnswer& answer : answers) {
       std::size_t origin = router_.index();
       auto in = forwarded_in_.find(answer.ticket);
@@ -248,6 +308,15 @@ void HttpSessionRouter::collect(Instant now) {
                 error(410, "session_gone", "the session was deleted or expired"));
       } else {
         HttpResponse response = render_http_reply(answer.request, answer.reply);
+        // What the session lost since its previous reply rides on this one, unless it has no
+        // body (a 204): then on the next. (A forwarded answer whose client left meanwhile takes
+        // them along; the session's event stream has them all the same.)
+        if (!response.body.empty()) {
+          HttpLosses losses = sessions_.take_lost(answer.session);
+          if (!losses.slots.empty() || losses.dropped > 0) {
+            response.body = http_body_with_lost(response.body, losses.slots, losses.dropped);
+          }
+        }
         respond(origin, answer.ticket,
                 HttpOutcome{response.code, std::move(response.body), std::move(response.leader)},
                 answer.request, answer.reply);
@@ -269,6 +338,12 @@ void HttpSessionRouter::send(std::size_t to, HttpMessage message) {
 std::vector<HttpReply> HttpSessionRouter::take_replies() {
   std::vector<HttpReply> out;
   out.swap(replies_);
+  return out;
+}
+
+std::vector<HttpWatchEvent> HttpSessionRouter::take_watch_events() {
+  std::vector<HttpWatchEvent> out;
+  out.swap(watch_events_);
   return out;
 }
 

@@ -34,8 +34,16 @@
 //    abandoned first; an abandoned ticket gets none. Every Forward gets exactly one Answer (a
 //    withdrawn one when the Abandon overtook it), so the origin forgets every ticket.
 //  * A remove's effects (the long poll's 410, the close notices) are issued before its 204.
-//  * While draining, creates and submits are refused with 503 `draining`, on the origin and on
-//    the home shard alike; pings and deletes still work.
+//  * While draining, creates, submits and watches are refused with 503 `draining`, on the origin
+//    and on the home shard alike; pings and deletes still work.
+//  * Lost slots (docs/http-api.md, "Lost slots"): a kLost router event for a session homed here
+//    is remembered by its HttpSessions; the session's next reply that has a body carries what it
+//    lost since its previous one ("lost":[...]), and its watcher, if any, hears of it at once.
+//  * A watch (GET /v1/sessions/{id}/events, watch()) is a ticket that gets either one reply (410
+//    session_gone, 503 draining) or a kOpen watch event, then kLost events, then at most one
+//    kEnd (none once abandoned), all taken with take_watch_events on the origin. A forwarded
+//    watch's events travel back as http_message::Watched, in order; its Answer is the kEnd, or
+//    the refusal, or a withdrawn Answer after an Abandon.
 //
 // Thread affinity: one HttpSessionRouter belongs to its shard's thread; messages cross threads
 // only through the driver.
@@ -61,7 +69,7 @@ namespace turnstile::core {
 
 // The messages between shards' HttpSessionRouters.
 namespace http_message {
-enum class Op : std::uint8_t { kSubmit, kRemove, kPing };
+enum class Op : std::uint8_t { kSubmit, kRemove, kPing, kWatch };
 struct Forward {  // to the session's home shard
   std::size_t origin = 0;
   HttpTicket ticket = 0;
@@ -85,10 +93,13 @@ struct GiveBack {  // to the home shard: an engine reply whose client had left w
   Request request;
   Reply reply;
 };
+struct Watched {  // to the origin: an event of a forwarded watch (a kEnd ends it, as an Answer)
+  HttpWatchEvent event;
+};
 }  // namespace http_message
 
 using HttpMessage = std::variant<http_message::Forward, http_message::Answer, http_message::Abandon,
-                                 http_message::GiveBack>;
+                                 http_message::GiveBack, http_message::Watched>;
 
 // A message for the HttpSessionRouter of shard `to`.
 struct HttpEnvelope {
@@ -139,12 +150,15 @@ class HttpSessionRouter {
   void remove(Instant now, HttpTicket ticket, const std::string& handle);
   // POST /session/{id}/ping (204, or 410 session_gone), under `ticket`.
   void ping(Instant now, HttpTicket ticket, const std::string& handle);
+  // GET /v1/sessions/{id}/events, under `ticket`: watch events (take_watch_events), or one reply
+  // (410 session_gone, 503 draining). abandon(ticket) stops it.
+  void watch(Instant now, HttpTicket ticket, const std::string& handle);
   // The client of `ticket` left; unknown or answered tickets are ignored.
   void abandon(Instant now, HttpTicket ticket);
 
   // ---- any shard -----------------------------------------------------------------------------
   void receive(Instant now, HttpMessage message);
-  // A router event (kReply, kParked, kCancelled) for a session homed here.
+  // A router event (kReply, kParked, kCancelled, kLost) for a session homed here.
   void on_session_event(Instant now, const SessionEvent& event);
   bool owns(SessionId session) const { return sessions_.owns(session); }
   // Closes the sessions idle for too long (HttpSessions::reap); how many.
@@ -160,6 +174,8 @@ class HttpSessionRouter {
   // ---- outputs -------------------------------------------------------------------------------
   std::vector<HttpReply> take_replies();
   std::vector<HttpEnvelope> take_outbox();
+  // Events of the watches whose tickets are held on this shard, in order.
+  std::vector<HttpWatchEvent> take_watch_events();
 
  private:
   // Runs a request whose session is homed here; `origin` is the shard that holds its ticket,
@@ -173,8 +189,10 @@ class HttpSessionRouter {
   void respond(std::size_t origin, HttpTicket ticket, HttpOutcome outcome,
                const Request& request = {}, const std::optional<Reply>& reply = std::nullopt);
   void send(std::size_t to, HttpMessage message);
-  // Carries HttpSessions' effects out: answers, routes, close notices, cancels.
+  // Carries HttpSessions' effects out: answers, routes, close notices, cancels, watch events.
   void collect(Instant now);
+  // A watch event for the watch `event.ticket` running here, to wherever its client is.
+  void deliver_watch_event(HttpWatchEvent event);
 
   HttpSessionsConfig config_;
   Router& router_;
@@ -190,8 +208,11 @@ class HttpSessionRouter {
     bool abandoned = false;  // the client left: the answer goes nowhere
   };
   std::unordered_map<HttpTicket, Out> forwarded_out_;
+  // Home side: the watches running here (their tickets) -> the shard that holds their client.
+  std::unordered_map<HttpTicket, std::size_t> watches_;
   std::vector<HttpReply> replies_;
   std::vector<HttpEnvelope> outbox_;
+  std::vector<HttpWatchEvent> watch_events_;
 };
 
 }  // namespace turnstile::core

@@ -1,6 +1,7 @@
 #include "core/http_sessions.h"
 
 #include <algorithm>
+#include <iterator>
 #include <utility>
 
 #include "core/assert.h"
@@ -32,6 +33,9 @@ struct HttpSessions::Session {
   bool in_flight_abandoned = false;  // answered already (session gone) or its client left
   bool cancel_sent = false;
   std::deque<Request> give_backs;  // run before anything else in the queue
+  std::deque<HttpLostSlot> lost;   // at most kLostRemembered, oldest first
+  std::uint64_t lost_dropped = 0;  // lost slots pushed out of `lost` since it was last taken
+  HttpTicket watcher = 0;          // 0: nobody watches
 };
 
 HttpCreate SessionCaps::take(const std::string& ip) {
@@ -131,16 +135,24 @@ void HttpSessions::close(Session& session) {
   // The long poll (or any request) in flight wakes at once; its engine outcome, when it comes,
   // goes nowhere (a grant is given back).
   if (session.in_flight && !session.in_flight_abandoned) {
-    answers_.push_back(
-        HttpAnswer{session.in_flight->ticket, true, Reply{}, session.in_flight->request});
+    answers_.push_back(HttpAnswer{session.in_flight->ticket, true, Reply{},
+                                  session.in_flight->request, session.id});
     by_ticket_.erase(session.in_flight->ticket);
     session.in_flight_abandoned = true;
   }
   for (Session::Pending& pending : session.queue) {
-    answers_.push_back(HttpAnswer{pending.ticket, true, Reply{}, pending.request});
+    answers_.push_back(HttpAnswer{pending.ticket, true, Reply{}, pending.request, session.id});
     by_ticket_.erase(pending.ticket);
   }
   session.queue.clear();
+  if (session.watcher != 0) {
+    watch_events_.push_back(
+        HttpWatchEvent{session.watcher, HttpWatchEvent::Kind::kEnd, {}, "session_gone"});
+    watchers_.erase(session.watcher);
+    session.watcher = 0;
+  }
+  session.lost.clear();
+  session.lost_dropped = 0;
   closed_.push_back(session.id);
   maybe_forget(session);
 }
@@ -152,6 +164,11 @@ void HttpSessions::maybe_forget(Session& session) {
 }
 
 void HttpSessions::abandon(HttpTicket ticket) {
+  if (auto watched = watchers_.find(ticket); watched != watchers_.end()) {
+    watched->second->watcher = 0;
+    watchers_.erase(watched);
+    return;
+  }
   auto it = by_ticket_.find(ticket);
   if (it == by_ticket_.end()) return;
   Session& session = *it->second;
@@ -214,7 +231,7 @@ void HttpSessions::on_reply(Instant now, SessionId id, const Reply& reply) {
     give_back(session, done.request, reply);
   } else {
     by_ticket_.erase(done.ticket);
-    answers_.push_back(HttpAnswer{done.ticket, false, reply, done.request});
+    answers_.push_back(HttpAnswer{done.ticket, false, reply, done.request, session.id});
   }
   session.last_seen = std::max(session.last_seen, now);
   pump(session);
@@ -230,6 +247,49 @@ void HttpSessions::on_cancelled(SessionId id) {
   session.in_flight.reset();
   pump(session);
   maybe_forget(session);
+}
+
+void HttpSessions::on_lost(SessionId id, const HttpLostSlot& slot) {
+  auto it = by_id_.find(id.value);
+  if (it == by_id_.end() || it->second->closed) return;
+  Session& session = *it->second;
+  session.lost.push_back(slot);
+  if (session.lost.size() > kLostRemembered) {
+    session.lost.pop_front();
+    ++session.lost_dropped;
+  }
+  if (session.watcher != 0) {
+    watch_events_.push_back(HttpWatchEvent{session.watcher, HttpWatchEvent::Kind::kLost, slot, {}});
+  }
+}
+
+HttpLosses HttpSessions::take_lost(SessionId id) {
+  auto it = by_id_.find(id.value);
+  if (it == by_id_.end()) return {};
+  Session& session = *it->second;
+  HttpLosses losses{
+      {std::make_move_iterator(session.lost.begin()), std::make_move_iterator(session.lost.end())},
+      session.lost_dropped};
+  session.lost.clear();
+  session.lost_dropped = 0;
+  return losses;
+}
+
+bool HttpSessions::watch(Instant now, std::string_view handle, HttpTicket ticket) {
+  TS_ASSERT(ticket != 0);
+  auto it = by_handle_.find(std::string(handle));
+  if (it == by_handle_.end() || it->second->closed) return false;
+  Session& session = *it->second;
+  session.last_seen = std::max(session.last_seen, now);
+  if (session.watcher != 0) {
+    watch_events_.push_back(
+        HttpWatchEvent{session.watcher, HttpWatchEvent::Kind::kEnd, {}, "replaced"});
+    watchers_.erase(session.watcher);
+  }
+  session.watcher = ticket;
+  watchers_[ticket] = &session;
+  watch_events_.push_back(HttpWatchEvent{ticket, HttpWatchEvent::Kind::kOpen, {}, {}});
+  return true;
 }
 
 std::size_t HttpSessions::reap(Instant now) {
@@ -256,6 +316,9 @@ std::vector<HttpAnswer> HttpSessions::take_answers() { return std::exchange(answ
 std::vector<HttpRoute> HttpSessions::take_routes() { return std::exchange(routes_, {}); }
 std::vector<SessionId> HttpSessions::take_closed() { return std::exchange(closed_, {}); }
 std::vector<SessionId> HttpSessions::take_cancels() { return std::exchange(cancels_, {}); }
+std::vector<HttpWatchEvent> HttpSessions::take_watch_events() {
+  return std::exchange(watch_events_, {});
+}
 
 bool HttpSessions::owns(SessionId session) const { return by_id_.count(session.value) != 0; }
 std::size_t HttpSessions::known() const { return by_handle_.size(); }

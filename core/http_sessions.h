@@ -26,6 +26,13 @@
 //  * Caps: sessions_max and sessions_per_ip_max (0 = unlimited) are checked on create, by the
 //    HttpSessions' own SessionCaps or by an HttpSessionQuota it shares with the HttpSessions of
 //    other threads (a driver with one HttpSessions per thread: the caps are for the process).
+//  * Lost slots (docs/http-api.md, "Lost slots"): a slot the session lost without releasing it
+//    (on_lost) is remembered until the session's next answer with a body takes it (take_lost);
+//    at most kLostRemembered of them, the oldest dropped first and counted. It also goes at once
+//    to the session's watcher, if it has one: the ticket of one event stream (watch), whose
+//    events the driver takes (take_watch_events). A new watch replaces the watcher (the old one
+//    ends, "replaced"); a close ends it ("session_gone"); an abandoned watch ticket just stops.
+//    A watch refreshes lastSeen once, when it starts; the stream does not keep the session alive.
 //
 // Thread affinity: one thread owns an HttpSessions; it has no internal locking.
 #pragma once
@@ -40,6 +47,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/http_codec.h"
 #include "core/protocol.h"
 #include "core/time.h"
 #include "core/types.h"
@@ -91,6 +99,27 @@ struct HttpAnswer {
   bool session_gone = false;
   Reply reply;  // when !session_gone
   Request request;
+  SessionId session = {};  // whose request it answers (take_lost)
+};
+
+// The slots a session lost since they were last taken, oldest first, and how many more it lost
+// that it no longer remembered (kLostRemembered).
+struct HttpLosses {
+  std::vector<HttpLostSlot> slots;
+  std::uint64_t dropped = 0;
+};
+
+// An event for the watcher of a session (an event stream, GET /v1/sessions/{id}/events).
+struct HttpWatchEvent {
+  enum class Kind : std::uint8_t {
+    kOpen,  // the watch is in place: what the session loses from now on comes to it
+    kLost,  // `slot` was lost
+    kEnd,   // the watch is over (`reason`: "session_gone" or "replaced"); nothing follows
+  };
+  HttpTicket ticket = 0;
+  Kind kind = Kind::kOpen;
+  HttpLostSlot slot = {};   // kLost
+  std::string reason = {};  // kEnd
 };
 
 // A request to route to the engine that owns its key, on behalf of `session`.
@@ -133,6 +162,18 @@ class HttpSessions {
   // The engine dropped the request in flight unanswered (cancelled, or the session closed).
   void on_cancelled(SessionId session);
 
+  // ---- lost slots
+  static constexpr std::size_t kLostRemembered = 32;
+  // `session` lost `slot` (ignored for an unknown or closed session).
+  void on_lost(SessionId session, const HttpLostSlot& slot);
+  // What `session` lost since the last call, and forgets it.
+  HttpLosses take_lost(SessionId session);
+  // Makes `ticket` the watcher of the live session `handle` (a kOpen event; the previous
+  // watcher's kEnd "replaced" first); false when the session is unknown or closed (410). The
+  // watch ends with the session, or when a later watch replaces it; abandon(ticket) stops it
+  // without an event.
+  bool watch(Instant now, std::string_view handle, HttpTicket ticket);
+
   // Closes every live session idle for more than 2 x idle_timeout with nothing in flight or
   // queued. Returns how many.
   std::size_t reap(Instant now);
@@ -146,6 +187,7 @@ class HttpSessions {
   std::vector<SessionId> take_closed();
   // Sessions whose parked request must be cancelled in the engine that holds it.
   std::vector<SessionId> take_cancels();
+  std::vector<HttpWatchEvent> take_watch_events();
 
   bool owns(SessionId session) const;
   std::size_t live() const { return live_; }
@@ -163,6 +205,7 @@ class HttpSessions {
   std::unordered_map<std::string, std::unique_ptr<Session>> by_handle_;
   std::unordered_map<std::uint64_t, Session*> by_id_;
   std::unordered_map<HttpTicket, Session*> by_ticket_;
+  std::unordered_map<HttpTicket, Session*> watchers_;  // a watch's ticket -> its live session
   SessionCaps own_caps_;
   HttpSessionQuota* quota_;  // &own_caps_ or the shared quota
   std::size_t live_ = 0;     // this HttpSessions' live sessions
@@ -170,6 +213,7 @@ class HttpSessions {
   std::vector<HttpRoute> routes_;
   std::vector<SessionId> closed_;
   std::vector<SessionId> cancels_;
+  std::vector<HttpWatchEvent> watch_events_;
 };
 
 // A token bucket per client IP (reference 3.2): `rate` tokens per second up to `burst`; a new IP

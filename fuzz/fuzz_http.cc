@@ -1,10 +1,11 @@
 // Fuzzes the HTTP codec (core/http_codec.h) the way turnstiled drives it: find the endpoint,
 // check the bearer token, add the CORS headers, decode a lock, semaphore or read-write lock
-// request, and render every reply the engine could give it.
+// request, a fence check, an inspect or a force-release, and render every reply the engine could
+// give it.
 //
 // Input: a small HTTP request as text, so that the corpus reads as requests and the dictionary
 // (fuzz/fuzz_http.dict: methods, routes, header and field names, bytes that are not UTF-8) helps:
-//   METHOD SP PATH LF
+//   METHOD SP PATH[?QUERY] LF
 //   Name: value LF        (any number; X-Dflockd-Session, Authorization and Origin are used)
 //   LF
 //   BODY                  (everything after the blank line, any bytes)
@@ -20,7 +21,11 @@
 //  * a decoded request is one the engine may take: the command of its endpoint (of the right
 //    namespace and, for a read-write lock, the right side), a key of 1..256 bytes without
 //    whitespace, a 32-hex session handle, numbers in their documented ranges, and a body that
-//    was valid UTF-8.
+//    was valid UTF-8;
+//  * a check, inspect or force-release decodes to its endpoint's command and namespace (a
+//    check with a token field, a force-release with the query's fence), and every reply to it
+//    renders as one JSON line; the body, read as a `lost` line, is either refused or yields a
+//    slot whose event and whose "lost" array are JSON on one line.
 #include <cstddef>
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -55,6 +60,7 @@ void check_body(const std::string& body) {
 struct HttpText {
   std::string_view method;
   std::string_view path;
+  std::string_view query;  // after the first '?' of the request line's target
   std::optional<std::string_view> session;
   std::optional<std::string_view> authorization;
   std::optional<std::string_view> origin;
@@ -74,6 +80,10 @@ HttpText read_request(std::string_view text) {
   const std::size_t space = first.find(' ');
   request.method = first.substr(0, space);
   request.path = space == std::string_view::npos ? std::string_view() : first.substr(space + 1);
+  if (const std::size_t mark = request.path.find('?'); mark != std::string_view::npos) {
+    request.query = request.path.substr(mark + 1);
+    request.path = request.path.substr(0, mark);
+  }
   while (!text.empty()) {
     const std::string_view line = take_line(text);
     if (line.empty()) break;
@@ -136,6 +146,65 @@ void render_all(const core::Request& request) {
   }
 }
 
+// A check, inspect or force-release: decoded as turnstiled does, then every reply rendered.
+void check_key_request(const core::HttpEndpointSpec& spec, const HttpText& http,
+                       const std::string& key) {
+  const std::optional<core::HttpKeyCommand> command = core::http_key_command(spec.endpoint);
+  check(command.has_value(), "a key endpoint without its command");
+  const auto decoded = core::decode_http_key_request(spec.endpoint, key, http.body, http.query);
+  if (const auto* bad = std::get_if<core::HttpBadRequest>(&decoded)) {
+    check(!bad->detail.empty(), "a 400 without a detail");
+    check_body(core::http_error_body("bad_request", bad->detail));
+    return;
+  }
+  const core::Request& request = std::get<core::Request>(decoded);
+  check(request.command == command->command && request.space == command->space,
+        "a key request of another command or namespace");
+  check(core::request_namespace(request) == command->space, "a key request placed elsewhere");
+  check(!request.key.empty() && request.key.size() <= 256, "a decoded key has a bad length");
+  for (char c : request.key) {
+    check(c != ' ' && c != '\t' && c != '\r' && c != '\n', "a decoded key holds whitespace");
+  }
+  check(request.fence == 0 || request.command == core::Command::kForceRelease,
+        "a fence on a request that takes none");
+  if (request.command == core::Command::kCheck) {
+    check(!core::first_invalid_utf8(http.body).has_value(), "a body that is not UTF-8 accepted");
+  } else {
+    check(!request.token.has_value(), "a token on a request that takes none");
+  }
+  const core::Token token = core::Token::parse("0000000000000001abcdefabcdefabcd").value();
+  for (int status = 0; status <= static_cast<int>(core::Status::kParked); ++status) {
+    core::Reply reply = core::Reply::of(static_cast<core::Status>(status));
+    reply.seconds = 3;
+    for (const std::string& payload :
+         {std::string(), std::string(http.body),
+          nlohmann::json{{"kind", "lock"}, {"key", "k"}, {"exists", status % 2 == 0}}.dump()}) {
+      reply.payload = payload;
+      const core::HttpResponse response = core::render_http_key_reply(request, reply);
+      check(response.code >= 200 && response.code < 600, "a status code out of range");
+      check(!response.body.empty(), "a key reply without a body");
+      check_body(response.body);
+    }
+    reply.token = token;
+    check_body(core::render_http_key_reply(request, reply).body);
+  }
+}
+
+// The body read as a `lost` push line: refused, or a slot that renders as JSON everywhere.
+void check_lost_line(std::string_view text) {
+  const std::optional<core::HttpLostSlot> slot = core::parse_lost_line(text);
+  if (!slot) return;
+  check(core::parse_namespace_word(slot->kind).has_value(), "a lost slot of no kind");
+  check(core::Token::parse(slot->token).has_value(), "a lost slot without a token");
+  const std::string event = core::http_lost_event(*slot);
+  constexpr std::string_view kHead = "event: lost\ndata: ";
+  check(event.rfind(kHead, 0) == 0 && event.ends_with("\n\n"), "a lost event without its frame");
+  check_body(event.substr(kHead.size(), event.size() - kHead.size() - 1));
+  const std::string body = core::http_body_with_lost("{\"status\":\"ok\"}\n", {*slot, *slot}, 3);
+  check_body(body);
+  check(nlohmann::json::parse(body)["lost"].size() == 2, "a lost array without its slots");
+}
+
 }  // namespace
 }  // namespace turnstile::fuzz
 
@@ -154,6 +223,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   if (http.authorization) (void)core::bearer_matches(*http.authorization, "s3cret");
 
+  check_lost_line(http.body);
   const core::HttpRouteMatch match = core::match_http_route(http.method, http.path);
   if (match.spec == nullptr) {
     std::string_view allow = match.allow;
@@ -210,6 +280,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                               event.size() - std::string_view("event: sig\ndata: ").size() - 1));
       check_body(core::http_delivered_body(7));
     }
+    return 0;
+  }
+  if (match.spec->endpoint == core::HttpEndpoint::kSessionEvents) {
+    check(match.params.size() == 1, "a session stream without its id");
+    (void)core::is_session_handle(match.params.at(0));
+    return 0;
+  }
+  if (core::http_key_command(match.spec->endpoint)) {
+    check(match.params.size() == 1, "a key endpoint without its key");
+    check(!core::http_endpoint_command(match.spec->endpoint), "a key endpoint with a session's");
+    check_key_request(*match.spec, http, match.params.at(0));
     return 0;
   }
   if (!core::http_endpoint_command(match.spec->endpoint)) return 0;

@@ -194,12 +194,12 @@ const Setting kSettings[] = {
      std::monostate{}, "cluster mode: file holding the cluster secret on one line",
      /*hidden=*/false, /*cluster=*/true},
     {"admin-token", "ADMIN_TOKEN", Kind::kSecret, "token", 0, 0, std::monostate{},
-     "cluster mode: token of the admin routes (membership changes); unset = admin routes off "
-     "(visible in ps; prefer the file)",
-     /*hidden=*/false, /*cluster=*/true},
+     "token of the HTTP admin routes (force-release; in cluster mode also membership changes); "
+     "unset = admin routes off (visible in ps; prefer the file)",
+     /*hidden=*/false, /*cluster=*/false},
     {"admin-token-file", "ADMIN_TOKEN_FILE", Kind::kSecretFile, "path", 0, 0, std::monostate{},
-     "cluster mode: file holding the admin token on one line", /*hidden=*/false,
-     /*cluster=*/true},
+     "file holding the admin token on one line", /*hidden=*/false,
+     /*cluster=*/false},
     {"raft-election-timeout-ms", "RAFT_ELECTION_TIMEOUT_MS", Kind::kInteger, "milliseconds", 100,
      60'000, &Config::Cluster::election_timeout_ms, "cluster mode: raft's election timeout",
      /*hidden=*/false, /*cluster=*/true},

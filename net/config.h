@@ -96,8 +96,9 @@ struct Config {
     // --cluster-secret / --cluster-secret-file: the secret the nodes authenticate each other
     // with; resolved like auth_token (trimmed, non-empty, one line). Required in cluster mode.
     std::optional<std::string> secret;
-    // --admin-token / --admin-token-file: the token of the admin routes (membership changes);
-    // resolved like auth_token. Unset = the admin routes are off.
+    // --admin-token / --admin-token-file: the token of the HTTP admin routes (force-release;
+    // in cluster mode also the membership changes); resolved like auth_token. Unset = the admin
+    // routes are off. Allowed without cluster mode (it lives here for history).
     std::optional<std::string> admin_token;
     // --raft-election-timeout-ms: 100..60000.
     std::int64_t election_timeout_ms = 1000;

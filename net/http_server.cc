@@ -173,7 +173,7 @@ std::string raft_metrics_text(const ClusterMetrics& metrics) {
 }  // namespace
 
 struct HttpServer::Pending {
-  enum class Kind { kSession, kStats, kMetrics, kReadIndex, kAuthDelay, kAdmin, kSignal };
+  enum class Kind { kSession, kStats, kMetrics, kReadIndex, kAuthDelay, kAdmin, kSignal, kKey };
   Kind kind = Kind::kSession;
   evhttp_request* request = nullptr;
   evhttp_connection* connection = nullptr;
@@ -182,7 +182,7 @@ struct HttpServer::Pending {
   core::Instant started;
   event* timer = nullptr;  // kAuthDelay
   std::unique_ptr<std::pair<HttpServer*, std::uint64_t>> timer_arg;
-  // kStats, kMetrics, kReadIndex, kSignal: the request's own session
+  // kStats, kMetrics, kReadIndex, kSignal, kKey: the request's own session
   core::SessionId stats_session;
 
   static Pending of(Kind kind, std::string_view method, std::string_view route,
@@ -196,9 +196,13 @@ struct HttpServer::Pending {
   }
 };
 
-// A GET /v1/signals stream: one router session, one subscription, one chunked response.
+// A GET /v1/signals stream: one router session, one subscription, one chunked response. Or a
+// GET /v1/sessions/{id}/events stream: a watch of the desk (`watch`), with an id of the router's
+// that the router never hears of.
 struct HttpServer::Stream {
   core::SessionId session;
+  core::HttpTicket watch = 0;  // a session event stream: its watch ticket
+  bool watch_over = false;     // the desk ended or refused the watch, or was told it ended
   evhttp_request* request = nullptr;
   evhttp_connection* connection = nullptr;
   std::string_view method;  // static strings, as for reply()
@@ -407,6 +411,7 @@ void HttpServer::stop() {
   }
   streams_.clear();
   stream_of_connection_.clear();
+  stream_of_watch_.clear();
   streams_ending_.clear();
   if (end_streams_ != nullptr) event_free(end_streams_);
   end_streams_ = nullptr;
@@ -423,8 +428,9 @@ void HttpServer::stop() {
 void HttpServer::begin_drain() {
   draining_ = true;
   desk_.begin_drain();
-  // Signal streams end cleanly (the last chunk is sent); new ones are refused.
+  // Signal and session event streams end cleanly (the last chunk is sent); new ones are refused.
   for (auto& [id, stream] : streams_) end_stream(*stream, /*abort=*/false);
+  flush();  // the desk hears of the watches that ended
 }
 
 void HttpServer::on_sweep(evutil_socket_t, short, void* self) {
@@ -564,6 +570,11 @@ void HttpServer::withdraw(std::uint64_t ticket, Pending& pending) {
   if (pending.kind == Pending::Kind::kStats || pending.kind == Pending::Kind::kMetrics ||
       pending.kind == Pending::Kind::kReadIndex || pending.kind == Pending::Kind::kSignal) {
     stats_tickets_.erase(pending.stats_session.value);
+  }
+  if (pending.kind == Pending::Kind::kKey) {
+    // The engine's reply still comes (and a force-release is still logged); it answers nobody.
+    auto key = key_requests_.find(pending.stats_session.value);
+    if (key != key_requests_.end()) key->second.ticket = 0;
   }
 }
 
@@ -802,9 +813,23 @@ void HttpServer::dispatch_route(evhttp_request* request, const core::HttpEndpoin
       });
       return;
     }
+    case core::HttpEndpoint::kSessionEvents:
+      open_watch(request, spec, params.at(0), method, started);
+      return;
+    case core::HttpEndpoint::kLockCheck:
+    case core::HttpEndpoint::kSemCheck:
+    case core::HttpEndpoint::kReadWriteCheck:
+    case core::HttpEndpoint::kLockInspect:
+    case core::HttpEndpoint::kSemInspect:
+    case core::HttpEndpoint::kReadWriteInspect:
+      run_key_request(request, spec, params.at(0), method, started);
+      return;
     case core::HttpEndpoint::kAdminVoterAdd:
     case core::HttpEndpoint::kAdminVoterRemove:
     case core::HttpEndpoint::kAdminLeaderTransfer:
+    case core::HttpEndpoint::kAdminLockRelease:
+    case core::HttpEndpoint::kAdminSemRelease:
+    case core::HttpEndpoint::kAdminReadWriteRelease:
       handle_admin(request, spec, params, method, started);
       return;
     case core::HttpEndpoint::kSignalPublish:
@@ -826,18 +851,33 @@ void HttpServer::handle_admin(evhttp_request* request, const core::HttpEndpointS
   const char* header =
       evhttp_find_header(evhttp_request_get_input_headers(request), "Authorization");
   ClusterNode* node = shared_.cluster_node;
+  // A force-release works on one node too; the membership routes need cluster mode.
+  const std::optional<core::HttpKeyCommand> force_release = core::http_key_command(spec.endpoint);
   const core::AdminAccess access =
-      node == nullptr
+      node == nullptr && !force_release
           ? core::AdminAccess::kDisabled
           : core::admin_access(config_.cluster.admin_token, header != nullptr ? header : "");
   if (access == core::AdminAccess::kDisabled) {
     reply_error(request, 403, "admin_disabled",
-                "the admin routes are off: they need cluster mode and --admin-token", route, method,
-                started);
+                force_release ? "the admin routes are off: they need --admin-token"
+                              : "the membership routes are off: they need cluster mode and "
+                                "--admin-token",
+                route, method, started);
     return;
   }
   if (access == core::AdminAccess::kUnauthorized) {
     reply_unauthorized_later(request, route, method, started);
+    return;
+  }
+  if (force_release) {
+    char* address = nullptr;
+    ev_uint16_t port = 0;
+    evhttp_connection* connection = evhttp_request_get_connection(request);
+    if (connection != nullptr) evhttp_connection_get_peer(connection, &address, &port);
+    std::string peer = address != nullptr ? address : "unknown";
+    if (peer.find(':') != std::string::npos) peer = "[" + peer + "]";
+    run_key_request(request, spec, params.at(0), method, started,
+                    peer + ":" + std::to_string(port));
     return;
   }
   std::optional<core::AdminVoterAdd> add;
@@ -920,6 +960,84 @@ void HttpServer::finish_admin(std::uint64_t ticket, const core::AdminChangeOutco
   drop_pending(ticket);
 }
 
+namespace {
+
+// A key as a log line shows it: bytes outside printable ASCII as \xNN (a key has no whitespace,
+// but may hold any other byte).
+std::string printable_key(std::string_view key) {
+  std::string out;
+  for (const char c : key) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte >= 0x21 && byte <= 0x7e && c != '\\') {
+      out += c;
+    } else {
+      char escaped[5];
+      std::snprintf(escaped, sizeof escaped, "\\x%02x", byte);
+      out += escaped;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void HttpServer::run_key_request(evhttp_request* request, const core::HttpEndpointSpec& spec,
+                                 const std::string& key, std::string_view method,
+                                 core::Instant started, std::string admin_peer) {
+  const std::string_view route = spec.pattern;
+  const evhttp_uri* uri = evhttp_request_get_evhttp_uri(request);
+  const char* query = uri != nullptr ? evhttp_uri_get_query(uri) : nullptr;
+  std::variant<core::HttpBadRequest, core::Request> decoded = core::decode_http_key_request(
+      spec.endpoint, key, request_body(request), query != nullptr ? query : "");
+  if (const auto* bad = std::get_if<core::HttpBadRequest>(&decoded)) {
+    reply_error(request, 400, "bad_request", bad->detail, route, method, started);
+    return;
+  }
+  const core::Request engine_request = std::get<core::Request>(std::move(decoded));
+  Pending pending = Pending::of(Pending::Kind::kKey, method, route, started);
+  pending.stats_session = host_.router().new_session_id();
+  const core::SessionId session = pending.stats_session;
+  const std::uint64_t ticket = add_pending(request, std::move(pending));
+  key_requests_[session.value] = KeyRequest{ticket, engine_request, std::move(admin_peer)};
+  host_.router().submit(started, session, engine_request);
+}
+
+void HttpServer::finish_key(KeyRequest& key, const core::Reply& reply) {
+  const core::Request& request = key.request;
+  if (!key.admin_peer.empty()) {
+    const std::string what = request.fence == 0
+                                 ? std::string("every holder")
+                                 : "the holder with fence " + std::to_string(request.fence);
+    const std::string kind(core::namespace_word(request.space));
+    const std::string name = printable_key(request.key);
+    if (reply.status == core::Status::kOk) {
+      http_shared_.forced_releases.fetch_add(
+          static_cast<std::uint64_t>(std::max<std::int64_t>(reply.seconds, 0)),
+          std::memory_order_relaxed);
+      logf(LogLevel::kWarn,
+           "admin: force-release of %s %s (%s) asked by %s with the admin token: %lld freed",
+           kind.c_str(), name.c_str(), what.c_str(), key.admin_peer.c_str(),
+           static_cast<long long>(reply.seconds));
+    } else {
+      const std::string status(core::status_name(reply.status));
+      logf(LogLevel::kWarn,
+           "admin: force-release of %s %s (%s) asked by %s with the admin token: not done (%s)",
+           kind.c_str(), name.c_str(), what.c_str(), key.admin_peer.c_str(), status.c_str());
+    }
+  }
+  if (key.ticket == 0) return;  // its client left
+  auto found = pending_.find(key.ticket);
+  if (found == pending_.end()) return;
+  Pending& pending = *found->second;
+  const core::HttpResponse response = core::render_http_key_reply(request, reply);
+  if (!response.leader.empty()) {
+    evhttp_add_header(evhttp_request_get_output_headers(pending.request), "X-Dflockd-Leader",
+                      response.leader.c_str());
+  }
+  reply_to(pending, response.code, response.body);
+  drop_pending(key.ticket);
+}
+
 void HttpServer::handle_session_request(evhttp_request* request, const core::HttpEndpointSpec& spec,
                                         const std::string& key, std::string_view method,
                                         core::Instant started) {
@@ -952,7 +1070,7 @@ void HttpServer::run_session_request(evhttp_request* request, std::string_view r
 
 bool HttpServer::owns(core::SessionId session) const {
   return desk_.owns(session) || stats_tickets_.count(session.value) != 0 ||
-         streams_.count(session.value) != 0;
+         streams_.count(session.value) != 0 || key_requests_.count(session.value) != 0;
 }
 
 void HttpServer::on_session_event(core::Instant now, core::SessionEvent& event) {
@@ -964,6 +1082,13 @@ void HttpServer::on_session_event(core::Instant now, core::SessionEvent& event) 
   auto stream = streams_.find(event.session.value);
   if (stream != streams_.end()) {
     on_stream_event(now, *stream->second, event);
+    return;
+  }
+  if (auto key = key_requests_.find(event.session.value); key != key_requests_.end()) {
+    if (event.kind != core::SessionEvent::Kind::kReply) return;  // never parks, holds nothing
+    KeyRequest done = std::move(key->second);
+    key_requests_.erase(key);
+    finish_key(done, event.reply);
     return;
   }
   auto it = stats_tickets_.find(event.session.value);
@@ -1046,7 +1171,8 @@ void HttpServer::flush() {
   while (true) {
     std::vector<core::HttpEnvelope> outbox = desk_.take_outbox();
     std::vector<core::HttpReply> replies = desk_.take_replies();
-    if (outbox.empty() && replies.empty()) break;
+    std::vector<core::HttpWatchEvent> watched = desk_.take_watch_events();
+    if (outbox.empty() && replies.empty() && watched.empty()) break;
     for (core::HttpEnvelope& envelope : outbox) {
       if (std::holds_alternative<core::http_message::Forward>(envelope.message)) {
         http_shared_.forwarded.fetch_add(1, std::memory_order_relaxed);
@@ -1054,6 +1180,10 @@ void HttpServer::flush() {
       shared_.shards[envelope.to]->post(std::move(envelope.message));
     }
     for (core::HttpReply& answer : replies) {
+      if (auto watch = stream_of_watch_.find(answer.ticket); watch != stream_of_watch_.end()) {
+        refuse_watch(*streams_.at(watch->second), answer.outcome);
+        continue;
+      }
       auto it = pending_.find(answer.ticket);
       if (it == pending_.end()) continue;  // its client left
       Pending& pending = *it->second;
@@ -1065,6 +1195,7 @@ void HttpServer::flush() {
             pending.method, pending.started);
       drop_pending(answer.ticket);
     }
+    for (core::HttpWatchEvent& event : watched) on_watch_event(event);
   }
   const auto live = static_cast<std::int64_t>(desk_.live());
   shared_.http_sessions_live.fetch_add(live - live_reported_, std::memory_order_relaxed);
@@ -1125,6 +1256,77 @@ void HttpServer::open_stream(evhttp_request* request, const core::HttpEndpointSp
   streams_.emplace(session.value, std::move(stream));
   // Answered at once by the hub; the reply comes to on_stream_event in this turn's settle().
   host_.router().submit(started, session, std::get<core::Request>(decoded));
+}
+
+void HttpServer::open_watch(evhttp_request* request, const core::HttpEndpointSpec& spec,
+                            const std::string& handle, std::string_view method,
+                            core::Instant started) {
+  const std::string_view route = spec.pattern;
+  if (!core::is_session_handle(handle)) {
+    reply_error(request, 400, "bad_request", "session id must be 32 lowercase hex characters",
+                route, method, started);
+    return;
+  }
+  evhttp_connection* connection = evhttp_request_get_connection(request);
+  if (draining_ || connection == nullptr) {
+    reply_error(request, 503, "draining", "", route, method, started);
+    return;
+  }
+  auto stream = std::make_unique<Stream>();
+  stream->session = host_.router().new_session_id();  // its id here; the router never sees it
+  stream->watch = desk_.new_ticket();
+  stream->request = request;
+  stream->connection = connection;
+  stream->method = method;
+  stream->route = route;
+  stream->started = started;
+  const std::uint64_t id = stream->session.value;
+  const core::HttpTicket ticket = stream->watch;
+  if (request == unanswered_) unanswered_ = nullptr;  // answered from streams_
+  stream_of_connection_[connection] = id;
+  stream_of_watch_[ticket] = id;
+  streams_.emplace(id, std::move(stream));
+  // The session may live on another shard: the answer (a refusal, or kOpen) comes in a flush.
+  desk_.watch(started, ticket, handle);
+  flush();
+}
+
+void HttpServer::refuse_watch(Stream& stream, const core::HttpOutcome& outcome) {
+  stream_of_watch_.erase(stream.watch);
+  stream.watch_over = true;
+  if (stream.open || stream.ending) return;  // a stream the desk already opened is not refused
+  reply(stream.request, outcome.code, outcome.body, stream.route, stream.method, stream.started);
+  const std::uint64_t id = stream.session.value;
+  stream_of_connection_.erase(stream.connection);
+  streams_.erase(id);  // destroys `stream`
+}
+
+void HttpServer::on_watch_event(core::HttpWatchEvent& event) {
+  auto watch = stream_of_watch_.find(event.ticket);
+  if (watch == stream_of_watch_.end()) return;  // its stream ended meanwhile
+  Stream& stream = *streams_.at(watch->second);
+  switch (event.kind) {
+    case core::HttpWatchEvent::Kind::kOpen:
+      if (!stream.open && !stream.ending) start_stream(stream);
+      return;
+    case core::HttpWatchEvent::Kind::kLost:
+      if (stream.open && !stream.ending) {
+        (void)write_stream(stream.session, core::http_lost_event(event.slot), 0);
+      }
+      return;
+    case core::HttpWatchEvent::Kind::kEnd: {
+      stream_of_watch_.erase(watch);
+      stream.watch_over = true;
+      const std::uint64_t id = stream.session.value;
+      if (stream.open && !stream.ending &&
+          !write_stream(stream.session, core::http_stream_end_event(event.reason), 0)) {
+        return;  // the write ended it
+      }
+      auto still = streams_.find(id);
+      if (still != streams_.end()) end_stream(*still->second, /*abort=*/false);
+      return;
+    }
+  }
 }
 
 void HttpServer::on_stream_event(core::Instant, Stream& stream, core::SessionEvent& event) {
@@ -1212,7 +1414,7 @@ bool HttpServer::write_stream(core::SessionId id, std::string_view bytes, std::s
   if (!stream.open || stream.ending) return false;
   bufferevent* bev = evhttp_connection_get_bufferevent(stream.connection);
   if (bev != nullptr && evbuffer_get_length(bufferevent_get_output(bev)) > kStreamOutputMax) {
-    logf(LogLevel::kInfo, "HTTP: signal stream %llu closed, its client does not read",
+    logf(LogLevel::kInfo, "HTTP: event stream %llu closed, its client does not read",
          static_cast<unsigned long long>(id.value));
     end_stream(stream, /*abort=*/true);
     return false;
@@ -1258,7 +1460,7 @@ bool HttpServer::watch_streams(core::Instant now) {
       continue;
     }
     if (now - stream->last_progress >= kStreamWriteDeadline) {
-      logf(LogLevel::kInfo, "HTTP: signal stream %llu closed, no write progress for 30 s",
+      logf(LogLevel::kInfo, "HTTP: event stream %llu closed, no write progress for 30 s",
            static_cast<unsigned long long>(id));
       end_stream(*stream, /*abort=*/true);
       ended = true;
@@ -1305,6 +1507,12 @@ void HttpServer::end_stream(Stream& stream, bool abort) {
   if (stream.listening) {
     host_.router().close(host_.turn_now(), stream.session);
     stream.listening = false;
+  }
+  if (stream.watch != 0 && !stream.watch_over) {
+    // The desk stops the watch; the caller flushes what that produced.
+    stream.watch_over = true;
+    stream_of_watch_.erase(stream.watch);
+    desk_.abandon(host_.turn_now(), stream.watch);
   }
   if (stream.ping != nullptr) event_free(stream.ping);
   stream.ping = nullptr;
@@ -1355,13 +1563,17 @@ void HttpServer::drop_stream(evhttp_connection* connection) {
   const std::unique_ptr<Stream> stream = std::move(found->second);
   streams_.erase(found);
   if (stream->listening) host_.router().close(host_.turn_now(), stream->session);
+  if (stream->watch != 0 && !stream->watch_over) {
+    stream_of_watch_.erase(stream->watch);
+    desk_.abandon(host_.turn_now(), stream->watch);
+  }
   if (stream->ping != nullptr) event_free(stream->ping);
   // libevent detaches a reply in progress from a connection it fails (the client left): that
   // request is ours to free. One still attached goes with the connection.
   if (evhttp_request_get_connection(stream->request) == nullptr) {
     evhttp_request_free(stream->request);
   }
-  logf(LogLevel::kDebug, "HTTP: signal stream %llu ended, its connection closed",
+  logf(LogLevel::kDebug, "HTTP: event stream %llu ended, its connection closed",
        static_cast<unsigned long long>(id));
 }
 
@@ -1392,6 +1604,14 @@ std::string HttpServer::metrics_text(const core::StatsSnapshot& snapshot) {
     semaphore_holders += semaphore.holders;
     semaphore_waiters += semaphore.waiters;
   }
+  std::int64_t rw_readers = 0;
+  std::int64_t rw_writers = 0;
+  std::int64_t rw_waiters = 0;
+  for (const core::ReadWriteStats& lock : snapshot.rw_locks) {
+    rw_readers += lock.readers;
+    if (lock.writer.value != 0) ++rw_writers;
+    rw_waiters += lock.waiters;
+  }
   const auto sessions =
       static_cast<double>(shared_.http_sessions_live.load(std::memory_order_relaxed));
   const auto tcp = static_cast<double>(shared_.connections_open.load(std::memory_order_relaxed));
@@ -1410,6 +1630,12 @@ std::string HttpServer::metrics_text(const core::StatsSnapshot& snapshot) {
         static_cast<double>(semaphore_holders));
   gauge("turnstile_semaphore_waiters", "waiters queued on semaphores (limit > 1)",
         static_cast<double>(semaphore_waiters));
+  gauge("turnstile_rwlock_readers", "read tokens held on read-write locks",
+        static_cast<double>(rw_readers));
+  gauge("turnstile_rwlock_writers", "read-write locks held by a writer",
+        static_cast<double>(rw_writers));
+  gauge("turnstile_rwlock_waiters", "readers and writers queued on read-write locks",
+        static_cast<double>(rw_waiters));
   const core::SignalCounters signals = shared_.signals.counters();
   gauge("turnstile_signal_listeners",
         "signal subscriptions (pattern and group) of open connections",
@@ -1433,6 +1659,9 @@ std::string HttpServer::metrics_text(const core::StatsSnapshot& snapshot) {
             peers->dropped);
   }
 
+  counter("turnstile_forced_releases_total",
+          "holders freed by admin force-releases (DELETE /v1/admin/...) this server answered",
+          http_shared_.forced_releases.load(std::memory_order_relaxed));
   text +=
       "# HELP turnstile_http_forwarded_total HTTP requests answered by the thread that is home to "
       "their session, not the one that read them\n"

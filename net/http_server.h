@@ -19,6 +19,16 @@
 // (router().close, once) when its client leaves, a write makes no progress for 30 s, the hub
 // names it a slow consumer, or the server drains or stops.
 //
+// Session event streams (docs/http-api.md, "Lost slots"): GET /v1/sessions/{id}/events is a
+// watch of core::HttpSessionRouter (the session may live on another shard); its events are
+// written as Server-Sent Events on a stream built as a signal stream is (the ping interval, the
+// write deadline, the output bound), which ends when the watch does (the session closed, or a
+// newer stream replaced it) or as a signal stream ends; the desk is then told (abandon).
+//
+// Fence checks, inspection and force-release (docs/http-api.md) go to the engines under a
+// request session of their own, as stats requests do; a force-release (admin token) is logged
+// with who asked and what it freed, whether or not its client waited for the answer.
+//
 // Thread affinity: everything runs on the hosting shard's thread (construct and listen() on the
 // main thread before the shard starts); HttpShared is for every shard's thread.
 #pragma once
@@ -81,6 +91,8 @@ class HttpShared {
       std::map<std::string_view, Histogram>& latency);
 
   std::atomic<std::uint64_t> forwarded{0};  // requests answered by another shard's HttpServer
+  // Holders freed by admin force-releases (DELETE /v1/admin/...) this server answered.
+  std::atomic<std::uint64_t> forced_releases{0};
 
  private:
   class Quota final : public core::HttpSessionQuota {
@@ -148,6 +160,17 @@ class HttpServer final : public ShardService {
                     const std::vector<std::string>& params, std::string_view method,
                     core::Instant started);
   void finish_admin(std::uint64_t ticket, const core::AdminChangeOutcome& outcome);
+  // A fence check, an inspect or (`admin_peer` not empty: who asked) a force-release: the engine
+  // request under a session of its own, answered from finish_key.
+  void run_key_request(evhttp_request* request, const core::HttpEndpointSpec& spec,
+                       const std::string& key, std::string_view method, core::Instant started,
+                       std::string admin_peer = {});
+  struct KeyRequest {
+    std::uint64_t ticket = 0;  // its Pending; 0 once its client left
+    core::Request request;
+    std::string admin_peer;  // a force-release: who asked (host:port)
+  };
+  void finish_key(KeyRequest& key, const core::Reply& reply);
   void withdraw(std::uint64_t ticket, Pending& pending);
   void dispatch_route(evhttp_request* request, const core::HttpEndpointSpec& spec,
                       const std::vector<std::string>& params, std::string_view method,
@@ -174,6 +197,12 @@ class HttpServer final : public ShardService {
   void open_stream(evhttp_request* request, const core::HttpEndpointSpec& spec,
                    std::string_view method, core::Instant started);
   void on_stream_event(core::Instant now, Stream& stream, core::SessionEvent& event);
+  // GET /v1/sessions/{id}/events: a stream for a watch of the session `handle`.
+  void open_watch(evhttp_request* request, const core::HttpEndpointSpec& spec,
+                  const std::string& handle, std::string_view method, core::Instant started);
+  // The desk's answer to a watch: a refusal (`reply`), or its events.
+  void refuse_watch(Stream& stream, const core::HttpOutcome& outcome);
+  void on_watch_event(core::HttpWatchEvent& event);
   // The listen was answered `ok`: the 200 head, `:ok`, the ping timer, the write deadline.
   void start_stream(Stream& stream);
   // Hands `bytes` (`frames` of them signal frames) to the stream's connection; false when the
@@ -236,6 +265,11 @@ class HttpServer final : public ShardService {
   // its connection until it ends).
   std::unordered_map<std::uint64_t, std::unique_ptr<Stream>> streams_;
   std::unordered_map<evhttp_connection*, std::uint64_t> stream_of_connection_;
+  // Session event streams: their watch tickets (while the watch runs) -> their stream's id.
+  std::unordered_map<std::uint64_t, std::uint64_t> stream_of_watch_;
+  // Fence checks, inspects and force-releases by their own session's id, until the engine's
+  // reply (kept when the client leaves: a force-release is logged all the same).
+  std::unordered_map<std::uint64_t, KeyRequest> key_requests_;
   std::vector<std::uint64_t> streams_ending_;  // for end_streams_
   event* end_streams_ = nullptr;
   event* stream_watch_ = nullptr;

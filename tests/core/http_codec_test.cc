@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -43,9 +44,15 @@ TEST(HttpCodec, RoutesMatchByMethodAndPathWithDecodedParameters) {
 }
 
 TEST(HttpCodec, AKnownPathWithAnotherMethodNamesTheMethodsItTakes) {
-  HttpRouteMatch match = match_http_route("GET", "/v1/locks/k");
+  HttpRouteMatch match = match_http_route("GET", "/v1/locks/k/release");
   EXPECT_EQ(match.spec, nullptr);
   EXPECT_EQ(match.allow, "POST");
+  match = match_http_route("DELETE", "/v1/locks/k");  // an acquire, or an inspect
+  EXPECT_EQ(match.spec, nullptr);
+  EXPECT_EQ(match.allow, "POST, GET");
+  match = match_http_route("POST", "/v1/admin/rwlocks/k");
+  EXPECT_EQ(match.spec, nullptr);
+  EXPECT_EQ(match.allow, "DELETE");
   match = match_http_route("GET", "/v1/sessions/abc");
   EXPECT_EQ(match.spec, nullptr);
   EXPECT_EQ(match.allow, "DELETE");
@@ -115,9 +122,14 @@ TEST(HttpCodec, ReadWriteLockRoutesNameTheirEndpointAndCommand) {
   ASSERT_NE(match.spec, nullptr);
   EXPECT_EQ(match.spec->endpoint, HttpEndpoint::kReadWait);
   EXPECT_EQ(match.params, std::vector<std::string>{"a/b"});
-  for (const char* path : {"/v1/rwlocks/k", "/v1/rwlocks/k/", "/v1/rwlocks/k/read/", "/v1/rwlocks",
-                           "/v1/rwlocks/k/readers", "/v1/rwlocks/k/read/release/x",
-                           "/v1/rwlocks/k/release", "/v1/rwlocks/k/write/lock"}) {
+  // GET /v1/rwlocks/{key} inspects, POST /v1/rwlocks/{key}/check checks: there is no POST on the
+  // key itself (a read-write lock is taken on a side).
+  const HttpRouteMatch bare = match_http_route("POST", "/v1/rwlocks/k");
+  EXPECT_EQ(bare.spec, nullptr);
+  EXPECT_EQ(bare.allow, "GET");
+  for (const char* path :
+       {"/v1/rwlocks/k/", "/v1/rwlocks/k/read/", "/v1/rwlocks", "/v1/rwlocks/k/readers",
+        "/v1/rwlocks/k/read/release/x", "/v1/rwlocks/k/release", "/v1/rwlocks/k/write/lock"}) {
     const HttpRouteMatch none = match_http_route("POST", path);
     EXPECT_EQ(none.spec, nullptr) << path;
     EXPECT_EQ(none.allow, "") << path;
@@ -131,10 +143,13 @@ TEST(HttpCodec, OnlyTheKeyedEndpointsSendAnEngineCommand) {
   for (const HttpEndpointSpec& spec : kHttpEndpoints) {
     const std::optional<Command> command = http_endpoint_command(spec.endpoint);
     const std::string_view pattern = spec.pattern;
-    const bool keyed_route = pattern.starts_with("/v1/locks/{key}") ||
-                             pattern.starts_with("/v1/semaphores/{key}") ||
-                             pattern.starts_with("/v1/rwlocks/{key}");
+    const bool keyed_route =
+        (pattern.starts_with("/v1/locks/{key}") || pattern.starts_with("/v1/semaphores/{key}") ||
+         pattern.starts_with("/v1/rwlocks/{key}")) &&
+        !pattern.ends_with("/check") && spec.method == "POST";
     EXPECT_EQ(command.has_value(), keyed_route) << pattern;
+    // A session's command and a key command (check, inspect, force-release) never both.
+    EXPECT_FALSE(command && http_key_command(spec.endpoint)) << pattern;
     if (!command) continue;
     ++keyed;
     Namespace expected = Namespace::kLock;
@@ -151,6 +166,221 @@ TEST(HttpCodec, OnlyTheKeyedEndpointsSendAnEngineCommand) {
     EXPECT_EQ(command_operation(*command), operation) << pattern;
   }
   EXPECT_EQ(keyed, 20);
+}
+
+// ---- fence check, inspect, force-release
+// ---------------------------------------------------------
+
+// Each route names its endpoint, its command, its namespace and its auth.
+TEST(HttpCodecKeys, CheckInspectAndForceReleaseRoutesNameTheirCommandAndNamespace) {
+  struct Route {
+    const char* method;
+    const char* path;
+    HttpEndpoint endpoint;
+    Command command;
+    Namespace space;
+    bool admin;
+  };
+  const Route routes[] = {
+      {"POST", "/v1/locks/k%20x/check", HttpEndpoint::kLockCheck, Command::kCheck, Namespace::kLock,
+       false},
+      {"POST", "/v1/semaphores/k%20x/check", HttpEndpoint::kSemCheck, Command::kCheck,
+       Namespace::kSemaphore, false},
+      {"POST", "/v1/rwlocks/k%20x/check", HttpEndpoint::kReadWriteCheck, Command::kCheck,
+       Namespace::kReadWrite, false},
+      {"GET", "/v1/locks/k%20x", HttpEndpoint::kLockInspect, Command::kInspect, Namespace::kLock,
+       false},
+      {"GET", "/v1/semaphores/k%20x", HttpEndpoint::kSemInspect, Command::kInspect,
+       Namespace::kSemaphore, false},
+      {"GET", "/v1/rwlocks/k%20x", HttpEndpoint::kReadWriteInspect, Command::kInspect,
+       Namespace::kReadWrite, false},
+      {"DELETE", "/v1/admin/locks/k%20x", HttpEndpoint::kAdminLockRelease, Command::kForceRelease,
+       Namespace::kLock, true},
+      {"DELETE", "/v1/admin/semaphores/k%20x", HttpEndpoint::kAdminSemRelease,
+       Command::kForceRelease, Namespace::kSemaphore, true},
+      {"DELETE", "/v1/admin/rwlocks/k%20x", HttpEndpoint::kAdminReadWriteRelease,
+       Command::kForceRelease, Namespace::kReadWrite, true},
+  };
+  for (const Route& route : routes) {
+    const HttpRouteMatch match = match_http_route(route.method, route.path);
+    ASSERT_NE(match.spec, nullptr) << route.path;
+    EXPECT_EQ(match.spec->endpoint, route.endpoint) << route.path;
+    EXPECT_EQ(match.params, std::vector<std::string>{"k x"}) << route.path;
+    EXPECT_EQ(match.spec->needs_auth, !route.admin) << route.path;  // admin: the admin token
+    EXPECT_TRUE(match.spec->rate_limited) << route.path;
+    const std::optional<HttpKeyCommand> command = http_key_command(route.endpoint);
+    ASSERT_TRUE(command.has_value()) << route.path;
+    EXPECT_EQ(command->command, route.command) << route.path;
+    EXPECT_EQ(command->space, route.space) << route.path;
+    EXPECT_EQ(http_endpoint_command(route.endpoint), std::nullopt) << route.path;
+  }
+  int key_commands = 0;
+  for (const HttpEndpointSpec& spec : kHttpEndpoints) {
+    if (http_key_command(spec.endpoint)) ++key_commands;
+  }
+  EXPECT_EQ(key_commands, 9);
+  // The session event stream.
+  const HttpRouteMatch events = match_http_route("GET", "/v1/sessions/abc/events");
+  ASSERT_NE(events.spec, nullptr);
+  EXPECT_EQ(events.spec->endpoint, HttpEndpoint::kSessionEvents);
+  EXPECT_EQ(events.params, std::vector<std::string>{"abc"});
+  EXPECT_TRUE(events.spec->needs_auth);
+  EXPECT_EQ(match_http_route("POST", "/v1/sessions/abc/events").allow, "GET");
+}
+
+TEST(HttpCodecKeys, ACheckTakesATokenAsAReleaseDoes) {
+  const std::string token = "0000000000000007abcdefabcdefabcd";
+  auto decoded =
+      decode_http_key_request(HttpEndpoint::kSemCheck, "jobs", R"({"token":")" + token + "\"}", "");
+  ASSERT_TRUE(std::holds_alternative<Request>(decoded));
+  const Request& request = std::get<Request>(decoded);
+  EXPECT_EQ(request.command, Command::kCheck);
+  EXPECT_EQ(request.space, Namespace::kSemaphore);
+  EXPECT_EQ(request.key, "jobs");
+  ASSERT_TRUE(request.token.has_value());
+  EXPECT_EQ(request.token->to_string(), token);
+  EXPECT_EQ(request_namespace(request), Namespace::kSemaphore);
+  // A token the server could not have issued is simply not held (no token in the request).
+  for (const char* text : {"nope", "0000000000000007ABCDEFABCDEFABCD", "00"}) {
+    auto odd = decode_http_key_request(HttpEndpoint::kLockCheck, "k",
+                                       std::string(R"({"token":")") + text + "\"}", "");
+    ASSERT_TRUE(std::holds_alternative<Request>(odd)) << text;
+    EXPECT_FALSE(std::get<Request>(odd).token.has_value()) << text;
+  }
+  // The field itself is checked as for a release: 400.
+  for (const std::string& body :
+       {std::string("{}"), std::string(""), std::string(R"({"token":7})"),
+        std::string(R"({"token":""})"), std::string(R"({"token":"a b"})"),
+        R"({"token":")" + std::string(257, 'a') + "\"}", std::string(R"({"token":"a","x":1})"),
+        std::string("not json"), std::string("{\"token\":\"\xff\"}")}) {
+    EXPECT_TRUE(std::holds_alternative<HttpBadRequest>(
+        decode_http_key_request(HttpEndpoint::kReadWriteCheck, "k", body, "")))
+        << body;
+  }
+  // The key is checked first.
+  const auto bad_key = decode_http_key_request(HttpEndpoint::kLockCheck, "a b", "{}", "");
+  ASSERT_TRUE(std::holds_alternative<HttpBadRequest>(bad_key));
+  EXPECT_NE(std::get<HttpBadRequest>(bad_key).detail.find("whitespace"), std::string::npos);
+  EXPECT_TRUE(std::holds_alternative<HttpBadRequest>(
+      decode_http_key_request(HttpEndpoint::kLockCheck, std::string(257, 'k'), "{}", "")));
+}
+
+TEST(HttpCodecKeys, AnInspectTakesOnlyItsKeyAndAForceReleaseAFence) {
+  auto inspect = decode_http_key_request(HttpEndpoint::kReadWriteInspect, "cfg", "ignored", "x=1");
+  ASSERT_TRUE(std::holds_alternative<Request>(inspect));
+  EXPECT_EQ(std::get<Request>(inspect).command, Command::kInspect);
+  EXPECT_EQ(std::get<Request>(inspect).space, Namespace::kReadWrite);
+  EXPECT_EQ(std::get<Request>(inspect).key, "cfg");
+  EXPECT_TRUE(std::holds_alternative<HttpBadRequest>(
+      decode_http_key_request(HttpEndpoint::kLockInspect, "", "", "")));
+
+  const auto fence_of = [](std::string_view query) -> std::optional<std::uint64_t> {
+    auto decoded = decode_http_key_request(HttpEndpoint::kAdminSemRelease, "k", "{}", query);
+    if (std::holds_alternative<HttpBadRequest>(decoded)) return std::nullopt;
+    EXPECT_EQ(std::get<Request>(decoded).command, Command::kForceRelease);
+    EXPECT_EQ(std::get<Request>(decoded).space, Namespace::kSemaphore);
+    return std::get<Request>(decoded).fence;
+  };
+  EXPECT_EQ(fence_of(""), 0U);  // every holder
+  EXPECT_EQ(fence_of("other=5"), 0U);
+  EXPECT_EQ(fence_of("fence=7"), 7U);
+  EXPECT_EQ(fence_of("a=b&fence=%31%32&fence=99"), 12U);  // decoded; the first counts
+  EXPECT_EQ(fence_of("fence=18446744073709551615"), UINT64_MAX);
+  for (const char* bad : {"fence", "fence=", "fence=0", "fence=-1", "fence=1x", "fence=+1",
+                          "fence=18446744073709551616", "fence=99999999999999999999"}) {
+    EXPECT_EQ(fence_of(bad), std::nullopt) << bad;
+  }
+}
+
+TEST(HttpCodecKeys, RepliesRenderAsHeldReleasedOrTheInspection) {
+  Request check;
+  check.command = Command::kCheck;
+  HttpResponse held = render_http_key_reply(check, Reply::renewed(12));
+  EXPECT_EQ(held.code, 200);
+  EXPECT_EQ(held.body, "{\"held\":true,\"remaining_s\":12}\n");
+  HttpResponse not_held = render_http_key_reply(check, Reply::of(Status::kErrorLeaseExpired));
+  EXPECT_EQ(not_held.code, 200);
+  EXPECT_EQ(not_held.body, "{\"held\":false}\n");
+
+  Request release;
+  release.command = Command::kForceRelease;
+  EXPECT_EQ(render_http_key_reply(release, Reply::delivered(2)).body, "{\"released\":2}\n");
+  EXPECT_EQ(render_http_key_reply(release, Reply::delivered(0)).code, 200);
+
+  Request inspect;
+  inspect.command = Command::kInspect;
+  const std::string found =
+      R"({"kind":"lock","key":"k","exists":true,"limit":1,"holders":[{"fence":3,"session":5,)"
+      R"("lease_expires_in_s":2.5}],"waiters":[]})";
+  HttpResponse shown = render_http_key_reply(inspect, Reply::stats(found));
+  EXPECT_EQ(shown.code, 200);
+  EXPECT_EQ(shown.body, found + "\n");
+  const std::string missing =
+      R"({"kind":"sem","key":"k","exists":false,"limit":0,"holders":[],"waiters":[]})";
+  HttpResponse unknown = render_http_key_reply(inspect, Reply::stats(missing));
+  EXPECT_EQ(unknown.code, 404);
+  EXPECT_EQ(unknown.body, missing + "\n");
+
+  for (const Request& request : {check, release, inspect}) {
+    const HttpResponse not_leader =
+        render_http_key_reply(request, Reply::not_leader("10.0.0.2:6388"));
+    EXPECT_EQ(not_leader.code, 503);
+    EXPECT_EQ(not_leader.leader, "10.0.0.2:6388");
+    EXPECT_EQ(render_http_key_reply(request, Reply::of(Status::kErrorDraining)).code, 503);
+    EXPECT_EQ(render_http_key_reply(request, Reply::of(Status::kError)).code, 500);
+    EXPECT_EQ(render_http_key_reply(request, Reply::of(Status::kTimeout)).code, 500);
+  }
+  EXPECT_EQ(render_http_key_reply(inspect, Reply::stats("not json")).code, 500);
+}
+
+// ---- lost slots
+// -----------------------------------------------------------------------------------
+
+TEST(HttpCodecLost, ALostLineIsParsedAndEveryOtherLineRefused) {
+  const std::string token = "00000000000000ffabcdefabcdefabcd";
+  const std::optional<HttpLostSlot> slot = parse_lost_line("lost rw cfg " + token + " forced\n");
+  ASSERT_TRUE(slot.has_value());
+  EXPECT_EQ(*slot, (HttpLostSlot{"rw", "cfg", token, "forced"}));
+  EXPECT_EQ(parse_lost_line("lost lock k " + token + " expired"),
+            (HttpLostSlot{"lock", "k", token, "expired"}));
+  EXPECT_EQ(parse_lost_line("lost sem k " + token + " reclaimed")->reason, "reclaimed");
+  for (const std::string& line : std::vector<std::string>{
+           std::string(""), std::string("lost"), "lost lock k " + token,
+           "lost lock k " + token + " gone", "lost mutex k " + token + " forced",
+           "lost lock k nothex forced", "lost lock  k " + token + " forced",
+           "lost lock k " + token + " forced extra", "sig lock k " + token + " forced",
+           "lost lock k " + token + " forced\n\n"}) {
+    EXPECT_EQ(parse_lost_line(line), std::nullopt) << line;
+  }
+}
+
+TEST(HttpCodecLost, LossesRideOnABodyAndOnAnEvent) {
+  const HttpLostSlot a{"lock", "k", "00000000000000ffabcdefabcdefabcd", "expired"};
+  const HttpLostSlot b{"sem", "s<&>", "0000000000000100abcdefabcdefabcd", "forced"};
+  const std::string body = "{\"status\":\"ok\",\"token\":\"t\",\"lease_ttl_s\":3}\n";
+  EXPECT_EQ(http_body_with_lost(body, {}, 0), body);  // nothing new for a client that lost none
+  EXPECT_EQ(http_body_with_lost(body, {a, b}, 0),
+            "{\"status\":\"ok\",\"token\":\"t\",\"lease_ttl_s\":3,\"lost\":["
+            "{\"kind\":\"lock\",\"key\":\"k\",\"token\":\"00000000000000ffabcdefabcdefabcd\","
+            "\"reason\":\"expired\"},"
+            "{\"kind\":\"sem\",\"key\":\"s<&>\",\"token\":\"0000000000000100abcdefabcdefabcd\","
+            "\"reason\":\"forced\"}]}\n");
+  const Json dropped = Json::parse(http_body_with_lost(body, {a}, 5));
+  EXPECT_EQ(dropped["lost"].size(), 1U);
+  EXPECT_EQ(dropped["lost_dropped"], 5);
+  EXPECT_EQ(Json::parse(http_body_with_lost("{\"error\":\"not_held\"}\n", {a}, 0))["error"],
+            "not_held");
+  EXPECT_EQ(http_body_with_lost("", {a}, 0), "");  // a 204 has no body to carry them
+
+  EXPECT_EQ(http_lost_event(a),
+            "event: lost\ndata: {\"kind\":\"lock\",\"key\":\"k\",\"token\":"
+            "\"00000000000000ffabcdefabcdefabcd\",\"reason\":\"expired\"}\n\n");
+  // A key with bytes that are not UTF-8 still makes one line of valid JSON.
+  const std::string odd = http_lost_event({"lock", "k\xff", a.token, "expired"});
+  EXPECT_EQ(first_invalid_utf8(odd), std::nullopt);
+  EXPECT_EQ(std::count(odd.begin(), odd.end(), '\n'), 3);
+  EXPECT_EQ(http_stream_end_event("session_gone"),
+            "event: end\ndata: {\"reason\":\"session_gone\"}\n\n");
 }
 
 // ---- UTF-8 -------------------------------------------------------------------------------------

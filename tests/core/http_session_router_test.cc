@@ -77,6 +77,10 @@ class Cluster {
           replies_[reply.ticket] = {i, reply.outcome};
           moved = true;
         }
+        for (HttpWatchEvent& event : desks_[i]->take_watch_events()) {
+          watched_[event.ticket].push_back({i, std::move(event)});
+          moved = true;
+        }
       }
       if (!router_queue_.empty()) {
         Envelope envelope = std::move(router_queue_.front());
@@ -104,6 +108,20 @@ class Cluster {
     return it == replies_.end() ? Answered{} : it->second;
   }
   const std::vector<HttpTicket>& order() const { return order_; }
+  struct Watched {
+    std::size_t shard = 0;  // where the event came out
+    HttpWatchEvent event;
+  };
+  // The watch events of `ticket` so far, and forgets them.
+  std::vector<Watched> take_watched(HttpTicket ticket) {
+    std::vector<Watched> out = std::move(watched_[ticket]);
+    watched_.erase(ticket);
+    return out;
+  }
+  // Every engine's timers run at now_ (an expired lease is then a loss).
+  void tick() {
+    for (auto& router : routers_) router->tick(now_);
+  }
   std::size_t http_messages() const { return http_messages_; }
 
   // A key whose engine is `shard`.
@@ -125,6 +143,7 @@ class Cluster {
   std::deque<Envelope> router_queue_;
   std::deque<HttpEnvelope> http_queue_;
   std::map<HttpTicket, Answered> replies_;
+  std::map<HttpTicket, std::vector<Watched>> watched_;
   std::vector<HttpTicket> order_;
   std::size_t http_messages_ = 0;
 };
@@ -319,6 +338,149 @@ TEST(HttpSessionRouter, ReapedSessionsCloseInTheEnginesTheyTouched) {
   cluster.settle();
   EXPECT_EQ(holders(cluster.engine(1), key), 0U);  // auto-release on close
   EXPECT_EQ(cluster.desk(0).live(), 0U);
+}
+
+// ---- lost slots (docs/http-api.md, "Lost slots") ------------------------------------------------
+
+// The token of a grant's body.
+std::string token_of(const std::string& body) {
+  const std::string marker = "\"token\":\"";
+  const std::size_t at = body.find(marker);
+  return at == std::string::npos ? "" : body.substr(at + marker.size(), 32);
+}
+
+TEST(HttpSessionRouter, ALossRidesOnTheSessionsNextReplyWithABody) {
+  Cluster cluster(2);
+  const std::string handle = cluster.create(0);
+  const std::string other = cluster.create(0);
+  const std::string key = cluster.key_on(1);
+  // Every request arrives on shard 1: the losses are kept at home and travel in the answers.
+  const auto run = [&](const std::string& on, const Request& request) {
+    const HttpTicket ticket = cluster.desk(1).new_ticket();
+    cluster.desk(1).submit(cluster.now_, ticket, on, request);
+    cluster.settle();
+    return cluster.reply(ticket).outcome;
+  };
+  const HttpOutcome granted = run(handle, lock_request(key, 0, /*lease_s=*/1));
+  ASSERT_EQ(granted.code, 200);
+  const std::string token = token_of(granted.body);
+  ASSERT_EQ(token.size(), 32U);
+  const HttpOutcome kept = run(handle, lock_request("kept", 0, 60));
+  ASSERT_EQ(kept.code, 200);
+  EXPECT_EQ(kept.body.find("lost"), std::string::npos) << kept.body;
+  cluster.now_ = cluster.now_ + Duration::seconds(2);
+  cluster.tick();
+  cluster.settle();
+  // A release answers 204: no body to carry the loss, which waits for the next one.
+  const HttpOutcome released =
+      run(handle, test::release_request("kept", Token::parse(token_of(kept.body))));
+  EXPECT_EQ(released.code, 204);
+  EXPECT_EQ(released.body, "");
+  const HttpOutcome next = run(handle, lock_request("again", 0));
+  EXPECT_EQ(next.code, 200);
+  EXPECT_NE(next.body.find("\"lost\":[{\"kind\":\"lock\",\"key\":\"" + key + "\",\"token\":\"" +
+                           token + "\",\"reason\":\"expired\"}]"),
+            std::string::npos)
+      << next.body;
+  // Once only, and only to the session that lost it.
+  const HttpOutcome after = run(handle, lock_request("again", 0));
+  EXPECT_EQ(after.body.find("lost"), std::string::npos) << after.body;
+  const HttpOutcome bystander = run(other, lock_request("free", 0));
+  EXPECT_EQ(bystander.body.find("lost"), std::string::npos) << bystander.body;
+}
+
+TEST(HttpSessionRouter, AForwardedWatchHearsTheLossesOfItsSessionAndItsEnd) {
+  Cluster cluster(2);
+  const std::string handle = cluster.create(0);
+  const std::string key = cluster.key_on(1);
+  const HttpTicket watch = cluster.desk(1).new_ticket();
+  cluster.desk(1).watch(cluster.now_, watch, handle);
+  cluster.settle();
+  std::vector<Cluster::Watched> events = cluster.take_watched(watch);
+  ASSERT_EQ(events.size(), 1U);
+  EXPECT_EQ(events[0].shard, 1U);  // where its client is
+  EXPECT_EQ(events[0].event.kind, HttpWatchEvent::Kind::kOpen);
+  EXPECT_EQ(cluster.desk(1).awaiting_answers(), 1U);  // a running watch
+
+  const HttpTicket grant = cluster.desk(0).new_ticket();
+  cluster.desk(0).submit(cluster.now_, grant, handle, lock_request(key, 0, 1));
+  cluster.settle();
+  const std::string token = token_of(cluster.reply(grant).outcome.body);
+  cluster.now_ = cluster.now_ + Duration::seconds(2);
+  cluster.tick();
+  cluster.settle();
+  events = cluster.take_watched(watch);
+  ASSERT_EQ(events.size(), 1U);
+  EXPECT_EQ(events[0].shard, 1U);
+  EXPECT_EQ(events[0].event.kind, HttpWatchEvent::Kind::kLost);
+  EXPECT_EQ(events[0].event.slot, (HttpLostSlot{"lock", key, token, "expired"}));
+
+  const HttpTicket remove = cluster.desk(0).new_ticket();
+  cluster.desk(0).remove(cluster.now_, remove, handle);
+  cluster.settle();
+  events = cluster.take_watched(watch);
+  ASSERT_EQ(events.size(), 1U);
+  EXPECT_EQ(events[0].event.kind, HttpWatchEvent::Kind::kEnd);
+  EXPECT_EQ(events[0].event.reason, "session_gone");
+  EXPECT_EQ(cluster.reply(watch).outcome.code, 0);    // a watch is never answered too
+  EXPECT_EQ(cluster.desk(1).awaiting_answers(), 0U);  // the end is its answer
+}
+
+TEST(HttpSessionRouter, AWatchIsReplacedByTheNextAndStopsWhenItsClientLeaves) {
+  Cluster cluster(2);
+  const std::string handle = cluster.create(0);
+  const HttpTicket first = cluster.desk(0).new_ticket();  // local
+  cluster.desk(0).watch(cluster.now_, first, handle);
+  const HttpTicket second = cluster.desk(1).new_ticket();  // forwarded
+  cluster.desk(1).watch(cluster.now_, second, handle);
+  cluster.settle();
+  std::vector<Cluster::Watched> events = cluster.take_watched(first);
+  ASSERT_EQ(events.size(), 2U);
+  EXPECT_EQ(events[0].event.kind, HttpWatchEvent::Kind::kOpen);
+  EXPECT_EQ(events[1].event.kind, HttpWatchEvent::Kind::kEnd);
+  EXPECT_EQ(events[1].event.reason, "replaced");
+  ASSERT_EQ(cluster.take_watched(second).size(), 1U);
+  // The client of the forwarded one leaves: the home stops it and confirms.
+  cluster.desk(1).abandon(cluster.now_, second);
+  cluster.settle();
+  EXPECT_EQ(cluster.desk(1).awaiting_answers(), 0U);
+  EXPECT_EQ(cluster.reply(second).outcome.code, 0);
+  // Nothing more comes to it: not a loss, not the session's end.
+  const HttpTicket grant = cluster.desk(0).new_ticket();
+  cluster.desk(0).submit(cluster.now_, grant, handle, lock_request(cluster.key_on(0), 0, 1));
+  cluster.settle();
+  cluster.now_ = cluster.now_ + Duration::seconds(2);
+  cluster.tick();
+  const HttpTicket remove = cluster.desk(1).new_ticket();
+  cluster.desk(1).remove(cluster.now_, remove, handle);
+  cluster.settle();
+  EXPECT_TRUE(cluster.take_watched(second).empty());
+  EXPECT_TRUE(cluster.take_watched(first).empty());
+}
+
+TEST(HttpSessionRouter, AWatchOfAnUnknownSessionIs410AndDrainingRefusesIt) {
+  Cluster cluster(2);
+  const std::string unknown(32, '0');  // homed on shard 0
+  const HttpTicket local = cluster.desk(0).new_ticket();
+  const HttpTicket remote = cluster.desk(1).new_ticket();
+  cluster.desk(0).watch(cluster.now_, local, unknown);
+  cluster.desk(1).watch(cluster.now_, remote, unknown);
+  cluster.settle();
+  EXPECT_EQ(cluster.reply(local).outcome.code, 410);
+  EXPECT_EQ(cluster.reply(remote).outcome.code, 410);
+  EXPECT_TRUE(cluster.take_watched(local).empty());
+  EXPECT_TRUE(cluster.take_watched(remote).empty());
+  EXPECT_EQ(cluster.desk(1).awaiting_answers(), 0U);
+  const std::string handle = cluster.create(0);
+  cluster.desk(0).begin_drain();
+  const HttpTicket home = cluster.desk(0).new_ticket();
+  const HttpTicket away = cluster.desk(1).new_ticket();
+  cluster.desk(0).watch(cluster.now_, home, handle);
+  cluster.desk(1).watch(cluster.now_, away, handle);  // the draining home refuses it
+  cluster.settle();
+  EXPECT_EQ(cluster.reply(home).outcome.code, 503);
+  EXPECT_EQ(cluster.reply(away).outcome.code, 503);
+  EXPECT_EQ(cluster.desk(1).awaiting_answers(), 0U);
 }
 
 }  // namespace

@@ -357,5 +357,91 @@ TEST(BearerTest, SchemeIsCaseInsensitiveAndValueTrimmed) {
   EXPECT_FALSE(bearer_matches("s3cret", "s3cret"));
 }
 
+// ---- lost slots and watches (docs/http-api.md, "Lost slots") ------------------------------------
+
+HttpLostSlot lost_slot(int i, const char* reason = "expired") {
+  return HttpLostSlot{"lock", "k" + std::to_string(i),
+                      token(static_cast<std::uint64_t>(i + 1)).to_string(), reason};
+}
+
+TEST(HttpSessionsLost, ASessionRemembersItsLatestLossesUntilTaken) {
+  HttpSessions sessions(config(20));
+  ASSERT_EQ(sessions.create(secs(0), SessionId{1}, "a", "ip"), HttpCreate::kOk);
+  ASSERT_EQ(sessions.create(secs(0), SessionId{2}, "b", "ip"), HttpCreate::kOk);
+  sessions.on_lost(SessionId{1}, lost_slot(0));
+  sessions.on_lost(SessionId{1}, lost_slot(1, "forced"));
+  sessions.on_lost(SessionId{9}, lost_slot(2));  // unknown: ignored
+  EXPECT_TRUE(sessions.take_lost(SessionId{2}).slots.empty());
+  HttpLosses taken = sessions.take_lost(SessionId{1});
+  EXPECT_EQ(taken.slots, (std::vector<HttpLostSlot>{lost_slot(0), lost_slot(1, "forced")}));
+  EXPECT_EQ(taken.dropped, 0U);
+  EXPECT_TRUE(sessions.take_lost(SessionId{1}).slots.empty());  // taken once
+  // The memory is bounded: the newest kLostRemembered are kept, the older ones only counted.
+  const int total = static_cast<int>(HttpSessions::kLostRemembered) + 8;
+  for (int i = 0; i < total; ++i) sessions.on_lost(SessionId{1}, lost_slot(i));
+  taken = sessions.take_lost(SessionId{1});
+  ASSERT_EQ(taken.slots.size(), HttpSessions::kLostRemembered);
+  EXPECT_EQ(taken.slots.front(), lost_slot(8));
+  EXPECT_EQ(taken.slots.back(), lost_slot(total - 1));
+  EXPECT_EQ(taken.dropped, 8U);
+  EXPECT_EQ(sessions.take_lost(SessionId{1}).dropped, 0U);
+  // A closed session hears of nothing more.
+  sessions.on_lost(SessionId{2}, lost_slot(3));
+  ASSERT_TRUE(sessions.remove("b"));
+  sessions.on_lost(SessionId{2}, lost_slot(4));
+  EXPECT_TRUE(sessions.take_lost(SessionId{2}).slots.empty());
+  EXPECT_TRUE(sessions.take_watch_events().empty());  // nobody watches
+}
+
+TEST(HttpSessionsLost, AWatcherHearsEachLossUntilReplacedClosedOrAbandoned) {
+  HttpSessions sessions(config(20));
+  ASSERT_EQ(sessions.create(secs(0), SessionId{1}, "a", "ip"), HttpCreate::kOk);
+  EXPECT_FALSE(sessions.watch(secs(1), "zz", 10));  // unknown: 410
+  ASSERT_TRUE(sessions.watch(secs(1), "a", 10));
+  sessions.on_lost(SessionId{1}, lost_slot(0));
+  std::vector<HttpWatchEvent> events = sessions.take_watch_events();
+  ASSERT_EQ(events.size(), 2U);
+  EXPECT_EQ(events[0].ticket, 10U);
+  EXPECT_EQ(events[0].kind, HttpWatchEvent::Kind::kOpen);
+  EXPECT_EQ(events[1].kind, HttpWatchEvent::Kind::kLost);
+  EXPECT_EQ(events[1].slot, lost_slot(0));
+  // The loss also waits for the next reply: the two channels are independent.
+  EXPECT_EQ(sessions.take_lost(SessionId{1}).slots.size(), 1U);
+  // A second watch replaces the first.
+  ASSERT_TRUE(sessions.watch(secs(2), "a", 11));
+  events = sessions.take_watch_events();
+  ASSERT_EQ(events.size(), 2U);
+  EXPECT_EQ(events[0].ticket, 10U);
+  EXPECT_EQ(events[0].kind, HttpWatchEvent::Kind::kEnd);
+  EXPECT_EQ(events[0].reason, "replaced");
+  EXPECT_EQ(events[1].ticket, 11U);
+  EXPECT_EQ(events[1].kind, HttpWatchEvent::Kind::kOpen);
+  // Abandoned: it stops without an event.
+  sessions.abandon(11);
+  sessions.on_lost(SessionId{1}, lost_slot(1));
+  EXPECT_TRUE(sessions.take_watch_events().empty());
+  // A close ends the watch.
+  ASSERT_TRUE(sessions.watch(secs(3), "a", 12));
+  ASSERT_TRUE(sessions.remove("a"));
+  events = sessions.take_watch_events();
+  ASSERT_EQ(events.size(), 2U);
+  EXPECT_EQ(events[1].ticket, 12U);
+  EXPECT_EQ(events[1].kind, HttpWatchEvent::Kind::kEnd);
+  EXPECT_EQ(events[1].reason, "session_gone");
+  EXPECT_FALSE(sessions.watch(secs(4), "a", 13));
+  EXPECT_EQ(sessions.known(), 0U);
+}
+
+TEST(HttpSessionsLost, AWatchRefreshesLastSeenOnceAndDoesNotKeepTheSessionAlive) {
+  HttpSessions sessions(config(10));
+  ASSERT_EQ(sessions.create(secs(0), SessionId{1}, "a", "ip"), HttpCreate::kOk);
+  ASSERT_TRUE(sessions.watch(secs(15), "a", 10));
+  EXPECT_EQ(sessions.reap(secs(30)), 0U);  // 15 s since the watch began
+  EXPECT_EQ(sessions.reap(secs(36)), 1U);  // 21 s: reaped, watched or not
+  std::vector<HttpWatchEvent> events = sessions.take_watch_events();
+  ASSERT_EQ(events.size(), 2U);
+  EXPECT_EQ(events[1].kind, HttpWatchEvent::Kind::kEnd);
+}
+
 }  // namespace
 }  // namespace turnstile::core

@@ -197,9 +197,10 @@ TEST(HttpApi, HealthReadyStatsNotFoundAndMethodNotAllowed) {
   EXPECT_EQ(json["connections"], 0);
   expect_error(server.call("GET", "/nope"), 404, "not_found");
   expect_error(server.call("GET", "/v1/locks/a/b/c"), 404, "not_found");
-  Response wrong = server.call("GET", "/v1/locks/k");
+  Response wrong = server.call("GET", "/v1/locks/k/release");
   expect_error(wrong, 405, "method_not_allowed");
   EXPECT_EQ(wrong.header("allow"), "POST");
+  EXPECT_EQ(server.call("PUT", "/v1/locks/k").header("allow"), "POST, GET");
   EXPECT_EQ(server.call("DELETE", "/v1/stats").header("allow"), "GET");
 }
 
@@ -1210,11 +1211,16 @@ TEST(HttpApi, OpenApiServedLiveMatchesDocsAndTheRoutes) {
 // ---- signals (docs/http-api.md, "Signals") ------------------------------------------------------
 
 // A GET /v1/signals stream on a connection of its own: the response head, then the event stream,
-// de-chunked as it arrives.
+// de-chunked as it arrives. (Or any other event stream: AtPath.)
 class SignalStream {
  public:
-  SignalStream(int port, const std::string& query) : http_(port) {
-    if (!http_.send_request("GET", "/v1/signals" + query, "", {})) return;
+  struct AtPath {
+    std::string path;
+  };
+  SignalStream(int port, const std::string& query)
+      : SignalStream(port, AtPath{"/v1/signals" + query}) {}
+  SignalStream(int port, const AtPath& at) : http_(port) {
+    if (!http_.send_request("GET", at.path, "", {})) return;
     const auto deadline = std::chrono::steady_clock::now() + 5s;
     while (!head_) {
       head_ = client::parse_http_response_head(raw_);
@@ -1529,6 +1535,373 @@ TEST(HttpSignals, DrainEndsStreams) {
   server.daemon->signal(SIGTERM);
   EXPECT_TRUE(stream.wait_end(10s));
   EXPECT_TRUE(server.daemon->wait_exit(10s).has_value());
+}
+
+// ---- fence check, inspection, force-release (docs/http-api.md) ----------------------------------
+
+const std::string kAdminToken = "integration-admin-token";
+std::string admin_header(const std::string& token = kAdminToken) {
+  return "Authorization: Bearer " + token;
+}
+
+// POST /v1/{kind}/{key}/check with the token: no session.
+Response check(const HttpServer& server, const std::string& kind, const std::string& key,
+               const std::string& token) {
+  return server.call("POST", "/v1/" + kind + "/" + key + "/check", token_body(token));
+}
+
+Response force_release(const HttpServer& server, const std::string& path) {
+  return server.call("DELETE", "/v1/admin/" + path, "", {admin_header()});
+}
+
+// The value of the sample `name` in /metrics ("" when absent).
+std::string metric(const HttpServer& server, const std::string& name) {
+  std::istringstream lines(server.call("GET", "/metrics").body);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind(name + " ", 0) == 0) return line.substr(name.size() + 1);
+  }
+  return "";
+}
+
+const std::string kNotHeld = "{\"held\":false}\n";
+
+TEST(HttpOperator, CheckSaysWhetherATokenHoldsItsKeyNow) {
+  HttpServer server;
+  const std::string a = server.new_session();
+  const std::string lock = granted_token(
+      server.call("POST", "/v1/locks/job", "{\"lease_ttl_s\":20}", {session_header(a)}));
+  ASSERT_FALSE(lock.empty());
+  const Response held = check(server, "locks", "job", lock);  // no session header
+  EXPECT_EQ(held.status, 200);
+  EXPECT_EQ(held.header("content-type"), "application/json");
+  EXPECT_EQ(held.json()["held"], true);
+  EXPECT_GE(held.json()["remaining_s"].get<std::int64_t>(), 19);
+  EXPECT_LE(held.json()["remaining_s"].get<std::int64_t>(), 20);
+  // The same token holds nothing in the other namespaces, nor on another key.
+  EXPECT_EQ(check(server, "semaphores", "job", lock).body, kNotHeld);
+  EXPECT_EQ(check(server, "rwlocks", "job", lock).body, kNotHeld);
+  EXPECT_EQ(check(server, "locks", "other", lock).body, kNotHeld);
+  // A string the server could not have issued is simply not held; a missing token is a 400.
+  EXPECT_EQ(check(server, "locks", "job", "not-a-token").body, kNotHeld);
+  expect_error(server.call("POST", "/v1/locks/job/check", "{}"), 400, "bad_request");
+  expect_error(server.call("POST", "/v1/locks/job/check", "{\"token\":\"\"}"), 400, "bad_request");
+  expect_error(server.call("POST", "/v1/locks/a%20b/check", token_body(lock)), 400, "bad_request");
+  // Semaphore and read-write lock tokens, whatever shard their key is on.
+  for (int i = 0; i < 4; ++i) {
+    const std::string key = "pool" + std::to_string(i);
+    const std::string sem = granted_token(
+        server.call("POST", "/v1/semaphores/" + key, "{\"limit\":2}", {session_header(a)}));
+    EXPECT_EQ(check(server, "semaphores", key, sem).json()["held"], true) << key;
+    EXPECT_EQ(check(server, "locks", key, sem).body, kNotHeld) << key;
+    const std::string reader = granted_token(rw_call(server, a, key, "read", "{}"));
+    EXPECT_EQ(check(server, "rwlocks", key, reader).json()["held"], true) << key;
+    ASSERT_EQ(rw_call(server, a, key, "read/release", token_body(reader)).status, 204);
+    EXPECT_EQ(check(server, "rwlocks", key, reader).body, kNotHeld) << key;
+  }
+  // Released: no longer held.
+  ASSERT_EQ(
+      server.call("POST", "/v1/locks/job/release", token_body(lock), {session_header(a)}).status,
+      204);
+  EXPECT_EQ(check(server, "locks", "job", lock).body, kNotHeld);
+  // Expired: no longer held either.
+  const std::string brief = granted_token(
+      server.call("POST", "/v1/locks/brief", "{\"lease_ttl_s\":1}", {session_header(a)}));
+  EXPECT_EQ(check(server, "locks", "brief", brief).json()["held"], true);
+  EXPECT_TRUE(
+      eventually([&] { return check(server, "locks", "brief", brief).body == kNotHeld; }, 5s));
+}
+
+TEST(HttpOperator, InspectShowsHoldersByFenceAndWaitersInQueueOrder) {
+  HttpServer server;
+  const std::string a = server.new_session();
+  const std::string b = server.new_session();
+  const std::string c = server.new_session();
+  const std::string held = granted_token(
+      server.call("POST", "/v1/locks/q", "{\"lease_ttl_s\":60}", {session_header(a)}));
+  ASSERT_FALSE(held.empty());
+  Http poll_b(server.http_port);
+  ASSERT_TRUE(poll_b.send_request("POST", "/v1/locks/q", "{\"acquire_timeout_s\":30}",
+                                  {session_header(b)}));
+  Json shown;
+  ASSERT_TRUE(eventually(
+      [&] {
+        shown = server.call("GET", "/v1/locks/q").json();
+        return shown["waiters"].size() == 1;
+      },
+      5s));
+  const Json b_session = shown["waiters"][0]["session"];
+  Http poll_c(server.http_port);
+  ASSERT_TRUE(poll_c.send_request("POST", "/v1/locks/q", "{\"acquire_timeout_s\":30}",
+                                  {session_header(c)}));
+  ASSERT_TRUE(eventually(
+      [&] { return server.call("GET", "/v1/locks/q").json()["waiters"].size() == 2; }, 5s));
+  const Response inspected = server.call("GET", "/v1/locks/q");
+  EXPECT_EQ(inspected.status, 200);
+  EXPECT_EQ(inspected.body.find(held), std::string::npos);  // fences, never tokens
+  Json json = inspected.json();
+  EXPECT_EQ(json["kind"], "lock");
+  EXPECT_EQ(json["key"], "q");
+  EXPECT_EQ(json["exists"], true);
+  EXPECT_EQ(json["limit"], 1);
+  ASSERT_EQ(json["holders"].size(), 1U);
+  EXPECT_EQ(json["holders"][0]["fence"].get<unsigned long long>(), fence_of(held).value());
+  EXPECT_GT(json["holders"][0]["lease_expires_in_s"].get<double>(), 50);
+  ASSERT_EQ(json["waiters"].size(), 2U);
+  EXPECT_EQ(json["waiters"][0]["session"], b_session);  // in arrival order
+  EXPECT_NE(json["waiters"][1]["session"], b_session);
+  // The holder leaves: the first waiter holds, with its own fence.
+  ASSERT_EQ(
+      server.call("POST", "/v1/locks/q/release", token_body(held), {session_header(a)}).status,
+      204);
+  const std::string b_token = granted_token(poll_b.read_response());
+  ASSERT_FALSE(b_token.empty());
+  json = server.call("GET", "/v1/locks/q").json();
+  ASSERT_EQ(json["holders"].size(), 1U);
+  EXPECT_EQ(json["holders"][0]["fence"].get<unsigned long long>(), fence_of(b_token).value());
+  EXPECT_EQ(json["holders"][0]["session"], b_session);
+  EXPECT_EQ(json["waiters"].size(), 1U);
+  // A key not in use: 404, with the same JSON saying so.
+  const Response unknown = server.call("GET", "/v1/locks/never-used");
+  EXPECT_EQ(unknown.status, 404);
+  EXPECT_EQ(unknown.header("content-type"), "application/json");
+  EXPECT_EQ(unknown.json(), Json::parse(R"({"kind":"lock","key":"never-used","exists":false,)"
+                                        R"("limit":0,"holders":[],"waiters":[]})"));
+  expect_error(server.call("GET", "/v1/locks/a%20b"), 400, "bad_request");
+  // A semaphore shows its limit; a read-write lock each holder's side; namespaces are apart. (c
+  // still waits for q, and its requests wait behind that one: a's go at once.)
+  ASSERT_FALSE(granted_token(
+                   server.call("POST", "/v1/semaphores/pool", "{\"limit\":3}", {session_header(a)}))
+                   .empty());
+  json = server.call("GET", "/v1/semaphores/pool").json();
+  EXPECT_EQ(json["kind"], "sem");
+  EXPECT_EQ(json["limit"], 3);
+  EXPECT_EQ(json["holders"].size(), 1U);
+  ASSERT_FALSE(granted_token(rw_call(server, a, "cfg", "read", "{}")).empty());
+  json = server.call("GET", "/v1/rwlocks/cfg").json();
+  EXPECT_EQ(json["kind"], "rw");
+  ASSERT_EQ(json["holders"].size(), 1U);
+  EXPECT_EQ(json["holders"][0]["mode"], "read");
+  EXPECT_EQ(server.call("GET", "/v1/locks/cfg").status, 404);
+  EXPECT_EQ(server.call("GET", "/v1/locks/pool").status, 404);
+}
+
+TEST(HttpOperator, ForceReleaseNeedsTheAdminTokenAndHandsTheKeyToTheNextWaiter) {
+  {
+    HttpServer plain;  // no --admin-token
+    expect_error(plain.call("DELETE", "/v1/admin/locks/k", "", {admin_header()}), 403,
+                 "admin_disabled");
+  }
+  HttpServer server({"--admin-token=" + kAdminToken});
+  const std::string a = server.new_session();
+  const std::string b = server.new_session();
+  const std::string forced = granted_token(
+      server.call("POST", "/v1/locks/job", "{\"lease_ttl_s\":60}", {session_header(a)}));
+  ASSERT_FALSE(forced.empty());
+  Http waiter(server.http_port);
+  ASSERT_TRUE(waiter.send_request("POST", "/v1/locks/job", "{\"acquire_timeout_s\":30}",
+                                  {session_header(b)}));
+  ASSERT_TRUE(eventually([&] { return server.waiters("job") == 1; }, 5s));
+  // Without the admin token (or with the wrong one): 401, and nothing changes.
+  expect_error(server.call("DELETE", "/v1/admin/locks/job"), 401, "unauthorized");
+  expect_error(server.call("DELETE", "/v1/admin/locks/job", "", {admin_header("wrong")}), 401,
+               "unauthorized");
+  EXPECT_EQ(check(server, "locks", "job", forced).json()["held"], true);
+  const std::size_t log_from = server.daemon->log_size();
+  const Response released = force_release(server, "locks/job");
+  EXPECT_EQ(released.status, 200);
+  EXPECT_EQ(released.body, "{\"released\":1}\n");
+  // The next waiter is granted, with a higher fence.
+  const std::string next = granted_token(waiter.read_response());
+  ASSERT_FALSE(next.empty());
+  EXPECT_GT(fence_of(next).value(), fence_of(forced).value());
+  EXPECT_EQ(check(server, "locks", "job", forced).body, kNotHeld);
+  EXPECT_EQ(check(server, "locks", "job", next).json()["held"], true);
+  // The forced token's release and renewal now fail.
+  expect_error(
+      server.call("POST", "/v1/locks/job/release", token_body(forced), {session_header(a)}), 409,
+      "lease_expired");
+  expect_error(server.call("POST", "/v1/locks/job/renew", token_body(forced), {session_header(a)}),
+               409, "lease_expired");
+  // Logged, with who asked.
+  EXPECT_TRUE(server.daemon
+                  ->wait_for_log(R"( warn admin: force-release of lock job \(every holder\) asked )"
+                                 R"(by 127\.0\.0\.1:[0-9]+ with the admin token: 1 freed)",
+                                 5s, log_from)
+                  .has_value());
+  // A key nobody holds: 0 freed. A bad fence: 400.
+  EXPECT_EQ(force_release(server, "locks/nobody").body, "{\"released\":0}\n");
+  expect_error(force_release(server, "locks/job?fence=x"), 400, "bad_request");
+  expect_error(force_release(server, "locks/job?fence=0"), 400, "bad_request");
+  EXPECT_EQ(metric(server, "turnstile_forced_releases_total"), "1");
+}
+
+TEST(HttpOperator, ForceReleaseOfOneFenceFreesOneOfTwoReaders) {
+  HttpServer server({"--admin-token=" + kAdminToken});
+  const std::string a = server.new_session();
+  const std::string b = server.new_session();
+  const std::string first = granted_token(rw_call(server, a, "cfg", "read", "{}"));
+  const std::string second = granted_token(rw_call(server, b, "cfg", "read", "{}"));
+  ASSERT_FALSE(first.empty());
+  ASSERT_FALSE(second.empty());
+  EXPECT_EQ(metric(server, "turnstile_rwlock_readers"), "2");
+  const std::string fence = std::to_string(fence_of(first).value());
+  const std::size_t log_from = server.daemon->log_size();
+  EXPECT_EQ(force_release(server, "rwlocks/cfg?fence=" + fence).body, "{\"released\":1}\n");
+  EXPECT_EQ(check(server, "rwlocks", "cfg", first).body, kNotHeld);
+  EXPECT_EQ(check(server, "rwlocks", "cfg", second).json()["held"], true);
+  const Json json = server.call("GET", "/v1/rwlocks/cfg").json();
+  ASSERT_EQ(json["holders"].size(), 1U);
+  EXPECT_EQ(json["holders"][0]["fence"].get<unsigned long long>(), fence_of(second).value());
+  EXPECT_EQ(json["holders"][0]["mode"], "read");
+  EXPECT_TRUE(server.daemon
+                  ->wait_for_log("admin: force-release of rw cfg \\(the holder with fence " +
+                                     fence +
+                                     "\\) asked by 127\\.0\\.0\\.1:[0-9]+ with the admin "
+                                     "token: 1 freed",
+                                 5s, log_from)
+                  .has_value());
+  // Once only; and the other kinds of the key are other resources.
+  EXPECT_EQ(force_release(server, "rwlocks/cfg?fence=" + fence).body, "{\"released\":0}\n");
+  EXPECT_EQ(force_release(server, "locks/cfg").body, "{\"released\":0}\n");
+  EXPECT_EQ(force_release(server, "semaphores/cfg").body, "{\"released\":0}\n");
+  EXPECT_EQ(metric(server, "turnstile_rwlock_readers"), "1");
+  EXPECT_EQ(metric(server, "turnstile_rwlock_writers"), "0");
+  EXPECT_EQ(metric(server, "turnstile_forced_releases_total"), "1");
+  // The rest go at once without a fence.
+  EXPECT_EQ(force_release(server, "rwlocks/cfg").body, "{\"released\":1}\n");
+  EXPECT_EQ(check(server, "rwlocks", "cfg", second).body, kNotHeld);
+}
+
+// ---- lost slots of HTTP sessions (docs/http-api.md, "Lost slots") ------------------------------
+
+TEST(HttpLost, ASessionsNextReplyCarriesTheSlotsItLost) {
+  HttpServer server({"--admin-token=" + kAdminToken});
+  const std::string a = server.new_session();
+  const std::string b = server.new_session();
+  const auto on = [&](const std::string& session, const std::string& path,
+                      const std::string& body) {
+    return server.call("POST", path, body, {session_header(session)});
+  };
+  const std::string brief = granted_token(on(a, "/v1/locks/brief", "{\"lease_ttl_s\":1}"));
+  const std::string kept = granted_token(on(a, "/v1/locks/kept", "{\"lease_ttl_s\":60}"));
+  const std::string forced = granted_token(on(a, "/v1/semaphores/pool", "{\"limit\":2}"));
+  ASSERT_FALSE(brief.empty());
+  ASSERT_FALSE(forced.empty());
+  EXPECT_FALSE(on(a, "/v1/locks/x", "{}").json().contains("lost"));  // nothing lost yet
+  ASSERT_TRUE(
+      eventually([&] { return check(server, "locks", "brief", brief).body == kNotHeld; }, 5s));
+  EXPECT_EQ(force_release(server, "semaphores/pool").body, "{\"released\":1}\n");
+  // A release answers 204, without a body: the losses wait for the next reply with one.
+  const Response released = on(a, "/v1/locks/kept/release", token_body(kept));
+  EXPECT_EQ(released.status, 204);
+  EXPECT_EQ(released.body, "");
+  const Response next = on(a, "/v1/locks/other", "{}");
+  ASSERT_EQ(next.status, 200);
+  const Json json = next.json();
+  EXPECT_EQ(json["status"], "ok");
+  ASSERT_TRUE(json.contains("lost")) << next.body;
+  EXPECT_EQ(json["lost"], Json::parse("[{\"kind\":\"lock\",\"key\":\"brief\",\"token\":\"" + brief +
+                                      "\",\"reason\":\"expired\"},{\"kind\":\"sem\",\"key\":"
+                                      "\"pool\",\"token\":\"" +
+                                      forced + "\",\"reason\":\"forced\"}]"));
+  EXPECT_FALSE(json.contains("lost_dropped"));
+  // Once only, and never to a session that lost nothing.
+  EXPECT_FALSE(on(a, "/v1/locks/other2", "{}").json().contains("lost"));
+  EXPECT_FALSE(on(b, "/v1/locks/other3", "{}").json().contains("lost"));
+  // An error reply carries them too.
+  const std::string again = granted_token(on(a, "/v1/rwlocks/again/write", "{}"));
+  EXPECT_EQ(force_release(server, "rwlocks/again").body, "{\"released\":1}\n");
+  const Response refused = on(a, "/v1/rwlocks/again/write/renew", token_body(again));
+  expect_error(refused, 409, "lease_expired");
+  EXPECT_EQ(refused.json()["lost"], Json::parse("[{\"kind\":\"rw\",\"key\":\"again\",\"token\":\"" +
+                                                again + "\",\"reason\":\"forced\"}]"));
+}
+
+TEST(HttpLost, TheSessionEventStreamDeliversLostSlots) {
+  HttpServer server({"--admin-token=" + kAdminToken});
+  expect_error(server.call("GET", "/v1/sessions/XYZ/events"), 400, "bad_request");
+  expect_error(server.call("GET", "/v1/sessions/" + std::string(32, '0') + "/events"), 410,
+               "session_gone");
+  // Several sessions, so that streams and sessions meet on the same thread and on different ones.
+  for (int i = 0; i < 4; ++i) {
+    const std::string session = server.new_session();
+    const std::string key = "k" + std::to_string(i);
+    SignalStream stream(server.http_port,
+                        SignalStream::AtPath{"/v1/sessions/" + session + "/events"});
+    ASSERT_EQ(stream.status(), 200) << stream.body();
+    EXPECT_EQ(stream.header("content-type"), "text/event-stream");
+    EXPECT_EQ(stream.header("cache-control"), "no-cache");
+    ASSERT_TRUE(stream.expect(":ok\n\n"));
+    const std::string token =
+        granted_token(server.call("POST", "/v1/locks/" + key, "{}", {session_header(session)}));
+    ASSERT_FALSE(token.empty());
+    EXPECT_EQ(force_release(server, "locks/" + key).body, "{\"released\":1}\n");
+    EXPECT_TRUE(stream.expect("event: lost\ndata: {\"kind\":\"lock\",\"key\":\"" + key +
+                              "\",\"token\":\"" + token + "\",\"reason\":\"forced\"}\n\n"))
+        << stream.body();
+    if (i == 0) {
+      // An expired lease too.
+      const std::string brief =
+          granted_token(server.call("POST", "/v1/semaphores/brief",
+                                    "{\"limit\":1,\"lease_ttl_s\":1}", {session_header(session)}));
+      EXPECT_TRUE(
+          stream.expect("event: lost\ndata: {\"kind\":\"sem\",\"key\":\"brief\",\"token\":\"" +
+                            brief + "\",\"reason\":\"expired\"}\n\n",
+                        5s))
+          << stream.body();
+    }
+    // A newer stream of the session replaces this one.
+    SignalStream newer(server.http_port,
+                       SignalStream::AtPath{"/v1/sessions/" + session + "/events"});
+    ASSERT_EQ(newer.status(), 200);
+    ASSERT_TRUE(newer.expect(":ok\n\n"));
+    EXPECT_TRUE(stream.expect("event: end\ndata: {\"reason\":\"replaced\"}\n\n"));
+    EXPECT_TRUE(stream.wait_end(5s));
+    // Deleting the session ends the newer one.
+    EXPECT_EQ(server.call("DELETE", "/v1/sessions/" + session).status, 204);
+    EXPECT_TRUE(newer.expect("event: end\ndata: {\"reason\":\"session_gone\"}\n\n"));
+    EXPECT_TRUE(newer.wait_end(5s));
+  }
+}
+
+TEST(HttpLost, AStreamWhoseClientLeftIsForgotten) {
+  HttpServer server({"--admin-token=" + kAdminToken});
+  const std::string session = server.new_session();
+  {
+    SignalStream stream(server.http_port,
+                        SignalStream::AtPath{"/v1/sessions/" + session + "/events"});
+    ASSERT_TRUE(stream.expect(":ok\n\n"));
+  }
+  // The session lives on, its losses still reach its replies, and a new stream opens.
+  const std::string token =
+      granted_token(server.call("POST", "/v1/locks/k", "{}", {session_header(session)}));
+  EXPECT_EQ(force_release(server, "locks/k").body, "{\"released\":1}\n");
+  SignalStream again(server.http_port, SignalStream::AtPath{"/v1/sessions/" + session + "/events"});
+  ASSERT_TRUE(again.expect(":ok\n\n"));
+  const Response next = server.call("POST", "/v1/locks/k", "{}", {session_header(session)});
+  EXPECT_EQ(next.json()["lost"].size(), 1U) << next.body;
+  EXPECT_EQ(server.call("POST", "/v1/sessions/" + session + "/ping").status, 204);
+}
+
+// A TCP connection that asked for lost-notify is told when an operator force-releases its lock
+// over HTTP; one that did not ask is told nothing.
+TEST(HttpLost, ATcpConnectionThatAskedIsToldOfAnAdminForceRelease) {
+  HttpServer server({"--admin-token=" + kAdminToken});
+  Client told(server.daemon->port());
+  Client silent(server.daemon->port());
+  ASSERT_EQ(told.request("lost-notify", "_", "on"), "ok");
+  const std::vector<std::string> grant = fields(told.request("l", "k", "10"));
+  ASSERT_EQ(grant.at(0), "ok");
+  const std::vector<std::string> other = fields(silent.request("l", "k2", "10"));
+  ASSERT_EQ(other.at(0), "ok");
+  EXPECT_EQ(force_release(server, "locks/k").body, "{\"released\":1}\n");
+  EXPECT_EQ(told.read_line(5s), "lost lock k " + grant.at(1) + " forced");
+  EXPECT_EQ(force_release(server, "locks/k2").body, "{\"released\":1}\n");
+  EXPECT_EQ(silent.pending(300ms), "");
+  // Both go on; the forced tokens are refused as expired.
+  EXPECT_EQ(told.request("r", "k", grant.at(1)), "error_lease_expired");
+  EXPECT_EQ(silent.request("r", "k2", other.at(1)), "error_lease_expired");
 }
 
 }  // namespace

@@ -1151,8 +1151,6 @@ const ClusterFlagValue kClusterFlagValues[] = {
     {"cluster-bootstrap", "CLUSTER_BOOTSTRAP", "true"},
     {"cluster-secret", "CLUSTER_SECRET", "s3cret"},
     {"cluster-secret-file", "CLUSTER_SECRET_FILE", "/etc/hostname"},
-    {"admin-token", "ADMIN_TOKEN", "adm1n"},
-    {"admin-token-file", "ADMIN_TOKEN_FILE", "/etc/hostname"},
     {"raft-election-timeout-ms", "RAFT_ELECTION_TIMEOUT_MS", "1000"},
     {"raft-heartbeat-timeout-ms", "RAFT_HEARTBEAT_TIMEOUT_MS", "100"},
     {"raft-snapshot-threshold", "RAFT_SNAPSHOT_THRESHOLD", "8192"},
@@ -1166,6 +1164,16 @@ class ClusterFlagTest : public testing::TestWithParam<ClusterFlagValue> {};
 TEST(ConfigTest, OrphanTtlNeedsNoCluster) {
   EXPECT_EQ(ok(parse({"--orphan-ttl=45"})).cluster.orphan_ttl_s, 45);
   EXPECT_EQ(ok(parse({}, {{"TURNSTILE_ORPHAN_TTL_S", "7"}})).cluster.orphan_ttl_s, 7);
+}
+
+// So does the admin token: force-release (DELETE /v1/admin/locks/{key}) is not a cluster feature.
+TEST(ConfigTest, AdminTokenNeedsNoCluster) {
+  EXPECT_EQ(ok(parse({"--admin-token= adm1n "})).cluster.admin_token, "adm1n");
+  EXPECT_EQ(ok(parse({}, {{"DFLOCKD_ADMIN_TOKEN", "env-admin"}})).cluster.admin_token, "env-admin");
+  TempDir dir;
+  EXPECT_EQ(ok(parse({"--admin-token-file=" + dir.write("a", "from-file\n")})).cluster.admin_token,
+            "from-file");
+  EXPECT_FALSE(ok(parse({})).cluster.admin_token.has_value());
 }
 
 TEST_P(ClusterFlagTest, NeedsRaftDir) {
