@@ -10,8 +10,11 @@ namespace turnstile::sim {
 
 namespace {
 
-// The value of "name":"..." in a JSON line, or empty.
-std::string json_string(const std::string& body, std::string_view name) {
+// The value of "name":"..." in a JSON line, or empty. A reply's "lost" array (the slots its
+// session lost, docs/http-api.md) comes after the reply's own fields and has tokens of its own:
+// it is not read.
+std::string json_string(const std::string& full, std::string_view name) {
+  const std::string body = full.substr(0, full.find(",\"lost\":"));
   const std::string marker = "\"" + std::string(name) + "\":\"";
   const std::size_t at = body.find(marker);
   if (at == std::string::npos) return {};
