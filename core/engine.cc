@@ -1073,9 +1073,10 @@ struct Engine::Impl {
       inspection.limit = resource->limit;
       for (const Holder* h = resource->holders.front(); h != nullptr;
            h = decltype(resource->holders)::next(h)) {
-        inspection.holders.push_back(KeyInspection::Holder{
-            h->token.fence.value, h->session, std::max(Duration::zero(), h->deadline - now).seconds_double(),
-            h->shared, h->owner == nullptr});
+        inspection.holders.push_back(
+            KeyInspection::Holder{h->token.fence.value, h->session,
+                                  std::max(Duration::zero(), h->deadline - now).seconds_double(),
+                                  h->shared, h->owner == nullptr});
       }
       for (const Waiter* w = resource->waiters.front(); w != nullptr;
            w = decltype(resource->waiters)::next(w)) {
