@@ -52,6 +52,8 @@ constexpr const char* kUsage =
     "          (a read-write lock: --read K or --write K in place of --key K)\n"
     "  stats\n"
     "  ping\n"
+    "  check   KEY TOKEN [lock|sem|rw]   (the server-side fence check: exit 0 and the\n"
+    "          seconds left while TOKEN holds KEY, exit 1 when it does not)\n"
     "  run     --key K [--timeout S] [--lease S] [--semaphore LIMIT] [--grace S]\n"
     "          [--no-kill-on-loss] -- command [args...]\n"
     "          (--read K: a read lock, shared with other readers; --write K: a write lock)\n"
@@ -65,6 +67,10 @@ constexpr const char* kUsage =
     "  cluster transfer   (the leader hands leadership to another voter)\n"
     "          (--server is then the node's HTTP address; --admin-token or\n"
     "          TURNSTILE_ADMIN_TOKEN)\n"
+    "  admin show    KEY [lock|sem|rw]   (holders by fence, and waiters, of one key)\n"
+    "  admin release KEY [lock|sem|rw] [--fence N]   (force-release every holder, or the\n"
+    "          one with fence N; --server is the HTTP address; --admin-token or\n"
+    "          TURNSTILE_ADMIN_TOKEN)\n"
     "\n"
     "common options: --server HOST:PORT (repeatable; default 127.0.0.1:6388), or\n"
     "  --servers H:P,H:P,... (the nodes of one replicated cluster: the leader is found and\n"
@@ -72,9 +78,9 @@ constexpr const char* kUsage =
     "--auth-token-file PATH, --connect-timeout S,\n"
     "  --json. `turnstile <command> --help` lists a command's options. See docs/cli.md.\n"
     "\n"
-    "exit codes: 0 ok, 1 error, 64 usage, 69 could not connect, 75 timed out waiting,\n"
-    "  76 lock lost during run, 77 auth refused; run: the command's code, 128+N if it\n"
-    "  was killed by signal N, 126/127 if it could not be executed / found.\n";
+    "exit codes: 0 ok, 1 error (check: not held), 64 usage, 69 could not connect,\n"
+    "  75 timed out waiting, 76 lock lost during run, 77 auth refused; run: the command's\n"
+    "  code, 128+N if it was killed by signal N, 126/127 if it could not be executed / found.\n";
 
 struct UsageError {
   std::string message;
@@ -367,15 +373,15 @@ const Endpoint& signal_server(const Common& common) {
   return common.servers.front();
 }
 
-// The words after the command (and after `--`): exactly `count` of them, named by `names`.
-void expect_arguments(const std::vector<std::string>& arguments, std::size_t count,
-                      const std::string& names) {
-  if (arguments.size() != count) throw UsageError{"expected " + names};
+// The words after the command (and after `--`): `least` to `most` of them, named by `names`.
+void expect_arguments(const std::vector<std::string>& arguments, std::size_t least,
+                      std::size_t most, const std::string& names) {
+  if (arguments.size() < least || arguments.size() > most) throw UsageError{"expected " + names};
 }
 
 int do_listen(const cxxopts::ParseResult& parsed, const Common& common,
               const std::vector<std::string>& arguments) {
-  expect_arguments(arguments, 1, "one PATTERN");
+  expect_arguments(arguments, 1, 1, "one PATTERN");
   const std::string& pattern = arguments.front();
   const std::string group = parsed.count("group") != 0 ? parsed["group"].as<std::string>() : "";
   if (auto valid = validate_signal_pattern(pattern); !valid) return fail(common, valid.error());
@@ -420,7 +426,7 @@ int do_listen(const cxxopts::ParseResult& parsed, const Common& common,
 }
 
 int do_emit(const Common& common, const std::vector<std::string>& arguments) {
-  expect_arguments(arguments, 2, "CHANNEL and PAYLOAD");
+  expect_arguments(arguments, 2, 2, "CHANNEL and PAYLOAD");
   const std::string& channel = arguments[0];
   const std::string& payload = arguments[1];
   if (auto valid = validate_signal_channel(channel); !valid) return fail(common, valid.error());
@@ -438,6 +444,122 @@ int do_emit(const Common& common, const std::vector<std::string>& arguments) {
     std::cout << Json{{"ok", true}, {"delivered", *delivered}}.dump() << "\n";
   } else {
     std::cout << *delivered << "\n";
+  }
+  return kExitOk;
+}
+
+// --- check, admin show
+// ------------------------------------------------------------------------------------------
+
+// The kind word that may follow the key (check, admin show, admin release): lock (the default),
+// sem or rw, the wire's words.
+core::Namespace kind_argument(const std::vector<std::string>& arguments, std::size_t index) {
+  if (arguments.size() <= index) return core::Namespace::kLock;
+  const std::optional<core::Namespace> space = core::parse_namespace_word(arguments[index]);
+  if (!space) throw UsageError{"the kind is lock, sem or rw, not '" + arguments[index] + "'"};
+  return *space;
+}
+
+// `check KEY TOKEN [kind]`: exit 0 printing the seconds left while TOKEN holds KEY, 1 when not.
+int do_check(const Common& common, const std::vector<std::string>& arguments) {
+  expect_arguments(arguments, 2, 3, "KEY TOKEN [lock|sem|rw]");
+  const std::string& key = arguments[0];
+  const core::Namespace space = kind_argument(arguments, 2);
+  if (auto valid = validate_key(key); !valid) return fail(common, valid.error());
+  auto token = parse_token(arguments[1]);
+  if (!token) return fail(common, token.error());
+  std::string where;
+  auto connection = connect_for(common, key, where);
+  if (!connection) return fail(common, connection.error(), where);
+  auto left = connection->check(space, key, *token);
+  if (!left && left.error().code == ErrorCode::kLeaseExpired) {
+    std::cerr << "turnstile check: " << key << ": not held by this token\n";
+    if (common.json) {
+      std::cout << Json{{"ok", false},
+                        {"held", false},
+                        {"error", std::string(error_code_name(ErrorCode::kLeaseExpired))},
+                        {"message", "not held by this token"}}
+                       .dump()
+                << "\n";
+    }
+    return kExitError;
+  }
+  if (!left) return fail(common, left.error(), key);
+  if (common.json) {
+    std::cout << Json{{"ok", true}, {"held", true}, {"seconds_left", left->count()}}.dump() << "\n";
+  } else {
+    std::cout << left->count() << "\n";
+  }
+  return kExitOk;
+}
+
+std::string one_decimal(double value) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.1f", value);
+  return text;
+}
+
+// The inspect JSON as lines a person reads: a summary, one line per holder (grant order) and per
+// waiter (queue order), and the lock-delay.
+void print_inspection(const Json& inspection) {
+  const std::string kind = inspection.value("kind", std::string("?"));
+  const std::string key = inspection.value("key", std::string("?"));
+  const Json holders = inspection.value("holders", Json::array());
+  const Json waiters = inspection.value("waiters", Json::array());
+  if (!inspection.value("exists", false)) {
+    std::cout << kind << " " << key << ": not held, nobody waiting\n";
+    return;
+  }
+  std::cout << kind << " " << key << ": " << holders.size() << " holder"
+            << (holders.size() == 1 ? "" : "s") << " (limit " << inspection.value("limit", 0)
+            << "), " << waiters.size() << " waiting\n";
+  const auto extras = [](const Json& entry) {
+    std::string text;
+    if (entry.contains("mode")) text += "  " + entry.value("mode", std::string());
+    if (entry.value("orphaned", false)) text += "  orphaned";
+    return text;
+  };
+  for (const Json& holder : holders) {
+    std::cout << "  holder  fence " << holder.value("fence", std::uint64_t{0}) << "  session "
+              << holder.value("session", std::uint64_t{0}) << "  lease left "
+              << one_decimal(holder.value("lease_expires_in_s", 0.0)) << " s" << extras(holder)
+              << "\n";
+  }
+  std::size_t place = 0;
+  for (const Json& waiter : waiters) {
+    std::cout << "  waiter  #" << ++place << "  session "
+              << waiter.value("session", std::uint64_t{0}) << "  waited "
+              << one_decimal(waiter.value("waited_s", 0.0)) << " s" << extras(waiter) << "\n";
+  }
+  if (inspection.contains("lock_delay_left_s")) {
+    std::cout << "  lock-delay left " << one_decimal(inspection.value("lock_delay_left_s", 0.0))
+              << " s\n";
+  }
+}
+
+// `admin show KEY [kind]`: the key's holders and waiters (`inspect`).
+int do_admin_show(const Common& common, const std::vector<std::string>& arguments) {
+  expect_arguments(arguments, 1, 2, "KEY [lock|sem|rw]");
+  const std::string& key = arguments[0];
+  const core::Namespace space = kind_argument(arguments, 1);
+  if (auto valid = validate_key(key); !valid) return fail(common, valid.error());
+  std::string where;
+  auto connection = connect_for(common, key, where);
+  if (!connection) return fail(common, connection.error(), where);
+  auto inspected = connection->inspect(space, key);
+  if (!inspected) return fail(common, inspected.error(), key);
+  const Json inspection = Json::parse(inspected->json, nullptr, false);
+  if (!inspection.is_object()) {
+    return fail(common, make_error(ErrorCode::kBadReply, "inspect sent no JSON object"), key);
+  }
+  if (common.json) {
+    std::cout << Json{{"ok", true},
+                      {"server", connection->endpoint().to_string()},
+                      {"inspect", inspection}}
+                     .dump(-1, ' ', false, Json::error_handler_t::replace)
+              << "\n";
+  } else {
+    print_inspection(inspection);
   }
   return kExitOk;
 }
@@ -752,8 +874,9 @@ int do_cluster_status(const Common& common) {
   return worst;
 }
 
-int do_cluster(const cxxopts::ParseResult& parsed, const Common& common,
-               const std::string& subcommand) {
+// The token of the HTTP admin routes: --admin-token, else TURNSTILE_ADMIN_TOKEN. A usage error
+// without one, with a byte that cannot go in a header, or with --tls (the routes are plain HTTP).
+std::string admin_token(const cxxopts::ParseResult& parsed, const Common& common) {
   std::string token;
   if (parsed.count("admin-token") != 0) {
     token = parsed["admin-token"].as<std::string>();
@@ -762,7 +885,46 @@ int do_cluster(const cxxopts::ParseResult& parsed, const Common& common,
   }
   token = trim(token);
   if (token.empty()) throw UsageError{"--admin-token (or TURNSTILE_ADMIN_TOKEN) is required"};
-  if (common.connect.tls) throw UsageError{"cluster commands speak plain HTTP: no --tls"};
+  for (const char c : token) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      throw UsageError{"the admin token holds a control character"};
+    }
+  }
+  if (common.connect.tls) throw UsageError{common.command + " speaks plain HTTP: no --tls"};
+  return token;
+}
+
+// An admin route's answer other than 200, reported with its exit code: 77 for a refused token,
+// 1 otherwise (a follower's 503 names the leader's client address).
+int http_failure(const Common& common, const HttpAnswer& answer, const Endpoint& server) {
+  const Json json = Json::parse(answer.body, nullptr, false);
+  std::string message = "HTTP " + std::to_string(answer.status);
+  if (json.is_object()) {
+    message += " " + json.value("error", std::string());
+    if (json.contains("detail") && json["detail"].is_string()) {
+      message += ": " + json["detail"].get<std::string>();
+    }
+  }
+  if (answer.status == 503 && !answer.leader.empty()) {
+    message += " (the leader's client address is " + answer.leader +
+               ": run this against the leader's HTTP address)";
+  }
+  ErrorCode code = ErrorCode::kProtocol;
+  if (answer.status == 401 || answer.status == 403) code = ErrorCode::kAuth;
+  if (answer.status == 503) code = ErrorCode::kNotLeader;
+  return fail(common, Error{code, message}, server.to_string());
+}
+
+// --timeout of the admin commands, in milliseconds.
+Milliseconds admin_timeout(const cxxopts::ParseResult& parsed) {
+  const double timeout_s = parsed["timeout"].as<double>();
+  if (!(timeout_s > 0 && timeout_s < 86400)) throw UsageError{"--timeout out of range"};
+  return Milliseconds{static_cast<std::int64_t>(timeout_s * 1000)};
+}
+
+int do_cluster(const cxxopts::ParseResult& parsed, const Common& common,
+               const std::string& subcommand) {
+  const std::string token = admin_token(parsed, common);
   std::string method = "POST";
   std::string path = "/v1/admin/leader/transfer";
   std::string body;
@@ -779,11 +941,10 @@ int do_cluster(const cxxopts::ParseResult& parsed, const Common& common,
                 {"client_address", required(parsed, "client-address")}}
                .dump();
   }
-  const double timeout_s = parsed["timeout"].as<double>();
-  if (!(timeout_s > 0 && timeout_s < 86400)) throw UsageError{"--timeout out of range"};
+  const Milliseconds timeout = admin_timeout(parsed);
   const Endpoint& server = common.servers.front();
-  auto answer = http_call(server, method, path, token, body, common.connect.connect_timeout,
-                          Milliseconds{static_cast<std::int64_t>(timeout_s * 1000)});
+  auto answer =
+      http_call(server, method, path, token, body, common.connect.connect_timeout, timeout);
   if (!answer) return fail(common, answer.error(), server.to_string());
   Json json = Json::parse(answer->body, nullptr, false);
   if (answer->status == 200 && subcommand == "transfer") {
@@ -807,21 +968,64 @@ int do_cluster(const cxxopts::ParseResult& parsed, const Common& common,
     }
     return kExitOk;
   }
-  std::string message = "HTTP " + std::to_string(answer->status);
-  if (json.is_object()) {
-    message += " " + json.value("error", std::string());
-    if (json.contains("detail") && json["detail"].is_string()) {
-      message += ": " + json["detail"].get<std::string>();
+  return http_failure(common, *answer, server);
+}
+
+// A key as one path segment: every byte but A-Z a-z 0-9 - . _ ~ percent-encoded.
+std::string path_segment(std::string_view key) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string segment;
+  for (const char c : key) {
+    const bool unreserved = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+                            (c >= '0' && c <= '9') || c == '-' || c == '.' || c == '_' || c == '~';
+    if (unreserved) {
+      segment.push_back(c);
+    } else {
+      const auto byte = static_cast<unsigned char>(c);
+      segment.push_back('%');
+      segment.push_back(kHex[byte >> 4]);
+      segment.push_back(kHex[byte & 0xf]);
     }
   }
-  if (answer->status == 503 && !answer->leader.empty()) {
-    message += " (the leader's client address is " + answer->leader +
-               ": run this against the leader's HTTP address)";
+  return segment;
+}
+
+// `admin release KEY [kind] [--fence N]`: DELETE /v1/admin/<locks|semaphores|rwlocks>/KEY, the
+// operator's force-release of every holder of KEY, or of the one with fence N.
+int do_admin_release(const cxxopts::ParseResult& parsed, const Common& common,
+                     const std::vector<std::string>& arguments) {
+  expect_arguments(arguments, 1, 2, "KEY [lock|sem|rw]");
+  const std::string& key = arguments[0];
+  const core::Namespace space = kind_argument(arguments, 1);
+  if (auto valid = validate_key(key); !valid) return fail(common, valid.error());
+  std::string path = "/v1/admin/locks/";
+  if (space == core::Namespace::kSemaphore) path = "/v1/admin/semaphores/";
+  if (space == core::Namespace::kReadWrite) path = "/v1/admin/rwlocks/";
+  path += path_segment(key);
+  if (parsed.count("fence") != 0) {
+    const std::uint64_t fence = parsed["fence"].as<std::uint64_t>();
+    if (fence == 0) throw UsageError{"--fence must be at least 1 (leave it out for every holder)"};
+    path += "?fence=" + std::to_string(fence);
   }
-  ErrorCode code = ErrorCode::kProtocol;
-  if (answer->status == 401 || answer->status == 403) code = ErrorCode::kAuth;
-  if (answer->status == 503) code = ErrorCode::kNotLeader;
-  return fail(common, Error{code, message}, server.to_string());
+  const std::string token = admin_token(parsed, common);
+  const Milliseconds timeout = admin_timeout(parsed);
+  const Endpoint& server = common.servers.front();
+  auto answer =
+      http_call(server, "DELETE", path, token, "", common.connect.connect_timeout, timeout);
+  if (!answer) return fail(common, answer.error(), server.to_string());
+  if (answer->status != 200) return http_failure(common, *answer, server);
+  const Json json = Json::parse(answer->body, nullptr, false);
+  if (!json.is_object() || !json.contains("released") || !json["released"].is_number_unsigned()) {
+    return fail(common, make_error(ErrorCode::kBadReply, "no count of released holders"),
+                server.to_string());
+  }
+  const std::uint64_t released = json["released"].get<std::uint64_t>();
+  if (common.json) {
+    std::cout << Json{{"ok", true}, {"released", released}}.dump() << "\n";
+  } else {
+    std::cout << "released " << released << "\n";
+  }
+  return kExitOk;
 }
 
 cxxopts::Options command_options(const std::string& command) {
@@ -859,6 +1063,16 @@ cxxopts::Options command_options(const std::string& command) {
   }
   if (command == "listen") options.custom_help("[OPTION...] PATTERN");
   if (command == "emit") options.custom_help("[OPTION...] CHANNEL PAYLOAD");
+  if (command == "check") options.custom_help("[OPTION...] KEY TOKEN [lock|sem|rw]");
+  if (command == "admin show") options.custom_help("[OPTION...] KEY [lock|sem|rw]");
+  if (command == "admin release") {
+    options.custom_help("[OPTION...] KEY [lock|sem|rw]");
+    add("fence", "free only the holder with this fence (default: every holder)",
+        cxxopts::value<std::uint64_t>())("admin-token",
+                                         "the server's admin token (else TURNSTILE_ADMIN_TOKEN)",
+                                         cxxopts::value<std::string>())(
+        "timeout", "seconds to wait for the answer", cxxopts::value<double>()->default_value("10"));
+  }
   if (command == "listen") {
     add("g,group", "listen as a member of this queue group (each signal goes to one member)",
         cxxopts::value<std::string>());
@@ -900,9 +1114,16 @@ int dispatch(int argc, char** argv) {
     }
     command += " " + subcommand;
     first_option = 3;
+  } else if (command == "admin") {
+    const std::string subcommand = argc > 2 ? argv[2] : "";
+    if (subcommand != "show" && subcommand != "release") {
+      throw UsageError{"admin takes show or release"};
+    }
+    command += " " + subcommand;
+    first_option = 3;
   } else if (command != "acquire" && command != "release" && command != "renew" &&
              command != "stats" && command != "ping" && command != "run" && command != "listen" &&
-             command != "emit") {
+             command != "emit" && command != "check") {
     throw UsageError{"unknown command '" + command + "'"};
   }
   // Everything after `--` is the command `run` runs; cxxopts sees only what comes before.
@@ -918,11 +1139,12 @@ int dispatch(int argc, char** argv) {
       own.push_back(argv[i]);
     }
   }
-  // listen and emit take words (PATTERN; CHANNEL PAYLOAD), also after `--` (a payload that
-  // begins with '-').
-  const bool takes_words = command == "listen" || command == "emit";
+  // listen, emit, check and admin take words (PATTERN; CHANNEL PAYLOAD; KEY ...), also after
+  // `--` (a payload or a key that begins with '-').
+  const bool takes_words = command == "listen" || command == "emit" || command == "check" ||
+                           command.starts_with("admin ");
   if (after_separator && command != "run" && !takes_words) {
-    throw UsageError{"`--` is only for run, listen and emit"};
+    throw UsageError{"`--` is only for run, listen, emit, check and admin"};
   }
   cxxopts::Options options = command_options(command);
   const cxxopts::ParseResult parsed = options.parse(static_cast<int>(own.size()), own.data());
@@ -942,7 +1164,11 @@ int dispatch(int argc, char** argv) {
   if (takes_words) {
     std::vector<std::string> words = parsed.unmatched();
     words.insert(words.end(), rest.begin(), rest.end());
-    return command == "listen" ? do_listen(parsed, common, words) : do_emit(common, words);
+    if (command == "listen") return do_listen(parsed, common, words);
+    if (command == "emit") return do_emit(common, words);
+    if (command == "check") return do_check(common, words);
+    if (command == "admin show") return do_admin_show(common, words);
+    return do_admin_release(parsed, common, words);
   }
   if (command == "cluster status") return do_cluster_status(common);
   if (command.starts_with("cluster ")) return do_cluster(parsed, common, command.substr(8));

@@ -1,5 +1,5 @@
-// The `turnstile` command-line tool (docs/cli.md): acquire, release, renew, stats, ping, run,
-// listen, emit, cluster.
+// The `turnstile` command-line tool (docs/cli.md): acquire, release, renew, stats, ping, check,
+// run, listen, emit, cluster, admin.
 //
 // Thread affinity: run_cli is called once, from main, before any other thread exists (`run`
 // blocks signals process-wide before it starts the renewal thread; `listen` blocks SIGINT and

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <utility>
 
+#include "core/http_codec.h"
 #include "core/protocol.h"
 #include "core/wire.h"
 
@@ -159,6 +160,34 @@ Result<void> validate_limit(std::int64_t limit) {
   return {};
 }
 
+// --- lost-notify
+// ---------------------------------------------------------------------------------
+
+std::string_view lost_cause_name(LostCause cause) {
+  switch (cause) {
+    case LostCause::kExpired:
+      return "expired";
+    case LostCause::kForced:
+      return "forced";
+    case LostCause::kReclaimed:
+      return "reclaimed";
+  }
+  return "unknown";
+}
+
+std::optional<LostNotice> parse_lost_line(std::string_view line) {
+  // The core's reading of the line (core/http_codec.h), which checks every word; typed here.
+  const std::optional<core::HttpLostSlot> slot = core::parse_lost_line(line);
+  if (!slot) return std::nullopt;
+  const std::optional<core::Namespace> space = core::parse_namespace_word(slot->kind);
+  const std::optional<core::Token> token = core::Token::parse(slot->token);
+  if (!space || !token) return std::nullopt;
+  for (const LostCause cause : {LostCause::kExpired, LostCause::kForced, LostCause::kReclaimed}) {
+    if (slot->reason == lost_cause_name(cause)) return LostNotice{*space, slot->key, *token, cause};
+  }
+  return std::nullopt;
+}
+
 // --- endpoints
 // ------------------------------------------------------------------------------------
 
@@ -230,6 +259,10 @@ struct Connection::Impl {
   SSL* tls = nullptr;
   std::string buffer;                   // received bytes not yet returned as a line
   std::optional<Endpoint> leader_hint;  // from the last `error_not_leader <addr>`
+  bool lost_notify = false;             // `lost-notify on` was sent: `lost` lines are pushes
+  LostHandler lost_handler;             // empty: notices go to lost_queue
+  std::vector<LostNotice> lost_queue;
+  std::uint64_t pushes_read = 0;
 
   ~Impl() { close(); }
 
@@ -442,31 +475,58 @@ struct Connection::Impl {
     }
   }
 
-  // Sends `bytes`, reads one reply line. Closes the connection on any failure.
-  // A line (or EOF) that arrived while no request was in flight: `error_draining` written to an
-  // idle connection at shutdown, or the server closing it. Reported before sending anything, so
-  // the next call tells the caller what happened instead of failing obscurely.
-  Result<void> check_unsolicited() {
-    if (buffer.find('\n') == std::string::npos) {
-      pollfd entry{fd, POLLIN, 0};
-      if (::poll(&entry, 1, 0) <= 0) return {};
-      bool timed_out = false;
-      // Readable may be only TLS records without data (a TLS 1.3 session ticket): no error.
-      if (auto filled = fill(Clock::now(), &timed_out); !filled && !timed_out) {
-        return filled.error();
-      }
-      if (buffer.find('\n') == std::string::npos) return {};
+  // A `lost` line while lost-notify is on: handed to the handler (or the queue); true. False for
+  // every other line, and for every line while lost-notify is off.
+  bool take_push(std::string_view line) {
+    if (!lost_notify || !line.starts_with("lost ")) return false;
+    std::optional<LostNotice> notice = parse_lost_line(line);
+    if (!notice) return false;  // no reply starts with `lost`: read on as a reply, a bad one
+    ++pushes_read;
+    if (lost_handler) {
+      lost_handler(*notice);
+    } else if (lost_queue.size() < kLostQueueMax) {
+      lost_queue.push_back(*std::move(notice));
     }
-    auto line = read_line(Clock::now());
-    if (!line) return line.error();
-    // A line nobody asked for: the server says why it is closing (error_draining, say).
-    const std::optional<core::Reply> reply = core::decode_reply(core::Command::kPing, *line);
-    if (reply) {
-      if (auto error = status_error(reply->status)) return *std::move(error);
-    }
-    return make_error(ErrorCode::kBadReply, "unsolicited line '" + *line + "'");
+    return true;
   }
 
+  // The next line that is not a push: the reply.
+  Result<std::string> read_reply_line(Clock::time_point deadline) {
+    while (true) {
+      auto line = read_line(deadline);
+      if (!line || !take_push(*line)) return line;
+    }
+  }
+
+  // Lines (or EOF) that arrived while no request was in flight: pushes (lost-notify), or
+  // `error_draining` written to an idle connection at shutdown, or the server closing it. Pushes
+  // are taken; anything else is reported before sending anything, so the next call tells the
+  // caller what happened instead of failing obscurely.
+  Result<void> check_unsolicited() {
+    while (true) {
+      if (buffer.find('\n') == std::string::npos) {
+        pollfd entry{fd, POLLIN, 0};
+        if (::poll(&entry, 1, 0) <= 0 && (tls == nullptr || SSL_pending(tls) <= 0)) return {};
+        bool timed_out = false;
+        // Readable may be only TLS records without data (a TLS 1.3 session ticket): no error.
+        if (auto filled = fill(Clock::now(), &timed_out); !filled && !timed_out) {
+          return filled.error();
+        }
+        if (buffer.find('\n') == std::string::npos) return {};
+      }
+      auto line = read_line(Clock::now());
+      if (!line) return line.error();
+      if (take_push(*line)) continue;
+      // A line nobody asked for: the server says why it is closing (error_draining, say).
+      const std::optional<core::Reply> reply = core::decode_reply(core::Command::kPing, *line);
+      if (reply) {
+        if (auto error = status_error(reply->status)) return *std::move(error);
+      }
+      return make_error(ErrorCode::kBadReply, "unsolicited line '" + *line + "'");
+    }
+  }
+
+  // Sends `bytes`, reads one reply line. Closes the connection on any failure.
   Result<std::string> exchange(std::string_view bytes, Clock::time_point deadline) {
     if (fd < 0) return make_error(ErrorCode::kIo, "connection is closed");
     if (auto early = check_unsolicited(); !early) {
@@ -477,7 +537,7 @@ struct Connection::Impl {
       close();
       return sent.error();
     }
-    auto line = read_line(deadline);
+    auto line = read_reply_line(deadline);
     if (!line) close();
     return line;
   }
@@ -785,14 +845,91 @@ std::optional<Endpoint> Connection::leader_hint() const {
   return impl_ == nullptr ? std::nullopt : impl_->leader_hint;
 }
 
-Result<StatsResult> Connection::stats() {
-  Impl* impl = open_impl();
+namespace {
+
+// A reply `ok <json object>` (stats, inspect): the JSON text.
+Result<std::string> do_json(Connection::Impl* impl, const core::Request& request) {
   if (impl == nullptr) return make_error(ErrorCode::kIo, "connection is closed");
   std::string line;
-  auto reply = impl->call(make_request(core::Command::kStats, {}), line);
+  auto reply = impl->call(request, line);
   if (!reply) return reply.error();
   if (reply->payload.empty() || reply->payload.front() != '{') return bad_reply(line);
-  return StatsResult{std::move(reply->payload)};
+  return std::move(reply->payload);
+}
+
+}  // namespace
+
+Result<StatsResult> Connection::stats() {
+  auto json = do_json(open_impl(), make_request(core::Command::kStats, {}));
+  if (!json) return json.error();
+  return StatsResult{*std::move(json)};
+}
+
+Result<Seconds> Connection::check(core::Namespace space, std::string_view key,
+                                  const core::Token& token) {
+  TS_CLIENT_CHECK(validate_key(key));
+  auto request = make_request(core::Command::kCheck, key);
+  request.token = token;
+  request.space = space;
+  return do_renew(open_impl(), request);
+}
+
+Result<InspectResult> Connection::inspect(core::Namespace space, std::string_view key) {
+  TS_CLIENT_CHECK(validate_key(key));
+  auto request = make_request(core::Command::kInspect, key);
+  request.space = space;
+  auto json = do_json(open_impl(), request);
+  if (!json) return json.error();
+  return InspectResult{*std::move(json)};
+}
+
+Result<void> Connection::enable_lost_notify(LostHandler handler) {
+  Impl* impl = open_impl();
+  if (impl == nullptr) return make_error(ErrorCode::kIo, "connection is closed");
+  auto request = make_request(core::Command::kLostNotify, {});
+  request.enable = true;
+  // On before the `ok`: a `lost` line read meanwhile (lost-notify was already on) is a push.
+  const bool was_on = impl->lost_notify;
+  LostHandler previous = std::exchange(impl->lost_handler, std::move(handler));
+  impl->lost_notify = true;
+  auto enabled = do_release(impl, request);
+  if (!enabled) {
+    impl->lost_notify = was_on;
+    impl->lost_handler = std::move(previous);
+  }
+  return enabled;
+}
+
+Result<void> Connection::disable_lost_notify() {
+  Impl* impl = open_impl();
+  if (impl == nullptr) return make_error(ErrorCode::kIo, "connection is closed");
+  auto request = make_request(core::Command::kLostNotify, {});
+  request.enable = false;
+  auto disabled = do_release(impl, request);
+  if (disabled) impl->lost_notify = false;  // the lines before the `ok` were still pushes
+  return disabled;
+}
+
+bool Connection::lost_notify_enabled() const { return impl_ != nullptr && impl_->lost_notify; }
+
+std::vector<LostNotice> Connection::take_lost_notices() {
+  if (impl_ == nullptr) return {};
+  return std::exchange(impl_->lost_queue, {});
+}
+
+Result<std::size_t> Connection::poll_lost_notices(Milliseconds wait) {
+  Impl* impl = open_impl();
+  if (impl == nullptr || impl->fd < 0) return make_error(ErrorCode::kIo, "connection is closed");
+  const Clock::time_point deadline = Clock::now() + wait;
+  const std::uint64_t before = impl->pushes_read;
+  while (true) {
+    if (auto early = impl->check_unsolicited(); !early) {
+      impl->close();
+      return early.error();
+    }
+    if (impl->pushes_read != before) return static_cast<std::size_t>(impl->pushes_read - before);
+    if (Clock::now() >= deadline || !wait_fd(impl->fd, POLLIN, deadline)) return std::size_t{0};
+  }
 }
 
 int Connection::native_handle() const { return impl_ != nullptr ? impl_->fd : -1; }

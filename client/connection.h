@@ -17,11 +17,19 @@
 // Locks belong to the connection that took them: with the server's default
 // --auto-release-on-disconnect, closing (or destroying) the connection releases them.
 //
+// Lock-lost push (enable_lost_notify): once asked, the server writes a `lost <kind> <key> <token>
+// <reason>` line whenever a slot this connection holds ends without its release (the lease ran
+// out, an operator force-released it, an orphan of its stable ref was reclaimed). Such a line may
+// arrive between a request and its reply; every read takes it aside (to the handler, or to the
+// queue that take_lost_notices() empties) and goes on to the reply. A connection that never
+// enables it reads exactly as before: nothing is pushed to it.
+//
 // Thread affinity: one thread at a time. A Connection is movable, not copyable.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -101,6 +109,40 @@ struct StatsResult {
   std::string json;
 };
 
+// `inspect`: the key's holders and waiters, the JSON object the server sent, as text
+// (docs/semantics.md, "inspect": kind, key, exists, limit, holders, waiters[, lock_delay_left_s]).
+struct InspectResult {
+  std::string json;
+};
+
+// Why the server took a slot from this connection (the last word of a `lost` line).
+enum class LostCause : std::uint8_t {
+  kExpired,    // `expired`: its lease ran out
+  kForced,     // `forced`: an operator force-released it (HTTP DELETE /v1/admin/...)
+  kReclaimed,  // `reclaimed`: an orphan kept for this connection's stable ref ran out of time
+};
+
+// "expired", "forced" or "reclaimed".
+std::string_view lost_cause_name(LostCause cause);
+
+// One `lost <kind> <key> <token> <reason>` push line.
+struct LostNotice {
+  core::Namespace space = core::Namespace::kLock;  // lock, sem or rw (core::namespace_word)
+  std::string key;
+  core::Token token;
+  LostCause cause = LostCause::kExpired;
+
+  std::uint64_t fence() const { return token.fence.value; }
+  bool operator==(const LostNotice&) const = default;
+};
+
+// Reads a `lost ...` line (its '\n' optional); nullopt for anything else.
+std::optional<LostNotice> parse_lost_line(std::string_view line);
+
+// Called with each `lost` line as it is read, on the thread that is reading (inside whichever
+// call read it). It must not call the connection.
+using LostHandler = std::function<void(const LostNotice&)>;
+
 // Client-side argument checks, the server's rules (see the header comment).
 Result<void> validate_key(std::string_view key);
 Result<core::Token> parse_token(std::string_view text);
@@ -161,6 +203,30 @@ class Connection {
   Result<void> ping();
   Result<StatsResult> stats();
 
+  // The server-side fence check (`check key <token> <kind>`): the seconds the token's lease has
+  // left (rounded up) while it holds `key` in `space`; kLeaseExpired when it does not (never
+  // granted, released, expired or forced out). In a cluster only the leader answers it.
+  Result<Seconds> check(core::Namespace space, std::string_view key, const core::Token& token);
+  // `inspect key <kind>`: the key's holders (by fence, never whole tokens) and waiters. Changes
+  // nothing; a key that does not exist answers "exists":false.
+  Result<InspectResult> inspect(core::Namespace space, std::string_view key);
+
+  // `lost-notify _ on`: from the `ok` on, every slot this connection loses is pushed as a `lost`
+  // line (see the header comment). Each one read goes to `handler`, or, without one, to a queue
+  // of at most kLostQueueMax notices (later ones are dropped) that take_lost_notices() empties.
+  // A server that does not know the command (dflockd) answers kProtocol, and nothing changes.
+  Result<void> enable_lost_notify(LostHandler handler = {});
+  // `lost-notify _ off`: nothing is pushed after its `ok`. The queue is kept.
+  Result<void> disable_lost_notify();
+  bool lost_notify_enabled() const;
+  static constexpr std::size_t kLostQueueMax = 4096;
+  std::vector<LostNotice> take_lost_notices();
+  // Reads the push lines that arrive while no request is in flight, waiting at most `wait` for
+  // the first: each goes to the handler or the queue. Returns how many were read (0 when none
+  // came in time). A line that is not a push (`error_draining` at shutdown) or the connection
+  // ending is returned as its error, and closes the connection, as the next call would report it.
+  Result<std::size_t> poll_lost_notices(Milliseconds wait);
+
   // Cluster surface (docs/cluster.md), answered by one node too. `stable-ref <ref>`: binds the
   // connection's stable ref, once (1..64 bytes of 0x20-0x7E; anything else is kInvalidArgument
   // and sends nothing). `barrier`: ok once everything answered before it has taken effect; a
@@ -182,6 +248,9 @@ class Connection {
   // connect(), then reads a stream where push frames and replies interleave, so it uses the
   // socket line by line instead of one request and its reply at a time.
   friend class SignalConnection;
+  // A guard's renewal thread waits for `lost` pushes on the socket and for its own wake-up at
+  // once (poll on native_handle() and an eventfd), then reads them with poll_lost_notices(0).
+  friend class Guard;
   // The socket, for poll(); -1 when closed.
   int native_handle() const;
   // Sends `bytes` within `timeout`; closes the connection on failure.

@@ -1,6 +1,12 @@
 #include "client/guard.h"
 
-#include <condition_variable>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -21,9 +27,31 @@ std::string_view loss_reason_name(LossReason reason) {
       return "connection_failed";
     case LossReason::kLeaseExpired:
       return "lease_expired";
+    case LossReason::kServerExpired:
+      return "server_expired";
+    case LossReason::kForceReleased:
+      return "force_released";
+    case LossReason::kReclaimed:
+      return "reclaimed";
   }
   return "unknown";
 }
+
+namespace {
+
+LossReason loss_reason_of(LostCause cause) {
+  switch (cause) {
+    case LostCause::kExpired:
+      return LossReason::kServerExpired;
+    case LostCause::kForced:
+      return LossReason::kForceReleased;
+    case LostCause::kReclaimed:
+      return LossReason::kReclaimed;
+  }
+  return LossReason::kServerExpired;
+}
+
+}  // namespace
 
 struct Guard::State {
   Connection connection;
@@ -35,15 +63,22 @@ struct Guard::State {
   Grant grant;
 
   mutable std::mutex mutex;
-  std::condition_variable changed;
   GuardState state = GuardState::kHeld;  // guarded by mutex
   std::optional<LossEvent> loss;         // guarded by mutex
   bool stopping = false;                 // guarded by mutex
+  std::optional<LostNotice> pushed;      // guarded by mutex: the server's `lost` for the grant
   Clock::time_point renewed_at;          // when the running lease began (local, conservative)
   Clock::time_point lease_deadline;      // renewed_at + lease
+  // The connection accepted lost-notify: the renewal thread watches its socket too. Set before
+  // the thread starts, then only by it (after a failover).
+  bool pushes = false;
+  int wake_fd = -1;  // eventfd: stop() makes it readable, which ends the renewal thread's wait
   std::thread renewer;
 
-  ~State() { stop(); }
+  ~State() {
+    stop();
+    if (wake_fd >= 0) ::close(wake_fd);
+  }
 
   // Starts the lease clock at `granted_at` and the renewal thread.
   void start(const Grant& granted, Clock::time_point granted_at) {
@@ -58,8 +93,77 @@ struct Guard::State {
       std::lock_guard lock(mutex);
       stopping = true;
     }
-    changed.notify_all();
+    if (wake_fd >= 0) {
+      const std::uint64_t one = 1;
+      [[maybe_unused]] const ssize_t written = ::write(wake_fd, &one, sizeof one);
+    }
     if (renewer.joinable()) renewer.join();
+  }
+
+  // Asks `on` to push the loss of our slot (GuardOptions::lost_notify). A server that does not
+  // know lost-notify refuses it (kProtocol) and the guard goes on without; any other error is
+  // the connection's, and returned.
+  Result<void> ask_for_pushes(Connection& on) {
+    pushes = false;
+    if (!options.lost_notify) return {};
+    auto enabled = on.enable_lost_notify([this](const LostNotice& notice) { take_push(notice); });
+    if (!enabled && enabled.error().code != ErrorCode::kProtocol) return enabled.error();
+    pushes = enabled.ok();
+    return {};
+  }
+
+  // A `lost` line, read by whichever thread was using the connection: kept if it names the grant
+  // (the renewal thread reports it). `grant` is written only before the renewal thread starts.
+  void take_push(const LostNotice& notice) {
+    if (notice.token != grant.token || notice.key != key || notice.space != space) return;
+    std::lock_guard lock(mutex);
+    pushed = notice;
+  }
+
+  // Reports the pushed loss of the grant, if the server sent one; false when it did not.
+  bool report_pushed_loss() {
+    std::optional<LostNotice> notice;
+    {
+      std::lock_guard lock(mutex);
+      notice = pushed;
+    }
+    if (!notice) return false;
+    declare_lost(loss_reason_of(notice->cause),
+                 make_error(ErrorCode::kLeaseExpired,
+                            "the server reported the slot lost (" +
+                                std::string(lost_cause_name(notice->cause)) + ")"));
+    return true;
+  }
+
+  enum class Woken : std::uint8_t {
+    kStop,             // stop() was called
+    kDue,              // `until` came
+    kPushedLoss,       // the server pushed the loss of the grant
+    kConnectionEnded,  // (pushes on) the server closed or drained the connection meanwhile
+  };
+
+  // Waits until `until`, stop(), or, while pushes are on, a `lost` line for the grant or the
+  // connection's end, whichever comes first; `ended` gets the connection's error.
+  Woken idle_until(Clock::time_point until, Error& ended) {
+    while (true) {
+      if (pushes) {
+        auto polled = connection.poll_lost_notices(Milliseconds{0});
+        if (!polled) {
+          ended = polled.error();
+          return Woken::kConnectionEnded;
+        }
+        std::lock_guard lock(mutex);
+        if (pushed) return Woken::kPushedLoss;
+      }
+      const auto left = std::chrono::ceil<Milliseconds>(until - Clock::now()).count();
+      pollfd fds[2] = {{wake_fd, POLLIN, 0}, {connection.native_handle(), POLLIN, 0}};
+      const nfds_t count = pushes && fds[1].fd >= 0 ? 2 : 1;
+      const int ready =
+          ::poll(fds, count, static_cast<int>(std::clamp<std::int64_t>(left, 0, 1'000'000'000)));
+      if (ready < 0 && errno != EINTR) std::this_thread::sleep_for(Milliseconds{1});
+      if (ready > 0 && (fds[0].revents & POLLIN) != 0) return Woken::kStop;
+      if (Clock::now() >= until) return Woken::kDue;
+    }
   }
 
   Clock::duration renew_interval(std::mt19937_64& random) const {
@@ -114,7 +218,6 @@ struct Guard::State {
       state = GuardState::kLost;
       loss = event;
     }
-    changed.notify_all();
     connection.close();  // with auto-release this frees anything the server still holds
     if (options.on_lost) options.on_lost(event);
   }
@@ -133,6 +236,11 @@ struct Guard::State {
       }
       auto fresh = options.reconnect(deadline);
       if (!fresh) return fresh.error();
+      if (auto asked = ask_for_pushes(*fresh); !asked) {
+        if (!node_could_not_answer(asked.error().code)) return asked.error();
+        last = asked.error();
+        continue;
+      }
       const Clock::time_point sent_at = Clock::now();
       if (sent_at >= deadline) break;
       fresh->set_reply_timeout(
@@ -159,7 +267,22 @@ struct Guard::State {
     while (!stopping && state == GuardState::kHeld) {
       const Clock::time_point next =
           options.renew ? renewed_at + renew_interval(random) : lease_deadline;
-      if (changed.wait_until(lock, next, [&] { return stopping; })) break;
+      lock.unlock();
+      Error ended;
+      const Woken woken = idle_until(next, ended);
+      if (woken == Woken::kStop) return;
+      if (woken == Woken::kPushedLoss) {
+        report_pushed_loss();
+        return;
+      }
+      // The connection ended between renewals: lost now (with auto-release the server freed the
+      // slot), or, riding failovers, renewed on the next leader now (the renew on the closed
+      // connection fails at once, as a node that could not answer).
+      if (woken == Woken::kConnectionEnded && (!options.reconnect || !options.renew)) {
+        declare_lost(LossReason::kConnectionFailed, ended);
+        return;
+      }
+      lock.lock();
       if (!options.renew || Clock::now() >= lease_deadline) {
         lock.unlock();
         declare_lost(LossReason::kLeaseExpired,
@@ -197,9 +320,12 @@ struct Guard::State {
           std::lock_guard guard(mutex);
           if (stopping) return;
         }
+        if (report_pushed_loss()) return;  // the reason the server gave, not its refusal
         const Error& error = renewed.error();
         LossReason reason = LossReason::kConnectionFailed;
-        if (error.code == ErrorCode::kProtocol) reason = LossReason::kRenewRefused;
+        if (error.code == ErrorCode::kProtocol || error.code == ErrorCode::kLeaseExpired) {
+          reason = LossReason::kRenewRefused;  // `error`, or `error_lease_expired` (forced out)
+        }
         if (Clock::now() >= deadline) reason = LossReason::kLeaseExpired;
         declare_lost(reason, error);
         return;
@@ -334,6 +460,10 @@ Result<std::unique_ptr<Guard::State>> make_state(Connection connection, Kind kin
                                                  GuardOptions options) {
   if (auto checked = check_options(options); !checked) return checked.error();
   auto state = std::make_unique<Guard::State>();
+  state->wake_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (state->wake_fd < 0) {
+    return make_error(ErrorCode::kIo, std::string("eventfd: ") + std::strerror(errno));
+  }
   state->connection = std::move(connection);
   state->space = kind.space;
   state->limit = kind.limit;
@@ -350,6 +480,7 @@ auto acquire_guard(Result<std::unique_ptr<Guard::State>> made, Wrap wrap)
     -> Result<decltype(wrap(std::move(*made)))> {
   if (!made) return made.error();
   std::unique_ptr<Guard::State> state = std::move(*made);
+  if (auto asked = state->ask_for_pushes(state->connection); !asked) return asked.error();
   auto grant = state->acquire_on(state->connection);
   if (!grant) return grant.error();
   state->start(*grant, Clock::now());
@@ -363,6 +494,7 @@ auto enqueue_pending(Result<std::unique_ptr<Guard::State>> made, Wrap wrap)
     -> Result<decltype(wrap(std::move(*made), false))> {
   if (!made) return made.error();
   std::unique_ptr<Guard::State> state = std::move(*made);
+  if (auto asked = state->ask_for_pushes(state->connection); !asked) return asked.error();
   auto enqueued = state->enqueue_on(state->connection);
   if (!enqueued) return enqueued.error();
   const bool acquired = enqueued->acquired.has_value();

@@ -25,6 +25,15 @@
 // arrived. On loss the state becomes kLost and `on_lost` is called once, on the renewal thread.
 // The guard then does nothing more (no reconnect, no release).
 //
+// Lost-notify (GuardOptions::lost_notify, on by default): before it acquires, the guard asks its
+// connection for `lost` pushes (Connection::enable_lost_notify), and between renewals its thread
+// waits on the socket as well as on its clock. When the server pushes the loss of the guard's
+// token (its lease ran out there, an operator force-released it, an orphan was reclaimed) the
+// loss is reported at once, kServerExpired, kForceReleased or kReclaimed, instead of at the next
+// renewal (up to renew_ratio of the lease later); a connection the server closes or drains
+// between renewals is a loss at once too (with failover riding: a renewal on the next leader at
+// once). A server without lost-notify (dflockd) refuses it, and the guard works as before.
+//
 // Failover (GuardOptions::reconnect, set by Members::lock and Members::semaphore, members.h): a
 // renew waits for its reply at most half the time left on the lease. When it fails because the
 // node could not answer (the connection failed or timed out, the node stopped leading or is
@@ -63,6 +72,10 @@ enum class LossReason : std::uint8_t {
   kRenewRefused,      // the server answered a renew with an error (token unknown: lease ended)
   kConnectionFailed,  // the connection failed or closed, or the server is draining
   kLeaseExpired,      // the local lease deadline passed without a successful renew
+  // Pushed by the server (lost-notify), reported as the `lost` line arrives:
+  kServerExpired,  // `expired`: the lease ran out on the server
+  kForceReleased,  // `forced`: an operator force-released it (HTTP DELETE /v1/admin/...)
+  kReclaimed,      // `reclaimed`: an orphan kept for the guard's stable ref ran out of time
 };
 
 std::string_view loss_reason_name(LossReason reason);
@@ -78,6 +91,9 @@ struct GuardOptions {
   double renew_ratio = 0.5;   // renew after this fraction of the lease, in (0, 1)
   double renew_jitter = 0.1;  // renew up to this fraction of that interval earlier, in [0, 1)
   bool renew = true;          // false: no renewals; the guard still reports the lease's end
+  // Ask the server to push the loss of the slot (lost-notify), so that it is reported as it
+  // happens; false: learn of a loss only when a renewal fails or the lease ends locally.
+  bool lost_notify = true;
   std::function<void(const LossEvent&)> on_lost;  // called once, on the renewal thread
   // Called after each successful renew with the lease the server granted, on the renewal thread
   // (for logs and metrics; it must not call the guard's methods).

@@ -1,7 +1,8 @@
 // The `turnstile` CLI against a real turnstiled: every subcommand, the documented exit codes, and
 // `run`: the lock held for the command's lifetime, the fence in its environment, exit codes and
 // signals passed through, signals forwarded, the command terminated when the lock is lost; and
-// read-write locks (`--read`, `--write`): readers run together, a writer alone.
+// read-write locks (`--read`, `--write`): readers run together, a writer alone; `check`, `admin
+// show` and `admin release`, and a run ended at once by a force-release (lost-notify).
 #include "client/cli.h"
 
 #include <fcntl.h>
@@ -128,6 +129,12 @@ Outcome run_cli(const TempDir& dir, std::vector<std::string> args) {
   Cli cli(dir, std::move(args));
   const int code = cli.wait(60s);
   return {code, cli.out(), cli.err()};
+}
+
+// The error code of a refused lock call.
+ErrorCode code_of_lock(const Result<Grant>& result) {
+  EXPECT_FALSE(result.ok());
+  return result.ok() ? ErrorCode::kIo : result.error().code;
 }
 
 Connection connect_to(const Daemon& daemon) {
@@ -508,6 +515,184 @@ TEST(TurnstileCli, NoKillOnLossLetsTheCommandFinish) {
   daemon.reset();
   EXPECT_EQ(cli.wait(30s), kExitLockLost) << cli.err();
   EXPECT_TRUE(exists(finished));
+}
+
+constexpr const char* kAdminToken = "admin-s3cret";
+
+std::string http_server(const integration::HttpDaemon& daemon) {
+  return "127.0.0.1:" + std::to_string(daemon.http_port);
+}
+
+TEST(TurnstileCli, RunEndsTheCommandAtOnceWhenItsLockIsForceReleased) {
+  integration::HttpDaemon daemon({"--admin-token", kAdminToken});
+  TempDir dir;
+  const std::string ready = dir.file("ready");
+  // A 30 s lease is renewed after about 15 s: only the server's push explains an end within
+  // seconds of the force-release.
+  Cli cli(dir, {"run", "-s", server(*daemon.daemon), "-k", "forced", "--lease", "30", "--", "sh",
+                "-c", "echo > '" + ready + "'; exec sleep 60"});
+  ASSERT_TRUE(eventually([&] { return exists(ready); }, 20s));
+  EXPECT_EQ(cli.wait(500ms), -1) << cli.err();
+  const auto forced = Clock::now();
+  const Outcome released = run_cli(
+      dir, {"admin", "release", "-s", http_server(daemon), "forced", "--admin-token", kAdminToken});
+  ASSERT_EQ(released.code, kExitOk) << released.err;
+  EXPECT_EQ(released.out, "released 1\n");
+  EXPECT_EQ(cli.wait(10s), kExitLockLost) << cli.err();
+  EXPECT_LT(Clock::now() - forced, 3s);
+  EXPECT_NE(cli.err().find("lost the lock on forced (force_released): sending SIGTERM"),
+            std::string::npos)
+      << cli.err();
+}
+
+TEST(TurnstileCli, CheckSaysWhetherATokenHoldsTheKey) {
+  Daemon daemon;
+  TempDir dir;
+  Connection holder = connect_to(daemon);
+  auto grant = holder.lock("fenced", 0s, 40s);
+  auto slot = holder.sem_lock("fenced", 0s, 2, 40s);
+  ASSERT_TRUE(grant.ok());
+  ASSERT_TRUE(slot.ok());
+  const std::string token = grant->token.to_string();
+  const Outcome held = run_cli(dir, {"check", "-s", server(daemon), "fenced", token});
+  EXPECT_EQ(held.code, kExitOk) << held.err;
+  const int left = std::stoi(held.out);
+  EXPECT_GE(left, 35) << held.out;
+  EXPECT_LE(left, 40) << held.out;
+  const Outcome as_lock = run_cli(dir, {"check", "-s", server(daemon), "fenced", token, "lock"});
+  EXPECT_EQ(as_lock.code, kExitOk) << as_lock.err;
+  const Outcome json = run_cli(dir, {"check", "-s", server(daemon), "--json", "fenced", token});
+  EXPECT_EQ(json.code, kExitOk) << json.err;
+  EXPECT_EQ(Json::parse(json.out)["held"], true) << json.out;
+  EXPECT_GE(Json::parse(json.out)["seconds_left"].get<int>(), 35) << json.out;
+  // The semaphore's token holds the semaphore, not the lock (and the reverse).
+  EXPECT_EQ(
+      run_cli(dir, {"check", "-s", server(daemon), "fenced", slot->token.to_string(), "sem"}).code,
+      kExitOk);
+  const Outcome wrong_kind = run_cli(dir, {"check", "-s", server(daemon), "fenced", token, "sem"});
+  EXPECT_EQ(wrong_kind.code, kExitError);
+  EXPECT_NE(wrong_kind.err.find("not held"), std::string::npos) << wrong_kind.err;
+  EXPECT_EQ(run_cli(dir, {"check", "-s", server(daemon), "fenced", token, "rw"}).code, kExitError);
+  // Released: not held any more.
+  ASSERT_TRUE(holder.release("fenced", grant->token).ok());
+  const Outcome gone = run_cli(dir, {"check", "-s", server(daemon), "--json", "fenced", token});
+  EXPECT_EQ(gone.code, kExitError);
+  EXPECT_EQ(Json::parse(gone.out)["held"], false) << gone.out;
+  // Usage: a token that is no token, a kind that is no kind, a word missing or too many.
+  EXPECT_EQ(run_cli(dir, {"check", "-s", server(daemon), "fenced", "NOTHEX"}).code, kExitUsage);
+  EXPECT_EQ(run_cli(dir, {"check", "-s", server(daemon), "fenced", token, "mutex"}).code,
+            kExitUsage);
+  EXPECT_EQ(run_cli(dir, {"check", "-s", server(daemon), "fenced"}).code, kExitUsage);
+  EXPECT_EQ(run_cli(dir, {"check", "-s", server(daemon), "fenced", token, "lock", "x"}).code,
+            kExitUsage);
+}
+
+TEST(TurnstileCli, AdminShowPrintsHoldersAndWaiters) {
+  Daemon daemon;
+  TempDir dir;
+  Connection first = connect_to(daemon);
+  Connection second = connect_to(daemon);
+  Connection writer = connect_to(daemon);
+  auto one = first.rw_lock("catalog", RwMode::kRead, 0s, 60s);
+  auto two = second.rw_lock("catalog", RwMode::kRead, 0s, 60s);
+  ASSERT_TRUE(one.ok());
+  ASSERT_TRUE(two.ok());
+  auto queued = writer.rw_enqueue("catalog", RwMode::kWrite);
+  ASSERT_TRUE(queued.ok());
+  ASSERT_FALSE(queued->acquired.has_value());
+
+  const Outcome json =
+      run_cli(dir, {"admin", "show", "-s", server(daemon), "--json", "catalog", "rw"});
+  ASSERT_EQ(json.code, kExitOk) << json.err;
+  const Json shown = Json::parse(json.out);
+  EXPECT_EQ(shown["ok"], true);
+  const Json& inspection = shown["inspect"];
+  EXPECT_EQ(inspection["kind"], "rw");
+  EXPECT_EQ(inspection["key"], "catalog");
+  ASSERT_EQ(inspection["holders"].size(), 2U) << json.out;
+  EXPECT_EQ(inspection["holders"][0]["fence"].get<std::uint64_t>(), one->fence());
+  EXPECT_EQ(inspection["holders"][1]["fence"].get<std::uint64_t>(), two->fence());
+  EXPECT_EQ(inspection["holders"][0]["mode"], "read");
+  ASSERT_EQ(inspection["waiters"].size(), 1U) << json.out;
+  EXPECT_EQ(inspection["waiters"][0]["mode"], "write");
+  EXPECT_EQ(json.out.find(one->token.to_string()), std::string::npos) << "fences, not tokens";
+
+  const Outcome text = run_cli(dir, {"admin", "show", "-s", server(daemon), "catalog", "rw"});
+  ASSERT_EQ(text.code, kExitOk) << text.err;
+  EXPECT_EQ(text.out.rfind("rw catalog: 2 holders (limit 1), 1 waiting\n", 0), 0U) << text.out;
+  EXPECT_NE(text.out.find("holder  fence " + std::to_string(one->fence())), std::string::npos)
+      << text.out;
+  EXPECT_NE(text.out.find("holder  fence " + std::to_string(two->fence())), std::string::npos)
+      << text.out;
+  EXPECT_NE(text.out.find("waiter  #1  session "), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("  write\n"), std::string::npos) << text.out;
+  // The lock named catalog is another key: nobody there.
+  const Outcome lock = run_cli(dir, {"admin", "show", "-s", server(daemon), "catalog"});
+  ASSERT_EQ(lock.code, kExitOk) << lock.err;
+  EXPECT_EQ(lock.out, "lock catalog: not held, nobody waiting\n");
+  EXPECT_EQ(run_cli(dir, {"admin", "show", "-s", server(daemon), "catalog", "rwlock"}).code,
+            kExitUsage);
+  EXPECT_EQ(run_cli(dir, {"admin", "show", "-s", server(daemon)}).code, kExitUsage);
+  EXPECT_EQ(run_cli(dir, {"admin", "frob", "-s", server(daemon), "catalog"}).code, kExitUsage);
+}
+
+TEST(TurnstileCli, AdminReleaseNeedsTheTokenAndFreesTheKey) {
+  integration::HttpDaemon daemon({"--admin-token", kAdminToken});
+  TempDir dir;
+  const std::string http = http_server(daemon);
+  Connection holder = connect_to(*daemon.daemon);
+  Connection other = connect_to(*daemon.daemon);
+  auto grant = holder.lock("stuck/job", 0s, 60s);
+  ASSERT_TRUE(grant.ok());
+  // No token: usage, before anything is sent. A wrong token: refused (77). Either way still held.
+  EXPECT_EQ(run_cli(dir, {"admin", "release", "-s", http, "stuck/job"}).code, kExitUsage);
+  const Outcome wrong =
+      run_cli(dir, {"admin", "release", "-s", http, "stuck/job", "--admin-token", "nope"});
+  EXPECT_EQ(wrong.code, kExitAuth) << wrong.err;
+  EXPECT_EQ(code_of_lock(other.lock("stuck/job", 0s)), ErrorCode::kTimeout);
+  // A fence nobody holds frees nothing.
+  const Outcome missed =
+      run_cli(dir, {"admin", "release", "-s", http, "stuck/job", "lock", "--fence",
+                    std::to_string(grant->fence() + 1), "--admin-token", kAdminToken, "--json"});
+  EXPECT_EQ(missed.code, kExitOk) << missed.err;
+  EXPECT_EQ(Json::parse(missed.out), (Json{{"ok", true}, {"released", 0}})) << missed.out;
+  EXPECT_EQ(code_of_lock(other.lock("stuck/job", 0s)), ErrorCode::kTimeout);
+  // The token from the environment; the key needs percent-encoding on the way.
+  Outcome freed;
+  {
+    ::setenv("TURNSTILE_ADMIN_TOKEN", kAdminToken, 1);
+    freed = run_cli(dir, {"admin", "release", "-s", http, "stuck/job"});
+    ::unsetenv("TURNSTILE_ADMIN_TOKEN");
+  }
+  EXPECT_EQ(freed.code, kExitOk) << freed.err;
+  EXPECT_EQ(freed.out, "released 1\n");
+  auto next = other.lock("stuck/job", 0s);
+  ASSERT_TRUE(next.ok()) << next.error().to_string();
+  EXPECT_GT(next->fence(), grant->fence());
+  EXPECT_EQ(holder.release("stuck/job", grant->token).error().code, ErrorCode::kLeaseExpired);
+
+  // Semaphores: --fence frees that holder alone.
+  Connection a = connect_to(*daemon.daemon);
+  Connection b = connect_to(*daemon.daemon);
+  auto slot_a = a.sem_lock("pool", 0s, 2, 60s);
+  auto slot_b = b.sem_lock("pool", 0s, 2, 60s);
+  ASSERT_TRUE(slot_a.ok());
+  ASSERT_TRUE(slot_b.ok());
+  const Outcome one = run_cli(dir, {"admin", "release", "-s", http, "pool", "sem", "--fence",
+                                    std::to_string(slot_a->fence()), "--admin-token", kAdminToken});
+  EXPECT_EQ(one.code, kExitOk) << one.err;
+  EXPECT_EQ(one.out, "released 1\n");
+  EXPECT_EQ(a.check(core::Namespace::kSemaphore, "pool", slot_a->token).error().code,
+            ErrorCode::kLeaseExpired);
+  EXPECT_TRUE(b.check(core::Namespace::kSemaphore, "pool", slot_b->token).ok());
+  EXPECT_EQ(run_cli(dir, {"admin", "release", "-s", http, "pool", "sem", "--fence", "0",
+                          "--admin-token", kAdminToken})
+                .code,
+            kExitUsage);
+  EXPECT_EQ(
+      run_cli(dir, {"admin", "release", "-s", http, "pool", "--tls", "--admin-token", kAdminToken})
+          .code,
+      kExitUsage);
 }
 
 TEST(TurnstileCli, RunOverTls) {

@@ -1,6 +1,8 @@
 // The client library against a real turnstiled on loopback: every call and every typed error,
 // TLS and auth, IPv6, placement over two servers, the RAII guards' renewal, release and loss,
-// and read-write locks (readers share, a writer waits for them, a token only in its own mode).
+// read-write locks (readers share, a writer waits for them, a token only in its own mode), the
+// fence check and inspect, and lost-notify (pushes between a request and its reply, on an idle
+// connection, and a force-released guard told at once).
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -800,6 +802,226 @@ TEST(ClientRwLockGuard, EnqueueThenWait) {
   EXPECT_EQ(next->mode(), RwMode::kRead);
   EXPECT_GT(next->fence(), fence);
   EXPECT_TRUE(next->held());
+}
+
+// --- check, inspect, lost-notify ------------------------------------------------------------
+
+TEST(ClientConnection, CheckAndInspect) {
+  Daemon daemon;
+  Connection holder = connect_or_die(local(daemon));
+  Connection other = connect_or_die(local(daemon));
+  auto grant = holder.lock("fenced", 0s, 20s);
+  ASSERT_TRUE(grant.ok()) << grant.error().to_string();
+  // Any connection may check a token: the seconds its lease has left.
+  auto left = other.check(core::Namespace::kLock, "fenced", grant->token);
+  ASSERT_TRUE(left.ok()) << left.error().to_string();
+  EXPECT_GE(*left, 19s);
+  EXPECT_LE(*left, 20s);
+  // The same key in the other key spaces is another resource: not held there.
+  EXPECT_EQ(code_of(other.check(core::Namespace::kSemaphore, "fenced", grant->token)),
+            ErrorCode::kLeaseExpired);
+  EXPECT_EQ(code_of(other.check(core::Namespace::kReadWrite, "fenced", grant->token)),
+            ErrorCode::kLeaseExpired);
+  EXPECT_EQ(code_of(other.check(core::Namespace::kLock, "bad key", grant->token)),
+            ErrorCode::kInvalidArgument);
+
+  auto queued = other.enqueue("fenced");
+  ASSERT_TRUE(queued.ok());
+  ASSERT_FALSE(queued->acquired.has_value());
+  auto inspected = other.inspect(core::Namespace::kLock, "fenced");
+  ASSERT_TRUE(inspected.ok()) << inspected.error().to_string();
+  const Json json = Json::parse(inspected->json);
+  EXPECT_EQ(json["kind"], "lock");
+  EXPECT_EQ(json["key"], "fenced");
+  EXPECT_EQ(json["exists"], true);
+  ASSERT_EQ(json["holders"].size(), 1U);
+  EXPECT_EQ(json["holders"][0]["fence"].get<std::uint64_t>(), grant->fence());
+  EXPECT_EQ(json["waiters"].size(), 1U);
+  EXPECT_EQ(inspected->json.find(grant->token.to_string()), std::string::npos)
+      << "inspect shows fences, never whole tokens";
+
+  ASSERT_TRUE(holder.release("fenced", grant->token).ok());
+  EXPECT_EQ(code_of(other.check(core::Namespace::kLock, "fenced", grant->token)),
+            ErrorCode::kLeaseExpired);
+  auto nothing = other.inspect(core::Namespace::kSemaphore, "nothing");
+  ASSERT_TRUE(nothing.ok()) << nothing.error().to_string();
+  EXPECT_EQ(Json::parse(nothing->json)["exists"], false);
+}
+
+TEST(ClientLostNotify, ParsesOnlyWellFormedLostLines) {
+  const std::string token =
+      "0000000000000001"
+      "00000000000000ab";
+  auto notice = parse_lost_line("lost rw cat/1 " + token + " forced");
+  ASSERT_TRUE(notice.has_value());
+  EXPECT_EQ(notice->space, core::Namespace::kReadWrite);
+  EXPECT_EQ(notice->key, "cat/1");
+  EXPECT_EQ(notice->token.to_string(), token);
+  EXPECT_EQ(notice->fence(), 1U);
+  EXPECT_EQ(notice->cause, LostCause::kForced);
+  EXPECT_EQ(parse_lost_line("lost sem k " + token + " reclaimed")->cause, LostCause::kReclaimed);
+  EXPECT_EQ(parse_lost_line("lost lock k " + token + " expired")->space, core::Namespace::kLock);
+  EXPECT_EQ(parse_lost_line("lost lock k " + token + " expired\n")->cause, LostCause::kExpired);
+  const std::vector<std::string> bad_lines = {"lost lock k " + token,
+                                              "lost lock k " + token + " expired x",
+                                              "lost mutex k " + token + " expired",
+                                              "lost lock k " + token + " stolen",
+                                              "lost lock k NOTATOKEN expired",
+                                              "lost  lock k " + token + " expired",
+                                              "sig lock k " + token + " expired",
+                                              "ok"};
+  for (const std::string& bad : bad_lines) {
+    EXPECT_FALSE(parse_lost_line(bad).has_value()) << bad;
+  }
+}
+
+TEST(ClientLostNotify, AnExpiryIsPushedBetweenARequestAndItsReply) {
+  Daemon daemon;
+  Connection holder = connect_or_die(local(daemon));
+  Connection plain = connect_or_die(local(daemon));
+  Connection other = connect_or_die(local(daemon));
+  ASSERT_TRUE(other.lock("busy", 0s).ok());
+  ASSERT_TRUE(holder.enable_lost_notify().ok());
+  EXPECT_TRUE(holder.lost_notify_enabled());
+  EXPECT_FALSE(plain.lost_notify_enabled());
+  auto short_lease = holder.lock("short", 0s, 1s);
+  auto unnotified = plain.lock("short-plain", 0s, 1s);
+  ASSERT_TRUE(short_lease.ok());
+  ASSERT_TRUE(unnotified.ok());
+  // Both wait 3 s on "busy" while their 1 s leases run out: the `lost` line reaches the holder
+  // before its `timeout` reply, and is taken aside; the connection that did not ask gets none.
+  std::thread waiting([&] { EXPECT_EQ(code_of(plain.lock("busy", 3s)), ErrorCode::kTimeout); });
+  EXPECT_EQ(code_of(holder.lock("busy", 3s)), ErrorCode::kTimeout);
+  waiting.join();
+  const std::vector<LostNotice> notices = holder.take_lost_notices();
+  ASSERT_EQ(notices.size(), 1U);
+  EXPECT_EQ(notices[0].space, core::Namespace::kLock);
+  EXPECT_EQ(notices[0].key, "short");
+  EXPECT_EQ(notices[0].token, short_lease->token);
+  EXPECT_EQ(notices[0].cause, LostCause::kExpired);
+  EXPECT_TRUE(holder.take_lost_notices().empty());
+  EXPECT_TRUE(plain.take_lost_notices().empty());
+  EXPECT_TRUE(holder.ping().ok());
+  EXPECT_TRUE(plain.ping().ok());
+}
+
+TEST(ClientLostNotify, AHandlerGetsThePushesOfAnIdleConnectionUntilItTurnsThemOff) {
+  Daemon daemon;
+  Connection holder = connect_or_die(local(daemon));
+  std::vector<LostNotice> seen;
+  ASSERT_TRUE(
+      holder.enable_lost_notify([&](const LostNotice& notice) { seen.push_back(notice); }).ok());
+  auto slot = holder.sem_lock("pool", 0s, 3, 1s);
+  auto reader = holder.rw_lock("doc", RwMode::kRead, 0s, 1s);
+  ASSERT_TRUE(slot.ok());
+  ASSERT_TRUE(reader.ok());
+  auto none = holder.poll_lost_notices(200ms);
+  ASSERT_TRUE(none.ok()) << none.error().to_string();
+  EXPECT_EQ(*none, 0U);
+  // Both leases end after a second; nothing is sent meanwhile, the pushes are read as they come.
+  ASSERT_TRUE(eventually(
+      [&] {
+        auto polled = holder.poll_lost_notices(500ms);
+        EXPECT_TRUE(polled.ok());
+        return seen.size() >= 2;
+      },
+      10s));
+  ASSERT_EQ(seen.size(), 2U);
+  std::sort(seen.begin(), seen.end(),
+            [](const LostNotice& a, const LostNotice& b) { return a.key < b.key; });
+  EXPECT_EQ(seen[0].space, core::Namespace::kReadWrite);
+  EXPECT_EQ(seen[0].key, "doc");
+  EXPECT_EQ(seen[0].token, reader->token);
+  EXPECT_EQ(seen[1].space, core::Namespace::kSemaphore);
+  EXPECT_EQ(seen[1].key, "pool");
+  EXPECT_EQ(seen[1].token, slot->token);
+  EXPECT_TRUE(holder.take_lost_notices().empty());  // the handler took them
+
+  // Off: the next loss is not pushed (an unasked line would be an error here).
+  ASSERT_TRUE(holder.disable_lost_notify().ok());
+  EXPECT_FALSE(holder.lost_notify_enabled());
+  ASSERT_TRUE(holder.lock("quiet", 0s, 1s).ok());
+  auto quiet = holder.poll_lost_notices(2500ms);
+  ASSERT_TRUE(quiet.ok()) << quiet.error().to_string();
+  EXPECT_EQ(*quiet, 0U);
+  EXPECT_EQ(seen.size(), 2U);
+  EXPECT_TRUE(holder.ping().ok());
+}
+
+constexpr const char* kAdminToken = "admin-s3cret";
+
+// The operator's force-release of `key` over HTTP (DELETE /v1/admin/<resource>/<key>).
+integration::HttpResult force_release(const integration::HttpDaemon& server,
+                                      const std::string& resource, const std::string& key) {
+  return integration::http_request(server.http_port, "DELETE", "/v1/admin/" + resource + "/" + key,
+                                   "", {std::string("Authorization: Bearer ") + kAdminToken});
+}
+
+// A 30 s lease renewed after 27 s: a loss reported within a second or two can only be the push.
+GuardOptions slow_renewals(LossRecorder& recorder) {
+  GuardOptions options;
+  options.timeout = 0s;
+  options.lease = 30s;
+  options.renew_ratio = 0.9;
+  options.renew_jitter = 0;
+  options.on_lost = recorder.callback();
+  return options;
+}
+
+TEST(ClientLostNotify, AForceReleaseReachesEveryKindOfGuardAtOnce) {
+  integration::HttpDaemon server({"--admin-token", kAdminToken});
+  const Endpoint endpoint = local(*server.daemon);
+  LossRecorder lock_losses;
+  LossRecorder slot_losses;
+  LossRecorder reader_losses;
+  auto lock = Lock::acquire(connect_or_die(endpoint), "forced", slow_renewals(lock_losses));
+  auto slot = Semaphore::acquire(connect_or_die(endpoint), "forced", 2, slow_renewals(slot_losses));
+  auto reader = RwLock::acquire(connect_or_die(endpoint), "forced", RwMode::kRead,
+                                slow_renewals(reader_losses));
+  ASSERT_TRUE(lock.ok()) << lock.error().to_string();
+  ASSERT_TRUE(slot.ok()) << slot.error().to_string();
+  ASSERT_TRUE(reader.ok()) << reader.error().to_string();
+  const struct {
+    const char* resource;
+    Guard* guard;
+    LossRecorder* losses;
+  } cases[] = {{"locks", &*lock, &lock_losses},
+               {"semaphores", &*slot, &slot_losses},
+               {"rwlocks", &*reader, &reader_losses}};
+  for (const auto& [resource, guard, losses] : cases) {
+    EXPECT_TRUE(guard->held()) << resource;
+    const auto started = std::chrono::steady_clock::now();
+    const integration::HttpResult answer = force_release(server, resource, "forced");
+    ASSERT_EQ(answer.status, 200) << resource << ": " << answer.raw;
+    EXPECT_EQ(Json::parse(answer.body)["released"], 1) << resource;
+    ASSERT_TRUE(eventually([&] { return losses->count() > 0; }, 10s)) << resource;
+    EXPECT_LT(std::chrono::steady_clock::now() - started, 2s) << resource;
+    EXPECT_EQ(losses->first().reason, LossReason::kForceReleased) << resource;
+    EXPECT_EQ(losses->first().error.code, ErrorCode::kLeaseExpired) << resource;
+    EXPECT_EQ(guard->state(), GuardState::kLost) << resource;
+    EXPECT_EQ(guard->release().error().code, ErrorCode::kLeaseExpired) << resource;
+    EXPECT_EQ(losses->count(), 1U) << resource;
+  }
+}
+
+TEST(ClientLostNotify, WithoutItAForcedOutGuardLearnsOnlyAtItsRenewal) {
+  integration::HttpDaemon server({"--admin-token", kAdminToken});
+  LossRecorder losses;
+  GuardOptions options = slow_renewals(losses);
+  options.lease = 4s;  // renewed after 3.6 s
+  options.lost_notify = false;
+  const auto acquired_at = std::chrono::steady_clock::now();
+  auto lock = Lock::acquire(connect_or_die(local(*server.daemon)), "forced", options);
+  ASSERT_TRUE(lock.ok()) << lock.error().to_string();
+  ASSERT_EQ(force_release(server, "locks", "forced").status, 200);
+  std::this_thread::sleep_for(1500ms);
+  EXPECT_EQ(losses.count(), 0U);
+  EXPECT_TRUE(lock->held());
+  ASSERT_TRUE(eventually([&] { return losses.count() > 0; }, 10s));
+  EXPECT_GE(std::chrono::steady_clock::now() - acquired_at, 3s);
+  // The renewal of a forced-out token: `error_lease_expired`.
+  EXPECT_EQ(losses.first().reason, LossReason::kRenewRefused);
+  EXPECT_EQ(losses.first().error.code, ErrorCode::kLeaseExpired);
 }
 
 }  // namespace
