@@ -6,6 +6,9 @@
 //
 //   l sl w sw -> ok <32 hex token> 33        e se -> acquired <32 hex token> 33
 //   r sr      -> ok                          n sn -> ok 33
+//   and the read-write locks' commands like the lock commands of the same operation:
+//   rl wl rw ww -> ok <32 hex token> 33      re we -> acquired <32 hex token> 33
+//   rr wr       -> ok                        rn wn -> ok 33
 //   ping auth -> ok                          stats -> ok {}
 //   listen unlisten -> ok                    signal -> ok 0
 //   anything else -> error
@@ -20,7 +23,8 @@
 // order beyond that; a release (r, sr) by a connection that holds a grant answers ok and grants
 // the first waiter, whose reply leaves at the end of the epoll pass; a connection that closes
 // gives back its grants and its places in the line. e, se, w and sw answer error, and so does a
-// release by a connection that holds nothing. A connection is expected to send nothing while its
+// release by a connection that holds nothing; so do the read-write commands (a FIFO semaphore is
+// no floor of a read-write lock). A connection is expected to send nothing while its
 // acquire waits (turnstile-bench's workers do not). It is the least work any server does to hand
 // one hot key from client to client, so turnstile-bench's shared (L 1) and semaphore (L = its
 // --limit) modes against it bound what turnstiled can reach in those modes on this machine.
@@ -103,16 +107,17 @@ void append_grant(std::string& out, std::string_view status) {
 
 // Appends the canned reply to the command `name`.
 void append_canned_reply(std::string& out, std::string_view name) {
-  if (name == "l" || name == "sl" || name == "w" || name == "sw") {
+  if (name == "l" || name == "sl" || name == "w" || name == "sw" || name == "rl" || name == "wl" ||
+      name == "rw" || name == "ww") {
     append_grant(out, "ok");
-  } else if (name == "e" || name == "se") {
+  } else if (name == "e" || name == "se" || name == "re" || name == "we") {
     append_grant(out, "acquired");
-  } else if (name == "r" || name == "sr" || name == "ping" || name == "auth" || name == "listen" ||
-             name == "unlisten") {
+  } else if (name == "r" || name == "sr" || name == "rr" || name == "wr" || name == "ping" ||
+             name == "auth" || name == "listen" || name == "unlisten") {
     out += "ok\n";
   } else if (name == "signal") {
     out += "ok 0\n";
-  } else if (name == "n" || name == "sn") {
+  } else if (name == "n" || name == "sn" || name == "rn" || name == "wn") {
     out += "ok 33\n";
   } else if (name == "stats") {
     out += "ok {}\n";

@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace turnstile::bench {
 
@@ -64,17 +65,24 @@ class Protocol {
   virtual std::size_t parse_release(std::string_view input, Reply& reply) const = 0;
 };
 
-// The dflockd line protocol: `l` / `r` for locks, `sl` / `sr` for semaphores.
+// The dflockd line protocol: `l` / `r` for locks, `sl` / `sr` for semaphores, and the
+// read-write locks' `rl` / `rr` (read) and `wl` / `wr` (write).
 class LineProtocol final : public Protocol {
  public:
   // limit == 0 means locks (`l key timeout`), otherwise semaphores (`sl key timeout limit`).
-  LineProtocol(std::int64_t timeout_s, std::int64_t limit) : semaphore_(limit > 0) {
-    argument_ = std::to_string(timeout_s);
-    if (semaphore_) argument_ += " " + std::to_string(limit);
-  }
+  LineProtocol(std::int64_t timeout_s, std::int64_t limit)
+      : LineProtocol(limit > 0 ? "sl" : "l", limit > 0 ? "sr" : "r",
+                     std::to_string(timeout_s) +
+                         (limit > 0 ? " " + std::to_string(limit) : std::string())) {}
+
+  // `<acquire>\nkey\n<argument>\n` and `<release>\nkey\ntoken\n`, answered like `l` and `r`.
+  LineProtocol(std::string_view acquire, std::string_view release, std::string argument)
+      : acquire_(std::string(acquire) + "\n"),
+        release_(std::string(release) + "\n"),
+        argument_(std::move(argument)) {}
 
   void append_acquire(std::string& out, std::string_view key) const override {
-    out += semaphore_ ? "sl\n" : "l\n";
+    out += acquire_;
     out += key;
     out += '\n';
     out += argument_;
@@ -83,7 +91,7 @@ class LineProtocol final : public Protocol {
 
   void append_release(std::string& out, std::string_view key,
                       const TokenText& token) const override {
-    out += semaphore_ ? "sr\n" : "r\n";
+    out += release_;
     out += key;
     out += '\n';
     out.append(token.data(), token.size());
@@ -126,7 +134,8 @@ class LineProtocol final : public Protocol {
     return end + 1;
   }
 
-  bool semaphore_;
+  std::string acquire_;  // the command line, with its newline
+  std::string release_;
   std::string argument_;
 };
 

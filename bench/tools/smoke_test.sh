@@ -9,6 +9,8 @@
 # the HTTP load against turnstile-http-refserver, the do-nothing evhttp server.
 # The signal modes (signal-emit, signal-fanout) run against turnstiled and the reference server
 # with the rest, and must notice listeners that receive fewer frames than the replies counted.
+# So do the read-write modes (rwlock, and --versus-plain), which must notice a writer granted
+# beside other holders (the reference server, with the exclusion checks on).
 # Usage: bench/tools/smoke_test.sh TURNSTILED TURNSTILE_REFSERVER TURNSTILE_BENCH \
 #          TURNSTILE_HTTP_REFSERVER
 set -euo pipefail
@@ -80,7 +82,26 @@ for target in "turnstiled $ts_port" "refserver $ref_port"; do
   run "$name" "$port" --mode signal-emit --workers 10 --duration 0.3 --versus-uncontended
   run "$name" "$port" --mode signal-fanout --workers 2 --listeners 50 --duration 0.4
   run "$name" "$port" --mode signal-fanout --listeners 20 --pattern wildcard --rounds 50 --warmup 0
+  run "$name" "$port" --mode rwlock --workers 20 --keys 2 --duration 0.4
+  run "$name" "$port" --mode rwlock --workers 10 --read-percent 80 --hold-us 100 --duration 0.3 --versus-plain
+  run "$name" "$port" --mode rwlock-plain --workers 10 --rounds 50 --warmup 0
 done
+
+# The rwlock checks must notice a writer granted beside other holders: the reference server
+# grants every acquire at once, which must make turnstile-bench exit 1 with the exclusion checks
+# on, and say so.
+if "$bench" --host 127.0.0.1 --port "$ref_port" --mode rwlock --workers 10 --keys 1 \
+  --read-percent 50 --hold-us 500 --warmup 0 --duration 0.3 --no-progress >"$work/negative-rw.out" 2>&1; then
+  echo "FAILED: turnstile-bench exited 0 although writers were granted beside other holders" >&2
+  cat "$work/negative-rw.out" >&2
+  failed=1
+elif ! grep -q 'writers and' "$work/negative-rw.out"; then
+  echo "FAILED: turnstile-bench exited 1 but reported no rwlock exclusion violation" >&2
+  cat "$work/negative-rw.out" >&2
+  failed=1
+else
+  echo "ok: a writer beside other holders is reported ($(grep -c 'writers and' "$work/negative-rw.out") shown)"
+fi
 
 # The signal modes must notice frames that never arrive: this server answers every signal
 # `ok 1` and writes no frame, which must make turnstile-bench exit 1.

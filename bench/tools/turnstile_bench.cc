@@ -25,6 +25,15 @@
 //                --pattern wildcard listens on `<prefix>.*` instead of the channel itself.
 //                With --versus-uncontended, signal-emit first runs the uncontended mode with the
 //                same workers, threads and times, and reports the ratio of their ops/s.
+//   rwlock       read-write locks: every worker on --keys keys (4); each op picks a key and is a
+//                read (`rl key T`, then `rr key token`) with probability --read-percent (95),
+//                otherwise a write (`wl` / `wr`); the grant is held --hold-us microseconds (200)
+//                before its release is written, so that readers of a key overlap. The choices
+//                come from a generator per worker seeded by --seed and the worker's index, so
+//                every run with the same options makes the same sequence of ops.
+//   rwlock-plain the same load on plain locks: `l` / `r` for reads and writes alike.
+//                With --versus-plain, rwlock first runs rwlock-plain with the same options, and
+//                reports the ratio rwlock ops/s / rwlock-plain ops/s.
 // Transports: tcp (the line protocol, --port) or http (the HTTP REST API, --http-port; modes
 // uncontended, shared and semaphore): acquire = POST /v1/locks/{key} (or /v1/semaphores/{key}),
 // release = POST .../release, on the worker's session; the same fence checks apply.
@@ -43,10 +52,15 @@
 //   order     lock modes: grants of a key are recorded as they are received, before the release
 //             is written; the holder being exclusive, recording order is grant order, and each
 //             recorded fence must be greater than the one recorded before it.
-//   unique    semaphore mode, and with --no-exclusion: no fence is granted twice for one key
-//             (checked after the run).
-// --no-exclusion drops capacity and order: for the do-nothing reference server, which grants
-// every acquire at once, so several "holders" overlap and their replies race between threads.
+//   unique    semaphore mode, rwlock, and with --no-exclusion: no fence is granted twice for
+//             one key (checked after the run).
+//   rwlock    exclusion: per key, the readers and writers counted held as for capacity; a
+//             write grant that finds anyone else counted, or a read grant that finds a writer,
+//             is a violation. write order: a write grant's fence must exceed every fence of its
+//             key received so far (everyone before it released before the server granted it).
+// --no-exclusion drops capacity, order, the rwlock exclusion and write order: for the do-nothing
+// reference server, which grants every acquire at once, so several "holders" overlap and their
+// replies race between threads.
 // Signal modes: every reply must be `ok <n>`, every listener line a `sig ` frame, no listener may
 // be closed by the server, and the listeners must receive exactly as many frames as the replies
 // counted deliveries.
@@ -99,7 +113,16 @@ using TimePoint = Clock::time_point;
 using std::chrono::duration_cast;
 using std::chrono::nanoseconds;
 
-enum class Mode { kUncontended, kShared, kSemaphore, kPipelined, kSignalEmit, kSignalFanout };
+enum class Mode {
+  kUncontended,
+  kShared,
+  kSemaphore,
+  kPipelined,
+  kSignalEmit,
+  kSignalFanout,
+  kReadWrite,
+  kReadWritePlain,
+};
 enum class Transport { kTcp, kHttp };
 
 struct Options {
@@ -130,7 +153,18 @@ struct Options {
   int payload_bytes = 16;
   bool versus_uncontended = false;  // signal-emit: run the uncontended mode first, and the ratio
   bool signal_options = false;      // any of the options above was given
+  // The read-write modes:
+  int keys = 4;               // keys every worker picks from
+  double read_percent = 95;   // share of the ops that are reads
+  double hold_us = 200;       // a grant is held this long before its release is written
+  std::uint64_t seed = 1;     // of every worker's choice of keys and of reads or writes
+  bool versus_plain = false;  // rwlock: run rwlock-plain first, and the ratio
+  bool rw_options = false;    // any of the options above was given
 };
+
+bool read_write_mode(const Options& options) {
+  return options.mode == Mode::kReadWrite || options.mode == Mode::kReadWritePlain;
+}
 
 bool signal_mode(const Options& options) {
   return options.mode == Mode::kSignalEmit || options.mode == Mode::kSignalFanout;
@@ -150,7 +184,8 @@ void print_help() {
       "  --http-port N             HTTP API port for --transport http (default: --port)\n"
       "  --lease-ttl S             http: lease_ttl_s of each acquire (0 = server default)\n"
       "  --mode M                  uncontended | shared | semaphore | pipelined |\n"
-      "                            signal-emit | signal-fanout (uncontended)\n"
+      "                            signal-emit | signal-fanout | rwlock | rwlock-plain\n"
+      "                            (uncontended)\n"
       "  --workers N               connections, one worker each (10)\n"
       "  --threads N               generator threads, each with its own epoll (1)\n"
       "  --duration S              measured seconds after the warm-up (5)\n"
@@ -173,6 +208,14 @@ void print_help() {
       "  --payload-bytes N         payload of each signal (16)\n"
       "  --versus-uncontended      signal-emit: first the uncontended mode with the same\n"
       "                            workers, threads and times, then the ratio of the ops/s\n"
+      "Read-write modes (op = a read `rl`/`rr` or a write `wl`/`wr` on one of --keys keys;\n"
+      "rwlock-plain: the same ops as `l`/`r`):\n"
+      "  --keys K                  keys the workers pick from at random (4)\n"
+      "  --read-percent P          share of the ops that are reads, 0..100 (95)\n"
+      "  --hold-us U               microseconds a grant is held before its release (200)\n"
+      "  --seed N                  seed of the workers' choices (1): same seed, same ops\n"
+      "  --versus-plain            rwlock: first rwlock-plain with the same options, then\n"
+      "                            the ratio of the ops/s\n"
       "Exit status: 0 = no unexpected reply and every fence check passed, 1 = not, 2 = usage.\n");
 }
 
@@ -214,6 +257,11 @@ Options parse_options(int argc, char** argv) {
       options.no_exclusion = true;
       continue;
     }
+    if (flag == "--versus-plain") {
+      options.versus_plain = true;
+      options.rw_options = true;
+      continue;
+    }
     if (flag == "--versus-uncontended") {
       options.versus_uncontended = true;
       options.signal_options = true;
@@ -251,6 +299,10 @@ Options parse_options(int argc, char** argv) {
         options.mode = Mode::kSignalEmit;
       } else if (value == "signal-fanout") {
         options.mode = Mode::kSignalFanout;
+      } else if (value == "rwlock") {
+        options.mode = Mode::kReadWrite;
+      } else if (value == "rwlock-plain") {
+        options.mode = Mode::kReadWritePlain;
       } else {
         usage_error("unknown mode " + value);
       }
@@ -288,6 +340,18 @@ Options parse_options(int argc, char** argv) {
     } else if (flag == "--payload-bytes") {
       options.payload_bytes = parse_number<int>(flag, value);
       options.signal_options = true;
+    } else if (flag == "--keys") {
+      options.keys = parse_number<int>(flag, value);
+      options.rw_options = true;
+    } else if (flag == "--read-percent") {
+      options.read_percent = parse_double(flag, value);
+      options.rw_options = true;
+    } else if (flag == "--hold-us") {
+      options.hold_us = parse_double(flag, value);
+      options.rw_options = true;
+    } else if (flag == "--seed") {
+      options.seed = parse_number<std::uint64_t>(flag, value);
+      options.rw_options = true;
     } else {
       usage_error("unknown option " + flag);
     }
@@ -319,6 +383,20 @@ Options parse_options(int argc, char** argv) {
         "--listeners, --listener-threads, --pattern, --payload-bytes and "
         "--versus-uncontended need --mode signal-emit or signal-fanout");
   }
+  if (options.rw_options && !read_write_mode(options)) {
+    usage_error(
+        "--keys, --read-percent, --hold-us, --seed and --versus-plain need --mode rwlock or "
+        "rwlock-plain");
+  }
+  if (read_write_mode(options)) {
+    if (options.transport != Transport::kTcp) usage_error("the rwlock modes are TCP only");
+    if (options.keys < 1 || options.keys > 100000) usage_error("--keys must be 1..100000");
+    if (options.read_percent > 100) usage_error("--read-percent must be 0..100");
+    if (options.hold_us > 10e6) usage_error("--hold-us must be 0..10000000");
+    if (options.versus_plain && options.mode != Mode::kReadWrite) {
+      usage_error("--versus-plain needs --mode rwlock");
+    }
+  }
   if (signal_mode(options)) {
     const bool emit = options.mode == Mode::kSignalEmit;
     if (options.transport != Transport::kTcp) usage_error("the signal modes are TCP only");
@@ -348,7 +426,6 @@ sockaddr_storage resolve_loopback(const std::string& host, int port, socklen_t& 
   return resolved.address;
 }
 
-// Fence bookkeeping for one key; shared by every worker using the key.
 // ---- non-blocking socket steps shared by the workers and the publishers ------------------------
 
 // Sends `out` from `sent` on until the socket refuses more. An error text on failure, else "".
@@ -393,10 +470,19 @@ std::string receive_available(int fd, std::string& in) {
   }
 }
 
+// Fence bookkeeping for one key; shared by every worker using the key.
 struct KeyState {
   std::atomic<std::uint64_t> max_received{0};   // largest fence any worker received
   std::atomic<std::uint64_t> last_recorded{0};  // lock modes: fence of the last recorded grant
   std::atomic<std::int64_t> holders{0};         // grants received and not yet released
+  std::atomic<std::int64_t> readers{0};         // rwlock: read grants counted as holders are
+  std::atomic<std::int64_t> writers{0};         // rwlock: write grants, likewise
+};
+
+// The rwlock modes' keys: every worker picks each op's key among them.
+struct KeySet {
+  std::vector<std::string> names;
+  KeyState* states = nullptr;
 };
 
 // Counters and first messages shared by all threads.
@@ -442,6 +528,10 @@ struct Connection {
   TimePoint next_intended{};  // open loop: the start of the next op
   std::int64_t rounds_done = 0;
   bool active = true;
+  // The rwlock modes:
+  std::uint64_t random = 0;  // splitmix64 state: the worker's choices of key and kind
+  bool op_write = false;     // the current op is a write
+  bool hold_timer = false;   // its grant is held until a timer fires, then released
 };
 
 struct ThreadResult {
@@ -449,12 +539,35 @@ struct ThreadResult {
   std::uint64_t measured_ops = 0;
   TimePoint last_completion{};
   std::vector<std::pair<std::size_t, std::uint64_t>> fences;  // (key index, fence) for "unique"
+  // The rwlock modes, over the measured ops:
+  LogHistogram read_histogram;
+  LogHistogram write_histogram;
+  std::uint64_t read_grants = 0;   // rwlock: read grants received in the measured window
+  std::uint64_t shared_reads = 0;  // ... of which while another reader of the key was counted
+  std::int64_t max_readers = 0;    // most readers counted on one key at once (whole run)
 };
+
+// splitmix64: the next number of `state`.
+std::uint64_t next_random(std::uint64_t& state) {
+  std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
 
 class Worker {
  public:
-  Worker(const Options& options, Shared& shared, std::vector<Connection> connections)
-      : options_(options), shared_(shared), connections_(std::move(connections)) {}
+  // `keys`, `read` and `write`: the rwlock modes only (the keys and the protocols of a read and
+  // of a write).
+  Worker(const Options& options, Shared& shared, std::vector<Connection> connections,
+         const KeySet* keys = nullptr, std::shared_ptr<const Protocol> read = nullptr,
+         std::shared_ptr<const Protocol> write = nullptr)
+      : options_(options),
+        shared_(shared),
+        connections_(std::move(connections)),
+        keys_(keys),
+        read_protocol_(std::move(read)),
+        write_protocol_(std::move(write)) {}
 
   std::atomic<std::uint64_t> ops_all{0};  // every completed op, warm-up included
   ThreadResult result;
@@ -477,6 +590,9 @@ class Worker {
     const double interval_s =
         options_.rate > 0 ? static_cast<double>(options_.workers) / options_.rate : 0;
     interval_ = duration_cast<nanoseconds>(std::chrono::duration<double>(interval_s));
+    hold_ = read_write() ? duration_cast<nanoseconds>(
+                               std::chrono::duration<double, std::micro>(options_.hold_us))
+                         : nanoseconds(0);
     for (Connection& connection : connections_) {
       // Open loop: worker i starts at i/R seconds, then every N/R seconds.
       connection.next_intended =
@@ -509,12 +625,18 @@ class Worker {
         }
       }
     }
+    ::close(timer_fd_);
+    ::close(epoll_fd_);
+  }
+
+  // Once every thread has left run(): a connection closed while another thread still runs would
+  // hand its grants to that thread's connections (the server releases a closed connection's
+  // locks), whose receipt would then find them still counted held.
+  void close_connections() {
     for (Connection& connection : connections_) {
       if (connection.fd >= 0) ::close(connection.fd);
       connection.fd = -1;
     }
-    ::close(timer_fd_);
-    ::close(epoll_fd_);
   }
 
  private:
@@ -527,6 +649,8 @@ class Worker {
 
   bool closed_loop() const { return options_.rate <= 0; }
   bool pipelined() const { return options_.mode == Mode::kPipelined; }
+  bool read_write() const { return read_write_mode(options_); }
+  bool rw_exclusion() const { return options_.mode == Mode::kReadWrite && !options_.no_exclusion; }
 
   // Starts the connection's next op now (closed loop, or open loop when already late) or at its
   // intended time.
@@ -551,6 +675,7 @@ class Worker {
   void start_op(Connection& connection, TimePoint intended) {
     connection.op_start = intended;
     connection.next_intended += interval_;
+    if (read_write()) choose_op(connection);
     if (!pipelined() || !connection.holding) {
       for (std::uint32_t s = 0; s < connection.slots.size(); ++s) send_acquire(connection, s);
     } else {
@@ -562,17 +687,40 @@ class Worker {
     flush(connection);
   }
 
+  // The rwlock modes: the op's key and whether it reads or writes, from the worker's own
+  // generator (the same sequence in rwlock and rwlock-plain); its protocol follows.
+  void choose_op(Connection& connection) {
+    const std::uint64_t pick = next_random(connection.random);
+    const std::uint64_t kind = next_random(connection.random);
+    const auto key_index = static_cast<std::size_t>(pick % keys_->names.size());
+    // 53 random bits as a fraction in [0, 1).
+    const double draw = static_cast<double>(kind >> 11) * 0x1.0p-53;
+    connection.op_write = draw * 100 >= options_.read_percent;
+    Slot& slot = connection.slots[0];
+    slot.key_index = key_index;
+    slot.key = keys_->names[key_index];
+    slot.state = &keys_->states[key_index];
+    connection.protocol = connection.op_write ? write_protocol_ : read_protocol_;
+  }
+
   // The holder count drops before the release is written: once written, the server may grant
   // the next acquirer, whose receipt must not find this grant still counted.
   void append_release(Connection& connection, std::uint32_t s) {
     Slot& slot = connection.slots[s];
-    if (check_capacity()) slot.state->holders.fetch_sub(1, std::memory_order_acq_rel);
+    if (rw_exclusion()) {
+      (connection.op_write ? slot.state->writers : slot.state->readers).fetch_sub(1);
+    } else if (check_capacity()) {
+      slot.state->holders.fetch_sub(1, std::memory_order_acq_rel);
+    }
     connection.protocol->append_release(connection.out, slot.key, slot.token);
     connection.expected.emplace_back(Expect::kRelease, s);
   }
 
   bool check_capacity() const { return !options_.no_exclusion; }
-  bool check_order() const { return !options_.no_exclusion && options_.mode != Mode::kSemaphore; }
+  bool check_order() const {
+    return !options_.no_exclusion && options_.mode != Mode::kSemaphore &&
+           options_.mode != Mode::kReadWrite;
+  }
 
   void send_acquire(Connection& connection, std::uint32_t s) {
     Slot& slot = connection.slots[s];
@@ -639,11 +787,18 @@ class Worker {
                          std::to_string(slot.fence_floor) +
                          ", a fence received before its acquire was sent");
     }
-    std::uint64_t seen = key.max_received.load(std::memory_order_relaxed);
+    std::uint64_t seen = key.max_received.load(std::memory_order_acquire);
+    if (rw_exclusion() && connection.op_write && reply.fence <= seen) {
+      shared_.report(shared_.fence_violations,
+                     "write grant of " + slot.key + " has fence " + std::to_string(reply.fence) +
+                         ", not above fence " + std::to_string(seen) + " received before it");
+    }
     while (seen < reply.fence &&
            !key.max_received.compare_exchange_weak(seen, reply.fence, std::memory_order_acq_rel)) {
     }
-    if (check_capacity()) {
+    if (rw_exclusion()) {
+      count_rw_holder(connection, slot, reply.fence);
+    } else if (check_capacity()) {
       const std::int64_t capacity = options_.mode == Mode::kSemaphore ? options_.limit : 1;
       const std::int64_t holders = key.holders.fetch_add(1, std::memory_order_acq_rel) + 1;
       if (holders > capacity) {
@@ -665,6 +820,32 @@ class Worker {
     }
   }
 
+  // rwlock: counts the grant as held by a reader or the writer of its key. Sequentially
+  // consistent: of a reader and a writer counted at once, at least one sees the other.
+  void count_rw_holder(const Connection& connection, const Slot& slot, std::uint64_t fence) {
+    KeyState& key = *slot.state;
+    std::int64_t readers = 0;
+    std::int64_t writers = 0;
+    if (connection.op_write) {
+      writers = key.writers.fetch_add(1) + 1;
+      readers = key.readers.load();
+    } else {
+      readers = key.readers.fetch_add(1) + 1;
+      writers = key.writers.load();
+      if (Clock::now() >= warmup_end_) {
+        ++result.read_grants;
+        if (readers > 1) ++result.shared_reads;
+      }
+      result.max_readers = std::max(result.max_readers, readers);
+    }
+    if (writers > 1 || (writers == 1 && readers > 0)) {
+      shared_.report(shared_.fence_violations,
+                     std::string(connection.op_write ? "write" : "read") + " grant of " + slot.key +
+                         " (fence " + std::to_string(fence) + ") makes " + std::to_string(writers) +
+                         " writers and " + std::to_string(readers) + " readers at once");
+    }
+  }
+
   // Every reply owed for the write just answered has arrived.
   void on_all_replied(Connection& connection) {
     const TimePoint now = Clock::now();
@@ -678,14 +859,26 @@ class Worker {
       return;
     }
     if (!connection.releasing) {
-      connection.releasing = true;
-      append_release(connection, 0);
-      flush(connection);
+      if (hold_ > nanoseconds(0)) {
+        // rwlock: the grant is held; the timer releases it.
+        connection.hold_timer = true;
+        const bool earliest = timers_.empty() || now + hold_ < timers_.top().first;
+        timers_.emplace(now + hold_, &connection - connections_.data());
+        if (earliest) arm_timer();
+        return;
+      }
+      release(connection);
       return;
     }
     connection.releasing = false;
     complete_ops(connection, now, 1);
     schedule(connection, now);
+  }
+
+  void release(Connection& connection) {
+    connection.releasing = true;
+    append_release(connection, 0);
+    flush(connection);
   }
 
   void complete_ops(Connection& connection, TimePoint now, std::size_t ops) {
@@ -695,6 +888,9 @@ class Worker {
     const auto latency_ns = static_cast<std::uint64_t>(
         std::max<std::int64_t>(0, duration_cast<nanoseconds>(now - connection.op_start).count()));
     for (std::size_t i = 0; i < ops; ++i) result.histogram.record(latency_ns);
+    if (read_write()) {
+      (connection.op_write ? result.write_histogram : result.read_histogram).record(latency_ns);
+    }
     result.measured_ops += ops;
     result.last_completion = std::max(result.last_completion, now);
   }
@@ -707,7 +903,13 @@ class Worker {
       Connection& connection = connections_[static_cast<std::size_t>(timers_.top().second)];
       const TimePoint intended = timers_.top().first;
       timers_.pop();
-      if (connection.active) start_op(connection, intended);
+      if (!connection.active) continue;
+      if (connection.hold_timer) {
+        connection.hold_timer = false;
+        release(connection);
+      } else {
+        start_op(connection, intended);
+      }
     }
     arm_timer();
   }
@@ -742,11 +944,15 @@ class Worker {
   const Options& options_;
   Shared& shared_;
   std::vector<Connection> connections_;
+  const KeySet* keys_;
+  std::shared_ptr<const Protocol> read_protocol_;
+  std::shared_ptr<const Protocol> write_protocol_;
   int epoll_fd_ = -1;
   int timer_fd_ = -1;
   std::size_t active_ = 0;
   TimePoint warmup_end_{};
   nanoseconds interval_{0};
+  nanoseconds hold_{0};  // rwlock: how long a grant is held
   using Timer = std::pair<TimePoint, std::ptrdiff_t>;
   std::priority_queue<Timer, std::vector<Timer>, std::greater<>> timers_;
 };
@@ -875,6 +1081,78 @@ void delete_sessions(const std::vector<std::string>& ids, const Options& options
 
 double to_us(std::uint64_t ns) { return static_cast<double>(ns) / 1000.0; }
 
+// The rwlock modes: the load's parameters and, over the measured ops, the reads and writes with
+// their latencies, and how often a read grant found another reader of its key holding.
+void add_read_write_result(const Options& options,
+                           const std::vector<std::unique_ptr<Worker>>& workers, double elapsed_s,
+                           nlohmann::json& out) {
+  LogHistogram reads;
+  LogHistogram writes;
+  std::uint64_t read_grants = 0;
+  std::uint64_t shared_reads = 0;
+  std::int64_t max_readers = 0;
+  for (const auto& worker : workers) {
+    reads.add(worker->result.read_histogram);
+    writes.add(worker->result.write_histogram);
+    read_grants += worker->result.read_grants;
+    shared_reads += worker->result.shared_reads;
+    max_readers = std::max(max_readers, worker->result.max_readers);
+  }
+  const auto latency = [](const LogHistogram& histogram) {
+    return nlohmann::json{{"p50", to_us(histogram.value_at_quantile(0.50))},
+                          {"p99", to_us(histogram.value_at_quantile(0.99))},
+                          {"max", to_us(histogram.max())}};
+  };
+  const auto per_s = [elapsed_s](std::uint64_t count) {
+    return elapsed_s > 0 ? static_cast<double>(count) / elapsed_s : 0.0;
+  };
+  const bool counted = options.mode == Mode::kReadWrite && !options.no_exclusion;
+  out["read_write"] = {
+      {"plain_locks", options.mode == Mode::kReadWritePlain},
+      {"keys", options.keys},
+      {"read_percent", options.read_percent},
+      {"hold_us", options.hold_us},
+      {"seed", options.seed},
+      {"reads", reads.count()},
+      {"writes", writes.count()},
+      {"reads_per_s", per_s(reads.count())},
+      {"writes_per_s", per_s(writes.count())},
+      {"read_latency_us", latency(reads)},
+      {"write_latency_us", latency(writes)},
+  };
+  if (counted) {
+    out["read_write"]["read_grants"] = read_grants;
+    out["read_write"]["shared_read_grants"] = shared_reads;
+    out["read_write"]["max_readers_at_once"] = max_readers;
+  }
+}
+
+void print_read_write_result(const nlohmann::json& out) {
+  const nlohmann::json& rw = out["read_write"];
+  std::printf(
+      "  %s: %d keys, %.4g%% reads, held %.4g us; reads %llu (%.0f/s), writes %llu (%.0f/s)\n",
+      rw["plain_locks"].get<bool>() ? "plain locks (l/r for every op)" : "read-write locks",
+      rw["keys"].get<int>(), rw["read_percent"].get<double>(), rw["hold_us"].get<double>(),
+      static_cast<unsigned long long>(rw["reads"].get<std::uint64_t>()),
+      rw["reads_per_s"].get<double>(),
+      static_cast<unsigned long long>(rw["writes"].get<std::uint64_t>()),
+      rw["writes_per_s"].get<double>());
+  std::printf(
+      "  read latency us: p50 %.1f  p99 %.1f; write latency us: p50 %.1f  p99 %.1f\n",
+      rw["read_latency_us"]["p50"].get<double>(), rw["read_latency_us"]["p99"].get<double>(),
+      rw["write_latency_us"]["p50"].get<double>(), rw["write_latency_us"]["p99"].get<double>());
+  if (rw.contains("read_grants")) {
+    const auto grants = rw["read_grants"].get<std::uint64_t>();
+    const auto shared_reads = rw["shared_read_grants"].get<std::uint64_t>();
+    std::printf(
+        "  read grants that found another reader holding: %llu of %llu (%.1f%%); at most %lld "
+        "readers of one key at once\n",
+        static_cast<unsigned long long>(shared_reads), static_cast<unsigned long long>(grants),
+        grants > 0 ? 100.0 * static_cast<double>(shared_reads) / static_cast<double>(grants) : 0.0,
+        static_cast<long long>(rw["max_readers_at_once"].get<std::int64_t>()));
+  }
+}
+
 // The lock and semaphore modes: one run, its result in `out` (printed as text unless --json).
 // The exit status.
 int run(const Options& options, nlohmann::json& out) {
@@ -888,13 +1166,30 @@ int run(const Options& options, nlohmann::json& out) {
                              std::to_string(random_device() % 1000000) + "-" +
                              (http ? "http-" : "") + options.mode_name + "-";
   const bool one_key = options.mode == Mode::kShared || options.mode == Mode::kSemaphore;
+  const bool read_write = read_write_mode(options);
   const int keys_per_connection = options.keys_per_connection;
   const std::size_t key_count =
-      one_key ? 1 : static_cast<std::size_t>(options.workers) * keys_per_connection;
+      one_key      ? 1
+      : read_write ? static_cast<std::size_t>(options.keys)
+                   : static_cast<std::size_t>(options.workers) * keys_per_connection;
   auto keys = std::make_unique<KeyState[]>(key_count);
 
   const std::int64_t limit = options.mode == Mode::kSemaphore ? options.limit : 0;
   const auto line_protocol = std::make_shared<const LineProtocol>(options.timeout_s, limit);
+  // The rwlock modes: every op picks one of the keys; a read and a write have protocols of their
+  // own (one and the same, `l` / `r`, in rwlock-plain).
+  KeySet key_set;
+  std::shared_ptr<const Protocol> read_protocol = line_protocol;
+  std::shared_ptr<const Protocol> write_protocol = line_protocol;
+  if (read_write) {
+    for (std::size_t k = 0; k < key_count; ++k) key_set.names.push_back(prefix + std::to_string(k));
+    key_set.states = keys.get();
+    if (options.mode == Mode::kReadWrite) {
+      const std::string timeout = std::to_string(options.timeout_s);
+      read_protocol = std::make_shared<const LineProtocol>("rl", "rr", timeout);
+      write_protocol = std::make_shared<const LineProtocol>("wl", "wr", timeout);
+    }
+  }
   Shared shared;
   std::vector<std::string> sessions;  // http: every worker's session, deleted at the end
   std::vector<std::vector<Connection>> per_thread(static_cast<std::size_t>(options.threads));
@@ -921,12 +1216,16 @@ int run(const Options& options, nlohmann::json& out) {
     } else {
       connection.protocol = line_protocol;
     }
+    // Worker w's choices: the seed and w, mixed; the first op draws from them (choose_op).
+    connection.random = options.seed * 0x100000001b3ULL + static_cast<std::uint64_t>(w);
     for (int k = 0; k < keys_per_connection; ++k) {
       Slot slot;
+      // rwlock: key 0 until the first op picks one.
       const std::size_t key_index =
-          one_key ? 0
-                  : static_cast<std::size_t>(w) * static_cast<std::size_t>(keys_per_connection) +
-                        static_cast<std::size_t>(k);
+          one_key || read_write
+              ? 0
+              : static_cast<std::size_t>(w) * static_cast<std::size_t>(keys_per_connection) +
+                    static_cast<std::size_t>(k);
       slot.key_index = key_index;
       slot.key = prefix + (one_key ? std::string("shared") : std::to_string(key_index));
       slot.state = &keys[key_index];
@@ -937,7 +1236,8 @@ int run(const Options& options, nlohmann::json& out) {
 
   std::vector<std::unique_ptr<Worker>> workers;
   for (auto& connections : per_thread) {
-    workers.push_back(std::make_unique<Worker>(options, shared, std::move(connections)));
+    workers.push_back(std::make_unique<Worker>(options, shared, std::move(connections), &key_set,
+                                               read_protocol, write_protocol));
   }
   const auto seconds = [](double s) {
     return duration_cast<nanoseconds>(std::chrono::duration<double>(s));
@@ -979,6 +1279,7 @@ int run(const Options& options, nlohmann::json& out) {
     }
   });
   for (std::thread& thread : threads) thread.join();
+  for (auto& worker : workers) worker->close_connections();
   done.store(true);
   progress.join();
   delete_sessions(sessions, options, address, address_length, shared);
@@ -1006,6 +1307,7 @@ int run(const Options& options, nlohmann::json& out) {
   const double ops_per_s = elapsed_s > 0 ? static_cast<double>(measured_ops) / elapsed_s : 0;
   const char* checks = options.no_exclusion               ? "causal+unique"
                        : options.mode == Mode::kSemaphore ? "causal+capacity+unique"
+                       : options.mode == Mode::kReadWrite ? "causal+exclusion+write-order+unique"
                                                           : "causal+capacity+order";
   const std::uint64_t errors = shared.errors.load();
   const std::uint64_t violations = shared.fence_violations.load();
@@ -1037,16 +1339,19 @@ int run(const Options& options, nlohmann::json& out) {
       {"fence_checks", checks},
       {"messages", shared.messages},
   };
+  if (read_write) add_read_write_result(options, workers, elapsed_s, out);
   if (!options.json) {
     std::printf("turnstile-bench %s%s: %d workers on %d threads against %s:%d (%s loop)\n",
                 http ? "http " : "", options.mode_name.c_str(), options.workers, options.threads,
                 options.host.c_str(), options.port, options.rate > 0 ? "open" : "closed");
-    std::printf("  %llu ops in %.3f s: %.0f ops/s (op = acquire + release)\n",
-                static_cast<unsigned long long>(measured_ops), elapsed_s, ops_per_s);
+    std::printf("  %llu ops in %.3f s: %.0f ops/s (op = acquire + %srelease)\n",
+                static_cast<unsigned long long>(measured_ops), elapsed_s, ops_per_s,
+                read_write && options.hold_us > 0 ? "hold + " : "");
     std::printf("  latency us: p50 %.1f  p90 %.1f  p99 %.1f  p99.9 %.1f  max %.1f\n",
                 to_us(histogram.value_at_quantile(0.50)), to_us(histogram.value_at_quantile(0.90)),
                 to_us(histogram.value_at_quantile(0.99)), to_us(histogram.value_at_quantile(0.999)),
                 to_us(histogram.max()));
+    if (read_write) print_read_write_result(out);
     std::printf("  errors %llu, fence violations %llu (checks: %s)\n",
                 static_cast<unsigned long long>(errors),
                 static_cast<unsigned long long>(violations), checks);
@@ -1686,6 +1991,27 @@ int main_of(const Options& options) {
                          static_cast<std::uint64_t>(signal_mode(options) ? options.listeners : 0) +
                          64);
   nlohmann::json out;
+  if (options.versus_plain) {
+    // The same load on plain locks first (the same seed: the same ops), then on rw locks.
+    Options plain = options;
+    plain.mode = Mode::kReadWritePlain;
+    plain.mode_name = "rwlock-plain";
+    nlohmann::json baseline;
+    const int baseline_status = run(plain, baseline);
+    if (baseline.is_null()) return 1;
+    const int status = run(options, out);
+    if (out.is_null()) return 1;
+    const double base = baseline["ops_per_s"].get<double>();
+    const double ratio = base > 0 ? out["ops_per_s"].get<double>() / base : 0.0;
+    out["versus_plain"] = {{"ratio", ratio}, {"plain", baseline}};
+    if (options.json) {
+      std::printf("%s\n", out.dump().c_str());
+    } else {
+      std::printf("  rwlock ops/s / rwlock-plain ops/s: %.3f (%.0f / %.0f)\n", ratio,
+                  out["ops_per_s"].get<double>(), base);
+    }
+    return status == 0 && baseline_status == 0 ? 0 : 1;
+  }
   if (!signal_mode(options)) {
     const int status = run(options, out);
     if (options.json && !out.is_null()) std::printf("%s\n", out.dump().c_str());
