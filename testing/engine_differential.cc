@@ -49,7 +49,8 @@ bool takes_limit(core::Command command) {
 }
 bool takes_token(core::Command command) {
   const core::Operation operation = core::command_operation(command);
-  return operation == core::Operation::kRelease || operation == core::Operation::kRenew;
+  return operation == core::Operation::kRelease || operation == core::Operation::kRenew ||
+         command == core::Command::kCheck || command == core::Command::kForceRelease;
 }
 
 // ---- inputs -------------------------------------------------------------------------------------
@@ -232,14 +233,24 @@ void EngineDifferential::apply(std::size_t index, const Step& step) {
       if (takes_limit(step.command)) {
         request.limit = step.limit > 0 ? step.limit : usual_limit(step.key % kKeys);
       }
-      ResourceId resource{core::command_namespace(step.command), request.key};
+      request.space = step.space;
+      ResourceId resource{core::request_namespace(request), request.key};
       requested = resource;
       requested_command = step.command;
       core::Request model_request = request;
       if (takes_token(step.command)) {
         auto [engine_token, model_token] = pick_token(step, resource);
-        request.token = engine_token;
-        model_request.token = model_token;
+        if (step.command == core::Command::kForceRelease) {
+          // Every holder, or the one with the picked token's fence (the same number in both).
+          const std::uint64_t fence =
+              step.token_index % 2 == 0 || !engine_token ? 0 : engine_token->fence.value;
+          request.fence = fence;
+          model_request.fence = fence;
+          request.space = model_request.space = step.space;
+        } else {
+          request.token = engine_token;
+          model_request.token = model_token;
+        }
       }
       if (trace != nullptr) {
         *trace << "s" << session.value << " " << core::command_name(step.command) << " "
@@ -348,6 +359,7 @@ void EngineDifferential::apply(std::size_t index, const Step& step) {
   std::sort(view_.begin(), view_.end(), [](const auto& a, const auto& b) {
     return std::tie(a.ns, a.key) < std::tie(b.ns, b.key);
   });
+  compare_losses();
   compare_state();
   check_engine_invariants(before, parked_before, engine_deliveries, requested, requested_command,
                           engine_reply);
@@ -489,6 +501,35 @@ void EngineDifferential::compare_stats(const core::StatsSnapshot& engine_stats,
   });
 }
 
+void EngineDifferential::compare_losses() {
+  const std::vector<core::Loss> engine_losses = engine_.take_losses();
+  const std::vector<core::Loss> model_losses = model_.take_losses();
+  auto describe = [](const std::vector<core::Loss>& losses) {
+    std::string text;
+    for (const core::Loss& loss : losses) {
+      text += " s" + std::to_string(loss.session.value) + "/" +
+              std::string(core::namespace_word(loss.ns)) + ":" + loss.key + "/" +
+              short_token(loss.token) + "/" + std::string(core::loss_reason_name(loss.reason));
+    }
+    return text;
+  };
+  auto differ = [&] {
+    return where() + ": losses differ: engine [" + describe(engine_losses) + " ], model [" +
+           describe(model_losses) + " ]";
+  };
+  check(engine_losses.size() == model_losses.size(), differ);
+  for (std::size_t i = 0; i < engine_losses.size(); ++i) {
+    const core::Loss& e = engine_losses[i];
+    const core::Loss& m = model_losses[i];
+    check(e.session == m.session && e.ns == m.ns && e.key == m.key && e.reason == m.reason &&
+              e.token.fence == m.token.fence,
+          differ);
+    auto paired = engine_to_model_.find(key_of(e.token));
+    check(paired == engine_to_model_.end() || paired->second == m.token, differ);
+    count(std::string("loss ") + std::string(core::loss_reason_name(e.reason)));
+  }
+}
+
 void EngineDifferential::compare_state() {
   const core::EngineCounters& ec = engine_.counters();
   const core::EngineCounters& mc = model_.counters();
@@ -518,6 +559,7 @@ void EngineDifferential::compare_state() {
   counter("wait_timeouts", ec.wait_timeouts, mc.wait_timeouts);
   counter("resources_collected", ec.resources_collected, mc.resources_collected);
   counter("fence_exhausted", ec.fence_exhausted, mc.fence_exhausted);
+  counter("forced_releases", ec.forced_releases, mc.forced_releases);
   counter("last_fence", engine_.last_fence().value, model_.last_fence().value);
   counter("resources_count", engine_.resources_count(), model_.resources_count());
 

@@ -109,6 +109,9 @@ struct Step {
   TokenPick token_pick = TokenPick::kSameKey;
   std::size_t token_index = 0;
   bool auto_release = true;
+  // check and force-release: the namespace they name. A force-release frees every holder when
+  // token_index is even, else the holder whose fence is the picked token's.
+  core::Namespace space = core::Namespace::kLock;
 };
 
 std::ostream& operator<<(std::ostream& out, const Step& step);
@@ -175,6 +178,8 @@ class EngineDifferential {
   void compare_stats(const core::StatsSnapshot& engine_stats,
                      const core::StatsSnapshot& model_stats) const;
   void compare_state();
+  // The slots both lost in this step: the same sessions, keys, paired tokens and reasons.
+  void compare_losses();
   void check_engine_invariants(const std::vector<core::Engine::ResourceView>& before,
                                const std::map<core::SessionId, ResourceId>& parked_before,
                                const std::map<core::SessionId, core::Reply>& deliveries,

@@ -108,6 +108,11 @@ void ReferenceModel::process(const Due& due, std::vector<Delivery>& out) {
   Resource& resource = resources_[due.resource_index];
   if (due.kind == 0) {
     Token token = resource.holders[due.item_index].token;
+    const SessionId holder_session = resource.holders[due.item_index].session;
+    if (std::find(closed_.begin(), closed_.end(), holder_session) == closed_.end()) {
+      losses_.push_back(
+          core::Loss{holder_session, resource.ns, resource.key, token, core::LossReason::kExpired});
+    }
     resource.holders.erase(resource.holders.begin() + static_cast<std::ptrdiff_t>(due.item_index));
     ++counters_.lease_expiries;
     for (Record& record : records_) {
@@ -278,7 +283,7 @@ Reply ReferenceModel::handle(Instant now, SessionId session, const Request& requ
   TS_ASSERT(core::is_engine_command(request.command));
   TS_ASSERT(!is_parked(session));
   advance(now, out, config_.deadlines_per_call);
-  Namespace ns = core::command_namespace(request.command);
+  Namespace ns = core::request_namespace(request);
   settle(ns, request.key, out);
   switch (core::command_operation(request.command)) {
     case core::Operation::kAcquire:
@@ -292,6 +297,8 @@ Reply ReferenceModel::handle(Instant now, SessionId session, const Request& requ
     case core::Operation::kRenew:
       return renew(ns, request);
     case core::Operation::kOther:
+      if (request.command == Command::kCheck) return check(ns, request);
+      if (request.command == Command::kForceRelease) return force_release(ns, request, out);
       break;
   }
   TS_ASSERT(false);
@@ -428,7 +435,7 @@ Reply ReferenceModel::release(Namespace ns, const Request& request, std::vector<
     promote(*resource_index, out);
     return Reply::of(Status::kOk);
   }
-  return Reply::of(Status::kError);
+  return Reply::of(unheld(resource, *request.token));
 }
 
 Reply ReferenceModel::renew(Namespace ns, const Request& request) {
@@ -444,12 +451,74 @@ Reply ReferenceModel::renew(Namespace ns, const Request& request) {
     resource.last_activity = now_;
     return Reply::renewed(lease_s);
   }
-  return Reply::of(Status::kError);
+  return Reply::of(unheld(resource, *request.token));
+}
+
+core::Status ReferenceModel::unheld(const Resource& resource, const Token& token) {
+  for (std::uint64_t fence : resource.forced_fences) {
+    if (fence == token.fence.value) return Status::kErrorLeaseExpired;
+  }
+  return Status::kError;
+}
+
+Reply ReferenceModel::check(Namespace ns, const Request& request) const {
+  std::optional<std::size_t> resource_index = find_resource(ns, request.key);
+  if (!resource_index || !request.token) return Reply::of(Status::kErrorLeaseExpired);
+  for (const Holder& holder : resources_[*resource_index].holders) {
+    if (holder.token != *request.token) continue;
+    const std::int64_t left = (holder.deadline - now_).ns();
+    const std::int64_t second = Duration::seconds(1).ns();
+    return Reply::renewed((left + second - 1) / second);
+  }
+  return Reply::of(Status::kErrorLeaseExpired);
+}
+
+Reply ReferenceModel::force_release(Namespace ns, const Request& request,
+                                    std::vector<Delivery>& out) {
+  std::optional<std::size_t> resource_index = find_resource(ns, request.key);
+  if (!resource_index) return Reply::delivered(0);
+  Resource& resource = resources_[*resource_index];
+  std::int64_t freed = 0;
+  for (std::size_t h = 0; h < resource.holders.size();) {
+    const Holder holder = resource.holders[h];
+    if (request.fence != 0 && holder.token.fence.value != request.fence) {
+      ++h;
+      continue;
+    }
+    ++freed;
+    ++counters_.forced_releases;
+    if (std::find(closed_.begin(), closed_.end(), holder.session) == closed_.end()) {
+      losses_.push_back(
+          core::Loss{holder.session, ns, resource.key, holder.token, core::LossReason::kForced});
+    }
+    for (Record& record : records_) {
+      if (record.state == RecordState::kGranted && record.token == holder.token) {
+        record.state = RecordState::kExpired;
+      }
+    }
+    resource.forced_fences.push_back(holder.token.fence.value);
+    resource.holders.erase(resource.holders.begin() + static_cast<std::ptrdiff_t>(h));
+  }
+  if (freed == 0) return Reply::delivered(0);
+  while (resource.forced_fences.size() > 16) {
+    resource.forced_fences.erase(resource.forced_fences.begin());
+  }
+  resource.last_activity = now_;
+  start_delay(resource);
+  promote(*resource_index, out);
+  return Reply::delivered(freed);
+}
+
+std::vector<core::Loss> ReferenceModel::take_losses() {
+  std::vector<core::Loss> taken;
+  taken.swap(losses_);
+  return taken;
 }
 
 bool ReferenceModel::close_session(Instant now, SessionId session, bool auto_release,
                                    std::vector<Delivery>& out) {
   advance(now, out, config_.deadlines_per_call);
+  closed_.push_back(session);
   const bool dropped_parked = is_parked(session);
   std::vector<std::size_t> touched;
   for (std::size_t r = 0; r < resources_.size(); ++r) {

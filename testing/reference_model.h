@@ -70,6 +70,9 @@ class ReferenceModel {
   bool is_parked(core::SessionId session) const;
   // Number of two-phase records (waiting, granted or expired) held by anyone.
   std::size_t records_count() const { return records_.size(); }
+  // Same contract as core::Engine::take_losses (no stable refs here: only expiries and
+  // force-releases of holders whose session has not closed).
+  std::vector<core::Loss> take_losses();
 
  private:
   struct Holder {
@@ -98,6 +101,7 @@ class ReferenceModel {
     core::Instant last_activity;
     std::optional<core::Instant> delay_until;  // a lock-delay not yet over
     std::uint64_t delay_serial = 0;            // when it was set (orders equal deadlines)
+    std::vector<std::uint64_t> forced_fences;  // the last 16 holders forced out, oldest first
   };
   enum class RecordState { kWaiting, kGranted, kExpired };
   struct Record {
@@ -154,6 +158,11 @@ class ReferenceModel {
   core::Reply release(core::Namespace ns, const core::Request& request,
                       std::vector<core::Delivery>& out);
   core::Reply renew(core::Namespace ns, const core::Request& request);
+  core::Reply check(core::Namespace ns, const core::Request& request) const;
+  core::Reply force_release(core::Namespace ns, const core::Request& request,
+                            std::vector<core::Delivery>& out);
+  // What a release or renewal of a token that holds nothing gets.
+  static core::Status unheld(const Resource& resource, const core::Token& token);
 
   core::EngineConfig config_;
   core::SplitMix64 salts_;
@@ -163,6 +172,8 @@ class ReferenceModel {
   std::vector<Resource> resources_;  // creation order
   std::vector<Record> records_;
   std::uint64_t serial_ = 0;
+  std::vector<core::SessionId> closed_;  // sessions closed so far
+  std::vector<core::Loss> losses_;
 };
 
 }  // namespace turnstile::test

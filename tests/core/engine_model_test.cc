@@ -91,7 +91,8 @@ rc::Gen<Step> gen_step() {
                {6, Command::kSemWait},     {8, Command::kReadLock},     {4, Command::kWriteLock},
                {5, Command::kReadRelease}, {3, Command::kWriteRelease}, {2, Command::kReadRenew},
                {2, Command::kWriteRenew},  {3, Command::kReadEnqueue},  {3, Command::kWriteEnqueue},
-               {3, Command::kReadWait},    {3, Command::kWriteWait}})),
+               {3, Command::kReadWait},    {3, Command::kWriteWait},    {4, Command::kCheck},
+               {3, Command::kForceRelease}})),
       set(&Step::key, inRange<std::size_t>(0, kKeys)),
       set(&Step::timeout_s,
           rc::gen::weightedOneOf<std::int64_t>(
@@ -108,7 +109,9 @@ rc::Gen<Step> gen_step() {
                                                                   {1, TokenPick::kRandom},
                                                                   {1, TokenPick::kMalformed}})),
       set(&Step::token_index, inRange<std::size_t>(0, 4)),
-      set(&Step::auto_release, rc::gen::arbitrary<bool>()));
+      set(&Step::auto_release, rc::gen::arbitrary<bool>()),
+      set(&Step::space,
+          rc::gen::element(Namespace::kLock, Namespace::kSemaphore, Namespace::kReadWrite)));
 }
 
 rc::Gen<ConfigChoice> gen_config() {
