@@ -4,10 +4,13 @@
 //
 // Input: the first bytes choose the configuration (default lease, GC idle time, resource and
 // waiter caps, fence floor — sometimes just below the largest fence — stats caps, start instant,
-// salt seed); then each step is a few bytes: what to do (a request from one of 4 session slots
-// on one of 3 keys, a tick, a closed session, stats), how far the clock moves (nanoseconds to
-// days, sometimes backward), and the request's fields. r/n present a token paired between the two
-// implementations, a forged or random one, or a malformed one.
+// salt seed, deadlines per call and the lock-delay); then each step is a few bytes: what to do
+// (a request from one of 4 session slots on one of 3 keys, a tick, a closed session, stats), how
+// far the clock moves (nanoseconds to days, sometimes backward), and the request's fields. A
+// request is a lock, semaphore or read-write lock command (rl wl rr wr rn wn re we rw ww). r/n
+// (and sr/sn, rr/wr, rn/wn) present a token paired between the two implementations, a forged or
+// random one, or a malformed one; a read-write release or renewal may name a token of the other
+// kind.
 //
 // After every step EngineDifferential checks replies, deliveries, close_session results,
 // counters, state, stats and the engine's own invariants; any difference aborts.
@@ -68,7 +71,13 @@ ConfigChoice decode_choice(FuzzInput& input) {
       static_cast<std::int64_t>(input.u64() % 2'000'000'000'001ULL) - 1'000'000'000'000;
   choice.salt_seed = input.byte();
   static const std::array<std::size_t, 4> kPerCall = {32, 1, 2, 3};
-  choice.deadlines_per_call = kPerCall[input.below(kPerCall.size())];
+  // One byte: its low two bits the deadlines per call, the next three the lock-delay (off for
+  // half of the values, so that a zero byte, as in the older seeds, keeps it off).
+  const std::uint8_t timing = input.byte();
+  choice.deadlines_per_call = kPerCall[timing % kPerCall.size()];
+  static const std::array<std::int64_t, 8> kLockDelay = {
+      0, 0, 0, 0, 1, kSecondNs / 2, kSecondNs, 2 * kSecondNs};
+  choice.lock_delay_ns = kLockDelay[(timing / kPerCall.size()) % kLockDelay.size()];
   return choice;
 }
 
@@ -120,8 +129,17 @@ Step decode_step(FuzzInput& input) {
       Command::kLock,  Command::kSemLock,  Command::kRelease, Command::kSemRelease,
       Command::kRenew, Command::kSemRenew, Command::kEnqueue, Command::kSemEnqueue,
       Command::kWait,  Command::kSemWait};
+  // The same operations on a read-write lock, in the same order: rl for l, wl for sl, rr for r,
+  // wr for sr...
+  static const std::array<Command, 10> kReadWrite = {
+      Command::kReadLock,  Command::kWriteLock,  Command::kReadRelease, Command::kWriteRelease,
+      Command::kReadRenew, Command::kWriteRenew, Command::kReadEnqueue, Command::kWriteEnqueue,
+      Command::kReadWait,  Command::kWriteWait};
   const std::uint8_t fields = input.byte();
-  step.command = kCommands[fields % kCommands.size()];
+  // A third of the values (60-89, 150-179, 240-255) pick a read-write lock command; the older
+  // seeds, written with small values, decode as they did.
+  const bool read_write = (fields / 30) % 3 == 2;
+  step.command = (read_write ? kReadWrite : kCommands)[fields % kCommands.size()];
   step.key = (fields / 10) % kKeys;
   const std::uint8_t numbers = input.byte();
   step.timeout_s = (numbers & 0x0f) < 14 ? (numbers & 0x0f) % 5 : 10 + (numbers >> 4);

@@ -179,7 +179,9 @@ class Scenario {
     static const std::vector<std::string> kChannels = {"a", "a.b", "a.b.c", "b", "a.*"};
     const std::string& pattern = kPatterns[input_.below(kPatterns.size())];
     const std::string group = input_.flag() ? "" : "g" + std::to_string(input_.below(2));
-    switch (input_.below(19)) {
+    // 29 kinds: the first 19 as before the read-write locks (a byte below 19 picks the same
+    // request as it did), then rl wl rr wr rn wn re we rw ww.
+    switch (input_.below(29)) {
       case 0:
         return "l\n" + key + "\n" + timeout + lease + "\n";
       case 1:
@@ -219,6 +221,26 @@ class Scenario {
                kChannels[input_.below(kChannels.size())] + "\n" +
                (input_.below(8) == 0 ? std::string(" ") : "p" + std::to_string(input_.below(9))) +
                "\n";
+      case 19:
+        return "rl\n" + key + "\n" + timeout + lease + "\n";
+      case 20:
+        return "wl\n" + key + "\n" + timeout + lease + "\n";
+      case 21:
+        return "rr\n" + key + "\n" + pick_token() + "\n";
+      case 22:
+        return "wr\n" + key + "\n" + pick_token() + "\n";
+      case 23:
+        return "rn\n" + key + "\n" + pick_token() + lease + "\n";
+      case 24:
+        return "wn\n" + key + "\n" + pick_token() + lease + "\n";
+      case 25:
+        return "re\n" + key + "\n" + lease + "\n";
+      case 26:
+        return "we\n" + key + "\n" + lease + "\n";
+      case 27:
+        return "rw\n" + key + "\n" + timeout + "\n";
+      case 28:
+        return "ww\n" + key + "\n" + timeout + "\n";
       default:
         return "x\n" + key + "\n\n";
     }

@@ -12,7 +12,8 @@
 //  * the whole stream at once and the chunked stream give the same results, in order, and the
 //    same state at the end;
 //  * every request it accepts re-encodes (encode_request) to bytes that parse back to the same
-//    request (r/sr/n/sn only when their token is a real token: others cannot be encoded).
+//    request (releases, renewals and check, r/sr/rr/wr/n/sn/rn/wn/check, only when their token
+//    is a real token: others cannot be encoded).
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -83,8 +84,9 @@ bool same_result(const ParseResult& a, const ParseResult& b) {
 }
 
 bool has_token_argument(core::Command command) {
-  return command == core::Command::kRelease || command == core::Command::kSemRelease ||
-         command == core::Command::kRenew || command == core::Command::kSemRenew;
+  const core::Operation operation = core::command_operation(command);
+  return operation == core::Operation::kRelease || operation == core::Operation::kRenew ||
+         command == core::Command::kCheck;
 }
 
 void check_round_trip(const ParseResult& result, const RequestParser::Limits& limits) {

@@ -1,6 +1,7 @@
 #include "sim/checker.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "core/routing.h"
 
@@ -19,10 +20,24 @@ std::string join(const std::vector<std::uint64_t>& values) {
   return text + "]";
 }
 
+// FIFO on a read-write lock is reported as rw-fifo: a reader that overtakes a queued writer
+// breaks it.
+const char* fifo_name(const ResourceKey& key) {
+  return key.first == Namespace::kReadWrite ? "rw-fifo" : "fifo";
+}
+
 }  // namespace
 
 std::string key_name(const ResourceKey& key) {
-  return std::string(key.first == Namespace::kLock ? "lock:" : "sem:") + key.second;
+  switch (key.first) {
+    case Namespace::kLock:
+      return "lock:" + key.second;
+    case Namespace::kSemaphore:
+      return "sem:" + key.second;
+    case Namespace::kReadWrite:
+      return "rw:" + key.second;
+  }
+  return "?:" + key.second;
 }
 
 Checker::Checker(const Settings& settings, const bool& failed, std::uint64_t& grants_seen,
@@ -34,6 +49,8 @@ void Checker::new_life(std::uint64_t life, bool across_lives) {
   across_lives_ = across_lives;
   seen_tokens_.clear();
   max_fence_life_.clear();
+  delay_until_.clear();
+  released_.clear();
   previous_.assign(settings_.shards, {});
   forgotten_.clear();
 }
@@ -43,9 +60,14 @@ void Checker::observe_grant(ResourceKey key, core::Token token, std::string path
   observed_paths_.push_back(std::move(path));
 }
 
+void Checker::observe_release(ResourceKey key, core::Token token) {
+  released_.insert({std::move(key), {token.fence.value, token.salt}});
+}
+
 void Checker::clear_observed() {
   observed_.clear();
   observed_paths_.clear();
+  released_.clear();
 }
 
 void Checker::check_engine(std::size_t shard, const core::Engine& engine, std::int64_t now) {
@@ -64,6 +86,11 @@ void Checker::check_engine(std::size_t shard, const core::Engine& engine, std::i
   }
   observed_.clear();
   observed_paths_.clear();
+  std::set<std::pair<ResourceKey, std::pair<std::uint64_t, std::uint64_t>>> released;
+  released.swap(released_);
+  auto count = [&](const char* name) {
+    if (coverage_ != nullptr) ++(*coverage_)[name];
+  };
   {
     for (const core::Engine::ResourceView& view : engine.inspect()) {
       const ResourceKey key{view.ns, view.key};
@@ -87,12 +114,44 @@ void Checker::check_engine(std::size_t shard, const core::Engine& engine, std::i
           return;
         }
       }
-      if (live > view.limit) {
+      // (A read-write lock's limit is 1, for its writer: readers share it, checked below.)
+      if (view.ns != Namespace::kReadWrite && live > view.limit) {
         fail_("mutual-exclusion", key_name(key) + " has " + std::to_string(live) +
                                       " live holders, limit " + std::to_string(view.limit));
         return;
       }
+      if (view.ns == Namespace::kReadWrite) {
+        // A writer holds alone: the engine admits it only to an empty key and nobody beside it
+        // (its lease may have run out with the expiry not processed yet: it still holds).
+        std::size_t writers = 0;
+        for (const auto& holder : view.holders) writers += holder.shared ? 0 : 1;
+        if (writers > 0 && view.holders.size() > 1) {
+          fail_("rw-exclusion", key_name(key) + " has a writer beside " +
+                                    std::to_string(view.holders.size() - 1) + " other holders at " +
+                                    std::to_string(now));
+          return;
+        }
+        // The head of the queue waits only for what the key cannot grant now: a writer while
+        // anyone holds, a reader while a writer holds; or while a lock-delay runs.
+        if (!view.waiters.empty() && !view.delayed_until) {
+          const bool head_reads = !view.waiters_shared.empty() && view.waiters_shared.front();
+          const bool admitted = view.holders.empty() || (head_reads && writers == 0);
+          if (admitted) {
+            fail_("rw-fifo", key_name(key) + ": the head of the queue, session " +
+                                 std::to_string(view.waiters.front().value) + " (" +
+                                 (head_reads ? "a reader" : "a writer") +
+                                 "), waits while the key could grant it (" +
+                                 std::to_string(view.holders.size()) + " readers hold) at " +
+                                 std::to_string(now));
+            return;
+          }
+        }
+      }
       KeySnapshot& snapshot = current[key];
+      snapshot.limit = view.limit;
+      for (const auto& holder : view.holders) {
+        snapshot.holders.push_back(HolderSnapshot{holder.token, holder.shared});
+      }
       snapshot.orphaned = view.waiters_orphaned;
       snapshot.refs = view.waiter_refs;
       for (SessionId waiter : view.waiters) {
@@ -131,6 +190,89 @@ void Checker::check_engine(std::size_t shard, const core::Engine& engine, std::i
       ever_max = std::max(ever_max, fence);
       seen_tokens_.insert({fence, token.salt});
       ++grants_seen_;
+      if (key.first == Namespace::kReadWrite) count("rw-grant-checked");
+    }
+  }
+  // Lock-delay (docs/semantics.md, "Lock-delay"): a holder of the previous check that is gone
+  // now, without a release answered `ok` in this call, left without releasing (its lease ended,
+  // or its session closed with auto-release). The key then grants nothing for the delay from
+  // the engine's now of this call. A grant in a later call before that instant breaks the rule;
+  // a grant in this same call does when it could not have held the key together with the holder
+  // that left (so it came after it): any lock, a semaphore of limit 1, a writer, or a reader
+  // where a writer left.
+  const std::int64_t delay_ns = settings_.lock_delay_ms * kMs;
+  if (delay_ns > 0) {
+    const std::int64_t now_ns = engine.now().ns();
+    std::map<ResourceKey, std::vector<HolderSnapshot>> left;
+    std::map<ResourceKey, std::int64_t> left_limit;
+    for (const auto& [key, before] : previous_[shard]) {
+      auto after = current.find(key);
+      for (const HolderSnapshot& holder : before.holders) {
+        const std::pair<std::uint64_t, std::uint64_t> id{holder.token.fence.value,
+                                                         holder.token.salt};
+        bool still = false;
+        if (after != current.end()) {
+          for (const HolderSnapshot& now_holder : after->second.holders) {
+            still = still || now_holder.token == holder.token;
+          }
+        }
+        if (still || released.count({key, id}) != 0) continue;
+        left[key].push_back(holder);
+        left_limit[key] = before.limit;
+      }
+    }
+    for (const auto& [key, tokens] : fresh) {
+      auto until = delay_until_.find(key);
+      if (until != delay_until_.end() && now_ns < until->second) {
+        fail_("lock-delay",
+              key_name(key) + " granted fence " + std::to_string(tokens.front().fence.value) +
+                  " (" + source[tokens.front().fence.value] + ") at engine time " +
+                  std::to_string(now_ns) + ", while a lock-delay holds it until " +
+                  std::to_string(until->second) + " (a holder left without releasing; " +
+                  std::to_string(until->second - now_ns) + " ns before it ends)");
+        return;
+      }
+      if (until != delay_until_.end()) count("lock-delay-grant-after");
+      auto gone = left.find(key);
+      if (gone == left.end()) continue;
+      const auto current_it = current.find(key);
+      for (const core::Token& token : tokens) {
+        // The grant's kind, if it still holds; unknown: it may have been a reader.
+        std::optional<bool> shared;
+        if (current_it != current.end()) {
+          for (const HolderSnapshot& holder : current_it->second.holders) {
+            if (holder.token == token) shared = holder.shared;
+          }
+        }
+        for (const HolderSnapshot& holder : gone->second) {
+          bool together = false;  // whether the grant could have come while `holder` held
+          switch (key.first) {
+            case Namespace::kLock:
+              together = false;
+              break;
+            case Namespace::kSemaphore:
+              together = left_limit[key] > 1;
+              break;
+            case Namespace::kReadWrite:
+              together = holder.shared && shared.value_or(true);
+              break;
+          }
+          if (!together) {
+            fail_("lock-delay",
+                  key_name(key) + " granted fence " + std::to_string(token.fence.value) + " (" +
+                      source[token.fence.value] + ") at engine time " + std::to_string(now_ns) +
+                      " in the call in which holder " + std::to_string(holder.token.fence.value) +
+                      " left without releasing, which starts a lock-delay of " +
+                      std::to_string(delay_ns) + " ns");
+            return;
+          }
+        }
+      }
+    }
+    for (const auto& [key, holders] : left) {
+      std::int64_t& until = delay_until_[key];
+      until = std::max(until, now_ns + delay_ns);
+      count("lock-delay-left");
     }
   }
   // FIFO: a waiter is granted only after every waiter ahead of it left the queue.
@@ -169,10 +311,10 @@ void Checker::check_engine(std::size_t shard, const core::Engine& engine, std::i
     };
     for (std::size_t i = first_still + 1; i < w.size(); ++i) {
       if (still.count(w[i]) == 0 && granted.count(w[i]) != 0 && !handed_on(i)) {
-        fail_("fifo", key_name(key) + ": session " + std::to_string(w[i]) +
-                          " was granted while session " + std::to_string(w[first_still]) +
-                          ", ahead of it, still waits; queue before " + join(w) + " after " +
-                          join(r) + " at " + std::to_string(now));
+        fail_(fifo_name(key), key_name(key) + ": session " + std::to_string(w[i]) +
+                                  " was granted while session " + std::to_string(w[first_still]) +
+                                  ", ahead of it, still waits; queue before " + join(w) +
+                                  " after " + join(r) + " at " + std::to_string(now));
         return;
       }
     }
@@ -195,9 +337,9 @@ void Checker::check_engine(std::size_t shard, const core::Engine& engine, std::i
     for (std::uint64_t session : granted) {
       if (first_still < w.size() && distinct.count(session) == 0 && !orphan_left_ahead &&
           !ref_left(session)) {
-        fail_("fifo", key_name(key) + ": newcomer session " + std::to_string(session) +
-                          " was granted while session " + std::to_string(w[first_still]) +
-                          " still waits");
+        fail_(fifo_name(key), key_name(key) + ": newcomer session " + std::to_string(session) +
+                                  " was granted while session " + std::to_string(w[first_still]) +
+                                  " still waits");
         return;
       }
     }

@@ -1,7 +1,11 @@
 // Checker: the invariants the simulator checks after every engine call and every event
 // (docs/simulator.md, "Invariants"): every resource on the shard that owns it, no more live holders
 // than the limit, no holder or waiter of a session that is gone, FIFO among waiters, and fences
-// that rise per key within a process life and across lives.
+// that rise per key within a process life and across lives. For read-write locks: a writer holds
+// alone (rw-exclusion), and the head of a queue is never a reader that could share the key with
+// its holders (rw-fifo). With a lock-delay: once a holder left without a release (its lease
+// ended, or its session closed and auto-release freed it), the key grants nothing for the delay
+// (lock-delay).
 //
 // The driver tells it what it saw (grants on their way, sessions forgotten, a new process life)
 // and hands it each engine to check right after a call into it; a broken invariant goes to the
@@ -26,7 +30,7 @@
 namespace turnstile::sim {
 
 using ResourceKey = std::pair<core::Namespace, std::string>;
-std::string key_name(const ResourceKey& key);  // "lock:k", "sem:k"
+std::string key_name(const ResourceKey& key);  // "lock:k", "sem:k", "rw:k"
 
 class Checker {
  public:
@@ -42,6 +46,11 @@ class Checker {
   // request in flight names `key`), and how it reached the driver: fences are ordered by the
   // call that minted them, before they travel anywhere.
   void observe_grant(ResourceKey key, core::Token token, std::string path);
+  // A release of `token` on `key` answered `ok` in the call being checked: its holder left
+  // cleanly, which starts no lock-delay.
+  void observe_release(ResourceKey key, core::Token token);
+  // Where to count what the read-write and lock-delay checks saw (null: nowhere).
+  void count_into(std::map<std::string, std::uint64_t>* coverage) { coverage_ = coverage; }
   // Forgets what was observed and not checked (no process to check it against).
   void clear_observed();
   // A session the server forgot: it must hold nothing (with auto-release) and wait nowhere.
@@ -50,7 +59,13 @@ class Checker {
   void check_engine(std::size_t shard, const core::Engine& engine, std::int64_t now);
 
  private:
+  struct HolderSnapshot {
+    core::Token token;
+    bool shared = false;
+  };
   struct KeySnapshot {
+    std::int64_t limit = 1;
+    std::vector<HolderSnapshot> holders;
     std::vector<std::uint64_t> waiters;
     std::vector<bool> orphaned;     // per waiter
     std::vector<std::string> refs;  // per waiter: its stable ref, if any
@@ -69,6 +84,12 @@ class Checker {
   std::vector<std::pair<ResourceKey, core::Token>> observed_;  // this event, by the driver
   std::vector<std::string> observed_paths_;                    // how each reached it
   std::set<std::uint64_t> forgotten_;                          // this life
+  // Releases answered `ok` in the call being checked: (key, (fence, salt)).
+  std::set<std::pair<ResourceKey, std::pair<std::uint64_t, std::uint64_t>>> released_;
+  // Per key, this life: the engine instant (ns) before which it may grant nothing, because a
+  // holder left it without a release.
+  std::map<ResourceKey, std::int64_t> delay_until_;
+  std::map<std::string, std::uint64_t>* coverage_ = nullptr;
 };
 
 }  // namespace turnstile::sim

@@ -63,6 +63,29 @@ Settings replica_checker_settings(bool auto_release) {
   return settings;
 }
 
+// What a cluster seed draws from its swarm stream (the others keep their draws): the share of
+// client requests that are read-write lock commands (half of the seeds) and the lock-delay of
+// every replica's engine (one seed in four; every replica gets the same, as every node of a
+// cluster is started with the same --lock-delay).
+struct ClusterShape {
+  std::uint64_t rw_permille = 0;
+  std::int64_t lock_delay_ms = 0;
+};
+
+ClusterShape draw_shape(std::uint64_t seed) {
+  Prng swarm(seed, kSwarm);
+  ClusterShape shape;
+  if (swarm.chance(500)) shape.rw_permille = static_cast<std::uint64_t>(swarm.between(100, 500));
+  if (swarm.chance(250)) shape.lock_delay_ms = swarm.between(50, 800);
+  return shape;
+}
+
+core::EngineConfig replica_engine_config(const ClusterShape& shape) {
+  core::EngineConfig config;
+  config.lock_delay = core::Duration::milliseconds(shape.lock_delay_ms);
+  return config;
+}
+
 class ClusterRun final : public RaftCluster::Host {
  public:
   explicit ClusterRun(const Options& options)
@@ -71,13 +94,15 @@ class ClusterRun final : public RaftCluster::Host {
         work_(options.seed, kWorkload),
         faults_(options.seed, kFaults),
         salts_(options.seed, kSalts),
-        cluster_(nodes_, options.seed) {
+        shape_(draw_shape(options.seed)),
+        cluster_(nodes_, options.seed, replica_engine_config(shape_)) {
     // Drawn from the seed, not its streams: auto-release on three seeds in four; orphans kept
     // for 0, 1 or 2 s.
     leader_config_.auto_release = options.seed % 4 != 0;
     leader_config_.orphan_ttl =
         core::Duration::seconds(static_cast<std::int64_t>(options.seed / 4 % 3));
     checker_settings_.auto_release = leader_config_.auto_release;
+    checker_settings_.lock_delay_ms = shape_.lock_delay_ms;
     leader_config_.max_in_flight = 1;  // as turnstiled's nodes (net/cluster_node.cc)
     for (unsigned node = 0; node < nodes_; ++node) {
       lives_.push_back(0);
@@ -99,6 +124,11 @@ class ClusterRun final : public RaftCluster::Host {
         "nodes=" + std::to_string(nodes_) +
         " auto_release=" + (leader_config_.auto_release ? "1" : "0") +
         " orphan_ttl_s=" + std::to_string(leader_config_.orphan_ttl.ns() / 1'000'000'000);
+    if (shape_.rw_permille > 0)
+      result_.settings += " rw_permille=" + std::to_string(shape_.rw_permille);
+    if (shape_.lock_delay_ms > 0) {
+      result_.settings += " lock_delay_ms=" + std::to_string(shape_.lock_delay_ms);
+    }
     for (std::uint64_t step = 0; step < options_.events && result_.ok; ++step) {
       // Clients ask first; a fault, if any, strikes 0 to 40 ms later, while their entries may
       // still be on their way to a majority.
@@ -138,7 +168,20 @@ class ClusterRun final : public RaftCluster::Host {
                   const core::AppliedEntry& applied) override {
     if (processes_[node]) processes_[node]->applied(entry, applied);
     if (options_.trace && cluster_.ready(node)) trace_applied(node, entry);
-    // FIFO, live holders within the limit and rising fences, entry by entry, on every replica.
+    // The releases the entry answered `ok`: their holders left cleanly (no lock-delay).
+    for (std::size_t i = 0; i < entry.commands.size() && i < applied.results.size(); ++i) {
+      const auto* submit = std::get_if<core::command::Submit>(&entry.commands[i]);
+      if (submit == nullptr || !submit->request.token ||
+          applied.results[i].reply.status != core::Status::kOk ||
+          core::command_operation(submit->request.command) != core::Operation::kRelease) {
+        continue;
+      }
+      checkers_[node]->observe_release(
+          {core::command_namespace(submit->request.command), submit->request.key},
+          *submit->request.token);
+    }
+    // FIFO, live holders within the limit, read-write exclusion, rising fences and the
+    // lock-delay, entry by entry, on every replica.
     checkers_[node]->check_engine(0, cluster_.replica(node).engine(), now_ns());
   }
 
@@ -220,6 +263,7 @@ class ClusterRun final : public RaftCluster::Host {
                                     fail(invariant, detail);
                                   });
     checker->new_life(0, true);  // a cluster has one life
+    checker->count_into(&result_.coverage);
     return checker;
   }
 
@@ -361,6 +405,12 @@ class ClusterRun final : public RaftCluster::Host {
     }
     Outstanding out;
     Request& request = out.request;
+    if (shape_.rw_permille > 0 && work_.chance(shape_.rw_permille)) {
+      if (!pick_rw_request(client, request)) return;
+      request.ref = client.ref;  // the session's, for the History (the wire does not carry it)
+      send(client, std::move(out));
+      return;
+    }
     const std::uint64_t dice = work_.below(1000);
     const bool semaphore = work_.chance(350);
     const std::int64_t lease = work_.between(1, 5);
@@ -436,6 +486,74 @@ class ClusterRun final : public RaftCluster::Host {
     }
     request.ref = client.ref;  // the session's, for the History (the wire does not carry it)
     send(client, std::move(out));
+  }
+
+  // A read-write lock command (rl wl rr wr rn wn re we rw ww) on one of three keys: releases,
+  // renewals and waits mostly of what the client holds or enqueued, with its kind, now and then
+  // of the other kind (answered `error`, changing nothing). False: nothing to send.
+  bool pick_rw_request(Client& client, Request& request) {
+    const std::string key = "k" + std::to_string(work_.below(3));
+    const bool read = work_.chance(600);
+    const bool other_kind = work_.chance(80);
+    const std::int64_t lease = work_.between(1, 5);
+    std::vector<ResourceKey> held;
+    for (const auto& [held_key, token] : client.view.held) {
+      if (held_key.first == Namespace::kReadWrite) held.push_back(held_key);
+    }
+    auto kind_of = [&](bool shared) {
+      if (other_kind) ++result_.coverage["rw-other-kind"];
+      return other_kind ? !shared : shared;
+    };
+    const std::uint64_t dice = work_.below(1000);
+    if (dice < 400) {
+      request.command = read ? Command::kReadLock : Command::kWriteLock;
+      request.key = key;
+      request.timeout_s = work_.chance(300) ? 0 : work_.between(1, 3);
+      request.lease_s = lease;
+    } else if (dice < 620) {
+      ResourceKey target{Namespace::kReadWrite, key};
+      core::Token token;
+      bool shared = read;
+      if (!held.empty() && work_.chance(850)) {
+        target = held[work_.below(held.size())];
+        token = client.view.held.at(target);
+        shared = kind_of(client.view.held_shared.count(target) != 0);
+      } else if (!token_pool_.empty()) {
+        token = token_pool_[work_.below(token_pool_.size())];
+      } else {
+        return false;
+      }
+      request.command = shared ? Command::kReadRelease : Command::kWriteRelease;
+      request.key = target.second;
+      request.token = token;
+    } else if (dice < 740) {
+      if (held.empty()) return false;
+      const ResourceKey target = held[work_.below(held.size())];
+      request.command = kind_of(client.view.held_shared.count(target) != 0) ? Command::kReadRenew
+                                                                            : Command::kWriteRenew;
+      request.key = target.second;
+      request.token = client.view.held.at(target);
+      request.lease_s = lease;
+    } else if (dice < 880) {
+      request.command = read ? Command::kReadEnqueue : Command::kWriteEnqueue;
+      request.key = key;
+      request.lease_s = lease;
+    } else {
+      ResourceKey target{Namespace::kReadWrite, key};
+      bool shared = read;
+      std::vector<ResourceKey> enqueued;
+      for (const auto& [enqueued_key, since] : client.view.enqueued) {
+        if (enqueued_key.first == Namespace::kReadWrite) enqueued.push_back(enqueued_key);
+      }
+      if (!enqueued.empty() && work_.chance(900)) {
+        target = enqueued[work_.below(enqueued.size())];
+        shared = kind_of(client.view.enqueued_shared.count(target) != 0);
+      }
+      request.command = shared ? Command::kReadWait : Command::kWriteWait;
+      request.key = target.second;
+      request.timeout_s = work_.between(0, 2);
+    }
+    return true;
   }
 
   void connect(Client& client) {
@@ -540,6 +658,10 @@ class ClusterRun final : public RaftCluster::Host {
     const std::optional<core::Token> before = held_token(client, key);
     const std::optional<core::Token> granted =
         client.view.on_reply(request, *reply, out.sent_ns, out.op, history_);
+    if (reply->token && key.first == Namespace::kReadWrite) {
+      ++result_.coverage[core::is_shared_command(request.command) ? "rw-read-granted"
+                                                                  : "rw-write-granted"];
+    }
     if (granted) {
       if (before == granted && client.held_on[key] != client.connection) {
         ++result_.coverage["adopted"];
@@ -585,7 +707,10 @@ class ClusterRun final : public RaftCluster::Host {
         return;
       }
       for (const core::Engine::ResourceView& view : replica.engine().inspect()) {
-        if (static_cast<std::int64_t>(view.holders.size()) > view.limit) {
+        // A read-write lock's limit (1) is its writer's; readers share it (the checkers of
+        // on_applied hold a writer alone).
+        if (view.ns != core::Namespace::kReadWrite &&
+            static_cast<std::int64_t>(view.holders.size()) > view.limit) {
           fail("over-limit", key_name({view.ns, view.key}) + " has " +
                                  std::to_string(view.holders.size()) + " holders on node " +
                                  std::to_string(node));
@@ -747,7 +872,7 @@ class ClusterRun final : public RaftCluster::Host {
     result_.keys_checked = outcome.keys_checked;
     result_.inconclusive = outcome.inconclusive;
     result_.operations_checked = outcome.operations;
-    if (!outcome.violation.empty()) fail("linearizability", outcome.violation);
+    if (!outcome.violation.empty()) fail(outcome.invariant, outcome.violation);
   }
 
   Options options_;
@@ -755,6 +880,7 @@ class ClusterRun final : public RaftCluster::Host {
   Prng work_;
   Prng faults_;
   Prng salts_;
+  ClusterShape shape_;  // before cluster_, whose replicas' engines it configures
   RaftCluster cluster_;
   core::ClusterLeaderConfig leader_config_;
   Settings checker_settings_ = replica_checker_settings(true);

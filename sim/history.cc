@@ -24,7 +24,10 @@ struct LinOp {
   Kind kind = Kind::kGrant;
   core::Token token;
   std::int64_t lease_ns = 0;
-  std::int64_t limit = 1;                 // capacity a grant needs (kNever: unchecked)
+  std::int64_t limit = 1;  // capacity a grant needs (kNever: unchecked)
+  // A grant of a read-write lock: a read slot needs no writer holding, a write slot nobody
+  // holding (`limit` is not used then).
+  enum class Mode : std::uint8_t { kCounted, kRead, kWrite } mode = Mode::kCounted;
   std::int64_t owner_closed_at = kNever;  // the granting (or adopting) connection's close
   bool adoption = false;  // a renewal that also moves the holder to the op's connection
   std::uint64_t id = 0;
@@ -32,6 +35,7 @@ struct LinOp {
 
 struct Holder {
   core::Token token;
+  bool shared = false;                    // a read slot of a read-write lock
   std::int64_t removable_from = kNever;   // the holder may vanish at or after this instant
   std::int64_t owner_closed_at = kNever;  // its owner's connection closed then (auto-release)
   bool operator<(const Holder& other) const {
@@ -153,11 +157,47 @@ class Search {
     return false;
   }
 
+  // Whether `holder` stands in the way of `op`'s grant.
+  static bool blocks(const LinOp& op, const Holder& holder) {
+    return op.mode != LinOp::Mode::kRead || !holder.shared;
+  }
+
+  // Whether `op` can be granted beside the holders of `state`.
+  static bool fits(const LinOp& op, const State& state) {
+    switch (op.mode) {
+      case LinOp::Mode::kCounted:
+        return op.limit == kNever || static_cast<std::int64_t>(state.size()) < op.limit;
+      case LinOp::Mode::kRead:
+        return std::none_of(state.begin(), state.end(),
+                            [](const Holder& holder) { return !holder.shared; });
+      case LinOp::Mode::kWrite:
+        return state.empty();
+    }
+    return false;
+  }
+
   bool grant(const LinOp& op, std::int64_t point, State& state, std::size_t remaining) {
-    if (op.limit == kNever || static_cast<std::int64_t>(state.size()) < op.limit) {
+    if (op.mode != LinOp::Mode::kCounted && !fits(op, state)) {
+      // A read-write lock: every holder in the way (every holder for a writer, the writer for a
+      // reader) must have vanished first, whatever the order: the grant comes at the latest of
+      // their earliest instants.
+      State next;
+      std::int64_t at = point;
+      for (const Holder& holder : state) {
+        if (blocks(op, holder)) {
+          at = std::max(at, holder.removable_from);
+        } else {
+          next.push_back(holder);
+        }
+      }
+      if (at > op.ret) return false;
+      return grant(op, at, next, remaining);
+    }
+    if (fits(op, state)) {
       State next = state;
       Holder holder;
       holder.token = op.token;
+      holder.shared = op.mode == LinOp::Mode::kRead;
       holder.removable_from =
           std::min(removable(op.token, saturating_add(point, op.lease_ns)), op.owner_closed_at);
       holder.owner_closed_at = op.owner_closed_at;
@@ -183,16 +223,33 @@ class Search {
 };
 
 bool is_release(core::Command command) {
-  return command == core::Command::kRelease || command == core::Command::kSemRelease;
+  return core::command_operation(command) == core::Operation::kRelease;
 }
 bool is_renew(core::Command command) {
-  return command == core::Command::kRenew || command == core::Command::kSemRenew;
+  return core::command_operation(command) == core::Operation::kRenew;
+}
+bool is_enqueue(core::Command command) {
+  return core::command_operation(command) == core::Operation::kEnqueue;
+}
+bool is_wait(core::Command command) {
+  return core::command_operation(command) == core::Operation::kWait;
 }
 bool is_acquire(core::Command command) {
-  using core::Command;
-  return command == Command::kLock || command == Command::kSemLock ||
-         command == Command::kEnqueue || command == Command::kSemEnqueue ||
-         command == Command::kWait || command == Command::kSemWait;
+  const core::Operation operation = core::command_operation(command);
+  return operation == core::Operation::kAcquire || operation == core::Operation::kEnqueue ||
+         operation == core::Operation::kWait;
+}
+
+std::string partition_name(core::Namespace ns, const std::string& key) {
+  switch (ns) {
+    case core::Namespace::kLock:
+      return "lock:" + key;
+    case core::Namespace::kSemaphore:
+      return "sem:" + key;
+    case core::Namespace::kReadWrite:
+      return "rw:" + key;
+  }
+  return "?:" + key;
 }
 
 }  // namespace
@@ -238,6 +295,129 @@ bool History::adopted(
   return !operation.request.ref.empty() && first.request.ref == operation.request.ref;
 }
 
+bool History::check_order(
+    const std::map<std::pair<std::uint64_t, std::uint64_t>, std::size_t>& first_grant,
+    Outcome& outcome) const {
+  using Partition = std::pair<std::uint64_t, std::pair<core::Namespace, std::string>>;
+  auto partition_of = [](const Operation& operation) {
+    return Partition{operation.life,
+                     {core::command_namespace(operation.request.command), operation.request.key}};
+  };
+  struct Granted {
+    std::int64_t call = 0;
+    std::int64_t ret = 0;
+    std::uint64_t fence = 0;
+    std::size_t index = 0;
+  };
+  // The first grant of every token, per partition (an adoption or the `w` after an `e` that was
+  // answered `acquired` returns an earlier token: not a grant of its own).
+  std::map<Partition, std::vector<Granted>> grants;
+  for (const auto& [token, index] : first_grant) {
+    const Operation& operation = operations_[index];
+    grants[partition_of(operation)].push_back(
+        Granted{operation.call_ns, *operation.return_ns, token.first, index});
+  }
+  // Two-phase waiters known to be queued: an `e` answered `queued` (at its return) whose next
+  // `w` on the same connection and key returned a token: it waited in the queue from then until
+  // that grant. Every later `w` of the connection and key ends the pairing.
+  struct Queued {
+    std::int64_t queued_at = 0;  // the `e`'s return
+    std::uint64_t fence = 0;     // the `w`'s grant
+    std::size_t enqueue = 0;     // the `e`'s index
+  };
+  std::map<Partition, std::vector<Queued>> queued;
+  std::map<std::pair<std::uint64_t, Partition>, std::size_t> open;  // (connection, key) -> `e`
+  for (std::size_t i = 0; i < operations_.size(); ++i) {
+    const Operation& operation = operations_[i];
+    if (!operation.return_ns) continue;
+    const core::Command command = operation.request.command;
+    const std::pair<std::uint64_t, Partition> at{operation.connection, partition_of(operation)};
+    if (is_enqueue(command)) {
+      if (operation.status == "queued" && operation.request.ref.empty()) {
+        open[at] = i;
+      } else {
+        open.erase(at);
+      }
+    } else if (is_wait(command)) {
+      auto it = open.find(at);
+      if (it == open.end()) continue;
+      const Operation& enqueue = operations_[it->second];
+      if (operation.token &&
+          core::is_shared_command(command) == core::is_shared_command(enqueue.request.command)) {
+        auto first = first_grant.find({operation.token->fence.value, operation.token->salt});
+        if (first != first_grant.end() && first->second == i) {
+          queued[at.second].push_back(
+              Queued{*enqueue.return_ns, operation.token->fence.value, it->second});
+        }
+      }
+      open.erase(it);
+    }
+  }
+  for (auto& [partition, list] : grants) {
+    const std::string name = partition_name(partition.second.first, partition.second.second) +
+                             " in life " + std::to_string(partition.first);
+    // Fences follow real time: a grant whose request was sent after another grant's reply came
+    // back has the larger fence (requests under a stable ref aside, as below).
+    std::vector<Granted> by_ret = list;
+    std::sort(list.begin(), list.end(),
+              [](const Granted& a, const Granted& b) { return a.call < b.call; });
+    std::sort(by_ret.begin(), by_ret.end(),
+              [](const Granted& a, const Granted& b) { return a.ret < b.ret; });
+    std::size_t next = 0;
+    const Granted* highest = nullptr;
+    for (const Granted& later : list) {
+      for (; next < by_ret.size() && by_ret[next].ret < later.call; ++next) {
+        if (highest == nullptr || by_ret[next].fence > highest->fence) highest = &by_ret[next];
+      }
+      // An acquire under a stable ref may return a slot of its ref granted before (to a request
+      // whose reply was lost): an adoption, with an older fence. Left out.
+      if (highest != nullptr && later.fence <= highest->fence &&
+          operations_[later.index].request.ref.empty()) {
+        outcome.invariant = "observed-fence-order";
+        outcome.violation =
+            name + ": op " + std::to_string(later.index + 1) + " (" +
+            std::string(core::command_name(operations_[later.index].request.command)) +
+            ", called at " + std::to_string(later.call) + ") was granted fence " +
+            std::to_string(later.fence) + ", not above fence " + std::to_string(highest->fence) +
+            " of op " + std::to_string(highest->index + 1) + ", answered at " +
+            std::to_string(highest->ret);
+        return true;
+      }
+    }
+    // FIFO as the clients see it: a request sent after a waiter was seen queued is granted after
+    // that waiter (on a read-write lock: no reader overtakes a queued writer). Requests under a
+    // stable ref are left out: they may adopt an orphaned place ahead of the waiter.
+    auto waiters = queued.find(partition);
+    if (waiters == queued.end()) continue;
+    std::vector<Queued>& ahead = waiters->second;
+    std::sort(ahead.begin(), ahead.end(),
+              [](const Queued& a, const Queued& b) { return a.queued_at < b.queued_at; });
+    std::size_t seen = 0;
+    const Queued* blocking = nullptr;
+    for (const Granted& later : list) {
+      for (; seen < ahead.size() && ahead[seen].queued_at < later.call; ++seen) {
+        if (blocking == nullptr || ahead[seen].fence > blocking->fence) blocking = &ahead[seen];
+      }
+      if (operations_[later.index].request.ref.empty() && blocking != nullptr &&
+          later.fence < blocking->fence) {
+        const Operation& enqueue = operations_[blocking->enqueue];
+        const bool read_write = partition.second.first == core::Namespace::kReadWrite;
+        outcome.invariant = read_write ? "rw-fifo" : "fifo";
+        outcome.violation =
+            name + ": op " + std::to_string(later.index + 1) + " (" +
+            std::string(core::command_name(operations_[later.index].request.command)) +
+            ", called at " + std::to_string(later.call) + ") was granted fence " +
+            std::to_string(later.fence) + " before op " + std::to_string(blocking->enqueue + 1) +
+            " (" + std::string(core::command_name(enqueue.request.command)) +
+            ", answered queued at " + std::to_string(blocking->queued_at) + ") was granted fence " +
+            std::to_string(blocking->fence);
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
 History::Outcome History::check() const {
   Outcome outcome;
   using Partition = std::pair<std::uint64_t, std::pair<core::Namespace, std::string>>;
@@ -281,8 +461,7 @@ History::Outcome History::check() const {
       const bool first =
           first_grant.emplace(std::pair(operation.token->fence.value, operation.token->salt), i)
               .second;
-      const core::Command command = operation.request.command;
-      if (first && (command == core::Command::kEnqueue || command == core::Command::kSemEnqueue)) {
+      if (first && is_enqueue(operation.request.command)) {
         acquired_by_enqueue.insert({operation.token->fence.value, operation.token->salt});
       }
     }
@@ -293,9 +472,7 @@ History::Outcome History::check() const {
   // from its call plus that lease on.
   for (const Operation& unanswered : operations_) {
     const core::Command command = unanswered.request.command;
-    const bool queued =
-        (command == core::Command::kEnqueue || command == core::Command::kSemEnqueue) &&
-        unanswered.status == "queued";
+    const bool queued = is_enqueue(command) && unanswered.status == "queued";
     if ((unanswered.return_ns && !queued) || unanswered.request.ref.empty() ||
         !is_acquire(command)) {
       continue;
@@ -315,6 +492,7 @@ History::Outcome History::check() const {
       if (!inserted) it->second = std::min(it->second, from);
     }
   }
+  if (check_order(first_grant, outcome)) return outcome;
   for (std::size_t i = 0; i < operations_.size(); ++i) {
     const Operation& operation = operations_[i];
     if (!operation.return_ns) continue;
@@ -326,7 +504,8 @@ History::Outcome History::check() const {
     op.ret = *operation.return_ns;
     op.id = i + 1;
     const core::Command command = operation.request.command;
-    const bool is_wait = command == core::Command::kWait || command == core::Command::kSemWait;
+    const bool two_phase_wait = is_wait(command);
+    const bool read_write = core::command_namespace(command) == core::Namespace::kReadWrite;
     if (operation.token && is_acquire(command) && adopted(operation, i, first_grant)) {
       op.kind = Kind::kRenewOk;
       op.adoption = true;
@@ -334,7 +513,7 @@ History::Outcome History::check() const {
       op.lease_ns = (operation.lease_s > 0 ? operation.lease_s : kDefaultLeaseS) * kNsPerS;
       auto closed = closed_at_.find(operation.connection);
       if (closed != closed_at_.end()) op.owner_closed_at = closed->second;
-    } else if (is_wait && operation.token &&
+    } else if (two_phase_wait && operation.token &&
                acquired_by_enqueue.count({operation.token->fence.value, operation.token->salt}) !=
                    0) {
       op.kind = Kind::kRenewOk;
@@ -346,9 +525,10 @@ History::Outcome History::check() const {
       op.kind = Kind::kGrant;
       op.token = *operation.token;
       op.lease_ns = (operation.lease_s > 0 ? operation.lease_s : kDefaultLeaseS) * kNsPerS;
-      const bool two_phase_wait =
-          command == core::Command::kWait || command == core::Command::kSemWait;
       op.limit = two_phase_wait ? kNever : operation.request.limit;
+      if (read_write) {
+        op.mode = core::is_shared_command(command) ? LinOp::Mode::kRead : LinOp::Mode::kWrite;
+      }
       auto closed = closed_at_.find(operation.connection);
       if (closed != closed_at_.end()) op.owner_closed_at = closed->second;
     } else if (is_release(command) || is_renew(command)) {
@@ -356,6 +536,26 @@ History::Outcome History::check() const {
       const core::Token token = *operation.request.token;
       const bool ok = operation.status == "ok";
       if (!ok && granted[partition].count({token.fence.value, token.salt}) == 0) continue;
+      if (read_write) {
+        // `rr`/`rn` name only read slots, `wr`/`wn` only write slots: one of the other kind is
+        // answered `error` and changes nothing, so the model skips it.
+        auto first = first_grant.find({token.fence.value, token.salt});
+        if (first != first_grant.end() &&
+            core::is_shared_command(operations_[first->second].request.command) !=
+                core::is_shared_command(command)) {
+          if (ok) {
+            outcome.invariant = "rw-kind";
+            outcome.violation =
+                partition_name(partition.second.first, partition.second.second) + ": " +
+                std::string(core::command_name(command)) + " of fence " +
+                std::to_string(token.fence.value) + ", granted by " +
+                std::string(core::command_name(operations_[first->second].request.command)) +
+                ", was answered ok";
+            return outcome;
+          }
+          continue;
+        }
+      }
       op.token = token;
       if (is_release(command)) {
         op.kind = ok ? Kind::kReleaseOk : Kind::kReleaseError;
@@ -399,11 +599,10 @@ History::Outcome History::check() const {
                    std::to_string(op.limit) + " owner_closed_at " +
                    std::to_string(op.owner_closed_at);
       }
-      outcome.violation =
-          std::string(partition.second.first == core::Namespace::kLock ? "lock:" : "sem:") +
-          partition.second.second + " in life " + std::to_string(partition.first) + ": " +
-          std::to_string(count) + " operations do not linearize; the first " + std::to_string(bad) +
-          " already do not, ending with:" + listing;
+      outcome.violation = partition_name(partition.second.first, partition.second.second) +
+                          " in life " + std::to_string(partition.first) + ": " +
+                          std::to_string(count) + " operations do not linearize; the first " +
+                          std::to_string(bad) + " already do not, ending with:" + listing;
       return outcome;
     }
   }

@@ -21,7 +21,23 @@
 //  * an unanswered acquire under a stable ref, or an enqueue under one answered `queued`, may
 //    have adopted a slot of its ref on its key with the lease it asked for: such a holder may
 //    vanish from that acquire's call plus its lease;
-//  * a crash ends a life: its histories are checked separately (a cluster is one life).
+//  * a crash ends a life: its histories are checked separately (a cluster is one life);
+//  * read-write locks: a read grant needs no writer holding, a write grant nobody holding (the
+//    `rw`/`ww` of a two-phase pair too: the kind is in the command); a release or renewal of the
+//    other kind (`rr` of a write token...) is answered `error` and changes nothing, and one
+//    answered `ok` breaks `rw-kind`.
+//
+// Before the search, two order checks on the answered grants (first grants only: an adoption,
+// or the `w` after an `e` answered `acquired`, returns an earlier token), per life and key:
+//
+//  * observed-fence-order: a grant whose request was sent after another grant's reply arrived
+//    has the larger fence (unless it was sent under a stable ref: it may adopt a slot of its ref
+//    granted earlier to a request whose reply was lost);
+//  * fifo (rw-fifo on a read-write lock): a two-phase waiter is known to be queued from the
+//    return of its `e` answered `queued` until the grant its next `w` on that connection
+//    returned; a request sent after that return (a `w`'s call is its `e`'s) is granted a larger
+//    fence than the waiter, so no reader overtakes a queued writer. Requests under a stable ref
+//    are left out (they may adopt an orphaned place ahead).
 //
 // Thread affinity: single-threaded, owned by one simulation run.
 #pragma once
@@ -64,10 +80,11 @@ class History {
   void connection_closed(std::uint64_t connection, std::int64_t now_ns);
 
   struct Outcome {
-    std::string violation;           // empty when every key's history linearizes
-    std::uint64_t keys_checked = 0;  // (life, key) partitions searched
-    std::uint64_t inconclusive = 0;  // partitions whose search hit the step budget
-    std::uint64_t operations = 0;    // operations that took part
+    std::string invariant = "linearizability";  // what the violation breaks
+    std::string violation;                      // empty when every key's history linearizes
+    std::uint64_t keys_checked = 0;             // (life, key) partitions searched
+    std::uint64_t inconclusive = 0;             // partitions whose search hit the step budget
+    std::uint64_t operations = 0;               // operations that took part
   };
   Outcome check() const;
 
@@ -77,6 +94,12 @@ class History {
   bool adopted(
       const Operation& operation, std::size_t index,
       const std::map<std::pair<std::uint64_t, std::uint64_t>, std::size_t>& first_grant) const;
+
+  // The order checks on the answered grants (observed-fence-order, fifo, rw-fifo; see the top of
+  // this file): true, with `outcome` filled in, when one breaks.
+  bool check_order(
+      const std::map<std::pair<std::uint64_t, std::uint64_t>, std::size_t>& first_grant,
+      Outcome& outcome) const;
 
   std::uint64_t life_ = 0;
   std::vector<Operation> operations_;  // index = id - 1

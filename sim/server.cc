@@ -216,6 +216,7 @@ void ServerProcess::start() {
   config.gc_max_idle = core::Duration::milliseconds(run_.settings.gc_idle_ms);
   config.waiters_max = run_.settings.waiters_max;
   config.deadlines_per_call = run_.settings.deadlines_per_call;
+  config.lock_delay = core::Duration::milliseconds(run_.settings.lock_delay_ms);
   if (journal) {
     // Every engine takes its fences in blocks from the one journal of the process.
     process_->journal = std::move(journal);
@@ -483,6 +484,13 @@ void ServerProcess::observe_call(std::size_t shard, const std::vector<core::Deli
   if (reply != nullptr && reply->token && request != nullptr) {
     checker_.observe_grant(ResourceKey{core::command_namespace(request->command), request->key},
                            *reply->token, "reply");
+  }
+  // A release answered `ok` is a clean one: its holder left without a lock-delay.
+  if (reply != nullptr && request != nullptr && request->token &&
+      reply->status == core::Status::kOk &&
+      core::command_operation(request->command) == core::Operation::kRelease) {
+    checker_.observe_release(ResourceKey{core::command_namespace(request->command), request->key},
+                             *request->token);
   }
   checker_.check_engine(shard, *process_->engines[shard], run_.now);
 }

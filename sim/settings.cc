@@ -42,6 +42,8 @@ std::string Settings::describe() const {
         ",give_up_permille=" + std::to_string(http_give_up_permille) + "]");
   }
   if (signal_permille > 0) add("signal_permille=" + std::to_string(signal_permille));
+  if (rw_permille > 0) add("rw_permille=" + std::to_string(rw_permille));
+  if (lock_delay_ms > 0) add("lock_delay_ms=" + std::to_string(lock_delay_ms));
   if (fence_journal) {
     add("journal=[range=" + std::to_string(journal_range) + ",block=" +
         std::to_string(fence_block) + ",fail_permille=" + std::to_string(journal_fail_permille) +
@@ -119,6 +121,10 @@ Settings choose_settings(std::uint64_t seed, const std::string& profile) {
   }
   // Signals on half of the seeds, drawn last for the same reason.
   if (prng.chance(500)) s.signal_permille = static_cast<std::uint64_t>(prng.between(50, 300));
+  // Read-write locks on half of the seeds, and a lock-delay on about one in four, drawn after
+  // everything else for the same reason.
+  if (prng.chance(500)) s.rw_permille = static_cast<std::uint64_t>(prng.between(100, 500));
+  if (prng.chance(250)) s.lock_delay_ms = prng.between(50, 800);
   return s;
 }
 

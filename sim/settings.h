@@ -80,6 +80,12 @@ struct Settings {
   // Signals (listen, unlisten, signal): the share of client requests that are signal commands;
   // 0: none. The signal hub's rules are checked on every signal (sim/signal_checker.h).
   std::uint64_t signal_permille = 0;
+  // Read-write locks (rl wl rr wr rn wn re we rw ww): the share of client requests that are
+  // read-write lock commands; 0: none. Checked by sim/checker.h and sim/history.h.
+  std::uint64_t rw_permille = 0;
+  // EngineConfig::lock_delay (--lock-delay) of every engine, in milliseconds; 0: off. The
+  // checker holds the engines to it (sim/checker.h, "lock-delay").
+  std::int64_t lock_delay_ms = 0;
 
   // One line naming every choice, printed with each seed.
   std::string describe() const;

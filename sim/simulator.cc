@@ -47,7 +47,9 @@ class World final {
         server_(run_, network_, disk_, checker_, history_, faults_prng_),
         workload_(run_, network_, history_),
         http_(run_, network_),
-        faults_(run_, server_, workload_, faults_prng_) {}
+        faults_(run_, server_, workload_, faults_prng_) {
+    checker_.count_into(&run_.result.coverage);
+  }
 
   Result run();
 
@@ -187,7 +189,7 @@ Result World::run() {
     run_.result.keys_checked = outcome.keys_checked;
     run_.result.inconclusive = outcome.inconclusive;
     run_.result.operations_checked = outcome.operations;
-    if (!outcome.violation.empty()) run_.fail("linearizability", outcome.violation);
+    if (!outcome.violation.empty()) run_.fail(outcome.invariant, outcome.violation);
   }
   run_.result.events_run = events_;
   run_.result.digest = run_.digest.value();

@@ -186,6 +186,13 @@ void Workload::client_act(Client& client) {
     client_send(client, std::move(out), std::move(bytes));
     return;
   }
+  if (run_.settings.rw_permille > 0 && prng_.chance(run_.settings.rw_permille)) {
+    pick_rw_request(client, out, bytes);
+    if (bytes.empty()) core::encode_request(request, bytes);
+    run_.digest.add(bytes);
+    client_send(client, std::move(out), std::move(bytes));
+    return;
+  }
   const std::uint64_t dice = prng_.below(1000);
   const bool semaphore = prng_.chance(400);
   auto lease = [&]() -> std::int64_t { return prng_.chance(300) ? 0 : prng_.between(1, 8); };
@@ -275,6 +282,96 @@ void Workload::client_act(Client& client) {
   client_send(client, std::move(out), std::move(bytes));
 }
 
+void Workload::pick_rw_request(Client& client, Outstanding& out, std::string& bytes) {
+  using core::Command;
+  core::Request& request = out.request;
+  auto lease = [&]() -> std::int64_t { return prng_.chance(300) ? 0 : prng_.between(1, 8); };
+  auto timeout = [&]() -> std::int64_t { return prng_.chance(250) ? 0 : prng_.between(1, 4); };
+  auto key = [&]() { return ResourceKey{Namespace::kReadWrite, pick_key(false).second}; };
+  // The read-write slots the client holds.
+  std::vector<ResourceKey> held;
+  for (const auto& [held_key, token] : client.view.held) {
+    if (held_key.first == Namespace::kReadWrite) held.push_back(held_key);
+  }
+  const bool read = prng_.chance(600);
+  const bool other_kind = prng_.chance(80);  // a release, renewal or wait of the other kind
+  const std::uint64_t dice = prng_.below(1000);
+  if (dice < 380) {
+    request.command = read ? Command::kReadLock : Command::kWriteLock;
+    request.key = key().second;
+    request.timeout_s = timeout();
+    request.lease_s = lease();
+  } else if (dice < 580) {
+    // Release: mostly a slot we hold, with its own kind; sometimes the other kind (`error`, and
+    // the slot stays), a stale or foreign token, or a malformed one.
+    ResourceKey target;
+    std::optional<core::Token> token;
+    bool shared = read;
+    if (!held.empty() && prng_.chance(850)) {
+      target = held[prng_.below(held.size())];
+      token = client.view.held.at(target);
+      shared = client.view.held_shared.count(target) != 0;
+      if (other_kind) {
+        shared = !shared;
+        ++run_.result.coverage["rw-other-kind"];
+      }
+    } else {
+      target = key();
+      if (!token_pool_.empty()) token = token_pool_[prng_.below(token_pool_.size())];
+    }
+    request.command = shared ? Command::kReadRelease : Command::kWriteRelease;
+    request.key = target.second;
+    if (!token || prng_.chance(30)) {
+      out.malformed = true;  // not a token we could have issued: `error`, nothing changes
+      bytes = std::string(core::command_name(request.command)) + "\n" + target.second +
+              "\nNOT-A-TOKEN\n";
+    } else {
+      request.token = token;
+    }
+  } else if (dice < 680) {
+    // Renew a slot we hold (sometimes too late, sometimes naming the other kind).
+    if (held.empty()) {
+      request.command = Command::kPing;
+      return;
+    }
+    const ResourceKey target = held[prng_.below(held.size())];
+    bool shared = client.view.held_shared.count(target) != 0;
+    if (other_kind) {
+      shared = !shared;
+      ++run_.result.coverage["rw-other-kind"];
+    }
+    request.command = shared ? Command::kReadRenew : Command::kWriteRenew;
+    request.key = target.second;
+    request.token = client.view.held.at(target);
+    request.lease_s = lease();
+  } else if (dice < 840) {
+    request.command = read ? Command::kReadEnqueue : Command::kWriteEnqueue;
+    request.key = key().second;
+    request.lease_s = lease();
+  } else {
+    // Two-phase step two: mostly for a read-write key we enqueued, with its kind.
+    ResourceKey target;
+    bool shared = read;
+    std::vector<ResourceKey> enqueued;
+    for (const auto& [enqueued_key, since] : client.view.enqueued) {
+      if (enqueued_key.first == Namespace::kReadWrite) enqueued.push_back(enqueued_key);
+    }
+    if (!enqueued.empty() && prng_.chance(900)) {
+      target = enqueued[prng_.below(enqueued.size())];
+      shared = client.view.enqueued_shared.count(target) != 0;
+      if (other_kind) {
+        shared = !shared;
+        ++run_.result.coverage["rw-other-kind"];
+      }
+    } else {
+      target = key();
+    }
+    request.command = shared ? Command::kReadWait : Command::kWriteWait;
+    request.key = target.second;
+    request.timeout_s = timeout();
+  }
+}
+
 void Workload::pick_signal_request(Client& client, core::Request& request) {
   static const char* const kPatterns[] = {"ev.a", "ev.*", "ev.>", "*.a", "ev.a.b", ">", "ev.*.b"};
   static const char* const kChannels[] = {"ev.a", "ev.b", "ev.a.b", "x.a", "ev.c.b"};
@@ -348,6 +445,10 @@ void Workload::client_line(Client& client, std::string_view line) {
   const std::optional<core::Token> granted =
       client.view.on_reply(request, *reply, outstanding.sent_at, outstanding.op, history_);
   if (granted) token_pool_.push_back(*granted);
+  if (reply->token && core::command_namespace(request.command) == Namespace::kReadWrite) {
+    ++run_.result.coverage[core::is_shared_command(request.command) ? "rw-read-granted"
+                                                                    : "rw-write-granted"];
+  }
   if (token_pool_.size() > 256) token_pool_.erase(token_pool_.begin(), token_pool_.begin() + 128);
   if (outstanding.op != 0) {
     history_.complete(outstanding.op, run_.now, std::string(core::status_name(reply->status)),

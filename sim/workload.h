@@ -1,7 +1,8 @@
 // Workload: the simulated clients. Each client connects, speaks the real wire protocol over its
-// connection (locks, semaphores, two-phase enqueue/wait, releases and renewals with its own,
-// stale, foreign or malformed tokens, pings, stats, malformed and oversized requests, signal
-// listens and signals, pipelined when the seed says so), reads the replies, and now and then closes
+// connection (locks, semaphores, read-write locks, two-phase enqueue/wait, releases and renewals
+// with its own, stale, foreign or malformed tokens or of the other kind of read-write slot, pings,
+// stats, malformed and oversized requests, signal listens and signals, pipelined when the seed
+// says so), reads the replies, and now and then closes
 // or resets its connection. Every call and its reply go to the History; every choice comes from the
 // seed's workload stream.
 //
@@ -76,6 +77,9 @@ class Workload {
   void client_line(Client& client, std::string_view line);
   // Signals (Settings::signal_permille): a listen, an unlisten or a signal.
   void pick_signal_request(Client& client, core::Request& request);
+  // Read-write locks (Settings::rw_permille): rl wl rr wr rn wn re we rw ww, releases and
+  // renewals of the other kind now and then. `bytes` is set for a malformed request.
+  void pick_rw_request(Client& client, Outstanding& out, std::string& bytes);
   // A `sig` frame pushed to the client.
   void client_frame(Client& client, std::string_view line);
   ResourceKey pick_key(bool semaphore);
