@@ -855,7 +855,8 @@ struct Engine::Impl {
     return resource;
   }
 
-  Reply acquire(SessionId session, Namespace ns, const Request& request) {
+  Reply acquire(SessionId session, Namespace ns, const Request& request,
+                std::vector<Delivery>& out) {
     const std::int64_t limit = ns == Namespace::kSemaphore ? request.limit : 1;
     const bool shared = is_shared_command(request.command);
     const std::int64_t lease_s = lease_of(request);
@@ -875,8 +876,10 @@ struct Engine::Impl {
         if (Waiter* waiter = find_orphan_waiter(*resource, request.ref, shared)) {
           adopt_waiter(*waiter, session, state, lease_s, /*two_phase=*/false);
           if (request.timeout_s == 0) {
-            // Try-once gives the place up. The queue's head cannot be granted: nobody moves up.
+            // Try-once gives the place up. If it was a writer's at the head of a read-write
+            // lock that readers hold, the readers behind it move up.
             remove_waiter(waiter);
+            promote(*resource, out);
             return Reply::of(Status::kTimeout);
           }
           park(waiter, request.timeout_s);
@@ -1840,7 +1843,7 @@ Reply Engine::handle(Instant now, SessionId session, const Request& request,
   }
   switch (command_operation(request.command)) {
     case Operation::kAcquire:
-      return impl_->acquire(session, ns, request);
+      return impl_->acquire(session, ns, request, out);
     case Operation::kRelease:
       return impl_->release(session, ns, request, out);
     case Operation::kRenew:
