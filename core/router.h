@@ -138,10 +138,6 @@ struct SessionEvent {
 // kLost pushes its line if the session asked for them, kSlowConsumer closes the session
 // (CloseReason::kSlowConsumer). False, and nothing done, for any other event (the replies).
 bool apply_push_event(const SessionEvent& event, Session& session);
-// The name apply_push_event had before lost-notify; the simulator still calls it by it.
-inline bool apply_signal_event(const SessionEvent& event, Session& session) {
-  return apply_push_event(event, session);
-}
 
 // What a driver that checks the engines (the simulator) sees of every engine call: the request
 // (null for a close, a cancel, a tick or stats), its immediate reply (null likewise) and the

@@ -174,7 +174,7 @@ void NodeProcess::on_event(core::Instant now, core::SessionEvent& event) {
   }
   Connection& connection = it->second;
   core::Session& session = *connection.session;
-  if (core::apply_signal_event(event, session)) return;
+  if (core::apply_push_event(event, session)) return;
   if (!session.in_flight()) {
     anomalies_.push_back("a router event with nothing in flight, session " +
                          std::to_string(event.session.value));

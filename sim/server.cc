@@ -612,7 +612,7 @@ void ServerProcess::on_session_event(std::size_t shard, core::SessionEvent& even
   }
   ServerSession& ss = it->second;
   core::Session& session = *ss.session;
-  if (core::apply_signal_event(event, session)) {
+  if (core::apply_push_event(event, session)) {
     ++run_.result.coverage[event.kind == core::SessionEvent::Kind::kSignal ? "signal-frame"
                                                                            : "slow-consumer"];
     return;
