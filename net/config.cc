@@ -161,7 +161,12 @@ const Setting kSettings[] = {
      &Config::http_cors_allowed_origins, "comma list of origins allowed by CORS; * = any"},
     {"http-sse-ping-interval", "HTTP_SSE_PING_S", Kind::kInteger, "seconds", 1, 3600,
      &Config::http_sse_ping_interval_s, "a `:ping` comment on HTTP signal streams this often"},
-    {"debug", "DEBUG", Kind::kBool, "", 0, 0, &Config::debug, "log at debug level"},
+    {"debug", "DEBUG", Kind::kBool, "", 0, 0, &Config::debug,
+     "log at debug level (the same as --log-level debug)"},
+    {"log-format", "LOG_FORMAT", Kind::kText, "text|json", 0, 0, &Config::log_format,
+     "log lines on stderr as text, or as one JSON object per line"},
+    {"log-level", "LOG_LEVEL", Kind::kText, "debug|info|warn|error", 0, 0, &Config::log_level,
+     "the least important log lines written"},
     // Cluster mode (Config::Cluster, docs/cluster.md "Flags"): --raft-dir turns it on, and every
     // other cluster flag needs it.
     {"raft-dir", "RAFT_DIR", Kind::kText, "dir", 0, 0, &Config::Cluster::raft_dir,
@@ -579,6 +584,20 @@ std::optional<ConfigExit> apply(const Setting& setting, const Source& source, Co
       if ((setting.flag == "host" || setting.flag == "http-host") && field.empty()) {
         return invalid_value(setting, source,
                              "empty (use 0.0.0.0 or :: to listen on every address)");
+      }
+      // The words net/log.h parses (parse_log_format, parse_log_level), in lower case.
+      if (setting.flag == "log-format") {
+        field = lowercase(field);
+        if (field != "text" && field != "json") {
+          return invalid_value(setting, source, "not a log format (use text or json)");
+        }
+      }
+      if (setting.flag == "log-level") {
+        field = lowercase(field);
+        if (field == "warning") field = "warn";
+        if (field != "debug" && field != "info" && field != "warn" && field != "error") {
+          return invalid_value(setting, source, "not a log level (use debug, info, warn or error)");
+        }
       }
       return std::nullopt;
     }
@@ -1073,6 +1092,7 @@ ConfigResult parse_checked(const std::vector<std::string>& args, const EnvLookup
                        std::to_string(config.port) + ")");
   }
   if (config.http_host.empty()) config.http_host = config.host;
+  if (config.debug) config.log_level = "debug";
   if (config.http_rate_limit_burst == 0)
     config.http_rate_limit_burst = config.http_rate_limit_per_ip;
   if (auto error = check_cluster(given, config)) return std::move(*error);

@@ -52,7 +52,9 @@ struct Config {
   std::int64_t http_rate_limit_burst = 0;         // 0 = the rate
   std::string http_cors_allowed_origins;          // comma list; "*" = any; empty = no CORS
   std::int64_t http_sse_ping_interval_s = 15;     // 1..3600; `:ping` on signal streams
-  bool debug = false;
+  bool debug = false;                             // --debug: an alias of --log-level debug
+  std::string log_format = "text";                // "text" or "json" (net/log.h)
+  std::string log_level = "info";  // "debug", "info", "warn" or "error"; --debug makes it debug
 
   // One voter of the initial cluster, from --cluster-peers (`id=raftHost:port@clientHost:port`).
   // Addresses are kept in canonical form: `host:port` or `[v6]:port`, the port in decimal without

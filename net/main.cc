@@ -78,8 +78,9 @@ int main(int argc, char** argv) {
     return exit->code;
   }
   Config config = std::get<Config>(std::move(parsed));
+  set_log_format(parse_log_format(config.log_format).value_or(LogFormat::kText));
+  set_log_level(parse_log_level(config.log_level).value_or(LogLevel::kInfo));
   restart_with_huge_page_heap(config, argv);
-  set_debug_logging(config.debug);
   logf(LogLevel::kInfo, "%s starting", version_string().c_str());
   if (config.test.monotonic_offset_s != 0) {
     test_monotonic_offset_ns = config.test.monotonic_offset_s * 1'000'000'000;

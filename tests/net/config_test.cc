@@ -364,6 +364,30 @@ TEST(ConfigSyntax, ValuesInMessagesStayOnOneLine) {
   EXPECT_LT(error(parse({"--port", long_value})).size(), 200U);
 }
 
+// ---- logging --------------------------------------------------------------------------------
+
+TEST(ConfigLogging, FormatAndLevelFromFlagsAndEnvironment) {
+  const Config defaults = ok(parse({}));
+  EXPECT_EQ(defaults.log_format, "text");
+  EXPECT_EQ(defaults.log_level, "info");
+  EXPECT_EQ(ok(parse({"--log-format", "json"})).log_format, "json");
+  EXPECT_EQ(ok(parse({"--log-format=JSON"})).log_format, "json");
+  EXPECT_EQ(ok(parse({}, {{"TURNSTILE_LOG_FORMAT", "json"}})).log_format, "json");
+  EXPECT_EQ(ok(parse({}, {{"DFLOCKD_LOG_LEVEL", "error"}})).log_level, "error");
+  EXPECT_EQ(ok(parse({"--log-level", "warning"})).log_level, "warn");
+  EXPECT_EQ(ok(parse({"--log-level=warn"}, {{"TURNSTILE_LOG_LEVEL", "error"}})).log_level, "warn");
+  // --debug is an alias of --log-level debug, and wins over it.
+  EXPECT_EQ(ok(parse({"--debug"})).log_level, "debug");
+  EXPECT_EQ(ok(parse({"--log-level=error", "--debug"})).log_level, "debug");
+  EXPECT_EQ(ok(parse({}, {{"TURNSTILE_DEBUG", "1"}})).log_level, "debug");
+  EXPECT_EQ(error(parse({"--log-format=xml"})),
+            "turnstiled: invalid value \"xml\" for --log-format: not a log format (use text or "
+            "json)");
+  EXPECT_EQ(error(parse({}, {{"TURNSTILE_LOG_LEVEL", "loud"}})),
+            "turnstiled: invalid value \"loud\" for --log-level (from TURNSTILE_LOG_LEVEL): not a "
+            "log level (use debug, info, warn or error)");
+}
+
 TEST(ConfigSyntax, EmptyHostIsAnError) {
   EXPECT_TRUE(contains(error(parse({"--host="})), "for --host: empty"));
 }
@@ -647,6 +671,8 @@ TEST(ConfigHelp, ListsEveryFlagWithEnvironmentNamesAndDefaults) {
                                  "auth-token",
                                  "auth-token-file",
                                  "debug",
+                                 "log-format",
+                                 "log-level",
                                  "raft-dir",
                                  "node-id",
                                  "raft-addr",
