@@ -160,34 +160,6 @@ Result<void> validate_limit(std::int64_t limit) {
   return {};
 }
 
-// --- lost-notify
-// ---------------------------------------------------------------------------------
-
-std::string_view lost_cause_name(LostCause cause) {
-  switch (cause) {
-    case LostCause::kExpired:
-      return "expired";
-    case LostCause::kForced:
-      return "forced";
-    case LostCause::kReclaimed:
-      return "reclaimed";
-  }
-  return "unknown";
-}
-
-std::optional<LostNotice> parse_lost_line(std::string_view line) {
-  // The core's reading of the line (core/http_codec.h), which checks every word; typed here.
-  const std::optional<core::HttpLostSlot> slot = core::parse_lost_line(line);
-  if (!slot) return std::nullopt;
-  const std::optional<core::Namespace> space = core::parse_namespace_word(slot->kind);
-  const std::optional<core::Token> token = core::Token::parse(slot->token);
-  if (!space || !token) return std::nullopt;
-  for (const LostCause cause : {LostCause::kExpired, LostCause::kForced, LostCause::kReclaimed}) {
-    if (slot->reason == lost_cause_name(cause)) return LostNotice{*space, slot->key, *token, cause};
-  }
-  return std::nullopt;
-}
-
 // --- endpoints
 // ------------------------------------------------------------------------------------
 
@@ -479,7 +451,7 @@ struct Connection::Impl {
   // every other line, and for every line while lost-notify is off.
   bool take_push(std::string_view line) {
     if (!lost_notify || !line.starts_with("lost ")) return false;
-    std::optional<LostNotice> notice = parse_lost_line(line);
+    std::optional<LostNotice> notice = core::parse_lost_line(line);
     if (!notice) return false;  // no reply starts with `lost`: read on as a reply, a bad one
     ++pushes_read;
     if (lost_handler) {

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "client/result.h"
+#include "core/loss.h"
 #include "core/types.h"
 #include "core/wire.h"
 
@@ -115,29 +116,11 @@ struct InspectResult {
   std::string json;
 };
 
-// Why the server took a slot from this connection (the last word of a `lost` line).
-enum class LostCause : std::uint8_t {
-  kExpired,    // `expired`: its lease ran out
-  kForced,     // `forced`: an operator force-released it (HTTP DELETE /v1/admin/...)
-  kReclaimed,  // `reclaimed`: an orphan kept for this connection's stable ref ran out of time
-};
-
-// "expired", "forced" or "reclaimed".
-std::string_view lost_cause_name(LostCause cause);
-
-// One `lost <kind> <key> <token> <reason>` push line.
-struct LostNotice {
-  core::Namespace space = core::Namespace::kLock;  // lock, sem or rw (core::namespace_word)
-  std::string key;
-  core::Token token;
-  LostCause cause = LostCause::kExpired;
-
-  std::uint64_t fence() const { return token.fence.value; }
-  bool operator==(const LostNotice&) const = default;
-};
-
-// Reads a `lost ...` line (its '\n' optional); nullopt for anything else.
-std::optional<LostNotice> parse_lost_line(std::string_view line);
+// One `lost <kind> <key> <token> <reason>` push line, read with core::parse_lost_line: the slot's
+// namespace, key and token (its fence: token.fence), and why the server took it
+// (core::LossReason: its lease ran out, an operator force-released it, or an orphan kept for
+// this connection's stable ref ran out of time).
+using LostNotice = core::LostSlot;
 
 // Called with each `lost` line as it is read, on the thread that is reading (inside whichever
 // call read it). It must not call the connection.

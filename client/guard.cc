@@ -39,13 +39,13 @@ std::string_view loss_reason_name(LossReason reason) {
 
 namespace {
 
-LossReason loss_reason_of(LostCause cause) {
+LossReason loss_reason_of(core::LossReason cause) {
   switch (cause) {
-    case LostCause::kExpired:
+    case core::LossReason::kExpired:
       return LossReason::kServerExpired;
-    case LostCause::kForced:
+    case core::LossReason::kForced:
       return LossReason::kForceReleased;
-    case LostCause::kReclaimed:
+    case core::LossReason::kReclaimed:
       return LossReason::kReclaimed;
   }
   return LossReason::kServerExpired;
@@ -115,7 +115,7 @@ struct Guard::State {
   // A `lost` line, read by whichever thread was using the connection: kept if it names the grant
   // (the renewal thread reports it). `grant` is written only before the renewal thread starts.
   void take_push(const LostNotice& notice) {
-    if (notice.token != grant.token || notice.key != key || notice.space != space) return;
+    if (notice.token != grant.token || notice.key != key || notice.ns != space) return;
     std::lock_guard lock(mutex);
     pushed = notice;
   }
@@ -128,10 +128,10 @@ struct Guard::State {
       notice = pushed;
     }
     if (!notice) return false;
-    declare_lost(loss_reason_of(notice->cause),
+    declare_lost(loss_reason_of(notice->reason),
                  make_error(ErrorCode::kLeaseExpired,
                             "the server reported the slot lost (" +
-                                std::string(lost_cause_name(notice->cause)) + ")"));
+                                std::string(core::loss_reason_name(notice->reason)) + ")"));
     return true;
   }
 

@@ -188,8 +188,9 @@ void ClusterLeader::applied(const LogEntry& entry, const AppliedEntry& applied) 
   }
   for (const Loss& loss : applied.losses) {
     if (!own(loss.session)) continue;
-    to_owner(loss.session,
-             message::Lost{loss.session, std::make_shared<const std::string>(lost_line(loss))});
+    to_owner(
+        loss.session,
+        message::Lost{loss.session, std::make_shared<const std::string>(lost_line(loss.slot))});
   }
 }
 

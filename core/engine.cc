@@ -777,7 +777,8 @@ struct Engine::Impl {
   void report_loss(const Holder& holder, LossReason reason) {
     const Resource& resource = *holder.resource;
     auto lost_by = [&](SessionId session) {
-      losses.push_back(Loss{session, resource.ns, std::string(resource.key), holder.token, reason});
+      losses.push_back(
+          Loss{session, LostSlot{resource.ns, std::string(resource.key), holder.token, reason}});
     };
     if (holder.owner != nullptr) {
       lost_by(holder.session);
@@ -1917,31 +1918,6 @@ std::vector<Loss> Engine::take_losses() {
   std::vector<Loss> taken;
   taken.swap(impl_->losses);
   return taken;
-}
-
-std::string_view loss_reason_name(LossReason reason) {
-  switch (reason) {
-    case LossReason::kExpired:
-      return "expired";
-    case LossReason::kForced:
-      return "forced";
-    case LossReason::kReclaimed:
-      return "reclaimed";
-  }
-  TS_ASSERT(false);
-}
-
-std::string lost_line(const Loss& loss) {
-  std::string line = "lost ";
-  line.append(namespace_word(loss.ns));
-  line.push_back(' ');
-  line.append(loss.key);
-  line.push_back(' ');
-  line.append(loss.token.to_string());
-  line.push_back(' ');
-  line.append(loss_reason_name(loss.reason));
-  line.push_back('\n');
-  return line;
 }
 
 std::string Engine::save() const { return impl_->save(); }

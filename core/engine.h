@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "core/fence.h"
+#include "core/loss.h"
 #include "core/protocol.h"
 #include "core/random.h"
 #include "core/stats.h"
@@ -68,28 +69,6 @@ struct Delivery {
   Reply reply;
   bool operator==(const Delivery&) const = default;
 };
-
-// Why a holder lost its slot without releasing it.
-enum class LossReason : std::uint8_t {
-  kExpired,    // its lease ran out
-  kForced,     // an operator force-released it
-  kReclaimed,  // an orphan kept for a stable ref (docs/semantics.md) ran out of time; the loss
-               // goes to the open sessions with that ref
-};
-std::string_view loss_reason_name(LossReason reason);
-
-// A slot lost by a session that is still open (Engine::take_losses): what a connection that asked
-// for lost-notify is told, as a `lost <kind> <key> <token> <reason>` line.
-struct Loss {
-  SessionId session;
-  Namespace ns = Namespace::kLock;
-  std::string key;
-  Token token;
-  LossReason reason = LossReason::kExpired;
-  bool operator==(const Loss&) const = default;
-};
-// The push line of a loss, with its newline.
-std::string lost_line(const Loss& loss);
 
 struct EngineCounters {
   std::uint64_t clock_regressions = 0;  // inputs whose `now` was behind the largest seen

@@ -743,45 +743,28 @@ HttpResponse render_http_key_reply(const Request& request, const Reply& reply) {
 
 namespace {
 
-Json lost_json(const HttpLostSlot& slot) {
-  return Json{
-      {"kind", slot.kind}, {"key", slot.key}, {"token", slot.token}, {"reason", slot.reason}};
+Json lost_json(const LostSlot& slot) {
+  return Json{{"kind", namespace_word(slot.ns)},
+              {"key", slot.key},
+              {"token", slot.token.to_string()},
+              {"reason", loss_reason_name(slot.reason)}};
 }
 
 }  // namespace
 
-std::optional<HttpLostSlot> parse_lost_line(std::string_view line) {
-  if (!line.empty() && line.back() == '\n') line.remove_suffix(1);
-  std::array<std::string_view, 5> words;
-  for (std::string_view& word : words) {
-    if (line.empty()) return std::nullopt;
-    const std::size_t space = line.find(' ');
-    word = line.substr(0, space);
-    line.remove_prefix(space == std::string_view::npos ? line.size() : space + 1);
-    if (word.empty()) return std::nullopt;
-  }
-  if (!line.empty() || words[0] != "lost" || !parse_namespace_word(words[1]) ||
-      key_problem(words[2]) || !Token::parse(words[3]) ||
-      (words[4] != "expired" && words[4] != "forced" && words[4] != "reclaimed")) {
-    return std::nullopt;
-  }
-  return HttpLostSlot{std::string(words[1]), std::string(words[2]), std::string(words[3]),
-                      std::string(words[4])};
-}
-
-std::string http_body_with_lost(std::string_view body, const std::vector<HttpLostSlot>& lost,
+std::string http_body_with_lost(std::string_view body, const std::vector<LostSlot>& lost,
                                 std::uint64_t dropped) {
   if (lost.empty() && dropped == 0) return std::string(body);
   Json json = Json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   if (!json.is_object()) return std::string(body);
   Json slots = Json::array();
-  for (const HttpLostSlot& slot : lost) slots.push_back(lost_json(slot));
+  for (const LostSlot& slot : lost) slots.push_back(lost_json(slot));
   json["lost"] = std::move(slots);
   if (dropped > 0) json["lost_dropped"] = dropped;
   return json_line(json);
 }
 
-std::string http_lost_event(const HttpLostSlot& slot) {
+std::string http_lost_event(const LostSlot& slot) {
   return "event: lost\ndata: " + json_line(lost_json(slot)) + "\n";
 }
 

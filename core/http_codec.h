@@ -26,6 +26,7 @@
 #include <variant>
 #include <vector>
 
+#include "core/loss.h"
 #include "core/protocol.h"
 
 namespace turnstile::core {
@@ -263,25 +264,14 @@ HttpResponse render_http_key_reply(const Request& request, const Reply& reply);
 
 // ---- lost slots of HTTP sessions (docs/http-api.md, "Lost slots") ---------------------------
 
-// A slot a session lost without releasing it, as its `lost` push line names it (core::lost_line).
-struct HttpLostSlot {
-  std::string kind;    // lock, sem or rw
-  std::string key;     // 1..256 bytes, no whitespace
-  std::string token;   // the lost token, 32 lowercase hex digits
-  std::string reason;  // expired, forced or reclaimed
-  bool operator==(const HttpLostSlot&) const = default;
-};
-// The slot of a `lost <kind> <key> <token> <reason>` line (its '\n' optional); nullopt when the
-// line is not one.
-std::optional<HttpLostSlot> parse_lost_line(std::string_view line);
 // `body` (a JSON object on one line, as this codec writes them) with "lost":[{"kind","key",
 // "token","reason"}...] added, and "lost_dropped":N when `dropped` > 0 (slots the session lost
 // that no longer fitted in what it remembers). `body` itself when `lost` is empty and `dropped` 0,
 // or when it is not a JSON object.
-std::string http_body_with_lost(std::string_view body, const std::vector<HttpLostSlot>& lost,
+std::string http_body_with_lost(std::string_view body, const std::vector<LostSlot>& lost,
                                 std::uint64_t dropped);
 // The Server-Sent Event of a lost slot: `event: lost\ndata: {"kind","key","token","reason"}\n\n`.
-std::string http_lost_event(const HttpLostSlot& slot);
+std::string http_lost_event(const LostSlot& slot);
 // The last event of a session's event stream: `event: end\ndata: {"reason":"<reason>"}\n\n`.
 std::string http_stream_end_event(std::string_view reason);
 

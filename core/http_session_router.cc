@@ -270,7 +270,7 @@ void HttpSessionRouter::on_session_event(Instant now, const SessionEvent& event)
     case SessionEvent::Kind::kLost:
       // The `lost` line of a slot the session lost: for its next reply and its watcher.
       if (event.frame != nullptr) {
-        if (const std::optional<HttpLostSlot> slot = parse_lost_line(*event.frame)) {
+        if (const std::optional<LostSlot> slot = parse_lost_line(*event.frame)) {
           sessions_.on_lost(event.session, *slot);
         }
       }

@@ -33,7 +33,7 @@ struct HttpSessions::Session {
   bool in_flight_abandoned = false;  // answered already (session gone) or its client left
   bool cancel_sent = false;
   std::deque<Request> give_backs;  // run before anything else in the queue
-  std::deque<HttpLostSlot> lost;   // at most kLostRemembered, oldest first
+  std::deque<LostSlot> lost;       // at most kLostRemembered, oldest first
   std::uint64_t lost_dropped = 0;  // lost slots pushed out of `lost` since it was last taken
   HttpTicket watcher = 0;          // 0: nobody watches
 };
@@ -249,7 +249,7 @@ void HttpSessions::on_cancelled(SessionId id) {
   maybe_forget(session);
 }
 
-void HttpSessions::on_lost(SessionId id, const HttpLostSlot& slot) {
+void HttpSessions::on_lost(SessionId id, const LostSlot& slot) {
   auto it = by_id_.find(id.value);
   if (it == by_id_.end() || it->second->closed) return;
   Session& session = *it->second;

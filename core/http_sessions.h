@@ -47,7 +47,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/http_codec.h"
+#include "core/loss.h"
 #include "core/protocol.h"
 #include "core/time.h"
 #include "core/types.h"
@@ -105,7 +105,7 @@ struct HttpAnswer {
 // The slots a session lost since they were last taken, oldest first, and how many more it lost
 // that it no longer remembered (kLostRemembered).
 struct HttpLosses {
-  std::vector<HttpLostSlot> slots;
+  std::vector<LostSlot> slots;
   std::uint64_t dropped = 0;
 };
 
@@ -118,7 +118,7 @@ struct HttpWatchEvent {
   };
   HttpTicket ticket = 0;
   Kind kind = Kind::kOpen;
-  HttpLostSlot slot = {};   // kLost
+  LostSlot slot = {};       // kLost
   std::string reason = {};  // kEnd
 };
 
@@ -165,7 +165,7 @@ class HttpSessions {
   // ---- lost slots
   static constexpr std::size_t kLostRemembered = 32;
   // `session` lost `slot` (ignored for an unknown or closed session).
-  void on_lost(SessionId session, const HttpLostSlot& slot);
+  void on_lost(SessionId session, const LostSlot& slot);
   // What `session` lost since the last call, and forgets it.
   HttpLosses take_lost(SessionId session);
   // Makes `ticket` the watcher of the live session `handle` (a kOpen event; the previous

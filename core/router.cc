@@ -323,8 +323,9 @@ void Router::dispatch(std::vector<Delivery>& deliveries) {
   }
   deliveries.clear();
   for (const Loss& loss : engine_->take_losses()) {
-    to_owner(loss.session,
-             message::Lost{loss.session, std::make_shared<const std::string>(lost_line(loss))});
+    to_owner(
+        loss.session,
+        message::Lost{loss.session, std::make_shared<const std::string>(lost_line(loss.slot))});
   }
 }
 

@@ -192,10 +192,10 @@ void check_key_request(const core::HttpEndpointSpec& spec, const HttpText& http,
 
 // The body read as a `lost` push line: refused, or a slot that renders as JSON everywhere.
 void check_lost_line(std::string_view text) {
-  const std::optional<core::HttpLostSlot> slot = core::parse_lost_line(text);
+  const std::optional<core::LostSlot> slot = core::parse_lost_line(text);
   if (!slot) return;
-  check(core::parse_namespace_word(slot->kind).has_value(), "a lost slot of no kind");
-  check(core::Token::parse(slot->token).has_value(), "a lost slot without a token");
+  check(core::lost_line(*slot) == std::string(text.substr(0, text.find('\n'))) + "\n",
+        "a lost line that does not read back as itself");
   const std::string event = core::http_lost_event(*slot);
   constexpr std::string_view kHead = "event: lost\ndata: ";
   check(event.rfind(kHead, 0) == 0 && event.ends_with("\n\n"), "a lost event without its frame");

@@ -508,8 +508,9 @@ void EngineDifferential::compare_losses() {
     std::string text;
     for (const core::Loss& loss : losses) {
       text += " s" + std::to_string(loss.session.value) + "/" +
-              std::string(core::namespace_word(loss.ns)) + ":" + loss.key + "/" +
-              short_token(loss.token) + "/" + std::string(core::loss_reason_name(loss.reason));
+              std::string(core::namespace_word(loss.slot.ns)) + ":" + loss.slot.key + "/" +
+              short_token(loss.slot.token) + "/" +
+              std::string(core::loss_reason_name(loss.slot.reason));
     }
     return text;
   };
@@ -521,12 +522,12 @@ void EngineDifferential::compare_losses() {
   for (std::size_t i = 0; i < engine_losses.size(); ++i) {
     const core::Loss& e = engine_losses[i];
     const core::Loss& m = model_losses[i];
-    check(e.session == m.session && e.ns == m.ns && e.key == m.key && e.reason == m.reason &&
-              e.token.fence == m.token.fence,
+    check(e.session == m.session && e.slot.ns == m.slot.ns && e.slot.key == m.slot.key &&
+              e.slot.reason == m.slot.reason && e.slot.token.fence == m.slot.token.fence,
           differ);
-    auto paired = engine_to_model_.find(key_of(e.token));
-    check(paired == engine_to_model_.end() || paired->second == m.token, differ);
-    count(std::string("loss ") + std::string(core::loss_reason_name(e.reason)));
+    auto paired = engine_to_model_.find(key_of(e.slot.token));
+    check(paired == engine_to_model_.end() || paired->second == m.slot.token, differ);
+    count(std::string("loss ") + std::string(core::loss_reason_name(e.slot.reason)));
   }
 }
 

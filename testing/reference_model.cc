@@ -110,8 +110,8 @@ void ReferenceModel::process(const Due& due, std::vector<Delivery>& out) {
     Token token = resource.holders[due.item_index].token;
     const SessionId holder_session = resource.holders[due.item_index].session;
     if (std::find(closed_.begin(), closed_.end(), holder_session) == closed_.end()) {
-      losses_.push_back(
-          core::Loss{holder_session, resource.ns, resource.key, token, core::LossReason::kExpired});
+      losses_.push_back(core::Loss{holder_session, core::LostSlot{resource.ns, resource.key, token,
+                                                                  core::LossReason::kExpired}});
     }
     resource.holders.erase(resource.holders.begin() + static_cast<std::ptrdiff_t>(due.item_index));
     ++counters_.lease_expiries;
@@ -488,8 +488,8 @@ Reply ReferenceModel::force_release(Namespace ns, const Request& request,
     ++freed;
     ++counters_.forced_releases;
     if (std::find(closed_.begin(), closed_.end(), holder.session) == closed_.end()) {
-      losses_.push_back(
-          core::Loss{holder.session, ns, resource.key, holder.token, core::LossReason::kForced});
+      losses_.push_back(core::Loss{holder.session, core::LostSlot{ns, resource.key, holder.token,
+                                                                  core::LossReason::kForced}});
     }
     for (Record& record : records_) {
       if (record.state == RecordState::kGranted && record.token == holder.token) {

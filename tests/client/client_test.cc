@@ -852,16 +852,18 @@ TEST(ClientLostNotify, ParsesOnlyWellFormedLostLines) {
   const std::string token =
       "0000000000000001"
       "00000000000000ab";
-  auto notice = parse_lost_line("lost rw cat/1 " + token + " forced");
+  auto notice = core::parse_lost_line("lost rw cat/1 " + token + " forced");
   ASSERT_TRUE(notice.has_value());
-  EXPECT_EQ(notice->space, core::Namespace::kReadWrite);
+  EXPECT_EQ(notice->ns, core::Namespace::kReadWrite);
   EXPECT_EQ(notice->key, "cat/1");
   EXPECT_EQ(notice->token.to_string(), token);
-  EXPECT_EQ(notice->fence(), 1U);
-  EXPECT_EQ(notice->cause, LostCause::kForced);
-  EXPECT_EQ(parse_lost_line("lost sem k " + token + " reclaimed")->cause, LostCause::kReclaimed);
-  EXPECT_EQ(parse_lost_line("lost lock k " + token + " expired")->space, core::Namespace::kLock);
-  EXPECT_EQ(parse_lost_line("lost lock k " + token + " expired\n")->cause, LostCause::kExpired);
+  EXPECT_EQ(notice->token.fence.value, 1U);
+  EXPECT_EQ(notice->reason, core::LossReason::kForced);
+  EXPECT_EQ(core::parse_lost_line("lost sem k " + token + " reclaimed")->reason,
+            core::LossReason::kReclaimed);
+  EXPECT_EQ(core::parse_lost_line("lost lock k " + token + " expired")->ns, core::Namespace::kLock);
+  EXPECT_EQ(core::parse_lost_line("lost lock k " + token + " expired\n")->reason,
+            core::LossReason::kExpired);
   const std::vector<std::string> bad_lines = {"lost lock k " + token,
                                               "lost lock k " + token + " expired x",
                                               "lost mutex k " + token + " expired",
@@ -871,7 +873,7 @@ TEST(ClientLostNotify, ParsesOnlyWellFormedLostLines) {
                                               "sig lock k " + token + " expired",
                                               "ok"};
   for (const std::string& bad : bad_lines) {
-    EXPECT_FALSE(parse_lost_line(bad).has_value()) << bad;
+    EXPECT_FALSE(core::parse_lost_line(bad).has_value()) << bad;
   }
 }
 
@@ -895,10 +897,10 @@ TEST(ClientLostNotify, AnExpiryIsPushedBetweenARequestAndItsReply) {
   waiting.join();
   const std::vector<LostNotice> notices = holder.take_lost_notices();
   ASSERT_EQ(notices.size(), 1U);
-  EXPECT_EQ(notices[0].space, core::Namespace::kLock);
+  EXPECT_EQ(notices[0].ns, core::Namespace::kLock);
   EXPECT_EQ(notices[0].key, "short");
   EXPECT_EQ(notices[0].token, short_lease->token);
-  EXPECT_EQ(notices[0].cause, LostCause::kExpired);
+  EXPECT_EQ(notices[0].reason, core::LossReason::kExpired);
   EXPECT_TRUE(holder.take_lost_notices().empty());
   EXPECT_TRUE(plain.take_lost_notices().empty());
   EXPECT_TRUE(holder.ping().ok());
@@ -929,10 +931,10 @@ TEST(ClientLostNotify, AHandlerGetsThePushesOfAnIdleConnectionUntilItTurnsThemOf
   ASSERT_EQ(seen.size(), 2U);
   std::sort(seen.begin(), seen.end(),
             [](const LostNotice& a, const LostNotice& b) { return a.key < b.key; });
-  EXPECT_EQ(seen[0].space, core::Namespace::kReadWrite);
+  EXPECT_EQ(seen[0].ns, core::Namespace::kReadWrite);
   EXPECT_EQ(seen[0].key, "doc");
   EXPECT_EQ(seen[0].token, reader->token);
-  EXPECT_EQ(seen[1].space, core::Namespace::kSemaphore);
+  EXPECT_EQ(seen[1].ns, core::Namespace::kSemaphore);
   EXPECT_EQ(seen[1].key, "pool");
   EXPECT_EQ(seen[1].token, slot->token);
   EXPECT_TRUE(holder.take_lost_notices().empty());  // the handler took them

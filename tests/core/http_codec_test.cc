@@ -338,12 +338,14 @@ TEST(HttpCodecKeys, RepliesRenderAsHeldReleasedOrTheInspection) {
 
 TEST(HttpCodecLost, ALostLineIsParsedAndEveryOtherLineRefused) {
   const std::string token = "00000000000000ffabcdefabcdefabcd";
-  const std::optional<HttpLostSlot> slot = parse_lost_line("lost rw cfg " + token + " forced\n");
+  const std::optional<LostSlot> slot = parse_lost_line("lost rw cfg " + token + " forced\n");
   ASSERT_TRUE(slot.has_value());
-  EXPECT_EQ(*slot, (HttpLostSlot{"rw", "cfg", token, "forced"}));
+  EXPECT_EQ(*slot,
+            (LostSlot{Namespace::kReadWrite, "cfg", *Token::parse(token), LossReason::kForced}));
+  EXPECT_EQ(lost_line(*slot), "lost rw cfg " + token + " forced\n");  // reads back as itself
   EXPECT_EQ(parse_lost_line("lost lock k " + token + " expired"),
-            (HttpLostSlot{"lock", "k", token, "expired"}));
-  EXPECT_EQ(parse_lost_line("lost sem k " + token + " reclaimed")->reason, "reclaimed");
+            (LostSlot{Namespace::kLock, "k", *Token::parse(token), LossReason::kExpired}));
+  EXPECT_EQ(parse_lost_line("lost sem k " + token + " reclaimed")->reason, LossReason::kReclaimed);
   for (const std::string& line : std::vector<std::string>{
            std::string(""), std::string("lost"), "lost lock k " + token,
            "lost lock k " + token + " gone", "lost mutex k " + token + " forced",
@@ -355,8 +357,10 @@ TEST(HttpCodecLost, ALostLineIsParsedAndEveryOtherLineRefused) {
 }
 
 TEST(HttpCodecLost, LossesRideOnABodyAndOnAnEvent) {
-  const HttpLostSlot a{"lock", "k", "00000000000000ffabcdefabcdefabcd", "expired"};
-  const HttpLostSlot b{"sem", "s<&>", "0000000000000100abcdefabcdefabcd", "forced"};
+  const LostSlot a{Namespace::kLock, "k", *Token::parse("00000000000000ffabcdefabcdefabcd"),
+                   LossReason::kExpired};
+  const LostSlot b{Namespace::kSemaphore, "s<&>", *Token::parse("0000000000000100abcdefabcdefabcd"),
+                   LossReason::kForced};
   const std::string body = "{\"status\":\"ok\",\"token\":\"t\",\"lease_ttl_s\":3}\n";
   EXPECT_EQ(http_body_with_lost(body, {}, 0), body);  // nothing new for a client that lost none
   EXPECT_EQ(http_body_with_lost(body, {a, b}, 0),
@@ -376,7 +380,8 @@ TEST(HttpCodecLost, LossesRideOnABodyAndOnAnEvent) {
             "event: lost\ndata: {\"kind\":\"lock\",\"key\":\"k\",\"token\":"
             "\"00000000000000ffabcdefabcdefabcd\",\"reason\":\"expired\"}\n\n");
   // A key with bytes that are not UTF-8 still makes one line of valid JSON.
-  const std::string odd = http_lost_event({"lock", "k\xff", a.token, "expired"});
+  const std::string odd =
+      http_lost_event({Namespace::kLock, "k\xff", a.token, LossReason::kExpired});
   EXPECT_EQ(first_invalid_utf8(odd), std::nullopt);
   EXPECT_EQ(std::count(odd.begin(), odd.end(), '\n'), 3);
   EXPECT_EQ(http_stream_end_event("session_gone"),

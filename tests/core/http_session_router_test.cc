@@ -413,7 +413,8 @@ TEST(HttpSessionRouter, AForwardedWatchHearsTheLossesOfItsSessionAndItsEnd) {
   ASSERT_EQ(events.size(), 1U);
   EXPECT_EQ(events[0].shard, 1U);
   EXPECT_EQ(events[0].event.kind, HttpWatchEvent::Kind::kLost);
-  EXPECT_EQ(events[0].event.slot, (HttpLostSlot{"lock", key, token, "expired"}));
+  EXPECT_EQ(events[0].event.slot,
+            (LostSlot{Namespace::kLock, key, *Token::parse(token), LossReason::kExpired}));
 
   const HttpTicket remove = cluster.desk(0).new_ticket();
   cluster.desk(0).remove(cluster.now_, remove, handle);

@@ -359,9 +359,9 @@ TEST(BearerTest, SchemeIsCaseInsensitiveAndValueTrimmed) {
 
 // ---- lost slots and watches (docs/http-api.md, "Lost slots") ------------------------------------
 
-HttpLostSlot lost_slot(int i, const char* reason = "expired") {
-  return HttpLostSlot{"lock", "k" + std::to_string(i),
-                      token(static_cast<std::uint64_t>(i + 1)).to_string(), reason};
+LostSlot lost_slot(int i, LossReason reason = LossReason::kExpired) {
+  return LostSlot{Namespace::kLock, "k" + std::to_string(i),
+                  token(static_cast<std::uint64_t>(i + 1)), reason};
 }
 
 TEST(HttpSessionsLost, ASessionRemembersItsLatestLossesUntilTaken) {
@@ -369,11 +369,11 @@ TEST(HttpSessionsLost, ASessionRemembersItsLatestLossesUntilTaken) {
   ASSERT_EQ(sessions.create(secs(0), SessionId{1}, "a", "ip"), HttpCreate::kOk);
   ASSERT_EQ(sessions.create(secs(0), SessionId{2}, "b", "ip"), HttpCreate::kOk);
   sessions.on_lost(SessionId{1}, lost_slot(0));
-  sessions.on_lost(SessionId{1}, lost_slot(1, "forced"));
+  sessions.on_lost(SessionId{1}, lost_slot(1, LossReason::kForced));
   sessions.on_lost(SessionId{9}, lost_slot(2));  // unknown: ignored
   EXPECT_TRUE(sessions.take_lost(SessionId{2}).slots.empty());
   HttpLosses taken = sessions.take_lost(SessionId{1});
-  EXPECT_EQ(taken.slots, (std::vector<HttpLostSlot>{lost_slot(0), lost_slot(1, "forced")}));
+  EXPECT_EQ(taken.slots, (std::vector<LostSlot>{lost_slot(0), lost_slot(1, LossReason::kForced)}));
   EXPECT_EQ(taken.dropped, 0U);
   EXPECT_TRUE(sessions.take_lost(SessionId{1}).slots.empty());  // taken once
   // The memory is bounded: the newest kLostRemembered are kept, the older ones only counted.

@@ -322,8 +322,9 @@ TEST_F(EngineExtras, ForceReleaseFreesTheHolderTellsItsSessionAndPromotes) {
   EXPECT_EQ(forced.seconds, 1);
   const std::vector<Loss> losses = engine_->take_losses();
   ASSERT_EQ(losses.size(), 1u);
-  EXPECT_EQ(losses[0], (Loss{s(1), Namespace::kLock, "k", *held.token, LossReason::kForced}));
-  EXPECT_EQ(lost_line(losses[0]), "lost lock k " + held.token->to_string() + " forced\n");
+  EXPECT_EQ(losses[0],
+            (Loss{s(1), LostSlot{Namespace::kLock, "k", *held.token, LossReason::kForced}}));
+  EXPECT_EQ(lost_line(losses[0].slot), "lost lock k " + held.token->to_string() + " forced\n");
   const std::optional<Reply> next = delivered_to(s(2));
   ASSERT_TRUE(next && next->is_grant());
   EXPECT_GT(next->token->fence, held.token->fence);
@@ -363,7 +364,8 @@ TEST_F(EngineExtras, AnExpiredLeaseIsALossOfAnOpenSessionOnly) {
   tick(secs(2));
   const std::vector<Loss> losses = engine_->take_losses();
   ASSERT_EQ(losses.size(), 1u);
-  EXPECT_EQ(losses[0], (Loss{s(1), Namespace::kLock, "k", *a.token, LossReason::kExpired}));
+  EXPECT_EQ(losses[0],
+            (Loss{s(1), LostSlot{Namespace::kLock, "k", *a.token, LossReason::kExpired}}));
   EXPECT_TRUE(engine_->take_losses().empty());
 }
 
@@ -389,7 +391,8 @@ TEST_F(EngineExtras, AnOrphanRunningOutIsReclaimedFromTheOpenSessionsWithItsRef)
   tick(secs(5));
   const std::vector<Loss> losses = engine_->take_losses();
   ASSERT_EQ(losses.size(), 1u);
-  EXPECT_EQ(losses[0], (Loss{s(3), Namespace::kLock, "k", *a.token, LossReason::kReclaimed}));
+  EXPECT_EQ(losses[0],
+            (Loss{s(3), LostSlot{Namespace::kLock, "k", *a.token, LossReason::kReclaimed}}));
 }
 
 // ---- snapshots ----------------------------------------------------------------------------------
