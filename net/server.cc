@@ -17,6 +17,7 @@
 #include "net/crypto_random.h"
 #include "net/log.h"
 #include "net/openssl_error.h"
+#include "net/sd_notify.h"
 
 namespace turnstile::net {
 namespace {
@@ -225,6 +226,8 @@ int Server::run() {
          static_cast<unsigned long long>(config_.cluster.node_id),
          config_.cluster.raft_addr.c_str(), config_.cluster.advertise_addr.c_str());
   }
+  // Listeners bound, journal open, raft started: a Type=notify unit is ready (net/sd_notify.h).
+  notify_service_manager("READY=1\nSTATUS=serving");
   event_base_dispatch(base_);
   stop_shards();
   shared_.signals.set_peers(nullptr);
@@ -287,6 +290,7 @@ void Server::begin_shutdown(int signal_number) {
     return;
   }
   shutting_down_ = true;
+  notify_service_manager("STOPPING=1\nSTATUS=draining");
   if (cluster_ != nullptr && cluster_->status().role == "leader") {
     // A leader that leaves hands its leadership over first: the others would otherwise wait an
     // election timeout to notice it is gone. Bounded: it drains anyway after kTransferWait.
