@@ -364,6 +364,21 @@ void TcpConnections::on_session_event(core::Instant now, core::SessionEvent& eve
       // A slow consumer's frames pile up unread: close it at once, without flushing them.
       if (event.kind == core::SessionEvent::Kind::kSlowConsumer) connection->abort = true;
       (void)core::apply_push_event(event, session);
+      // Past its queue, the frames go to the socket now rather than at the end of the turn: a
+      // listener that reads keeps up, one that does not (or has gone) is closed here, after
+      // `--signal-queue` frames more than its socket took, instead of having every frame of the
+      // turn copied into its output (frames from a busy publisher or another shard's mailbox can
+      // be thousands of 64 KiB each), and the frames after its close cost nothing.
+      if (event.kind == core::SessionEvent::Kind::kSignal && !session.closed() &&
+          connection->bev != nullptr && !connection->abort &&
+          session.unwritten_frames() > static_cast<std::size_t>(shared_.config.signal_queue)) {
+        if (connection->direct_write && !connection->write_event_on &&
+            evbuffer_get_length(bufferevent_get_output(connection->bev)) == 0) {
+          write_now(*connection);
+        } else {
+          flush_output(*connection);  // a full output buffer makes the session check its queue
+        }
+      }
       break;
   }
   dirty_.push_back(connection);

@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstddef>
+#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -526,6 +528,62 @@ TEST(SignalDaemon, AGroupWhoseMembersAreAllFullLosesTheMemberWhoseTurnItWas) {
   EXPECT_EQ(publisher.request("signal", "big.data", "small"), "ok 1");
   EXPECT_EQ(healthy.read_line(), sig("big.data", "small"));
   EXPECT_TRUE(survivor.closed_by_peer(30s));
+}
+
+// The daemon's peak memory (VmHWM of /proc/<pid>/status) in KiB; 0 when unreadable.
+long long peak_kib(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6));
+  }
+  return 0;
+}
+
+// Many frames for listeners that do not read, all in one loop turn of their thread (the daemon is
+// stopped while forty publishers send a 60 KiB signal each, so one turn reads them all): a
+// listener's frames go to its socket as soon as more than --signal-queue wait, and it is closed
+// once the socket takes no more, so its output never holds more than a few of them. It used to copy
+// every frame of the turn into each listener's output and look only at the turn's end, and
+// listeners that had gone or would never read cost their thread seconds and the process gigabytes
+// (tests/chaos/signal_chaos.py).
+TEST(SignalDaemon, ListenersPastTheirQueueCostNoMoreThanTheirQueueInOneTurn) {
+  Daemon daemon({"--threads", "1", "--signal-queue", "1"});
+  ClientOptions small_window;
+  small_window.receive_buffer_bytes = 4096;
+  constexpr int kListeners = 40;
+  constexpr int kPublishers = 40;
+  std::vector<std::unique_ptr<Client>> listeners;
+  for (int i = 0; i < kListeners; ++i) {
+    listeners.push_back(std::make_unique<Client>(daemon.port(), small_window));
+    ASSERT_EQ(listeners.back()->request("listen", "wide", ""), "ok");
+  }
+  std::vector<std::unique_ptr<Client>> publishers;
+  for (int i = 0; i < kPublishers; ++i) {
+    publishers.push_back(std::make_unique<Client>(daemon.port()));
+    ASSERT_EQ(publishers.back()->request("ping", "_", ""), "ok");
+  }
+  const long long before = peak_kib(daemon.pid());
+  ASSERT_GT(before, 0);
+
+  daemon.signal(SIGSTOP);
+  for (int i = 0; i < kPublishers; ++i) {
+    ASSERT_TRUE(
+        publishers[static_cast<std::size_t>(i)]->send(frame("signal", "wide", big_payload(i))));
+  }
+  daemon.signal(SIGCONT);
+  for (auto& publisher : publishers) {
+    const std::optional<std::string> reply = publisher->read_line(20s);
+    ASSERT_TRUE(reply && reply->rfind("ok ", 0) == 0);
+  }
+  const long long grown = peak_kib(daemon.pid()) - before;
+  // Each listener's socket takes some frames; its output holds at most two more, plus what the
+  // output buffer takes before it is found full (256 KiB): 40 x ~400 KiB. Copying the whole
+  // turn would be 40 x 40 x 60 KiB, about 94 MiB (libevent takes 32 sockets a turn at first,
+  // so at least 75 MiB).
+  EXPECT_LT(grown, 40 * 1024) << "the daemon's peak memory grew by " << grown << " KiB";
+  Client observer(daemon.port());
+  EXPECT_EQ(observer.request("ping", "_", ""), "ok");
 }
 
 // ---- 9. stats and closing -----------------------------------------------------------------------
