@@ -7,7 +7,7 @@ Starts turnstiled on loopback (2 threads, the HTTP API, --signal-queue 8), and f
 (default 10) runs TCP clients that listen (in groups or not), unlisten, signal payloads of 1 B to
 the 64 KiB cap, send over-long lines and random bytes, take locks, read now and then or never,
 and close with a FIN or a reset; and HTTP clients that open signal streams and publish. Then it
-checks that the server still answers, that every connection it counted is gone
+checks that the server still answers (a ping within 5 s), that every connection it counted is gone
 (`turnstile_connections` 0 once the clients are), that no subscription is left, and that it
 holds no more file descriptors than at the start (plus a few). Exit 0 on success, 1 on a failure.
 
@@ -142,14 +142,20 @@ def main():
             thread.start()
         for thread in threads:
             thread.join()
-        # The server first works off the frames still on their way to listeners that have gone
-        # (bounded per listener by the hub, 64 x --signal-queue); on a loaded machine that has
-        # taken tens of seconds, which is a known problem, not what this test is about.
+        # The frames still on their way to listeners that have gone cost their thread little: a
+        # listener is written to as soon as more than its queue waits, and closed once its socket
+        # takes no more; the frames after that are dropped. (When every frame of a loop turn was
+        # copied into each listener's output first, this ping took up to 25 s on a loaded
+        # machine.) So the server answers at once, loaded or not.
         asked = time.time()
-        probe = socket.create_connection(("127.0.0.1", tcp_port), timeout=45)
-        probe.sendall(b"ping\n_\n\n")
-        if probe.recv(100) != b"ok\n":
-            print("signal_chaos: the server does not answer a ping")
+        try:
+            probe = socket.create_connection(("127.0.0.1", tcp_port), timeout=5)
+            probe.sendall(b"ping\n_\n\n")
+            answer = probe.recv(100)
+        except OSError as error:
+            answer = repr(error).encode()
+        if answer != b"ok\n":
+            print(f"signal_chaos: FAILED: no answer to a ping within 5 s ({answer!r})")
             return 1
         probe.close()
         print(f"signal_chaos: a ping after the clients stopped took {time.time() - asked:.1f} s")
