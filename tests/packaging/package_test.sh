@@ -63,9 +63,10 @@ done
 dpkg-deb --ctrl-tarfile "$deb" | tar -xO ./conffiles | grep -qx /etc/default/turnstiled ||
   fail "/etc/default/turnstiled is not a conffile"
 contents=$(dpkg-deb -c "$deb")
-for file in ./usr/bin/turnstiled ./usr/bin/turnstile ./usr/bin/turnstile-bench \
-  ./usr/bin/turnstile-sim ./lib/systemd/system/turnstiled.service ./etc/default/turnstiled \
-  ./usr/share/doc/turnstile/install.md; do
+# TURNSTILE_PROGRAMS: what this build installs (tests/packaging/CMakeLists.txt)
+programs=${TURNSTILE_PROGRAMS:-turnstiled turnstile turnstile-bench turnstile-sim}
+for file in $(printf './usr/bin/%s ' $programs) ./lib/systemd/system/turnstiled.service \
+  ./etc/default/turnstiled ./usr/share/doc/turnstile/install.md; do
   grep -q " $file\$" <<<"$contents" || fail "the package lacks $file"
 done
 
@@ -144,7 +145,7 @@ grep -q '^STOPPING=1$' "$work/notify.log" || { cat "$work/notify.log"; fail "no 
 
 # --- purge
 dpkg --purge turnstile >"$work/dpkg-purge.log" 2>&1 || { cat "$work/dpkg-purge.log"; fail "dpkg --purge"; }
-for path in /usr/bin/turnstiled /usr/bin/turnstile /usr/bin/turnstile-bench /usr/bin/turnstile-sim \
+for path in $(printf '/usr/bin/%s ' $programs) \
   "$unit" /etc/default/turnstiled /usr/share/doc/turnstile /var/lib/turnstile; do
   [ ! -e "$path" ] || fail "$path is left after the purge"
 done
