@@ -12,14 +12,18 @@
 //    deliveries, group deliveries included.
 //  * Slow consumers, in two places. A connection may hold at most `queue_max` frames it could
 //    not write to its socket yet; one more closes it (core::Session, SessionConfig::
-//    signal_queue_max: dflockd's rule, measured where the frames wait). The hub counts, per
-//    listener, the frames it planned that its driver has not reported written (written()):
-//    those waiting at the connection and those still on their way across threads. A group
-//    passes over a member with `queue_max` or more of them while another member keeps up. A
-//    listener with `queue_max * kTransitFactor` of them is closed here (a plain one, or a group's
-//    member whose turn it was when no member had room): frames pile up in the server's own
-//    pipes, so memory stays bounded even for a listener whose thread cannot keep up. Their
-//    subscriptions go at once, so they receive nothing more.
+//    signal_queue_max: dflockd's rule, measured where the frames wait). Its driver writes it as
+//    soon as more than `queue_max` frames wait, not at the end of its loop turn, so a listener
+//    that has gone or does not read costs its thread at most that many frames beyond what its
+//    socket took, however many reach it at once; what reaches it after its close is dropped
+//    (core::Router, Session::push_signal). The hub counts, per listener, the frames it planned
+//    that its driver has not reported written (written()): those waiting at the connection and
+//    those still on their way across threads. A group passes over a member with `queue_max` or
+//    more of them while another member keeps up. A listener with `queue_max * kTransitFactor` of
+//    them is closed here (a plain one, or a group's member whose turn it was when no member had
+//    room): frames pile up in the server's own pipes, so memory stays bounded even for a
+//    listener whose thread cannot keep up. Their subscriptions go at once, so they receive
+//    nothing more.
 //  * close: a session's subscriptions go with it.
 //
 // SignalBroker is what a router calls. SignalHub is it, single-threaded like the rest of the core
