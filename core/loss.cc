@@ -42,6 +42,9 @@ std::string lost_line(const LostSlot& slot) {
 
 std::optional<LostSlot> parse_lost_line(std::string_view line) {
   if (!line.empty() && line.back() == '\n') line.remove_suffix(1);
+  // A space after the reason would end the fifth word and leave nothing: refuse it here, so
+  // that a line is taken only as lost_line() writes it.
+  if (line.ends_with(' ')) return std::nullopt;
   std::array<std::string_view, 5> words;
   for (std::string_view& word : words) {
     if (line.empty()) return std::nullopt;

@@ -350,7 +350,8 @@ TEST(HttpCodecLost, ALostLineIsParsedAndEveryOtherLineRefused) {
            std::string(""), std::string("lost"), "lost lock k " + token,
            "lost lock k " + token + " gone", "lost mutex k " + token + " forced",
            "lost lock k nothex forced", "lost lock  k " + token + " forced",
-           "lost lock k " + token + " forced extra", "sig lock k " + token + " forced",
+           "lost lock k " + token + " forced extra", "lost lock k " + token + " forced ",
+           "lost lock k " + token + " forced \n", "sig lock k " + token + " forced",
            "lost lock k " + token + " forced\n\n"}) {
     EXPECT_EQ(parse_lost_line(line), std::nullopt) << line;
   }
