@@ -26,6 +26,15 @@ for program in $programs; do
   help=$("$prefix/bin/$program" --help 2>&1 || true)
   grep -qi usage <<<"$help" || fail "bin/$program --help printed no usage: $help"
 done
+# Every variable the environment file sets or shows (packaging/turnstiled.default) is one the
+# daemon reads: turnstiled ignores an unknown TURNSTILE_ variable, so a typo would go unseen.
+daemon_help=$("$prefix/bin/turnstiled" --help)
+names=$(grep -oE '^#?TURNSTILE_[A-Z0-9_]+=' "$source/packaging/turnstiled.default" | tr -d '#=')
+[ -n "$names" ] || fail "no TURNSTILE_ variable in packaging/turnstiled.default"
+for name in $names; do
+  grep -qE "env $name[,;]" <<<"$daemon_help" ||
+    fail "packaging/turnstiled.default names $name, which turnstiled --help does not list"
+done
 for file in share/doc/turnstile/README.md share/doc/turnstile/install.md \
   share/doc/turnstile/configuration.md lib/libturnstile_client.a lib/libturnstile_protocol.a \
   include/turnstile/client/connection.h include/turnstile/core/wire.h \
