@@ -208,6 +208,45 @@ TEST(SignalHub, FramesInTransitAreBounded) {
   EXPECT_EQ(hub.counters().slow_consumers, 2U);
 }
 
+// A listener that has gone before anyone noticed (its close not yet told to the router: the
+// daemon learns it at its next read or write) still has frames planned for it, but its closed
+// session takes none of them: nothing is copied into its output, and the reader beside it is
+// served as usual. The hub's transit bound caps what it plans for it meanwhile; once the close
+// is known, the hub forgets it at once.
+TEST(SignalHub, AListenerThatHasGoneCostsNoOutputAndTheTransitBoundCapsItsFrames) {
+  Loopback loop(shards(2, SignalHubConfig{.max_subscriptions = 0, .queue_max = 1}));
+  const SessionId gone = loop.connect();
+  const SessionId reader = loop.connect();
+  const SessionId publisher = loop.connect();
+  loop.send(gone, request("listen", "t", ""));
+  loop.send(reader, request("listen", "t", ""));
+  EXPECT_EQ(loop.read(reader), "ok\n");
+  loop.hold_close_notices(true);
+  loop.disconnect(gone);
+  ASSERT_FALSE(loop.is_open(gone));
+  for (std::size_t i = 0; i < kTransitFactor; ++i) {
+    loop.send(publisher, request("signal", "t", std::to_string(i)));
+    ASSERT_EQ(loop.read(publisher), "ok 2\n") << i;
+    ASSERT_EQ(loop.read(reader), "sig t " + std::to_string(i) + "\n");
+    ASSERT_NE(loop.session(gone), nullptr);
+    EXPECT_EQ(loop.session(gone)->output(), "");
+    EXPECT_EQ(loop.session(gone)->unwritten_frames(), 0U);
+  }
+  EXPECT_EQ(loop.signals().queued(gone), kTransitFactor);
+  // Past the bound the hub closes it itself: no frame more is planned for it.
+  loop.send(publisher, request("signal", "t", "past"));
+  EXPECT_EQ(loop.read(publisher), "ok 1\n");
+  EXPECT_EQ(loop.read(reader), "sig t past\n");
+  EXPECT_EQ(loop.signals().queued(gone), 0U);
+  EXPECT_EQ(loop.signals().counters().subscriptions, 1);
+  loop.hold_close_notices(false);
+  loop.send(publisher, request("signal", "t", "after"));
+  EXPECT_EQ(loop.read(publisher), "ok 1\n");
+  EXPECT_EQ(loop.read(reader), "sig t after\n");
+  EXPECT_EQ(loop.read(gone), "");
+  EXPECT_TRUE(loop.anomalies().empty());
+}
+
 TEST(SignalHub, ClosingAConnectionDropsItsSubscriptionsAndStatsListsTheRest) {
   Loopback loop(shards(2));
   const SessionId gone = loop.connect();
