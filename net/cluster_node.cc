@@ -161,9 +161,11 @@ RaftNode::ErrorDone ClusterNode::change_done(std::uint64_t id, AdminDone done) {
     } else {
       outcome.kind = Kind::kFailed;
     }
-    logf(outcome.kind == Kind::kDone ? LogLevel::kInfo : LogLevel::kWarn,
-         "cluster: membership change of node %llu: %s", static_cast<unsigned long long>(id),
-         error.empty() ? "done" : error.c_str());
+    log_event(outcome.kind == Kind::kDone ? LogLevel::kInfo : LogLevel::kWarn,
+              "cluster_membership_change",
+              "cluster: membership change of node " + std::to_string(id) + ": " +
+                  (error.empty() ? std::string("done") : error),
+              {{"node_id", id}, {"outcome", error.empty() ? std::string("done") : error}});
     done(std::move(outcome));
   };
 }
@@ -303,10 +305,10 @@ std::string ClusterNode::snapshot() { return replica_.save(); }
 bool ClusterNode::restore(std::string_view bytes) { return replica_.restore(bytes); }
 
 void ClusterNode::log_cannot_be_written(const std::string& why) {
-  logf(LogLevel::kError,
-       "cluster: the raft log cannot be written much longer: %s; this node leaves (it hands "
-       "leadership over and exits with status 1)",
-       why.c_str());
+  log_event(LogLevel::kError, "raft_disk_low",
+            "cluster: the raft log cannot be written much longer: " + why +
+                "; this node leaves (it hands leadership over and exits with status 1)",
+            {{"raft_dir", config_.cluster.raft_dir}, {"reason", why}});
   if (on_fatal_) on_fatal_();
 }
 
@@ -314,14 +316,18 @@ void ClusterNode::leadership_changed(bool leader) {
   leadership_changes_.fetch_add(1, std::memory_order_relaxed);
   if (leader) {
     leader_.lead(monotonic_now());
-    logf(LogLevel::kInfo, "cluster: node %llu leads",
-         static_cast<unsigned long long>(config_.cluster.node_id));
   } else {
     proposed_.clear();  // what it proposed may still commit, under another leader's time
     leader_.follow(leader_client_address());
-    logf(LogLevel::kInfo, "cluster: node %llu follows",
-         static_cast<unsigned long long>(config_.cluster.node_id));
   }
+  const RaftStatus status = raft_->status();  // as last refreshed: the term may lag by one turn
+  const std::string node = std::to_string(config_.cluster.node_id);
+  log_event(LogLevel::kInfo, "cluster_role",
+            "cluster: node " + node + (leader ? " leads" : " follows"),
+            {{"node_id", config_.cluster.node_id},
+             {"role", leader ? "leader" : "follower"},
+             {"term", status.term},
+             {"leader_id", leader ? config_.cluster.node_id : status.leader_id}});
   drain();
 }
 

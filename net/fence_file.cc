@@ -114,6 +114,13 @@ std::variant<std::unique_ptr<FenceFile>, std::string> FenceFile::open(const std:
                  : std::string("fresh")) +
       "; fences start at " + std::to_string(first_fence) + "; durable ceiling " +
       std::to_string(file->journal_.durable_ceiling());
+  log_event(LogLevel::kInfo, "fence_journal_open", file->startup_summary_,
+            {{"path", path},
+             {"recovered", recovered},
+             {"recovered_seq", recovered ? recovery.record.seq : 0},
+             {"recovered_ceiling", recovered ? recovery.record.ceiling : 0},
+             {"first_fence", first_fence},
+             {"durable_ceiling", file->journal_.durable_ceiling()}});
   return Result(std::in_place_index<0>, std::move(file));
 }
 
@@ -217,13 +224,19 @@ void FenceFile::writer_loop() {
     lock.lock();
     journal_.end_write(write->seq, ok);
     if (ok) {
+      const std::uint64_t ceiling = journal_.durable_ceiling();
+      lock.unlock();
       if (failing) {
-        const std::uint64_t ceiling = journal_.durable_ceiling();
-        lock.unlock();
-        logf(LogLevel::kInfo, "fence state file %s: written again; durable ceiling %llu",
-             path_.c_str(), static_cast<unsigned long long>(ceiling));
-        lock.lock();
+        log_event(LogLevel::kInfo, "fence_reservation_recovered",
+                  "fence state file " + path_ + ": written again; durable ceiling " +
+                      std::to_string(ceiling),
+                  {{"path", path_}, {"seq", write->seq}, {"durable_ceiling", ceiling}});
+      } else {
+        log_event(LogLevel::kDebug, "fence_reservation",
+                  "fence state file " + path_ + ": reserved up to " + std::to_string(ceiling),
+                  {{"path", path_}, {"seq", write->seq}, {"durable_ceiling", ceiling}});
       }
+      lock.lock();
       failing = false;
       retry_delay = kRetryFirst;
       continue;
@@ -231,11 +244,16 @@ void FenceFile::writer_loop() {
     failing = true;
     const std::uint64_t ceiling = journal_.durable_ceiling();
     lock.unlock();
-    logf(LogLevel::kError,
-         "fence state file %s: cannot reserve fences beyond %llu: %s; grants that need a new "
-         "fence fail with error until a write succeeds; retrying in %lld ms",
-         path_.c_str(), static_cast<unsigned long long>(ceiling), error.c_str(),
-         static_cast<long long>(retry_delay.count()));
+    log_event(LogLevel::kError, "fence_reservation_failed",
+              "fence state file " + path_ + ": cannot reserve fences beyond " +
+                  std::to_string(ceiling) + ": " + error +
+                  "; grants that need a new fence fail with error until a write succeeds; "
+                  "retrying in " +
+                  std::to_string(retry_delay.count()) + " ms",
+              {{"path", path_},
+               {"durable_ceiling", ceiling},
+               {"error", error},
+               {"retry_ms", static_cast<long long>(retry_delay.count())}});
     lock.lock();
     wake_.wait_for(lock, retry_delay, [this] { return stopping_; });
     retry_delay = std::min(retry_delay * 2, kRetryMax);

@@ -335,8 +335,12 @@ int HttpServer::open_listener(const Config& config, bool tls) {
   const std::string port = std::to_string(config.http_port);
   const int error = getaddrinfo(config.http_host.c_str(), port.c_str(), &hints, &found);
   if (error != 0 || found == nullptr) {
-    logf(LogLevel::kError, "cannot resolve --http-host %s: %s", config.http_host.c_str(),
-         gai_strerror(error));
+    log_event(LogLevel::kError, "listen_failed",
+              "cannot resolve --http-host " + config.http_host + ": " + gai_strerror(error),
+              {{"protocol", "http"},
+               {"host", config.http_host},
+               {"port", config.http_port},
+               {"error", gai_strerror(error)}});
     return -1;
   }
   const int fd = ::socket(found->ai_family, found->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -345,16 +349,24 @@ int HttpServer::open_listener(const Config& config, bool tls) {
                   ::bind(fd, found->ai_addr, found->ai_addrlen) == 0 && ::listen(fd, 1024) == 0;
   freeaddrinfo(found);
   if (!ok) {
-    logf(LogLevel::kError, "cannot listen for HTTP on %s port %d: %s", config.http_host.c_str(),
-         config.http_port, std::strerror(errno));
+    const std::string why = std::strerror(errno);
+    log_event(LogLevel::kError, "listen_failed",
+              "cannot listen for HTTP on " + config.http_host + " port " +
+                  std::to_string(config.http_port) + ": " + why,
+              {{"protocol", "http"},
+               {"host", config.http_host},
+               {"port", config.http_port},
+               {"error", why}});
     if (fd >= 0) ::close(fd);
     return -1;
   }
   sockaddr_storage bound{};
   socklen_t length = sizeof bound;
   getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length);
-  logf(LogLevel::kInfo, "HTTP API listening on %s (%s)", address_text(bound).c_str(),
-       tls ? "https" : "http");
+  const std::string address = address_text(bound);
+  const char* protocol = tls ? "https" : "http";
+  log_event(LogLevel::kInfo, "listen", "HTTP API listening on " + address + " (" + protocol + ")",
+            {{"protocol", protocol}, {"address", address}, {"shards", config.threads}});
   return fd;
 }
 
@@ -712,6 +724,21 @@ void HttpServer::handle(evhttp_request* request) {
 
 void HttpServer::reply_unauthorized_later(evhttp_request* request, std::string_view route,
                                           std::string_view method, core::Instant started) {
+  if (const auto suppressed = auth_failure_log_limit().admit(started.ns())) {
+    char* address = nullptr;
+    ev_uint16_t port = 0;
+    evhttp_connection* connection = evhttp_request_get_connection(request);
+    if (connection != nullptr) evhttp_connection_get_peer(connection, &address, &port);
+    const std::string peer = address != nullptr ? address : "unknown";
+    log_event(
+        LogLevel::kWarn, "auth_failure",
+        "HTTP: " + std::string(method) + " " + std::string(route) + ": unauthorized from " + peer,
+        {{"transport", "http"},
+         {"peer", peer},
+         {"route", route},
+         {"method", method},
+         {"suppressed", *suppressed}});
+  }
   Pending pending = Pending::of(Pending::Kind::kAuthDelay, method, route, started);
   const std::uint64_t ticket = add_pending(request, std::move(pending));
   Pending& added = *pending_[ticket];
@@ -916,7 +943,9 @@ void HttpServer::handle_admin(evhttp_request* request, const core::HttpEndpointS
     }});
   };
   if (transfer) {
-    logf(LogLevel::kInfo, "cluster: admin request: hand leadership to another voter");
+    log_event(LogLevel::kInfo, "admin_cluster_request",
+              "cluster: admin request: hand leadership to another voter",
+              {{"action", "leader_transfer"}});
     if (node->status().role != "leader") {
       done(core::AdminChangeOutcome{
           core::AdminChangeOutcome::Kind::kNotLeader, "", node->leader_client_address(), {}});
@@ -935,13 +964,18 @@ void HttpServer::handle_admin(evhttp_request* request, const core::HttpEndpointS
       }
     });
   } else if (add) {
-    logf(LogLevel::kInfo, "cluster: admin request: add voter %llu (raft %s, clients %s)",
-         static_cast<unsigned long long>(add->id), add->raft_address.c_str(),
-         add->client_address.c_str());
+    log_event(LogLevel::kInfo, "admin_cluster_request",
+              "cluster: admin request: add voter " + std::to_string(add->id) + " (raft " +
+                  add->raft_address + ", clients " + add->client_address + ")",
+              {{"action", "add_voter"},
+               {"node_id", add->id},
+               {"raft_address", add->raft_address},
+               {"client_address", add->client_address}});
     node->add_voter(*add, std::move(done));
   } else {
-    logf(LogLevel::kInfo, "cluster: admin request: remove voter %llu",
-         static_cast<unsigned long long>(remove_id));
+    log_event(LogLevel::kInfo, "admin_cluster_request",
+              "cluster: admin request: remove voter " + std::to_string(remove_id),
+              {{"action", "remove_voter"}, {"node_id", remove_id}});
     node->remove_voter(remove_id, std::move(done));
   }
 }
@@ -1014,15 +1048,27 @@ void HttpServer::finish_key(KeyRequest& key, const core::Reply& reply) {
       http_shared_.forced_releases.fetch_add(
           static_cast<std::uint64_t>(std::max<std::int64_t>(reply.seconds, 0)),
           std::memory_order_relaxed);
-      logf(LogLevel::kWarn,
-           "admin: force-release of %s %s (%s) asked by %s with the admin token: %lld freed",
-           kind.c_str(), name.c_str(), what.c_str(), key.admin_peer.c_str(),
-           static_cast<long long>(reply.seconds));
+      log_event(LogLevel::kWarn, "admin_force_release",
+                "admin: force-release of " + kind + " " + name + " (" + what + ") asked by " +
+                    key.admin_peer + " with the admin token: " + std::to_string(reply.seconds) +
+                    " freed",
+                {{"peer", key.admin_peer},
+                 {"kind", kind},
+                 {"key", name},
+                 {"fence", request.fence},
+                 {"outcome", "ok"},
+                 {"freed", reply.seconds}});
     } else {
       const std::string status(core::status_name(reply.status));
-      logf(LogLevel::kWarn,
-           "admin: force-release of %s %s (%s) asked by %s with the admin token: not done (%s)",
-           kind.c_str(), name.c_str(), what.c_str(), key.admin_peer.c_str(), status.c_str());
+      log_event(LogLevel::kWarn, "admin_force_release",
+                "admin: force-release of " + kind + " " + name + " (" + what + ") asked by " +
+                    key.admin_peer + " with the admin token: not done (" + status + ")",
+                {{"peer", key.admin_peer},
+                 {"kind", kind},
+                 {"key", name},
+                 {"fence", request.fence},
+                 {"outcome", status},
+                 {"freed", 0}});
     }
   }
   if (key.ticket == 0) return;  // its client left
@@ -1363,8 +1409,11 @@ void HttpServer::on_stream_event(core::Instant, Stream& stream, core::SessionEve
       return;
     }
     case core::SessionEvent::Kind::kSlowConsumer:
-      logf(LogLevel::kInfo, "HTTP: signal stream %llu closed, a slow signal consumer",
-           static_cast<unsigned long long>(stream.session.value));
+      log_event(
+          LogLevel::kInfo, "slow_consumer",
+          "HTTP: signal stream " + std::to_string(stream.session.value) +
+              " closed, a slow signal consumer",
+          {{"transport", "http"}, {"session", stream.session.value}, {"reason", "signal_queue"}});
       end_stream(stream, /*abort=*/true);
       return;
     default:
@@ -1414,8 +1463,10 @@ bool HttpServer::write_stream(core::SessionId id, std::string_view bytes, std::s
   if (!stream.open || stream.ending) return false;
   bufferevent* bev = evhttp_connection_get_bufferevent(stream.connection);
   if (bev != nullptr && evbuffer_get_length(bufferevent_get_output(bev)) > kStreamOutputMax) {
-    logf(LogLevel::kInfo, "HTTP: event stream %llu closed, its client does not read",
-         static_cast<unsigned long long>(id.value));
+    log_event(
+        LogLevel::kInfo, "slow_consumer",
+        "HTTP: event stream " + std::to_string(id.value) + " closed, its client does not read",
+        {{"transport", "http"}, {"session", id.value}, {"reason", "output_full"}});
     end_stream(stream, /*abort=*/true);
     return false;
   }
@@ -1460,8 +1511,9 @@ bool HttpServer::watch_streams(core::Instant now) {
       continue;
     }
     if (now - stream->last_progress >= kStreamWriteDeadline) {
-      logf(LogLevel::kInfo, "HTTP: event stream %llu closed, no write progress for 30 s",
-           static_cast<unsigned long long>(id));
+      log_event(LogLevel::kInfo, "slow_consumer",
+                "HTTP: event stream " + std::to_string(id) + " closed, no write progress for 30 s",
+                {{"transport", "http"}, {"session", id}, {"reason", "no_write_progress"}});
       end_stream(*stream, /*abort=*/true);
       ended = true;
     }

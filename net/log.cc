@@ -262,4 +262,9 @@ std::optional<std::uint64_t> LogRateLimit::admit(std::int64_t now_ns) {
   return suppressed;
 }
 
+LogRateLimit& auth_failure_log_limit() {
+  static LogRateLimit limit(std::chrono::seconds(10));
+  return limit;
+}
+
 }  // namespace turnstile::net

@@ -97,4 +97,7 @@ class LogRateLimit {
   std::uint64_t suppressed_ = 0;
 };
 
+// The limit of the auth_failure event, shared by the TCP and HTTP listeners: one line per 10 s.
+LogRateLimit& auth_failure_log_limit();
+
 }  // namespace turnstile::net

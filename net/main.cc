@@ -81,7 +81,21 @@ int main(int argc, char** argv) {
   set_log_format(parse_log_format(config.log_format).value_or(LogFormat::kText));
   set_log_level(parse_log_level(config.log_level).value_or(LogLevel::kInfo));
   restart_with_huge_page_heap(config, argv);
-  logf(LogLevel::kInfo, "%s starting", version_string().c_str());
+  {
+    const std::string version = version_string();
+    log_event(LogLevel::kInfo, "start", version + " starting",
+              {{"version", version.substr(version.find(' ') + 1)},
+               {"pid", static_cast<long long>(::getpid())},
+               {"threads", config.threads},
+               {"host", config.host},
+               {"port", config.port},
+               {"http_host", config.http_port != 0 ? config.http_host : std::string()},
+               {"http_port", config.http_port},
+               {"tls", !config.tls_cert.empty()},
+               {"cluster", config.cluster.enabled()},
+               {"node_id", config.cluster.node_id},
+               {"log_level", config.log_level}});
+  }
   if (config.test.monotonic_offset_s != 0) {
     test_monotonic_offset_ns = config.test.monotonic_offset_s * 1'000'000'000;
     logf(LogLevel::kWarn, "--test-monotonic-offset-s %lld is for tests only",

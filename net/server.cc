@@ -64,11 +64,11 @@ bool Server::open_fence_file() {
   test.write_failures = static_cast<std::uint64_t>(config_.test.fence_write_failures);
   auto opened = FenceFile::open(config_.fence_state_file, test);
   if (auto* refusal = std::get_if<std::string>(&opened)) {
-    log_line(LogLevel::kError, *refusal);
+    log_event(LogLevel::kError, "fence_journal_refused", *refusal,
+              {{"path", config_.fence_state_file}});
     return false;
   }
-  fence_file_ = std::move(std::get<std::unique_ptr<FenceFile>>(opened));
-  log_line(LogLevel::kInfo, fence_file_->startup_summary());
+  fence_file_ = std::move(std::get<std::unique_ptr<FenceFile>>(opened));  // logs fence_journal_open
   if (config_.test.wall_clock_offset_s != 0) {
     logf(LogLevel::kWarn, "--test-wall-clock-offset-s %lld is for tests only",
          static_cast<long long>(config_.test.wall_clock_offset_s));
@@ -137,8 +137,12 @@ bool Server::listen() {
   const std::string port = std::to_string(config_.port);
   const int error = getaddrinfo(config_.host.c_str(), port.c_str(), &hints, &found);
   if (error != 0 || found == nullptr) {
-    logf(LogLevel::kError, "cannot resolve --host %s: %s", config_.host.c_str(),
-         gai_strerror(error));
+    log_event(LogLevel::kError, "listen_failed",
+              "cannot resolve --host " + config_.host + ": " + gai_strerror(error),
+              {{"protocol", "tcp"},
+               {"host", config_.host},
+               {"port", config_.port},
+               {"error", gai_strerror(error)}});
     return false;
   }
   listener_ = evconnlistener_new_bind(base_, &Server::on_accept, this,
@@ -146,16 +150,23 @@ bool Server::listen() {
                                       found->ai_addr, static_cast<int>(found->ai_addrlen));
   freeaddrinfo(found);
   if (listener_ == nullptr) {
-    logf(LogLevel::kError, "cannot listen on %s port %d: %s", config_.host.c_str(), config_.port,
-         std::strerror(errno));
+    const std::string why = std::strerror(errno);
+    log_event(
+        LogLevel::kError, "listen_failed",
+        "cannot listen on " + config_.host + " port " + std::to_string(config_.port) + ": " + why,
+        {{"protocol", "tcp"}, {"host", config_.host}, {"port", config_.port}, {"error", why}});
     return false;
   }
   evconnlistener_set_error_cb(listener_, &Server::on_accept_error);
   sockaddr_storage bound{};
   socklen_t length = sizeof bound;
   getsockname(evconnlistener_get_fd(listener_), reinterpret_cast<sockaddr*>(&bound), &length);
-  logf(LogLevel::kInfo, "listening on %s (%s, %d shards)", address_text(bound).c_str(),
-       shared_.tls != nullptr ? "tls" : "tcp", config_.threads);
+  const std::string address = address_text(bound);
+  const char* protocol = shared_.tls != nullptr ? "tls" : "tcp";
+  log_event(LogLevel::kInfo, "listen",
+            "listening on " + address + " (" + protocol + ", " + std::to_string(config_.threads) +
+                " shards)",
+            {{"protocol", protocol}, {"address", address}, {"shards", config_.threads}});
   return true;
 }
 
@@ -204,7 +215,7 @@ int Server::run() {
     }
   }
   for (const std::string& warning : config_warnings(config_)) {
-    log_line(LogLevel::kWarn, warning);
+    log_event(LogLevel::kWarn, "config_warning", warning, {});
   }
   for (int signal_number : {SIGTERM, SIGINT}) {
     event* signal_event = evsignal_new(base_, signal_number, &Server::on_signal, this);
@@ -222,9 +233,13 @@ int Server::run() {
       stop_shards();
       return 1;
     }
-    logf(LogLevel::kInfo, "cluster: node %llu started (raft on %s, clients told %s)",
-         static_cast<unsigned long long>(config_.cluster.node_id),
-         config_.cluster.raft_addr.c_str(), config_.cluster.advertise_addr.c_str());
+    log_event(LogLevel::kInfo, "cluster_start",
+              "cluster: node " + std::to_string(config_.cluster.node_id) + " started (raft on " +
+                  config_.cluster.raft_addr + ", clients told " + config_.cluster.advertise_addr +
+                  ")",
+              {{"node_id", config_.cluster.node_id},
+               {"raft_address", config_.cluster.raft_addr},
+               {"advertise_address", config_.cluster.advertise_addr}});
   }
   // Listeners bound, journal open, raft started: a Type=notify unit is ready (net/sd_notify.h).
   notify_service_manager("READY=1\nSTATUS=serving");
@@ -234,7 +249,9 @@ int Server::run() {
   if (signal_peers_ != nullptr) signal_peers_->stop();
   if (cluster_ != nullptr) cluster_->stop();
   if (fence_file_ != nullptr) fence_file_->stop_writer();  // after a write in flight finishes
-  log_line(LogLevel::kInfo, fatal_ ? "stopped: the cluster node could not go on" : "stopped");
+  log_event(fatal_ ? LogLevel::kError : LogLevel::kInfo, "stop",
+            fatal_ ? "stopped: the cluster node could not go on" : "stopped",
+            {{"exit_code", fatal_ ? 1 : 0}});
   return fatal_ ? 1 : 0;
 }
 
@@ -262,9 +279,11 @@ void Server::on_accept(evconnlistener*, evutil_socket_t fd, sockaddr* address, i
 void Server::on_accept_error(evconnlistener* listener, void* self) {
   auto* server = static_cast<Server*>(self);
   const int error = EVUTIL_SOCKET_ERROR();
-  logf(LogLevel::kWarn, "accept failed: %s; pausing accepts for %lld ms",
-       evutil_socket_error_to_string(error),
-       static_cast<long long>(server->accept_backoff_.ns() / 1'000'000));
+  const std::string why = evutil_socket_error_to_string(error);
+  const long long pause_ms = static_cast<long long>(server->accept_backoff_.ns() / 1'000'000);
+  log_event(LogLevel::kWarn, "accept_failed",
+            "accept failed: " + why + "; pausing accepts for " + std::to_string(pause_ms) + " ms",
+            {{"error", why}, {"pause_ms", pause_ms}});
   evconnlistener_disable(listener);
   const timeval delay = to_timeval(server->accept_backoff_);
   evtimer_add(server->accept_resume_, &delay);
@@ -285,7 +304,8 @@ void Server::on_signal(evutil_socket_t signal_number, short, void* self) {
 
 void Server::begin_shutdown(int signal_number) {
   if (shutting_down_) {
-    log_line(LogLevel::kWarn, "second signal: stopping now");
+    log_event(LogLevel::kWarn, "stop_now", "second signal: stopping now",
+              {{"signal", signal_number}});
     event_base_loopbreak(base_);
     return;
   }
@@ -294,8 +314,10 @@ void Server::begin_shutdown(int signal_number) {
   if (cluster_ != nullptr && cluster_->status().role == "leader") {
     // A leader that leaves hands its leadership over first: the others would otherwise wait an
     // election timeout to notice it is gone. Bounded: it drains anyway after kTransferWait.
-    logf(LogLevel::kInfo, "signal %d: handing leadership to another node before draining",
-         signal_number);
+    log_event(LogLevel::kInfo, "leader_handoff",
+              "signal " + std::to_string(signal_number) +
+                  ": handing leadership to another node before draining",
+              {{"signal", signal_number}});
     auto result = std::make_shared<std::atomic<int>>(-1);
     transfer_result_ = result;
     cluster_->transfer_leadership([result](bool ok) { result->store(ok ? 1 : 0); });
@@ -303,20 +325,30 @@ void Server::begin_shutdown(int signal_number) {
     on_transfer_poll(-1, 0, this);
     return;
   }
-  logf(LogLevel::kInfo, "signal %d: draining (shutdown timeout %lld s)", signal_number,
-       static_cast<long long>(config_.shutdown_timeout_s));
+  log_event(LogLevel::kInfo, "drain",
+            "signal " + std::to_string(signal_number) + ": draining (shutdown timeout " +
+                std::to_string(config_.shutdown_timeout_s) + " s)",
+            {{"signal", signal_number},
+             {"shutdown_timeout_s", config_.shutdown_timeout_s},
+             {"leader_handoff", "none"}});
   begin_drain();
 }
 
 void Server::on_transfer_poll(evutil_socket_t, short, void* self) {
   auto* server = static_cast<Server*>(self);
   const int result = server->transfer_result_->load();
+  const auto drain = [server](LogLevel level, const char* message, const char* handoff) {
+    log_event(
+        level, "drain", message,
+        {{"shutdown_timeout_s", server->config_.shutdown_timeout_s}, {"leader_handoff", handoff}});
+  };
   if (result == 1) {
-    log_line(LogLevel::kInfo, "cluster: leadership handed over; draining");
+    drain(LogLevel::kInfo, "cluster: leadership handed over; draining", "done");
   } else if (result == 0) {
-    log_line(LogLevel::kWarn, "cluster: the leadership transfer failed; draining anyway");
+    drain(LogLevel::kWarn, "cluster: the leadership transfer failed; draining anyway", "failed");
   } else if (monotonic_now() >= server->transfer_deadline_) {
-    log_line(LogLevel::kWarn, "cluster: the leadership transfer did not finish in time; draining");
+    drain(LogLevel::kWarn, "cluster: the leadership transfer did not finish in time; draining",
+          "timeout");
   } else {
     const timeval poll = to_timeval(core::Duration::milliseconds(10));
     evtimer_add(server->transfer_poll_, &poll);
@@ -340,13 +372,14 @@ void Server::on_drain_poll(evutil_socket_t, short, void* self) {
   std::int64_t open = 0;
   for (auto& shard : server->shards_) open += shard->sockets_open();
   if (open == 0) {
-    log_line(LogLevel::kInfo, "drained");
+    log_event(LogLevel::kInfo, "drained", "drained", {});
     event_base_loopbreak(server->base_);
     return;
   }
   if (server->shutdown_deadline_ && monotonic_now() >= *server->shutdown_deadline_) {
-    logf(LogLevel::kWarn, "shutdown timeout: closing %lld connections",
-         static_cast<long long>(open));
+    log_event(LogLevel::kWarn, "shutdown_timeout",
+              "shutdown timeout: closing " + std::to_string(open) + " connections",
+              {{"open_connections", open}});
     event_base_loopbreak(server->base_);
     return;
   }

@@ -236,8 +236,9 @@ struct SignalPeers::Impl {
       evbuffer_add(out, options.auth_token->data(), options.auth_token->size());
       evbuffer_add(out, "\n", 1);
     }
-    logf(LogLevel::kInfo, "signals: linked to node %llu at %s",
-         static_cast<unsigned long long>(link.id), link.address.c_str());
+    log_event(LogLevel::kInfo, "signal_peer_link",
+              "signals: linked to node " + std::to_string(link.id) + " at " + link.address,
+              {{"node_id", link.id}, {"address", link.address}, {"up", true}});
     link.reported_down = false;
   }
 
@@ -246,8 +247,10 @@ struct SignalPeers::Impl {
     peer_errors.fetch_add(1, std::memory_order_relaxed);
     if (link.up) connected.fetch_sub(1, std::memory_order_relaxed);
     if (!link.reported_down) {
-      logf(LogLevel::kWarn, "signals: no link to node %llu at %s (%s); signals for it are dropped",
-           static_cast<unsigned long long>(link.id), link.address.c_str(), why.c_str());
+      log_event(LogLevel::kWarn, "signal_peer_link",
+                "signals: no link to node " + std::to_string(link.id) + " at " + link.address +
+                    " (" + why + "); signals for it are dropped",
+                {{"node_id", link.id}, {"address", link.address}, {"up", false}, {"error", why}});
       link.reported_down = true;
     }
     link.up = false;

@@ -599,9 +599,22 @@ void TcpConnections::service(Connection& connection, core::Instant now) {
   if (session.closed() && !connection.close_notified) {
     connection.close_notified = true;
     if (session.close_reason() == core::CloseReason::kSlowConsumer) {
-      logf(LogLevel::kInfo, "session %llu: closed, a slow signal consumer",
-           static_cast<unsigned long long>(session.id().value));
+      log_event(
+          LogLevel::kInfo, "slow_consumer",
+          "session " + std::to_string(session.id().value) + ": closed, a slow signal consumer",
+          {{"transport", "tcp"},
+           {"session", session.id().value},
+           {"peer", connection.peer_ip},
+           {"reason", "signal_queue"}});
       shared_.signals.note_slow_consumer();
+    } else if (session.close_reason() == core::CloseReason::kAuthFailed) {
+      if (const auto suppressed = auth_failure_log_limit().admit(now.ns())) {
+        log_event(
+            LogLevel::kWarn, "auth_failure",
+            "session " + std::to_string(session.id().value) + ": auth failed from " +
+                connection.peer_ip,
+            {{"transport", "tcp"}, {"peer", connection.peer_ip}, {"suppressed", *suppressed}});
+      }
     }
     loop_.router().close(now, session.id());
   }
