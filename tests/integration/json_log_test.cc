@@ -121,6 +121,43 @@ TEST(JsonLogTest, EveryLineIsJsonAndTheOperatorEventsCarryTheirFields) {
   EXPECT_EQ(objects.back().value("event", ""), "stop") << daemon.log_text();
 }
 
+// A one-voter cluster node: cluster_start, then cluster_role when it leads.
+TEST(JsonLogTest, ClusterEventsCarryNodeRoleAndTerm) {
+  TempDir dir;
+  const int raft_port = unused_loopback_port();
+  const int client_port = unused_loopback_port();
+  const std::string raft = "127.0.0.1:" + std::to_string(raft_port);
+  const std::string client = "127.0.0.1:" + std::to_string(client_port);
+  DaemonOptions options;
+  options.args = {"--log-format=json",        "--port=" + std::to_string(client_port),
+                  "--raft-dir=" + dir.path(), "--node-id=7",
+                  "--raft-addr=" + raft,      "--cluster-peers=7=" + raft + "@" + client,
+                  "--cluster-bootstrap",      "--cluster-secret=secret-of-the-log-test"};
+  Daemon daemon(options);
+  ASSERT_TRUE(daemon.wait_for_log(R"("event":"cluster_role")", 10s)) << daemon.log_text();
+  ASSERT_TRUE(daemon.stop(10s).has_value());
+
+  std::vector<nlohmann::json> objects;
+  for (const std::string& line : daemon.log()) {
+    ASSERT_NO_THROW(objects.push_back(nlohmann::json::parse(line))) << line;
+  }
+  const auto start = events(objects, "cluster_start");
+  ASSERT_EQ(start.size(), 1U) << daemon.log_text();
+  EXPECT_EQ(start[0]["node_id"], 7);
+  EXPECT_EQ(start[0]["raft_address"], raft);
+  EXPECT_EQ(start[0]["advertise_address"], client);
+  const auto role = events(objects, "cluster_role");
+  ASSERT_GE(role.size(), 1U) << daemon.log_text();
+  EXPECT_EQ(role[0]["node_id"], 7);
+  EXPECT_EQ(role[0]["role"], "leader");
+  EXPECT_EQ(role[0]["leader_id"], 7);
+  EXPECT_GE(role[0]["term"].get<std::uint64_t>(), 1U);
+  // On SIGTERM a leader hands leadership over first; alone, it has no one to hand it to.
+  const auto drain = events(objects, "drain");
+  ASSERT_EQ(drain.size(), 1U) << daemon.log_text();
+  EXPECT_NE(drain[0]["leader_handoff"], "none");
+}
+
 // Auth failures are rate-limited: one line per 10 s, the next one counts those left out.
 TEST(JsonLogTest, AuthFailuresAreRateLimited) {
   Daemon daemon(std::vector<std::string>{"--log-format=json", "--auth-token=secret-of-the-test"});
