@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/integration/harness.h"
@@ -170,6 +171,20 @@ TEST(JsonLogTest, AuthFailuresAreRateLimited) {
     if (nlohmann::json::parse(line).value("event", "") == "auth_failure") ++lines;
   }
   EXPECT_EQ(lines, 1) << daemon.log_text();
+}
+
+// --log-level error leaves out every info and warn line: a clean start and stop write nothing.
+TEST(JsonLogTest, LogLevelErrorWritesNothingOnACleanRun) {
+  DaemonOptions options;
+  options.args = {"--log-level=error", "--log-format=json", "--huge-pages=false"};
+  options.wait_until_listening = false;
+  Daemon daemon(options);
+  std::this_thread::sleep_for(500ms);
+  ASSERT_TRUE(daemon.running());
+  const std::optional<int> status = daemon.stop(10s);
+  ASSERT_TRUE(status.has_value());
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << *status;
+  EXPECT_EQ(daemon.log_size(), 0U) << daemon.log_text();
 }
 
 // In the default text format an event keeps its sentence and adds its fields.
