@@ -179,19 +179,8 @@ def traffic(node):
         pass  # 404 is expected
 
 
-def main():
-    if len(sys.argv) != 4:
-        sys.exit(__doc__)
-    binary, rules_path, dashboard_path = sys.argv[1:]
-
-    # The scanner itself: a planted metric must be found, and the usual forms parsed.
-    planted = metric_names('sum by (le, path) (rate(turnstile_planted_bucket{x="a{b}"}[5m]))'
-                           ' / on (instance) group_left (job) up{job="$job"} > 1e3')
-    if planted != {"turnstile_planted_bucket", "up"}:
-        sys.exit(f"the expression scanner is broken: {planted}")
-
-    expressions = rule_expressions(rules_path) + dashboard_expressions(dashboard_path)
-
+def serve_and_read(binary):
+    """The series names a live single node and a live one-voter cluster node serve, together."""
     workdir = tempfile.mkdtemp(prefix="turnstile-ops-")
     nodes = []
     try:
@@ -219,6 +208,31 @@ def main():
         for node in nodes:
             node.stop()
         shutil.rmtree(workdir, ignore_errors=True)
+    return served
+
+
+def main():
+    if len(sys.argv) != 4:
+        sys.exit(__doc__)
+    binary, rules_path, dashboard_path = sys.argv[1:]
+
+    # The scanner itself: a planted metric must be found, and the usual forms parsed.
+    planted = metric_names('sum by (le, path) (rate(turnstile_planted_bucket{x="a{b}"}[5m]))'
+                           ' / on (instance) group_left (job) up{job="$job"} > 1e3')
+    if planted != {"turnstile_planted_bucket", "up"}:
+        sys.exit(f"the expression scanner is broken: {planted}")
+
+    expressions = rule_expressions(rules_path) + dashboard_expressions(dashboard_path)
+
+    # A free port may be taken by another process before turnstiled binds it: try again.
+    for attempt in range(3):
+        try:
+            served = serve_and_read(binary)
+            break
+        except RuntimeError as error:
+            if attempt == 2:
+                raise
+            print(f"ops check: start failed, trying again: {error}", file=sys.stderr)
 
     missing = []
     checked = set()
