@@ -1275,6 +1275,8 @@ struct Engine::Impl {
         }
       });
     }
+    part.counters = StatsCounters{counters.grants, counters.lease_expiries, counters.wait_timeouts,
+                                  counters.fence_exhausted};
     StatsSnapshot sorted;
     merge_stats(sorted, std::move(part), config.stats_entries_max);
     return sorted;

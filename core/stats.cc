@@ -69,6 +69,10 @@ void merge_stats(StatsSnapshot& total, StatsSnapshot&& part, std::size_t entries
   for (SignalChannelStats& channel : part.signal_channels) {
     total.signal_channels.push_back(std::move(channel));
   }
+  total.counters.grants += part.counters.grants;
+  total.counters.lease_expiries += part.counters.lease_expiries;
+  total.counters.wait_timeouts += part.counters.wait_timeouts;
+  total.counters.fence_exhausted += part.counters.fence_exhausted;
   total.truncated = total.truncated || part.truncated || cut;
   if (part.cluster) total.cluster = std::move(part.cluster);
 }

@@ -92,6 +92,16 @@ struct ClusterStatus {
   bool operator==(const ClusterStatus&) const = default;
 };
 
+// What the engines counted since they started, summed over them: for /metrics, not for `stats`
+// (its JSON is dflockd's). In a cluster, what this node's replica applied.
+struct StatsCounters {
+  std::uint64_t grants = 0;           // fences minted
+  std::uint64_t lease_expiries = 0;   // holders whose lease ran out
+  std::uint64_t wait_timeouts = 0;    // waiters whose timeout ran out
+  std::uint64_t fence_exhausted = 0;  // grants refused for want of a fence
+  bool operator==(const StatsCounters&) const = default;
+};
+
 struct StatsSnapshot {
   std::vector<LockStats> locks;
   std::vector<SemaphoreStats> semaphores;
@@ -102,6 +112,7 @@ struct StatsSnapshot {
   std::vector<IdleStats> idle_rw_locks;
   bool truncated = false;
   std::optional<ClusterStatus> cluster = {};  // cluster mode only
+  StatsCounters counters;
   bool operator==(const StatsSnapshot&) const = default;
 };
 

@@ -724,6 +724,7 @@ void HttpServer::handle(evhttp_request* request) {
 
 void HttpServer::reply_unauthorized_later(evhttp_request* request, std::string_view route,
                                           std::string_view method, core::Instant started) {
+  shared_.auth_failures.fetch_add(1, std::memory_order_relaxed);
   if (const auto suppressed = auth_failure_log_limit().admit(started.ns())) {
     char* address = nullptr;
     ev_uint16_t port = 0;
@@ -1711,6 +1712,20 @@ std::string HttpServer::metrics_text(const core::StatsSnapshot& snapshot) {
             peers->dropped);
   }
 
+  counter("turnstile_grants_total", "grants (each mints a fence), by this node's engines",
+          snapshot.counters.grants);
+  counter("turnstile_lease_expiries_total", "holders whose lease ran out before a release",
+          snapshot.counters.lease_expiries);
+  counter("turnstile_wait_timeouts_total", "waiters whose timeout ran out before a grant",
+          snapshot.counters.wait_timeouts);
+  counter("turnstile_fence_exhausted_total",
+          "grants refused for want of a fence (the fence journal has none durable yet)",
+          snapshot.counters.fence_exhausted);
+  counter("turnstile_auth_failures_total",
+          "requests refused for a wrong or missing auth or admin token (TCP and HTTP)",
+          shared_.auth_failures.load(std::memory_order_relaxed));
+  gauge("turnstile_max_connections", "the TCP connection cap (--max-connections); 0: none",
+        static_cast<double>(shared_.config.max_connections));
   counter("turnstile_forced_releases_total",
           "holders freed by admin force-releases (DELETE /v1/admin/...) this server answered",
           http_shared_.forced_releases.load(std::memory_order_relaxed));

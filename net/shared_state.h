@@ -102,6 +102,8 @@ struct SharedState {
   SignalBus signals;
   std::atomic<std::int64_t> connections_open{0};
   std::atomic<std::int64_t> http_sessions_live{0};  // counted in stats `connections`
+  // Requests refused for a wrong or missing auth or admin token, TCP and HTTP (/metrics).
+  std::atomic<std::uint64_t> auth_failures{0};
 
   // One table per shard (config.threads of them), each written by its shard's thread.
   std::vector<std::unique_ptr<TcpLatencies>> tcp_latencies;

@@ -608,6 +608,7 @@ void TcpConnections::service(Connection& connection, core::Instant now) {
            {"reason", "signal_queue"}});
       shared_.signals.note_slow_consumer();
     } else if (session.close_reason() == core::CloseReason::kAuthFailed) {
+      shared_.auth_failures.fetch_add(1, std::memory_order_relaxed);
       if (const auto suppressed = auth_failure_log_limit().admit(now.ns())) {
         log_event(
             LogLevel::kWarn, "auth_failure",

@@ -492,7 +492,10 @@ void EngineDifferential::compare_stats(const core::StatsSnapshot& engine_stats,
     }
     out << "] idle_rw_locks[";
     for (const auto& e : s.idle_rw_locks) out << e.key << ":" << e.idle_s << " ";
-    out << "] truncated=" << s.truncated;
+    out << "] truncated=" << s.truncated << " grants=" << s.counters.grants
+        << " lease_expiries=" << s.counters.lease_expiries
+        << " wait_timeouts=" << s.counters.wait_timeouts
+        << " fence_exhausted=" << s.counters.fence_exhausted;
     return out.str();
   };
   check(engine_stats == model_stats, [&] {

@@ -621,6 +621,8 @@ core::StatsSnapshot ReferenceModel::stats(Instant now, std::vector<Delivery>& ou
   cut(snapshot.idle_semaphores);
   cut(snapshot.rw_locks);
   cut(snapshot.idle_rw_locks);
+  snapshot.counters = core::StatsCounters{counters_.grants, counters_.lease_expiries,
+                                          counters_.wait_timeouts, counters_.fence_exhausted};
   return snapshot;
 }
 

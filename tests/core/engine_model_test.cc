@@ -594,6 +594,7 @@ TEST(ReferenceModel, StatsClassifiesByLimitAndSortsByKey) {
   expected.locks = {core::LockStats{"m", session(1), 6.0, 1},
                     core::LockStats{"z", session(3), 30.0, 0}};
   expected.idle_semaphores = {core::IdleStats{"k", 3.0}};
+  expected.counters.grants = 3;  // m, k and z; nothing expired or timed out yet
   EXPECT_EQ(stats, expected);
 }
 

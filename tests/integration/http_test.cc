@@ -1736,6 +1736,39 @@ TEST(HttpOperator, ForceReleaseNeedsTheAdminTokenAndHandsTheKeyToTheNextWaiter) 
   EXPECT_EQ(metric(server, "turnstile_forced_releases_total"), "1");
 }
 
+// The counters an operator alerts on (ops/prometheus/turnstile-rules.yml): grants, lease
+// expiries, wait timeouts, refused tokens, and the connection cap.
+TEST(HttpOperator, MetricsCountExpiriesTimeoutsGrantsAndAuthFailures) {
+  HttpServer server({"--admin-token=" + kAdminToken, "--max-connections=500"});
+  EXPECT_EQ(metric(server, "turnstile_max_connections"), "500");
+  EXPECT_EQ(metric(server, "turnstile_grants_total"), "0");
+  const std::string a = server.new_session();
+  const std::string b = server.new_session();
+  ASSERT_FALSE(
+      granted_token(server.call("POST", "/v1/locks/job",
+                                "{\"acquire_timeout_s\":0,\"lease_ttl_s\":1}", {session_header(a)}))
+          .empty());
+  // b holds another key without a lease end in sight; a waits a second for it and gives up.
+  ASSERT_FALSE(granted_token(server.call("POST", "/v1/locks/other-job", "{\"acquire_timeout_s\":0}",
+                                         {session_header(b)}))
+                   .empty());
+  EXPECT_EQ(
+      server.call("POST", "/v1/locks/other-job", "{\"acquire_timeout_s\":1}", {session_header(a)})
+          .json()["status"],
+      "timeout");
+  // a's one-second lease on job has run out meanwhile.
+  EXPECT_TRUE(
+      eventually([&] { return metric(server, "turnstile_lease_expiries_total") == "1"; }, 10s));
+  EXPECT_EQ(metric(server, "turnstile_wait_timeouts_total"), "1");
+  EXPECT_EQ(metric(server, "turnstile_grants_total"), "2");
+  EXPECT_EQ(metric(server, "turnstile_fence_exhausted_total"), "0");
+  EXPECT_EQ(metric(server, "turnstile_auth_failures_total"), "0");
+  expect_error(server.call("DELETE", "/v1/admin/locks/job"), 401, "unauthorized");
+  expect_error(server.call("DELETE", "/v1/admin/locks/job", "", {admin_header("wrong")}), 401,
+               "unauthorized");
+  EXPECT_EQ(metric(server, "turnstile_auth_failures_total"), "2");
+}
+
 TEST(HttpOperator, ForceReleaseOfOneFenceFreesOneOfTwoReaders) {
   HttpServer server({"--admin-token=" + kAdminToken});
   const std::string a = server.new_session();
