@@ -1396,7 +1396,12 @@ void HttpServer::on_stream_event(core::Instant, Stream& stream, core::SessionEve
     }
     case core::SessionEvent::Kind::kSignal: {
       if (stream.ending) return;  // the router has forgotten it
-      const std::string sse = core::http_signal_event(*event.frame);
+      if (event.frame != sse_frame_ || sse_event_ == nullptr) {
+        sse_frame_ = event.frame;
+        sse_event_ = std::make_shared<const std::string>(core::http_signal_event(*event.frame));
+      }
+      const std::shared_ptr<const std::string> held = sse_event_;  // kept while it is written
+      const std::string& sse = *held;
       if (sse.empty()) {
         host_.router().signals_written(stream.session, 1);  // not a frame: nothing to write
         return;

@@ -265,6 +265,11 @@ class HttpServer final : public ShardService {
   // its connection until it ends).
   std::unordered_map<std::uint64_t, std::unique_ptr<Stream>> streams_;
   std::unordered_map<evhttp_connection*, std::uint64_t> stream_of_connection_;
+  // The last signal frame written to a stream and its Server-Sent Event: a signal's frame is one
+  // shared string for all its listeners, so a fan-out to many streams of this thread encodes it
+  // once. Holding the frame keeps its address from being reused by another.
+  std::shared_ptr<const std::string> sse_frame_;
+  std::shared_ptr<const std::string> sse_event_;
   // Session event streams: their watch tickets (while the watch runs) -> their stream's id.
   std::unordered_map<std::uint64_t, std::uint64_t> stream_of_watch_;
   // Fence checks, inspects and force-releases by their own session's id, until the engine's
