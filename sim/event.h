@@ -58,13 +58,15 @@ struct HttpGiveUp {  // an HTTP client stops waiting for a response
   std::size_t client;
   std::uint64_t exchange;
 };
+struct OperatorAct {};  // the operator's next force-release
 }  // namespace event
 
 using EventPayload =
     std::variant<event::ClientAct, event::NetToServer, event::NetToClient, event::Hop,
                  event::ServerTimer, event::Fault, event::Restart, event::Unpause,
                  event::LivenessStart, event::JournalSynced, event::JournalRetry, event::HttpAct,
-                 event::HttpToServer, event::HttpToClient, event::HttpGone, event::HttpGiveUp>;
+                 event::HttpToServer, event::HttpToClient, event::HttpGone, event::HttpGiveUp,
+                 event::OperatorAct>;
 
 struct Event {
   std::int64_t at = 0;  // virtual nanoseconds

@@ -286,6 +286,18 @@ void History::connection_closed(std::uint64_t connection, std::int64_t now_ns) {
   closed_at_.emplace(connection, now_ns);
 }
 
+std::uint64_t History::force_release(core::Namespace ns, const std::string& key,
+                                     std::uint64_t fence, std::int64_t now_ns) {
+  forces_.push_back(Force{ns, key, fence, now_ns, std::nullopt, false});
+  return forces_.size();
+}
+
+void History::force_answered(std::uint64_t id, std::int64_t now_ns, bool freed_none) {
+  TS_ASSERT(id >= 1 && id <= forces_.size());
+  forces_[id - 1].return_ns = now_ns;
+  forces_[id - 1].freed_none = freed_none;
+}
+
 bool History::adopted(
     const Operation& operation, std::size_t index,
     const std::map<std::pair<std::uint64_t, std::uint64_t>, std::size_t>& first_grant) const {
@@ -464,6 +476,23 @@ History::Outcome History::check() const {
       if (first && is_enqueue(operation.request.command)) {
         acquired_by_enqueue.insert({operation.token->fence.value, operation.token->salt});
       }
+    }
+  }
+  // A force-release may have freed a holder of its key (of its fence, when it names one) from
+  // its call on, unless its answer came before that holder's acquire was called.
+  for (const Force& force : forces_) {
+    if (force.freed_none) continue;
+    for (const Operation& operation : operations_) {
+      if (!operation.token || !is_acquire(operation.request.command) ||
+          core::command_namespace(operation.request.command) != force.ns ||
+          operation.request.key != force.key ||
+          (force.fence != 0 && operation.token->fence.value != force.fence) ||
+          (force.return_ns && *force.return_ns < operation.call_ns)) {
+        continue;
+      }
+      auto [it, inserted] = lost_release_at.emplace(
+          std::pair(operation.token->fence.value, operation.token->salt), force.call_ns);
+      if (!inserted) it->second = std::min(it->second, force.call_ns);
     }
   }
   // An unanswered acquire under a stable ref, or an enqueue answered `queued` (a close can hand

@@ -78,6 +78,13 @@ class History {
   void widen_call(std::uint64_t op, std::int64_t call_ns);
   // The server learned that the connection closed (its holdings may be released from then on).
   void connection_closed(std::uint64_t connection, std::int64_t now_ns);
+  // An operator's force-release of a key (every holder, or the one whose fence is `fence`; 0:
+  // every one), sent at `now_ns`: a holder of that key granted before its answer came may vanish
+  // from its call on. Returns its id for force_answered.
+  std::uint64_t force_release(core::Namespace ns, const std::string& key, std::uint64_t fence,
+                              std::int64_t now_ns);
+  // Its answer came at `now_ns`; `freed_none`: it was refused (401, 400) and freed nothing.
+  void force_answered(std::uint64_t id, std::int64_t now_ns, bool freed_none);
 
   struct Outcome {
     std::string invariant = "linearizability";  // what the violation breaks
@@ -104,6 +111,15 @@ class History {
   std::uint64_t life_ = 0;
   std::vector<Operation> operations_;  // index = id - 1
   std::map<std::uint64_t, std::int64_t> closed_at_;
+  struct Force {
+    core::Namespace ns = core::Namespace::kLock;
+    std::string key;
+    std::uint64_t fence = 0;
+    std::int64_t call_ns = 0;
+    std::optional<std::int64_t> return_ns;
+    bool freed_none = false;
+  };
+  std::vector<Force> forces_;  // index = id - 1
 };
 
 }  // namespace turnstile::sim

@@ -178,6 +178,8 @@ void HttpWorkload::on_result(std::uint64_t exchange) {
       return;
     case HttpOp::kSubmit:
       break;
+    case HttpOp::kAdminRelease:
+      return bad("an admin request of an HTTP client");  // the operator's (sim/operator.h)
   }
   if (call.handle != client.handle) return;  // an answer for a session given up since
   const core::Request& request = call.request;
@@ -204,7 +206,11 @@ void HttpWorkload::on_result(std::uint64_t exchange) {
     }
     case core::Command::kRelease:
     case core::Command::kSemRelease:
-      if (code != 204 && code != 200 && code != 404) return bad("release answered");
+      // 409 lease_expired: the operator forced the slot out (sim/operator.h).
+      if (code != 204 && code != 200 && code != 404 &&
+          !(code == 409 && run_.settings.force_interval_ms > 0)) {
+        return bad("release answered");
+      }
       client.held.erase(key);
       return;
     case core::Command::kRenew:

@@ -21,6 +21,7 @@
 #include <optional>
 #include <string>
 
+#include "core/http_codec.h"
 #include "core/http_session_router.h"
 #include "core/protocol.h"
 #include "sim/event.h"
@@ -52,13 +53,19 @@ class Listener {
 // One HTTP request and its response, as on a connection of its own: the daemon's shards all
 // accept from the one HTTP socket, so each request lands on a shard of the network's choosing
 // (the client names it here, from its own stream).
-enum class HttpOp : std::uint8_t { kCreate, kSubmit, kPing, kRemove };
+// kAdminRelease: the operator's DELETE /v1/admin/{locks,semaphores,rwlocks}/{key}[?query].
+enum class HttpOp : std::uint8_t { kCreate, kSubmit, kPing, kRemove, kAdminRelease };
 struct HttpCall {
   std::size_t client = 0;
   std::size_t shard = 0;  // the shard whose thread accepts the request's connection
   HttpOp op = HttpOp::kCreate;
-  std::string handle;     // all but kCreate
+  std::string handle;     // all but kCreate and kAdminRelease
   core::Request request;  // kSubmit
+  // kAdminRelease: the route, the key in its path, the query and the Authorization header.
+  core::HttpEndpoint endpoint = core::HttpEndpoint::kAdminLockRelease;
+  std::string key = {};
+  std::string query = {};
+  std::string authorization = {};
 };
 struct HttpResult {
   bool reset = false;  // no response: the process died (or was not up) with the request

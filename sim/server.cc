@@ -10,6 +10,7 @@
 #include <variant>
 
 #include "core/assert.h"
+#include "core/http_codec.h"
 #include "core/http_session_router.h"
 #include "core/protocol.h"
 #include "core/session.h"
@@ -115,6 +116,12 @@ struct ServerProcess::Process {
   std::vector<std::unique_ptr<core::HttpSessionRouter>> desks;
   std::map<core::HttpTicket, std::uint64_t> http_tickets;
   std::map<std::uint64_t, std::pair<std::size_t, core::HttpTicket>> http_exchanges;
+  // Admin force-releases in the engines, by their request session: the exchange and request.
+  std::map<std::uint64_t, std::pair<std::uint64_t, core::Request>> key_requests;
+  // The line of a `Lost` message being handed to its owner's router (on_hop), and whether the
+  // router made an event of it.
+  const std::string* arriving_lost = nullptr;
+  bool arrived_lost = false;
   std::optional<Instant> next_sweep;
   std::map<std::uint64_t, ServerSession> sessions;
   std::map<std::pair<std::size_t, std::size_t>, std::deque<Hop>> channels;
@@ -125,12 +132,13 @@ struct ServerProcess::Process {
 // ---- the process across lives -------------------------------------------------------------------
 
 ServerProcess::ServerProcess(RunContext& run, Network& network, Disk& disk, Checker& checker,
-                             History& history, Prng& faults)
+                             History& history, LossChecker& losses, Prng& faults)
     : run_(run),
       network_(network),
       disk_(disk),
       checker_(checker),
       history_(history),
+      losses_(losses),
       faults_(faults),
       clocks_(run.options.seed, kClocks),
       salts_prng_(run.options.seed, kSalts),
@@ -253,6 +261,7 @@ void ServerProcess::start() {
   // With the fence journal, fences beat earlier lives' always; without it, only while the wall
   // clock never went back (docs/reliability.md).
   checker_.new_life(life_, run_.settings.fence_journal || !run_.wall_went_back);
+  losses_.new_life(run_.settings.shards);
   history_.new_life(life_);
   run_.digest.add(static_cast<std::uint64_t>(wall_ns));
 }
@@ -439,6 +448,7 @@ std::optional<Listener::Accepted> ServerProcess::accept(std::uint64_t connection
   ss.session = std::make_unique<core::Session>(SessionId{id}, config, server_now());
   ss.connection = connection_id;
   ss.owner = owner;
+  losses_.tcp_session(id);
   return Accepted{life_, id};
 }
 
@@ -473,17 +483,19 @@ void ServerProcess::route(std::uint64_t id, ServerSession& ss, const core::Reque
 
 void ServerProcess::observe_call(std::size_t shard, const std::vector<core::Delivery>& out,
                                  const core::Reply* reply, const core::Request* request) {
+  std::vector<LossChecker::Grant> grants;
   for (const core::Delivery& delivery : out) {
     if (!delivery.reply.token) continue;
     auto it = process_->sessions.find(delivery.session.value);
     if (it == process_->sessions.end()) continue;  // reported by on_session_event
-    checker_.observe_grant(ResourceKey{it->second.inflight_ns, it->second.inflight_key},
-                           *delivery.reply.token,
+    const ResourceKey key{it->second.inflight_ns, it->second.inflight_key};
+    checker_.observe_grant(key, *delivery.reply.token,
                            "delivery to session " + std::to_string(delivery.session.value));
+    grants.push_back({delivery.session.value, *delivery.reply.token, key});
   }
   if (reply != nullptr && reply->token && request != nullptr) {
-    checker_.observe_grant(ResourceKey{core::command_namespace(request->command), request->key},
-                           *reply->token, "reply");
+    const ResourceKey key{core::command_namespace(request->command), request->key};
+    checker_.observe_grant(key, *reply->token, "reply");
   }
   // A release answered `ok` is a clean one: its holder left without a lock-delay.
   if (reply != nullptr && request != nullptr && request->token &&
@@ -492,6 +504,7 @@ void ServerProcess::observe_call(std::size_t shard, const std::vector<core::Deli
     checker_.observe_release(ResourceKey{core::command_namespace(request->command), request->key},
                              *request->token);
   }
+  losses_.on_engine_call(shard, *process_->engines[shard], request, reply, grants);
   checker_.check_engine(shard, *process_->engines[shard], run_.now);
 }
 
@@ -504,9 +517,22 @@ void ServerProcess::drain_router(std::size_t shard) {
       auto it = process_->sessions.find(close->session.value);
       if (it != process_->sessions.end()) ++it->second.close_notices;
     }
+    if (const auto* lost = std::get_if<core::message::Lost>(&envelope.message)) {
+      losses_.generated(shard, lost->session.value, *lost->line);
+    }
     post(shard, envelope.to, Hop{0, std::move(envelope.message)});
   }
-  for (core::SessionEvent& event : router.take_events()) on_session_event(shard, event);
+  for (core::SessionEvent& event : router.take_events()) {
+    if (event.kind == core::SessionEvent::Kind::kLost) {
+      if (process_->arriving_lost != nullptr && event.frame.get() == process_->arriving_lost) {
+        process_->arrived_lost = true;  // from another shard: made there
+      } else {
+        losses_.generated(shard, event.session.value, *event.frame);
+      }
+    }
+    on_session_event(shard, event);
+    if (!process_) return;
+  }
   // The HTTP sessions' effects may put more work into the router: until neither moves.
   if (!process_->desks.empty() && drain_desk(shard)) drain_router(shard);
 }
@@ -548,6 +574,10 @@ void ServerProcess::on_http_to_server(std::uint64_t exchange) {
     return;
   }
   network_.http_taken(exchange, life_);
+  if (call.op == HttpOp::kAdminRelease) {
+    admin_release(exchange, call);
+    return;
+  }
   Process& p = *process_;
   const std::size_t shard = call.shard % run_.settings.shards;
   core::HttpSessionRouter& desk = *p.desks[shard];
@@ -577,8 +607,37 @@ void ServerProcess::on_http_to_server(std::uint64_t exchange) {
       desk.remove(now, ticket, call.handle);
       break;
     case HttpOp::kCreate:
+    case HttpOp::kAdminRelease:
       break;
   }
+  drain_router(shard);
+  pump();
+}
+
+void ServerProcess::admin_release(std::uint64_t exchange, const HttpCall& call) {
+  ++run_.result.coverage["admin-request"];
+  auto respond = [&](core::HttpOutcome outcome) {
+    run_.digest.add(static_cast<std::uint64_t>(outcome.code));
+    network_.http_respond(exchange, HttpResult{false, std::move(outcome)});
+  };
+  const core::AdminAccess access =
+      core::admin_access(std::optional<std::string>(kAdminToken), call.authorization);
+  if (access != core::AdminAccess::kAllowed) {
+    respond(core::HttpOutcome{401, core::http_error_body("unauthorized")});
+    return;
+  }
+  std::variant<core::HttpBadRequest, core::Request> decoded =
+      core::decode_http_key_request(call.endpoint, call.key, "", call.query);
+  if (const auto* bad = std::get_if<core::HttpBadRequest>(&decoded)) {
+    respond(core::HttpOutcome{400, core::http_error_body("bad_request", bad->detail)});
+    return;
+  }
+  core::Request request = std::get<core::Request>(std::move(decoded));
+  const std::size_t shard = call.shard % run_.settings.shards;
+  const SessionId session = process_->routers[shard]->new_session_id();
+  run_.digest.add(session.value);
+  process_->key_requests[session.value] = {exchange, request};
+  process_->routers[shard]->submit(server_now(), session, request);
   drain_router(shard);
   pump();
 }
@@ -600,6 +659,17 @@ void ServerProcess::on_http_gone(std::uint64_t exchange) {
 }
 
 void ServerProcess::on_session_event(std::size_t shard, core::SessionEvent& event) {
+  if (auto key = process_->key_requests.find(event.session.value);
+      key != process_->key_requests.end()) {
+    if (event.kind != core::SessionEvent::Kind::kReply) return;  // never parks, holds nothing
+    const auto [exchange, request] = std::move(key->second);
+    process_->key_requests.erase(key);
+    const core::HttpResponse response = core::render_http_key_reply(request, event.reply);
+    run_.digest.add(static_cast<std::uint64_t>(response.code));
+    network_.http_respond(exchange,
+                          HttpResult{false, core::HttpOutcome{response.code, response.body}});
+    return;
+  }
   if (!process_->desks.empty() && process_->desks[shard]->owns(event.session)) {
     process_->desks[shard]->on_session_event(server_now(), event);
     return;
@@ -612,9 +682,26 @@ void ServerProcess::on_session_event(std::size_t shard, core::SessionEvent& even
   }
   ServerSession& ss = it->second;
   core::Session& session = *ss.session;
+  if (event.kind == core::SessionEvent::Kind::kLost) {
+    // Pushed into an open session that asked for them: its connection must read it.
+    if (!session.closed() && ss.socket_open && losses_.is_opted_in(ss.connection)) {
+      losses_.owe(ss.connection, *event.frame);
+    }
+#ifdef TURNSTILE_CANARY_DROP_LOST
+    return;  // the canary: the line never reaches the connection
+#endif
+  }
   if (core::apply_push_event(event, session)) {
-    ++run_.result.coverage[event.kind == core::SessionEvent::Kind::kSignal ? "signal-frame"
-                                                                           : "slow-consumer"];
+    switch (event.kind) {
+      case core::SessionEvent::Kind::kSignal:
+        ++run_.result.coverage["signal-frame"];
+        break;
+      case core::SessionEvent::Kind::kSlowConsumer:
+        ++run_.result.coverage["slow-consumer"];
+        break;
+      default:
+        break;
+    }
     return;
   }
   if (!session.in_flight()) {
@@ -692,9 +779,30 @@ void ServerProcess::on_hop(std::uint64_t life, std::size_t from, std::size_t to)
   if (const auto* close = std::get_if<core::message::CloseSession>(&message)) {
     auto it = process_->sessions.find(close->session.value);
     if (it != process_->sessions.end()) --it->second.close_notices;
+    losses_.session_closed_at(to, close->session.value);
+  }
+  std::shared_ptr<const std::string> lost_line;
+  std::uint64_t lost_session = 0;
+  if (const auto* lost = std::get_if<core::message::Lost>(&message)) {
+    lost_line = lost->line;
+    lost_session = lost->session.value;
+    process_->arriving_lost = lost_line.get();
+    process_->arrived_lost = false;
   }
   process_->routers[to]->receive(server_now(), std::move(message));
   drain_router(to);
+  if (!process_) return;
+  if (lost_line) {
+    process_->arriving_lost = nullptr;
+    // The owner's router drops a loss only for a session it has forgotten (closed there).
+    auto it = process_->sessions.find(lost_session);
+    if (!process_->arrived_lost && it != process_->sessions.end() && !it->second.notified) {
+      run_.fail("lost-notify", "the owner of open session " + std::to_string(lost_session) +
+                                   " dropped `" + lost_line->substr(0, lost_line->size() - 1) +
+                                   "`");
+      return;
+    }
+  }
   pump();
 }
 
@@ -712,6 +820,7 @@ bool ServerProcess::pump_session(std::uint64_t id, ServerSession& ss) {
     ss.notified = true;
     history_.connection_closed(ss.connection, run_.now);
     progress = true;
+    losses_.session_closed_at(ss.owner, id);
     process_->routers[ss.owner]->close(server_now(), SessionId{id});
     drain_router(ss.owner);
   }
@@ -811,6 +920,7 @@ void ServerProcess::check_invariants() {
     checker_.check_engine(shard, *process_->engines[shard], run_.now);
   }
   checker_.clear_observed();
+  losses_.check_settled();
 }
 void ServerProcess::check_final() {
   if (!process_) return;

@@ -31,6 +31,7 @@
 #include "sim/context.h"
 #include "sim/disk.h"
 #include "sim/history.h"
+#include "sim/loss_checker.h"
 #include "sim/network.h"
 #include "sim/prng.h"
 
@@ -41,7 +42,7 @@ class ServerProcess final : public core::EngineObserver, public Listener {
   // `faults` is the run's fault stream: the delays before a crashed process starts again are
   // drawn from it, in turn with the fault injector's draws.
   ServerProcess(RunContext& run, Network& network, Disk& disk, Checker& checker, History& history,
-                Prng& faults);
+                LossChecker& losses, Prng& faults);
   ~ServerProcess() override;
   ServerProcess(const ServerProcess&) = delete;
   ServerProcess& operator=(const ServerProcess&) = delete;
@@ -107,6 +108,10 @@ class ServerProcess final : public core::EngineObserver, public Listener {
   // Carries the shard's HttpSessionRouter's effects out; true when anything moved (or its
   // router has work again).
   bool drain_desk(std::size_t shard);
+  // DELETE /v1/admin/{locks,semaphores,rwlocks}/{key}[?fence=N], as the daemon's HTTP server
+  // runs it: the admin token, the codec's decoding, then the engine request under a request
+  // session of its own on the shard that took the connection; its reply is the response.
+  void admin_release(std::uint64_t exchange, const HttpCall& call);
   // Records the grants one engine call made (its reply and its Deliveries) for the fence check,
   // before they travel anywhere: fences are ordered by the call that minted them.
   void observe_call(std::size_t shard, const std::vector<core::Delivery>& out,
@@ -126,6 +131,7 @@ class ServerProcess final : public core::EngineObserver, public Listener {
   Disk& disk_;
   Checker& checker_;
   History& history_;
+  LossChecker& losses_;
   Prng& faults_;
   Prng clocks_;      // each life's monotonic clock origin
   Prng salts_prng_;  // the engines' token salts

@@ -44,6 +44,8 @@ std::string Settings::describe() const {
   if (signal_permille > 0) add("signal_permille=" + std::to_string(signal_permille));
   if (rw_permille > 0) add("rw_permille=" + std::to_string(rw_permille));
   if (lock_delay_ms > 0) add("lock_delay_ms=" + std::to_string(lock_delay_ms));
+  if (lost_notify_permille > 0) add("lost_notify_permille=" + std::to_string(lost_notify_permille));
+  if (force_interval_ms > 0) add("force_interval_ms=" + std::to_string(force_interval_ms));
   if (fence_journal) {
     add("journal=[range=" + std::to_string(journal_range) + ",block=" +
         std::to_string(fence_block) + ",fail_permille=" + std::to_string(journal_fail_permille) +
@@ -125,6 +127,13 @@ Settings choose_settings(std::uint64_t seed, const std::string& profile) {
   // everything else for the same reason.
   if (prng.chance(500)) s.rw_permille = static_cast<std::uint64_t>(prng.between(100, 500));
   if (prng.chance(250)) s.lock_delay_ms = prng.between(50, 800);
+  // lost-notify on most seeds, and an operator who force-releases keys on half of them, drawn
+  // after everything else for the same reason; the cluster profiles have neither (no HTTP).
+  if (profile.rfind("cluster-", 0) != 0) {
+    if (prng.chance(800))
+      s.lost_notify_permille = static_cast<std::uint64_t>(prng.between(200, 1000));
+    if (prng.chance(500)) s.force_interval_ms = prng.between(200, 3'000);
+  }
   return s;
 }
 

@@ -22,6 +22,8 @@ inline constexpr std::int64_t kWallStart = 1'767'225'600 * kS;
 // everything to close.
 inline constexpr std::int64_t kLivenessWindow = 120 * kS;
 inline constexpr std::int64_t kDrainWindow = 200 * kS;
+// The server's --admin-token, which the operator's force-releases carry.
+inline constexpr const char* kAdminToken = "sim-admin-token";
 
 // Subsystem streams of the seed.
 enum Stream : std::uint64_t {
@@ -32,7 +34,8 @@ enum Stream : std::uint64_t {
   kClocks,
   kSalts,
   kDisk,
-  kHttpWorkload
+  kHttpWorkload,
+  kLosses  // which clients ask for lost-notify, and the operator's force-releases
 };
 
 inline const std::vector<std::string> kProfiles = {"default",          "crash-heavy", "clock-chaos",
@@ -86,6 +89,12 @@ struct Settings {
   // EngineConfig::lock_delay (--lock-delay) of every engine, in milliseconds; 0: off. The
   // checker holds the engines to it (sim/checker.h, "lock-delay").
   std::int64_t lock_delay_ms = 0;
+  // lost-notify (single-node profiles): the share of TCP clients that send `lost-notify _ on`
+  // first on every connection; 0: none does. The others never get a `lost` line.
+  std::uint64_t lost_notify_permille = 0;
+  // The operator (single-node profiles): the mean gap between its force-releases over HTTP
+  // (DELETE /v1/admin/...), in milliseconds; 0: no operator.
+  std::int64_t force_interval_ms = 0;
 
   // One line naming every choice, printed with each seed.
   std::string describe() const;

@@ -24,7 +24,9 @@
 #include "sim/faults.h"
 #include "sim/history.h"
 #include "sim/http_workload.h"
+#include "sim/loss_checker.h"
 #include "sim/network.h"
+#include "sim/operator.h"
 #include "sim/prng.h"
 #include "sim/server.h"
 #include "sim/settings.h"
@@ -44,9 +46,11 @@ class World final {
                  [this](const std::string& invariant, const std::string& detail) {
                    run_.fail(invariant, detail);
                  }),
-        server_(run_, network_, disk_, checker_, history_, faults_prng_),
-        workload_(run_, network_, history_),
+        losses_(run_),
+        server_(run_, network_, disk_, checker_, history_, losses_, faults_prng_),
+        workload_(run_, network_, history_, losses_),
         http_(run_, network_),
+        operator_(run_, network_, history_, workload_),
         faults_(run_, server_, workload_, faults_prng_) {
     checker_.count_into(&run_.result.coverage);
   }
@@ -66,9 +70,11 @@ class World final {
   Disk disk_;        // likewise
   Checker checker_;
   History history_;
+  LossChecker losses_;
   ServerProcess server_;  // registers as the network's listener
   Workload workload_;
   HttpWorkload http_;
+  Operator operator_;
   FaultInjector faults_;
   std::uint64_t events_ = 0;
   std::int64_t liveness_deadline_ = 0;
@@ -101,7 +107,13 @@ void World::dispatch(const Event& event) {
         } else if constexpr (std::is_same_v<E, event::HttpToServer>) {
           server_.on_http_to_server(e.exchange);
         } else if constexpr (std::is_same_v<E, event::HttpToClient>) {
-          http_.on_result(e.exchange);
+          if (operator_.owns(e.exchange)) {
+            operator_.on_result(e.exchange);
+          } else {
+            http_.on_result(e.exchange);
+          }
+        } else if constexpr (std::is_same_v<E, event::OperatorAct>) {
+          operator_.on_act();
         } else if constexpr (std::is_same_v<E, event::HttpGone>) {
           server_.on_http_gone(e.exchange);
         } else if constexpr (std::is_same_v<E, event::HttpGiveUp>) {
@@ -148,6 +160,7 @@ Result World::run() {
   server_.start();
   workload_.start();
   http_.start();
+  operator_.start();
   faults_.start();
 
   std::int64_t drain_deadline = 0;
@@ -205,13 +218,16 @@ void World::heal() {
   if (!server_.running()) server_.start();
   workload_.stop();
   http_.stop();
+  operator_.stop();
   liveness_deadline_ = resumed_at + kLivenessWindow;
   run_.schedule(liveness_deadline_, event::LivenessStart{});
   if (server_.running()) server_.pump();
 }
 
 void World::check_liveness() {
-  if (const std::optional<std::string> http = http_.first_waiting()) {
+  std::optional<std::string> http = http_.first_waiting();
+  if (!http) http = operator_.first_waiting();
+  if (http) {
     run_.fail("liveness",
               *http + " after " + std::to_string(kLivenessWindow / kS) + " s of healed time");
     return;

@@ -36,13 +36,20 @@ struct Workload::Client {
   // sent a listen for (frames already on their way may come after an unlisten).
   std::set<std::pair<std::string, std::string>> listening;
   std::set<std::string> patterns_sent;
+  // lost-notify: the client sends `lost-notify _ on` first on every connection.
+  bool lost_notify = false;
 };
 
 // ---- the clients
 // ---------------------------------------------------------------------------------
 
-Workload::Workload(RunContext& run, Network& network, History& history)
-    : run_(run), network_(network), history_(history), prng_(run.options.seed, kWorkload) {}
+Workload::Workload(RunContext& run, Network& network, History& history, LossChecker& losses)
+    : run_(run),
+      network_(network),
+      history_(history),
+      losses_(losses),
+      prng_(run.options.seed, kWorkload),
+      losses_prng_(run.options.seed, kLosses) {}
 
 Workload::~Workload() = default;
 
@@ -50,6 +57,8 @@ void Workload::start() {
   clients_.resize(run_.settings.clients);
   for (std::size_t i = 0; i < clients_.size(); ++i) {
     clients_[i].id = i;
+    clients_[i].lost_notify = run_.settings.lost_notify_permille > 0 &&
+                              losses_prng_.chance(run_.settings.lost_notify_permille);
     run_.schedule(prng_.between(0, 100) * kMs, event::ClientAct{i});
   }
 }
@@ -65,6 +74,16 @@ void Workload::drain() {
 }
 
 std::size_t Workload::clients() const { return clients_.size(); }
+
+std::optional<std::pair<ResourceKey, std::uint64_t>> Workload::pick_held(Prng& prng) const {
+  std::vector<std::pair<ResourceKey, std::uint64_t>> held;
+  for (const Client& client : clients_) {
+    if (client.connection == 0) continue;
+    for (const auto& [key, token] : client.view.held) held.emplace_back(key, token.fence.value);
+  }
+  if (held.empty()) return std::nullopt;
+  return held[prng.below(held.size())];
+}
 
 void Workload::reset_connection(std::size_t index) {
   Client& client = clients_[index];
@@ -93,6 +112,7 @@ void Workload::on_net_to_client(std::uint64_t connection_id) {
     }
     return;
   }
+  losses_.connection_ended(connection_id, segment.kind == SegmentKind::kFin);
   client_connection_lost(client);
 }
 
@@ -139,6 +159,7 @@ void Workload::client_disconnect(Client& client, bool reset) {
   run_.digest.add(reset ? 0x7e5e7 : 0xf1f1);
   if (reset) {
     network_.send_to_server(client.connection, SegmentKind::kReset);
+    losses_.connection_ended(client.connection, false);
     client_connection_lost(client);
   } else {
     network_.send_to_server(client.connection, SegmentKind::kFin);
@@ -161,6 +182,19 @@ void Workload::client_act(Client& client) {
     const std::uint64_t id = *connected;
     client.connection = id;
     run_.digest.add(id);
+    // lost-notify on, first, from a client that asks; now and then an explicit off from one
+    // that does not.
+    if (client.lost_notify || losses_prng_.chance(100)) {
+      Outstanding out;
+      out.request.command = core::Command::kLostNotify;
+      out.request.key = "_";
+      out.request.enable = client.lost_notify;
+      if (client.lost_notify) losses_.opted_in(id);
+      std::string bytes;
+      core::encode_request(out.request, bytes);
+      run_.digest.add(bytes);
+      client_send(client, std::move(out), std::move(bytes));
+    }
     return;
   }
   if (client.half_closed) return;
@@ -422,6 +456,10 @@ void Workload::client_frame(Client& client, std::string_view line) {
 void Workload::client_line(Client& client, std::string_view line) {
   if (line.substr(0, 4) == "sig ") {
     client_frame(client, line);
+    return;
+  }
+  if (line.substr(0, 5) == "lost ") {
+    losses_.line_received(client.id, client.connection, line);
     return;
   }
   if (client.pending.empty()) {

@@ -26,6 +26,7 @@
 #include "sim/checker.h"
 #include "sim/context.h"
 #include "sim/history.h"
+#include "sim/loss_checker.h"
 #include "sim/network.h"
 #include "sim/prng.h"
 
@@ -33,7 +34,7 @@ namespace turnstile::sim {
 
 class Workload {
  public:
-  Workload(RunContext& run, Network& network, History& history);
+  Workload(RunContext& run, Network& network, History& history, LossChecker& losses);
   ~Workload();
   Workload(const Workload&) = delete;
   Workload& operator=(const Workload&) = delete;
@@ -50,6 +51,8 @@ class Workload {
   void drain();
 
   std::size_t clients() const;
+  // A slot some client holds now, and its fence, chosen with `prng` (the operator's aim).
+  std::optional<std::pair<ResourceKey, std::uint64_t>> pick_held(Prng& prng) const;
   // The reset fault: `client`'s connection resets, if it has one it still writes to.
   void reset_connection(std::size_t client);
 
@@ -89,7 +92,9 @@ class Workload {
   RunContext& run_;
   Network& network_;
   History& history_;
-  Prng prng_;  // the seed's workload stream
+  LossChecker& losses_;
+  Prng prng_;         // the seed's workload stream
+  Prng losses_prng_;  // which clients ask for lost-notify (apart, so prng_ draws as before)
   std::vector<Client> clients_;
   std::vector<core::Token> token_pool_;  // tokens seen anywhere, for foreign/stale releases
   std::uint64_t signals_sent_ = 0;       // payloads are "s<n>", n counting up

@@ -1,0 +1,112 @@
+#include "sim/operator.h"
+
+namespace turnstile::sim {
+
+Operator::Operator(RunContext& run, Network& network, History& history, const Workload& workload)
+    : run_(run),
+      network_(network),
+      history_(history),
+      workload_(workload),
+      prng_(run.options.seed, kLosses + 1) {}
+
+void Operator::start() {
+  if (run_.settings.force_interval_ms > 0) {
+    run_.schedule(prng_.between(1, run_.settings.force_interval_ms) * kMs, event::OperatorAct{});
+  }
+}
+
+void Operator::on_act() {
+  if (stopped_) return;
+  run_.schedule(run_.now + prng_.between(1, 2 * run_.settings.force_interval_ms) * kMs,
+                event::OperatorAct{});
+  Sent sent;
+  HttpCall& call = sent.call;
+  call.op = HttpOp::kAdminRelease;
+  call.shard = static_cast<std::size_t>(prng_.below(run_.settings.shards));
+  ResourceKey key;
+  std::uint64_t fence = 0;
+  const std::optional<std::pair<ResourceKey, std::uint64_t>> held =
+      prng_.chance(800) ? workload_.pick_held(prng_) : std::nullopt;
+  if (held) {
+    key = held->first;
+    if (prng_.chance(500)) fence = held->second;
+  } else {
+    static const core::Namespace kSpaces[] = {core::Namespace::kLock, core::Namespace::kSemaphore,
+                                              core::Namespace::kReadWrite};
+    key.first = kSpaces[prng_.below(3)];
+    key.second = (prng_.chance(700) ? "h" : "c") + std::to_string(prng_.below(3));
+    if (prng_.chance(200)) fence = prng_.between(1, 1'000'000);  // most likely held by nobody
+  }
+  switch (key.first) {
+    case core::Namespace::kLock:
+      call.endpoint = core::HttpEndpoint::kAdminLockRelease;
+      break;
+    case core::Namespace::kSemaphore:
+      call.endpoint = core::HttpEndpoint::kAdminSemRelease;
+      break;
+    case core::Namespace::kReadWrite:
+      call.endpoint = core::HttpEndpoint::kAdminReadWriteRelease;
+      break;
+  }
+  call.key = key.second;
+  if (fence != 0) call.query = "fence=" + std::to_string(fence);
+  if (prng_.chance(30)) {
+    call.query = prng_.chance(500) ? "fence=0" : "fence=x1";
+    sent.expected_code = 400;
+  }
+  call.authorization = std::string("Bearer ") + kAdminToken;
+  if (prng_.chance(50)) {
+    call.authorization = prng_.chance(500) ? "Bearer wrong" : "";
+    sent.expected_code = 401;
+  }
+  sent.force = history_.force_release(key.first, key.second, fence, run_.now);
+  run_.digest.add(call.key);
+  run_.digest.add(call.query);
+  const std::uint64_t exchange = network_.http_send(call);
+  outstanding_.emplace(exchange, std::move(sent));
+}
+
+void Operator::on_result(std::uint64_t exchange) {
+  std::optional<HttpResult> result = network_.http_take_result(exchange);
+  if (!result) return;
+  auto it = outstanding_.find(exchange);
+  const Sent sent = std::move(it->second);
+  outstanding_.erase(it);
+  if (result->reset) return;  // the process died with it, or was not up: maybe done, maybe not
+  const core::HttpOutcome& outcome = result->outcome;
+  history_.force_answered(sent.force, run_.now, outcome.code != 200);
+  const std::string what = "DELETE " + sent.call.key + "?" + sent.call.query;
+  if (outcome.code != sent.expected_code) {
+    run_.fail("force-release", what + " answered " + std::to_string(outcome.code) + " " +
+                                   outcome.body + ", not " + std::to_string(sent.expected_code));
+    return;
+  }
+  if (outcome.code != 200) {
+    ++run_.result.coverage[outcome.code == 401 ? "force-release-401" : "force-release-400"];
+    return;
+  }
+  // {"released":N}
+  const std::string prefix = "{\"released\":";
+  std::uint64_t freed = 0;
+  bool ok = outcome.body.rfind(prefix, 0) == 0;
+  std::size_t at = prefix.size();
+  ok = ok && at < outcome.body.size() && outcome.body[at] >= '0' && outcome.body[at] <= '9';
+  while (ok && at < outcome.body.size() && outcome.body[at] >= '0' && outcome.body[at] <= '9') {
+    freed = freed * 10 + static_cast<std::uint64_t>(outcome.body[at++] - '0');
+  }
+  ok = ok && outcome.body.substr(at) == "}\n";
+  if (!ok || (!sent.call.query.empty() && freed > 1)) {
+    run_.fail("force-release", what + " answered " + outcome.body);
+    return;
+  }
+  ++run_.result.coverage["force-release"];
+  run_.result.coverage["force-release-freed"] += freed;
+}
+
+std::optional<std::string> Operator::first_waiting() const {
+  if (outstanding_.empty()) return std::nullopt;
+  return "the operator's DELETE of " + outstanding_.begin()->second.call.key +
+         " is still unanswered";
+}
+
+}  // namespace turnstile::sim
