@@ -70,6 +70,7 @@ Settings replica_checker_settings(bool auto_release) {
 struct ClusterShape {
   std::uint64_t rw_permille = 0;
   std::int64_t lock_delay_ms = 0;
+  std::uint64_t lost_notify_permille = 0;  // clients that send lost-notify _ on
 };
 
 ClusterShape draw_shape(std::uint64_t seed) {
@@ -77,6 +78,10 @@ ClusterShape draw_shape(std::uint64_t seed) {
   ClusterShape shape;
   if (swarm.chance(500)) shape.rw_permille = static_cast<std::uint64_t>(swarm.between(100, 500));
   if (swarm.chance(250)) shape.lock_delay_ms = swarm.between(50, 800);
+  // Drawn last, so that the draws above stay what they were.
+  if (swarm.chance(800)) {
+    shape.lost_notify_permille = static_cast<std::uint64_t>(swarm.between(200, 1000));
+  }
   return shape;
 }
 
@@ -92,6 +97,7 @@ class ClusterRun final : public RaftCluster::Host {
       : options_(options),
         nodes_(options.profile == "cluster-5" ? 5U : 3U),
         work_(options.seed, kWorkload),
+        losses_(options.seed, kLosses),
         faults_(options.seed, kFaults),
         salts_(options.seed, kSalts),
         shape_(draw_shape(options.seed)),
@@ -115,6 +121,8 @@ class ClusterRun final : public RaftCluster::Host {
       // Clients 0 to 5 carry a stable ref, two clients to a ref, so that one client's orphans can
       // be adopted by the other (docs/semantics.md, "Stable refs and orphans"); 6 to 9 carry none.
       if (i < 6) clients_[i].ref = "ref-" + std::to_string(i % 3);
+      clients_[i].lost_notify =
+          shape_.lost_notify_permille > 0 && losses_.chance(shape_.lost_notify_permille);
     }
     cluster_.set_host(this);
   }
@@ -128,6 +136,9 @@ class ClusterRun final : public RaftCluster::Host {
       result_.settings += " rw_permille=" + std::to_string(shape_.rw_permille);
     if (shape_.lock_delay_ms > 0) {
       result_.settings += " lock_delay_ms=" + std::to_string(shape_.lock_delay_ms);
+    }
+    if (shape_.lost_notify_permille > 0) {
+      result_.settings += " lost_notify_permille=" + std::to_string(shape_.lost_notify_permille);
     }
     for (std::uint64_t step = 0; step < options_.events && result_.ok; ++step) {
       // Clients ask first; a fault, if any, strikes 0 to 40 ms later, while their entries may
@@ -228,8 +239,9 @@ class ClusterRun final : public RaftCluster::Host {
  private:
   struct Outstanding {
     Request request;
-    bool ref_line = false;  // the stable-ref line, answered `ok`
-    std::uint64_t op = 0;   // the History's operation; 0: not recorded
+    bool ref_line = false;     // the stable-ref line, answered `ok`
+    bool notify_line = false;  // the lost-notify line, answered `ok`
+    std::uint64_t op = 0;      // the History's operation; 0: not recorded
     std::int64_t sent_ns = 0;
   };
   struct Client {
@@ -244,6 +256,18 @@ class ClusterRun final : public RaftCluster::Host {
     std::map<ResourceKey, std::uint64_t> held_on;  // the connection each grant came on
     std::optional<unsigned> hint;                  // the leader an error_not_leader named
     bool stopped = false;                          // healed: nothing new
+    // lost-notify: whether the client asks on every connection, and whether this connection's
+    // `ok` came; the lines read on this connection; every slot the client was granted, and
+    // those it released `ok` ("<kind> <key> <token>"); the keys it asked for on this connection
+    // and on any ("<kind> <key>": a two-phase grant its `w` never collected holds a token the
+    // client does not know).
+    bool lost_notify = false;
+    bool notify_on = false;
+    std::set<std::string> lost_lines;
+    std::set<std::string> granted_slots;
+    std::set<std::string> released_slots;
+    std::set<std::string> asked_here;
+    std::set<std::string> asked_ever;
   };
 
   std::int64_t now_ns() const { return cluster_.now().ns(); }
@@ -569,13 +593,66 @@ class ClusterRun final : public RaftCluster::Host {
     history_connections_[client.session.value] = client.connection;
     ++result_.coverage["connect"];
     digest_.add(0xc0ec00 + node);
+    client.notify_on = false;
+    client.lost_lines.clear();
+    client.asked_here.clear();
     if (!client.ref.empty()) {
       Outstanding out;
       out.ref_line = true;
       out.request.command = Command::kStableRef;
       out.request.ref = client.ref;
       send(client, std::move(out));
+    } else {
+      send_lost_notify(client);
     }
+  }
+
+  // `lost-notify _ on`, first on the connection (after its stable-ref line), from a client that
+  // asks for them.
+  void send_lost_notify(Client& client) {
+    if (!client.lost_notify) return;
+    Outstanding out;
+    out.notify_line = true;
+    out.request.command = Command::kLostNotify;
+    out.request.key = "_";
+    out.request.enable = true;
+    ++result_.coverage["lost-notify-connection"];
+    send(client, std::move(out));
+  }
+
+  // A `lost <kind> <key> <token> <reason>` line: on a connection that asked (its `ok` came
+  // first), for a slot the client was granted and did not release `ok` (expired), or one granted
+  // to a client of its stable ref (reclaimed), once per connection; never `forced` (the cluster
+  // profiles have no operator).
+  void client_lost_line(Client& client, const std::string& line) {
+    auto bad = [&](const std::string& why) {
+      fail("lost-notify", "client " + std::to_string(client.id) + " read `" + line + "`: " + why);
+    };
+    if (!client.notify_on) return bad("its connection never asked for lost lines");
+    const std::size_t reason_at = line.rfind(' ');
+    const std::string slot = line.substr(5, reason_at - 5);  // "<kind> <key> <token>"
+    const std::string reason = line.substr(reason_at + 1);
+    const std::string key = slot.substr(0, slot.rfind(' '));  // "<kind> <key>"
+    if (!client.lost_lines.insert(line).second) return bad("a second time on one connection");
+    if (reason == "expired") {
+      if (client.granted_slots.count(slot) == 0 && client.asked_here.count(key) == 0) {
+        return bad("a slot it was never granted, on a key it did not ask for on this connection");
+      }
+      if (client.released_slots.count(slot) != 0) return bad("a slot it released");
+      ++result_.coverage["lost-expired"];
+      return;
+    }
+    if (reason == "reclaimed") {
+      for (const Client& other : clients_) {
+        if (!client.ref.empty() && other.ref == client.ref &&
+            (other.granted_slots.count(slot) != 0 || other.asked_ever.count(key) != 0)) {
+          ++result_.coverage["lost-reclaimed"];
+          return;
+        }
+      }
+      return bad("a slot of a key no client of its stable ref asked for");
+    }
+    bad("a reason a cluster without an operator never has");
   }
 
   void send(Client& client, Outstanding out) {
@@ -584,6 +661,15 @@ class ClusterRun final : public RaftCluster::Host {
     out.sent_ns = now_ns();
     if (core::is_engine_command(out.request.command)) {
       out.op = history_.call(client.id, client.connection, out.request, out.sent_ns);
+      const core::Operation operation = core::command_operation(out.request.command);
+      if (operation == core::Operation::kAcquire || operation == core::Operation::kEnqueue ||
+          operation == core::Operation::kWait) {
+        const std::string key =
+            std::string(core::namespace_word(core::command_namespace(out.request.command))) + " " +
+            out.request.key;
+        client.asked_here.insert(key);
+        client.asked_ever.insert(key);
+      }
     }
     digest_.add(bytes);
     if (options_.trace) {
@@ -621,6 +707,10 @@ class ClusterRun final : public RaftCluster::Host {
   }
 
   void client_line(Client& client, const std::string& line) {
+    if (line.rfind("lost ", 0) == 0) {
+      client_lost_line(client, line);
+      return;
+    }
     if (!client.pending) {
       fail("protocol",
            "client " + std::to_string(client.id) + " got an unsolicited reply: " + line);
@@ -637,6 +727,12 @@ class ClusterRun final : public RaftCluster::Host {
     const Request& request = out.request;
     if (out.ref_line) {
       if (line != "ok") fail("protocol", "stable-ref answered " + line);
+      send_lost_notify(client);
+      return;
+    }
+    if (out.notify_line) {
+      if (line != "ok") fail("protocol", "lost-notify answered " + line);
+      client.notify_on = true;
       return;
     }
     const std::optional<core::Reply> reply = core::decode_reply(request.command, line);
@@ -661,6 +757,15 @@ class ClusterRun final : public RaftCluster::Host {
     if (reply->token && key.first == Namespace::kReadWrite) {
       ++result_.coverage[core::is_shared_command(request.command) ? "rw-read-granted"
                                                                   : "rw-write-granted"];
+    }
+    auto slot_of = [&](const core::Token& token) {
+      return std::string(core::namespace_word(key.first)) + " " + key.second + " " +
+             token.to_string();
+    };
+    if (granted) client.granted_slots.insert(slot_of(*granted));
+    if (request.token && reply->status == core::Status::kOk &&
+        core::command_operation(request.command) == core::Operation::kRelease) {
+      client.released_slots.insert(slot_of(*request.token));
     }
     if (granted) {
       if (before == granted && client.held_on[key] != client.connection) {
@@ -878,6 +983,7 @@ class ClusterRun final : public RaftCluster::Host {
   Options options_;
   unsigned nodes_;
   Prng work_;
+  Prng losses_;  // which clients ask for lost-notify
   Prng faults_;
   Prng salts_;
   ClusterShape shape_;  // before cluster_, whose replicas' engines it configures
