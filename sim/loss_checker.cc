@@ -43,9 +43,9 @@ void LossChecker::line_received(std::size_t client, std::uint64_t connection,
                                 std::string_view line) {
   const std::string text = std::string(line) + '\n';
   if (!is_opted_in(connection)) {
-    run_.fail("lost-notify", "client " + std::to_string(client) + " never sent lost-notify on on " +
-                                 "connection " + std::to_string(connection) + " but read `" +
-                                 std::string(line) + "`");
+    run_.fail("lost-notify",
+              "client " + std::to_string(client) + " did not ask for lost lines on connection " +
+                  std::to_string(connection) + " but read `" + std::string(line) + "`");
     return;
   }
   auto owed = owed_.find(connection);
