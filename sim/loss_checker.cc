@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <iterator>
 #include <limits>
 #include <optional>
 
@@ -118,6 +119,23 @@ void LossChecker::on_engine_call(std::size_t shard, const core::Engine& engine,
     released = {request->token->fence.value, request->token->salt};
   }
 
+  // A key the engine collected forgets its forced-out fences. A call that collected anything may
+  // have collected, and made again, any key that was empty at some point of it: every key but
+  // one that kept a holder from before the call to after it. (Collections come first in a call,
+  // before its request: a force-release's fences, recorded below, are never collected in it.)
+  const std::uint64_t collected = engine.counters().resources_collected;
+  std::set<ResourceKey> kept;
+  for (const auto& [id, holder] : state.holders) {
+    if (holders.count(id) != 0) kept.insert(holder.key);
+  }
+  for (const auto& entry : state.keys) {
+    const ResourceKey& key = entry.first;
+    if (keys.count(key) == 0 || (collected != state.collected && kept.count(key) == 0)) {
+      state.forced.erase(key);
+      state.maybe_forced.erase(key);
+    }
+  }
+
   // The holders that left: those seen after the last call, and those granted in this one (a
   // waiter promoted as the call began, when a lease ran out, and then forced out by it).
   std::map<std::pair<std::uint64_t, std::uint64_t>, Holder> before = state.holders;
@@ -177,16 +195,6 @@ void LossChecker::on_engine_call(std::size_t shard, const core::Engine& engine,
     }
   }
 
-  // A key the engine collected forgets its forced-out fences (a key that could be collected may
-  // have been, and made again, in this call).
-  const std::uint64_t collected = engine.counters().resources_collected;
-  for (const auto& [key, collectable] : state.keys) {
-    if (keys.count(key) == 0 || (collectable && collected != state.collected)) {
-      state.forced.erase(key);
-      state.maybe_forced.erase(key);
-    }
-  }
-
   // A release or renewal of a forced-out token the engine remembers: error_lease_expired.
   if (request != nullptr && reply != nullptr && request->token &&
       (operation == core::Operation::kRelease || operation == core::Operation::kRenew)) {
@@ -223,6 +231,10 @@ void LossChecker::on_engine_call(std::size_t shard, const core::Engine& engine,
       state.unseen.push_back(
           {ResourceKey{request->space, request->key}, state.last_fence, minted - present});
     }
+  }
+  // A key gone after the call (collected once its force-release left it empty) forgets too.
+  for (auto it = state.forced.begin(); it != state.forced.end();) {
+    it = keys.count(it->first) == 0 ? state.forced.erase(it) : std::next(it);
   }
   state.grants = grants_now;
   state.last_fence = engine.last_fence().value;
