@@ -47,5 +47,51 @@ TEST(CommitRule, TermsAreReadFromTheCircularLogAcrossItsWrap) {
   EXPECT_EQ(term_in_log(&r, 11), std::nullopt);  // an empty log
 }
 
+// The follower's side: a success result reports at most the prefix the leader of its term has
+// been seen to share; the stale entries beyond it are not claimed as the leader's.
+TEST(FollowerMatch, ASuccessResultClaimsOnlyWhatTheLeaderOfItsTermWasSeenToShare) {
+  FollowerMatch match;
+  // Nothing known of term 9: as raft reports it.
+  EXPECT_EQ(match.reportable(9, 17335), 17335U);
+  // A heartbeat of the term-9 leader that follows entry 17334: its log is the leader's to 17334,
+  // and the follower's own 17335 (of an old term) is not acknowledged.
+  match.learn({9, 17334});
+  EXPECT_EQ(match.reportable(9, 17335), 17334U);
+  EXPECT_EQ(match.reportable(9, 17000), 17000U);  // less stored than matched: what is stored
+  // The leader's entry 17335 arrives: now it counts.
+  match.learn({9, 17335});
+  EXPECT_EQ(match.reportable(9, 17335), 17335U);
+  // An older message of the same term does not shrink what is known.
+  match.learn({9, 17300});
+  EXPECT_EQ(match.reportable(9, 17335), 17335U);
+  // A new term starts over from what its own leader shows; an older term is ignored.
+  match.learn({10, 17200});
+  EXPECT_EQ(match.reportable(10, 17335), 17200U);
+  match.learn({9, 17400});
+  EXPECT_EQ(match.reportable(10, 17335), 17200U);
+}
+
+TEST(FollowerMatch, TheEntryAMessageFollowsIsFoundInTheLogOrAtTheSnapshotsEnd) {
+  std::vector<raft_entry> entries(4);
+  entries[0].term = 3;  // index 11
+  entries[1].term = 4;  // index 12
+  raft r{};
+  r.log.entries = entries.data();
+  r.log.size = 4;
+  r.log.front = 0;
+  r.log.back = 2;
+  r.log.offset = 10;
+  r.log.snapshot.last_index = 10;
+  r.log.snapshot.last_term = 2;
+  EXPECT_TRUE(holds_entry(&r, 0, 0));
+  EXPECT_TRUE(holds_entry(&r, 10, 2));
+  EXPECT_FALSE(holds_entry(&r, 10, 3));
+  EXPECT_TRUE(holds_entry(&r, 11, 3));
+  EXPECT_TRUE(holds_entry(&r, 12, 4));
+  EXPECT_FALSE(holds_entry(&r, 12, 3));  // a conflicting term: raft rejects it
+  EXPECT_FALSE(holds_entry(&r, 13, 4));  // not stored
+  EXPECT_FALSE(holds_entry(&r, 9, 2));   // inside the snapshot, term unknown: raft rejects it
+}
+
 }  // namespace
 }  // namespace turnstile::net
