@@ -751,14 +751,18 @@ void encode_request(const Request& request, std::string& out) {
         case Command::kAuth:
           out.append(request.secret);
           break;
+        // The kind is left out when it is the default (lock), so an encoding is never longer
+        // than the shortest request that parses to it and fits under the same line cap.
         case Command::kCheck:
           TS_ASSERT(request.token.has_value());
           append_token(*request.token, out);
-          out.push_back(' ');
-          out.append(namespace_word(request.space));
+          if (request.space != Namespace::kLock) {
+            out.push_back(' ');
+            out.append(namespace_word(request.space));
+          }
           break;
         case Command::kInspect:
-          out.append(namespace_word(request.space));
+          if (request.space != Namespace::kLock) out.append(namespace_word(request.space));
           break;
         case Command::kLostNotify:
           out.append(request.enable ? "on" : "off");

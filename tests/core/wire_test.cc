@@ -949,6 +949,29 @@ TEST(WireEncode, CanonicalRequestForms) {
   EXPECT_EQ(request_wire(auth), "auth\n_\nhunter2\n");
 }
 
+// The default kind (lock) is left out, so the encoding of a check or inspect that arrived under
+// a tight line cap fits under that cap again (found by fuzz_wire).
+TEST(WireEncode, CheckAndInspectLeaveOutTheDefaultKind) {
+  Request check = make(Command::kCheck, "k");
+  check.token = Token::parse("0006a1b2c3d4e5f6a7b8c9d0e1f2a3b4");
+  EXPECT_EQ(request_wire(check), "check\nk\n0006a1b2c3d4e5f6a7b8c9d0e1f2a3b4\n");
+  check.space = Namespace::kSemaphore;
+  EXPECT_EQ(request_wire(check), "check\nk\n0006a1b2c3d4e5f6a7b8c9d0e1f2a3b4 sem\n");
+
+  Request inspect = make(Command::kInspect, "k");
+  EXPECT_EQ(request_wire(inspect), "inspect\nk\n\n");
+  inspect.space = Namespace::kReadWrite;
+  EXPECT_EQ(request_wire(inspect), "inspect\nk\nrw\n");
+
+  // Parsed under a cap that the longer form would exceed, and encoded to bytes that parse again.
+  RequestParser parser(RequestParser::Limits{.line_max = 34, .long_line_max = 28});
+  std::optional<ParseResult> parsed;
+  const std::string wire = "check\nk\n0006a1b2c3d4e5f6a7b8c9d0e1f2a3b4\n";
+  ASSERT_EQ(parser.parse(wire, parsed), wire.size());
+  ASSERT_TRUE(parsed && parsed->ok());
+  EXPECT_EQ(request_wire(parsed->request), wire);
+}
+
 TEST(WireEncodeDeathTest, TokenCommandWithoutTokenIsNotEncoded) {
   std::string out;
   EXPECT_DEATH(encode_request(make(Command::kRelease, "k"), out), "assertion failed");
