@@ -153,13 +153,13 @@ void Connection::on_read(bufferevent*, void* self) {
 void Connection::on_readable(evutil_socket_t fd, short, void* self) {
   auto* connection = static_cast<Connection*>(self);
   guard(connection, [&] {
-    TcpConnections& table = connection->table;
+    TcpConnections& owner = connection->table;
     evbuffer* input = bufferevent_get_input(connection->bev);
     const std::size_t buffered = evbuffer_get_length(input);
     ssize_t got = -1;
     int read_errno = EAGAIN;
     if (buffered == 0) {
-      got = table.read_direct(*connection, fd);
+      got = owner.read_direct(*connection, fd);
       read_errno = errno;
     } else if (buffered < kSocketInputMax) {
       // Behind earlier bytes the session has not taken yet: append to them.
@@ -185,16 +185,16 @@ void Connection::on_readable(evutil_socket_t fd, short, void* self) {
     }
     if (got == 0) {
       connection->eof_pending = true;  // delivered to the session once buffered input is taken
-      table.watch_reads(*connection, false);
+      owner.watch_reads(*connection, false);
     } else if (got < 0 && read_errno != EAGAIN && read_errno != EWOULDBLOCK &&
                read_errno != EINTR) {
       connection->abort = true;
-      connection->session.on_peer_closed(table.loop_.turn_now());
-      table.watch_reads(*connection, false);
+      connection->session.on_peer_closed(owner.loop_.turn_now());
+      owner.watch_reads(*connection, false);
     }
-    if (evbuffer_get_length(input) >= kSocketInputMax) table.watch_reads(*connection, false);
-    table.dirty_.push_back(connection);
-    table.loop_.settle();
+    if (evbuffer_get_length(input) >= kSocketInputMax) owner.watch_reads(*connection, false);
+    owner.dirty_.push_back(connection);
+    owner.loop_.settle();
   });
 }
 
