@@ -105,6 +105,7 @@ void Router::close(Instant now, SessionId session) {
   const std::vector<bool> touched = std::move(it->second.touched);
   if (it->second.listened) config_.signals->close(session);
   routes_.erase(it);
+  closed_since_take_ = true;
   for (std::size_t shard = 0; shard < touched.size(); ++shard) {
     if (!touched[shard]) continue;
 #ifdef TURNSTILE_CANARY_ROUTER_SKIP_CLOSE
@@ -191,6 +192,16 @@ std::vector<Envelope> Router::take_outbox() {
 std::vector<SessionEvent> Router::take_events() {
   std::vector<SessionEvent> out;
   out.swap(events_);
+  if (closed_since_take_) {
+    // A session closed after a push for it was queued: the push has nobody to go to.
+    std::erase_if(out, [this](const SessionEvent& event) {
+      const bool pushed = event.kind == SessionEvent::Kind::kSignal ||
+                          event.kind == SessionEvent::Kind::kSlowConsumer ||
+                          event.kind == SessionEvent::Kind::kLost;
+      return pushed && !routes_.contains(event.session.value);
+    });
+    closed_since_take_ = false;
+  }
   return out;
 }
 

@@ -31,6 +31,9 @@
 //  * A slot an open session lost without releasing it (Engine::take_losses: an expired lease, a
 //    force-release, a reclaimed orphan) goes to the session's owner as a kLost event with its
 //    `lost` line, while the session is open there; the session pushes it if it asked.
+//  * Pushed events (kSignal, kSlowConsumer, kLost) are for open sessions only: one queued before
+//    the session's close() and not yet taken is dropped by take_events, so a driver that forgets
+//    a session when it closes it never hears of it again.
 //  * close() sends one close notice to every shard where the session may have left state (it
 //    sent an acquire, an enqueue or a wait there; a release or a renew acts on a token and leaves
 //    none), and forgets the session's routing state. An engine that drops the session's parked
@@ -279,6 +282,7 @@ class Router {
   std::vector<std::vector<SessionId>> frames_by_shard_;  // fan_out()'s, kept for their capacity
   std::vector<Envelope> outbox_;
   std::vector<SessionEvent> events_;
+  bool closed_since_take_ = false;  // close() ran since take_events(): check pushed events
 };
 
 }  // namespace turnstile::core

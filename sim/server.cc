@@ -677,7 +677,9 @@ void ServerProcess::on_session_event(std::size_t shard, core::SessionEvent& even
   const std::uint64_t id = event.session.value;
   auto it = process_->sessions.find(id);
   if (it == process_->sessions.end()) {
-    run_.fail("driver-contract", "router event for unknown session " + std::to_string(id));
+    run_.fail("driver-contract", "router event (kind " +
+                                     std::to_string(static_cast<int>(event.kind)) +
+                                     ") for unknown session " + std::to_string(id));
     return;
   }
   ServerSession& ss = it->second;

@@ -341,5 +341,34 @@ TEST(Router, ALossOfAClosedSessionGoesNowhere) {
   EXPECT_TRUE(shards.events_.empty());
 }
 
+// The loss reaches the owner, and the owner closes the session before its driver takes the
+// event: the driver, which forgot the session at its close, must not hear of it.
+TEST(Router, ALossQueuedBeforeTheCloseIsDroppedAtTheClose) {
+  Shards shards(2);
+  const std::string key = shards.key_on(0);
+  const SessionId holder = shards.at(1).new_session_id();
+  const SessionId other = shards.at(1).new_session_id();
+  Request lock = lock_request(key, 0);
+  lock.lease_s = 5;
+  shards.at(1).submit(shards.now_, holder, lock);
+  Request other_lock = lock_request(shards.key_on(0, 1), 0);
+  other_lock.lease_s = 5;
+  shards.at(1).submit(shards.now_, other, other_lock);
+  shards.settle();
+  shards.events_.clear();
+  shards.now_ = shards.now_ + Duration::seconds(5);
+  shards.at(0).tick(shards.now_);
+  for (Envelope& envelope : shards.at(0).take_outbox()) {
+    ASSERT_EQ(envelope.to, 1U);
+    shards.at(1).receive(shards.now_, std::move(envelope.message));
+  }
+  shards.at(1).close(shards.now_, holder);
+  const std::vector<SessionEvent> events = shards.at(1).take_events();
+  // The other session, still open, hears of its loss.
+  ASSERT_EQ(events.size(), 1U);
+  EXPECT_EQ(events[0].kind, SessionEvent::Kind::kLost);
+  EXPECT_EQ(events[0].session, other);
+}
+
 }  // namespace
 }  // namespace turnstile::core
