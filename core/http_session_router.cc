@@ -311,7 +311,12 @@ void HttpSessionRouter::collect(Instant now) {
         // What the session lost since its previous reply rides on this one, unless it has no
         // body (a 204): then on the next. (A forwarded answer whose client left meanwhile takes
         // them along; the session's event stream has them all the same.)
+#ifndef TURNSTILE_CANARY_HTTP_DROP_LOST
+        // (The canary, sim/CMakeLists.txt, never attaches them: the simulator must see.)
         if (!response.body.empty()) {
+#else
+        if (false) {
+#endif
           HttpLosses losses = sessions_.take_lost(answer.session);
           if (!losses.slots.empty() || losses.dropped > 0) {
             response.body = http_body_with_lost(response.body, losses.slots, losses.dropped);

@@ -1,6 +1,7 @@
 #include "sim/http_workload.h"
 
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <string_view>
 #include <utility>
 
@@ -12,7 +13,7 @@ namespace {
 
 // The value of "name":"..." in a JSON line, or empty. A reply's "lost" array (the slots its
 // session lost, docs/http-api.md) comes after the reply's own fields and has tokens of its own:
-// it is not read.
+// it is not read here (check_lost reads it).
 std::string json_string(const std::string& full, std::string_view name) {
   const std::string body = full.substr(0, full.find(",\"lost\":"));
   const std::string marker = "\"" + std::string(name) + "\":\"";
@@ -65,6 +66,68 @@ void HttpWorkload::send(Client& client, HttpCall call) {
 void HttpWorkload::session_gone(Client& client) {
   client.handle.clear();
   client.held.clear();
+  client.tokens = Tokens{};
+}
+
+bool HttpWorkload::check_lost(Client& client, const std::string& body) {
+  if (body.find("\"lost") == std::string::npos) return true;
+  const nlohmann::json json = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  auto bad = [&](const std::string& what) {
+    run_.fail("http-lost",
+              "HTTP client " + std::to_string(client.id) + ": " + what + " (body " + body + ")");
+    return false;
+  };
+  if (!json.is_object()) return bad("a reply with losses that is not a JSON object");
+  Tokens& tokens = client.tokens;
+  if (const auto dropped = json.find("lost_dropped"); dropped != json.end()) {
+    if (!dropped->is_number_unsigned() || dropped->get<std::uint64_t>() == 0) {
+      return bad("a lost_dropped that is not a positive count");
+    }
+    tokens.may_have_missed = true;
+    ++run_.result.coverage["http-lost-dropped"];
+  }
+  const auto lost = json.find("lost");
+  if (lost == json.end()) return true;
+  if (!lost->is_array() || lost->empty()) return bad("a lost that is not a list of losses");
+  for (const nlohmann::json& slot : *lost) {
+    if (!slot.is_object()) return bad("a loss that is not an object");
+    const std::string kind = slot.value("kind", "");
+    const std::string token = slot.value("token", "");
+    const std::string reason = slot.value("reason", "");
+    // The client takes locks and semaphores only.
+    if (kind != "lock" && kind != "sem") return bad("a loss of kind '" + kind + "'");
+    const std::string key = (kind == "sem" ? "sem:" : "") + slot.value("key", "");
+    const auto granted = tokens.granted.find(token);
+    if (granted == tokens.granted.end() ? tokens.abandoned_keys.count(key) == 0
+                                        : granted->second != key) {
+      return bad("a loss of a token the session was never granted on that key");
+    }
+    if (tokens.released.count(token) != 0) return bad("a loss of a token it had released");
+    if (!tokens.reported.insert(token).second) return bad("the same loss announced twice");
+    // Only an operator forces a slot out; an HTTP session has no stable ref to reclaim.
+    if (reason == "forced") {
+      if (run_.settings.force_interval_ms == 0) return bad("a forced loss with no operator");
+    } else if (reason != "expired") {
+      return bad("a loss for the reason '" + reason + "'");
+    }
+    ++run_.result.coverage["http-lost-" + reason];
+  }
+  return true;
+}
+
+void HttpWorkload::check_loss_announced(Client& client, const std::string& token,
+                                        const std::string& body) {
+  if (client.tokens.may_have_missed) {
+    ++run_.result.coverage["http-lease-expired-unchecked"];
+    return;
+  }
+  if (client.tokens.reported.count(token) == 0) {
+    run_.fail("http-lost", "HTTP client " + std::to_string(client.id) + ": token " + token +
+                               " answered lease_expired and its loss was never announced (body " +
+                               body + ")");
+    return;
+  }
+  ++run_.result.coverage["http-lease-expired-announced"];
 }
 
 core::Request HttpWorkload::pick_request(Client& client) {
@@ -127,7 +190,20 @@ void HttpWorkload::on_act(std::size_t index) {
 
 void HttpWorkload::on_give_up(std::size_t index, std::uint64_t exchange) {
   Client& client = clients_[index];
-  if (client.outstanding.erase(exchange) == 0) return;  // answered already
+  const auto it = client.outstanding.find(exchange);
+  if (it == client.outstanding.end()) return;  // answered already
+  const HttpCall& call = it->second;
+  if (call.op == HttpOp::kSubmit && call.handle == client.handle) {
+    // Its reply, and the losses it might have carried, will not reach this client; a lock it
+    // asked for may be granted to its session all the same.
+    client.tokens.may_have_missed = true;
+    const core::Command command = call.request.command;
+    if (command == core::Command::kLock || command == core::Command::kSemLock) {
+      client.tokens.abandoned_keys.insert((command == core::Command::kSemLock ? "sem:" : "") +
+                                          call.request.key);
+    }
+  }
+  client.outstanding.erase(it);
   exchanges_.erase(exchange);
   ++run_.result.coverage["http-give-up"];
   network_.http_close(exchange);
@@ -182,10 +258,13 @@ void HttpWorkload::on_result(std::uint64_t exchange) {
       return bad("an admin request of an HTTP client");  // the operator's (sim/operator.h)
   }
   if (call.handle != client.handle) return;  // an answer for a session given up since
+  if (!check_lost(client, body)) return;
   const core::Request& request = call.request;
   const std::string key =
       (core::command_namespace(request.command) == core::Namespace::kSemaphore ? "sem:" : "") +
       request.key;
+  const std::string sent_token = request.token ? request.token->to_string() : std::string();
+  const bool lease_expired = code == 409 && json_string(body, "error") == "lease_expired";
   switch (request.command) {
     case core::Command::kLock:
     case core::Command::kSemLock: {
@@ -201,6 +280,7 @@ void HttpWorkload::on_result(std::uint64_t exchange) {
       const std::optional<core::Token> token = core::Token::parse(text);
       if (!token) return bad("unreadable token");
       client.held[key] = *token;
+      client.tokens.granted[text] = key;
       ++run_.result.coverage["http-grant"];
       return;
     }
@@ -211,12 +291,15 @@ void HttpWorkload::on_result(std::uint64_t exchange) {
           !(code == 409 && run_.settings.force_interval_ms > 0)) {
         return bad("release answered");
       }
+      if (code == 204 || code == 200) client.tokens.released.insert(sent_token);
+      if (lease_expired) check_loss_announced(client, sent_token, body);
       client.held.erase(key);
       return;
     case core::Command::kRenew:
     case core::Command::kSemRenew:
       if (code != 200) client.held.erase(key);  // the lease ended
       if (code != 200 && code != 404 && code != 409) bad("renew answered");
+      if (lease_expired) check_loss_announced(client, sent_token, body);
       return;
     default:
       return bad("a request the client never sends");

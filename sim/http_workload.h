@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -49,17 +50,34 @@ class HttpWorkload {
   void check_final();
 
  private:
+  // What a client knows of its session's tokens, to check the "lost" arrays of its replies
+  // (docs/http-api.md, "Lost slots"). Reset with the session.
+  struct Tokens {
+    std::map<std::string, std::string> granted;  // token -> key ("sem:" prefix), seen granted
+    std::set<std::string> released;              // released by this client (204 or 200)
+    std::set<std::string> reported;              // announced lost in a reply
+    std::set<std::string> abandoned_keys;        // keys of lock requests it stopped waiting for
+    // A reply that may have carried losses never reached the client (it stopped waiting), or
+    // one said some were dropped: silence about a loss proves nothing after that.
+    bool may_have_missed = false;
+  };
+
   struct Client {
     std::size_t id = 0;
     std::string handle;                             // empty: no session
     std::map<std::uint64_t, HttpCall> outstanding;  // by exchange
     std::map<std::string, core::Token> held;        // lock keys ("sem:" prefix for semaphores)
+    Tokens tokens;
     bool stopped = false;
   };
 
   void send(Client& client, HttpCall call);
   void session_gone(Client& client);
   core::Request pick_request(Client& client);
+  // Checks the "lost" array of a reply to `client`'s session; false after a failure.
+  bool check_lost(Client& client, const std::string& body);
+  // A renew or release of `token` answered lease_expired: the session must have heard why.
+  void check_loss_announced(Client& client, const std::string& token, const std::string& body);
 
   RunContext& run_;
   Network& network_;
