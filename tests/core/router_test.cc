@@ -298,9 +298,7 @@ TEST(Router, TickExpiresLeasesAndHandsTheLockOnAcrossShards) {
   const std::string key = shards.key_on(0);
   const SessionId holder = shards.at(0).new_session_id();
   const SessionId waiter = shards.at(1).new_session_id();
-  Request lock = lock_request(key, 0);
-  lock.lease_s = 5;
-  shards.at(0).submit(shards.now_, holder, lock);
+  shards.at(0).submit(shards.now_, holder, lock_request(key, 0, /*lease_s=*/5));
   shards.at(1).submit(shards.now_, waiter, lock_request(key, 60));
   shards.settle();
   shards.events_.clear();
@@ -328,9 +326,7 @@ TEST(Router, ALossOfAClosedSessionGoesNowhere) {
   Shards shards(2);
   const std::string key = shards.key_on(0);
   const SessionId holder = shards.at(1).new_session_id();
-  Request lock = lock_request(key, 0);
-  lock.lease_s = 5;
-  shards.at(1).submit(shards.now_, holder, lock);
+  shards.at(1).submit(shards.now_, holder, lock_request(key, 0, /*lease_s=*/5));
   shards.settle();
   shards.events_.clear();
   // Its owner forgets it at once; the engine's shard learns of the close a message later.
@@ -348,12 +344,8 @@ TEST(Router, ALossQueuedBeforeTheCloseIsDroppedAtTheClose) {
   const std::string key = shards.key_on(0);
   const SessionId holder = shards.at(1).new_session_id();
   const SessionId other = shards.at(1).new_session_id();
-  Request lock = lock_request(key, 0);
-  lock.lease_s = 5;
-  shards.at(1).submit(shards.now_, holder, lock);
-  Request other_lock = lock_request(shards.key_on(0, 1), 0);
-  other_lock.lease_s = 5;
-  shards.at(1).submit(shards.now_, other, other_lock);
+  shards.at(1).submit(shards.now_, holder, lock_request(key, 0, /*lease_s=*/5));
+  shards.at(1).submit(shards.now_, other, lock_request(shards.key_on(0, 1), 0, /*lease_s=*/5));
   shards.settle();
   shards.events_.clear();
   shards.now_ = shards.now_ + Duration::seconds(5);

@@ -7,10 +7,24 @@
 
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <vector>
 
 namespace turnstile::net {
 namespace {
+
+// A raft whose in-memory log is `entries`, a circular buffer whose used slots run from `front`
+// up to (not including) `back`, holding the entries after index `offset`.
+raft log_over(std::vector<raft_entry>& entries, std::size_t front, std::size_t back,
+              raft_index offset) {
+  raft r{};
+  r.log.entries = entries.data();
+  r.log.size = entries.size();
+  r.log.front = front;
+  r.log.back = back;
+  r.log.offset = offset;
+  return r;
+}
 
 TEST(CommitRule, AnAcknowledgedEntryOfTheLeadersTermCounts) {
   EXPECT_EQ(countable_ack(/*current_term=*/5, /*commit_index=*/10, /*acknowledged=*/14, 5), 14U);
@@ -32,12 +46,7 @@ TEST(CommitRule, TermsAreReadFromTheCircularLogAcrossItsWrap) {
   entries[2].term = 7;
   entries[3].term = 8;
   entries[0].term = 9;
-  raft r{};
-  r.log.entries = entries.data();
-  r.log.size = 4;
-  r.log.front = 2;
-  r.log.back = 1;
-  r.log.offset = 10;
+  raft r = log_over(entries, /*front=*/2, /*back=*/1, /*offset=*/10);
   EXPECT_EQ(term_in_log(&r, 11), 7U);
   EXPECT_EQ(term_in_log(&r, 12), 8U);
   EXPECT_EQ(term_in_log(&r, 13), 9U);
@@ -75,12 +84,7 @@ TEST(FollowerMatch, TheEntryAMessageFollowsIsFoundInTheLogOrAtTheSnapshotsEnd) {
   std::vector<raft_entry> entries(4);
   entries[0].term = 3;  // index 11
   entries[1].term = 4;  // index 12
-  raft r{};
-  r.log.entries = entries.data();
-  r.log.size = 4;
-  r.log.front = 0;
-  r.log.back = 2;
-  r.log.offset = 10;
+  raft r = log_over(entries, /*front=*/0, /*back=*/2, /*offset=*/10);
   r.log.snapshot.last_index = 10;
   r.log.snapshot.last_term = 2;
   EXPECT_TRUE(holds_entry(&r, 0, 0));
