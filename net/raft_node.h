@@ -13,13 +13,8 @@
 // framed (padded to a multiple of 8 bytes, which raft 0.15's network encoding needs); the state
 // machine sees the command alone.
 //
-// Network: raft's traffic goes over TCP through our own transport (not raft_uv_tcp). Every new
-// connection first runs a mutual challenge-response handshake keyed by the cluster secret
-// (HMAC-SHA256 over both sides' nonces and the connecting node's identity); only an
-// authenticated stream reaches raft. raft's stock TCP transport would read an unauthenticated
-// peer's preamble itself, allocating whatever length that peer announces and waiting on it with
-// no time limit; here a stranger is never read beyond one fixed-size handshake message and is
-// dropped after handshake_timeout_ms.
+// Network: raft's traffic goes over TCP through our own transport (net/raft_transport.h), which
+// authenticates every stream with the cluster secret before raft sees a byte of it.
 //
 // Proposals: propose() calls queued between two wake-ups of the raft thread go to raft as ONE
 // raft_apply with several entries, so that they share one disk write and one fsync.

@@ -1,0 +1,73 @@
+// RaftTransport: raft's transport interface (raft/uv.h) over TCP, with turnstile's authenticated
+// handshake on every stream, for RaftNode (net/raft_node.h).
+//
+// Every new connection first runs a mutual challenge-response handshake keyed by the cluster
+// secret (HMAC-SHA256 over both sides' nonces and the connecting node's identity); only an
+// authenticated stream reaches raft. raft's stock TCP transport would read an unauthenticated
+// peer's preamble itself, allocating whatever length that peer announces and waiting on it with
+// no time limit; here a stranger is never read beyond one fixed-size handshake message and is
+// dropped after the handshake timeout.
+//
+// Thread affinity: the uv loop's thread only (construction and destruction included).
+#pragma once
+
+#include <uv.h>
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+// canonical raft's headers have no extern "C" of their own (uv.h has).
+extern "C" {
+#include <raft.h>
+#include <raft/uv.h>
+}
+
+namespace turnstile::net {
+
+struct HostPort {
+  std::string host;
+  std::string port;
+};
+
+// "host:port" or "[v6]:port"; the port is 1..65535.
+std::optional<HostPort> split_host_port(std::string_view address);
+
+// A server's address in raft's configuration is its raft address, optionally followed by '@' and
+// the client address its clients are sent to ("10.0.0.4:7000@10.0.0.4:6388"; docs/cluster.md).
+// The transport dials the part before '@'.
+std::string_view dial_address(std::string_view configured);
+
+// The longest raft address the handshake carries (its field holds this many bytes and a NUL).
+constexpr std::size_t kRaftAddressMax = 255;
+
+class RaftTransport {
+ public:
+  using LogFn = std::function<void(const std::string&)>;
+
+  // `secret` keys the handshake (empty: an empty key, tests only); `bind_address` empty: listen
+  // on the address raft gives init(); `timeout_ms`: a handshake not completed in this time is
+  // dropped.
+  RaftTransport(uv_loop_t* loop, std::string secret, std::string bind_address, unsigned timeout_ms,
+                LogFn log);
+  ~RaftTransport();
+  RaftTransport(const RaftTransport&) = delete;
+  RaftTransport& operator=(const RaftTransport&) = delete;
+
+  // What raft_uv_init takes.
+  raft_uv_transport* raft();
+  // Why listening failed, for the start-up error; empty if it did not.
+  const std::string& listen_error() const;
+  // When raft never took the transport (raft_init failed): close the listener handle so that
+  // the loop can end.
+  void close_unused();
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace turnstile::net
