@@ -3,29 +3,14 @@
 #include <algorithm>
 #include <cstring>
 
-#define XXH_INLINE_ALL
-#include <xxhash.h>
-
 #include "core/assert.h"
+#include "core/slot_record.h"
 
 namespace turnstile::core {
 
 namespace {
 
-void put_u64_be(std::uint8_t* out, std::uint64_t value) {
-  for (int i = 7; i >= 0; --i) {
-    out[i] = static_cast<std::uint8_t>(value & 0xff);
-    value >>= 8;
-  }
-}
-
-std::uint64_t get_u64_be(const std::uint8_t* in) {
-  std::uint64_t value = 0;
-  for (int i = 0; i < 8; ++i) value = (value << 8) | in[i];
-  return value;
-}
-
-std::uint64_t checksum(const std::uint8_t* record) { return XXH3_64bits(record, 24); }
+constexpr SlotFormat kFenceFormat{kJournalMagic, 1, "a fence state file"};
 
 std::uint64_t saturating_add(std::uint64_t a, std::uint64_t b) {
   return a > UINT64_MAX - b ? UINT64_MAX : a + b;
@@ -34,53 +19,35 @@ std::uint64_t saturating_add(std::uint64_t a, std::uint64_t b) {
 }  // namespace
 
 JournalRecordBytes encode_journal_record(const JournalRecord& record) {
+  const SlotBytes slot = encode_slot(kFenceFormat, SlotRecord{record.seq, {record.ceiling, 0}});
   JournalRecordBytes bytes{};
-  std::memcpy(bytes.data(), kJournalMagic.data(), kJournalMagic.size());
-  put_u64_be(bytes.data() + 8, record.seq);
-  put_u64_be(bytes.data() + 16, record.ceiling);
-  put_u64_be(bytes.data() + 24, checksum(bytes.data()));
+  std::copy(slot.bytes.begin(), slot.bytes.begin() + kJournalRecordBytes, bytes.begin());
   return bytes;
 }
 
 std::optional<JournalRecord> decode_journal_record(std::span<const std::uint8_t> slot) {
-  if (slot.size() != kJournalRecordBytes) return std::nullopt;
-  if (std::memcmp(slot.data(), kJournalMagic.data(), kJournalMagic.size()) != 0) {
-    return std::nullopt;
-  }
-  if (get_u64_be(slot.data() + 24) != checksum(slot.data())) return std::nullopt;
-  JournalRecord record{get_u64_be(slot.data() + 8), get_u64_be(slot.data() + 16)};
-  if (record.seq == 0) return std::nullopt;
-  return record;
+  const std::optional<SlotRecord> record = decode_slot(kFenceFormat, slot);
+  if (!record) return std::nullopt;
+  return JournalRecord{record->seq, record->values[0]};
 }
 
 JournalRecovery recover_journal(std::span<const std::uint8_t> file) {
+  const SlotRecovery slots = recover_slots(kFenceFormat, file);
   JournalRecovery recovery;
-  if (file.empty()) return recovery;  // kFresh
-  if (file.size() != kJournalFileBytes) {
-    recovery.outcome = JournalRecovery::Outcome::kRefused;
-    recovery.problem = "is " + std::to_string(file.size()) +
-                       " bytes long, but a fence state file " + "is empty or exactly " +
-                       std::to_string(kJournalFileBytes) + " bytes";
-    return recovery;
-  }
-  for (int slot = 0; slot < 2; ++slot) {
-    const auto record = decode_journal_record(
-        file.subspan(static_cast<std::size_t>(slot) * kJournalRecordBytes, kJournalRecordBytes));
-    if (!record) continue;
-    // The newest record wins; should two ever share a seq, the higher ceiling is the safe one.
-    const bool newer =
-        recovery.slot < 0 || record->seq > recovery.record.seq ||
-        (record->seq == recovery.record.seq && record->ceiling > recovery.record.ceiling);
-    if (newer) {
+  switch (slots.outcome) {
+    case SlotRecovery::Outcome::kFresh:
+      recovery.outcome = JournalRecovery::Outcome::kFresh;
+      break;
+    case SlotRecovery::Outcome::kRecovered:
       recovery.outcome = JournalRecovery::Outcome::kRecovered;
-      recovery.record = *record;
-      recovery.slot = slot;
-    }
+      break;
+    case SlotRecovery::Outcome::kRefused:
+      recovery.outcome = JournalRecovery::Outcome::kRefused;
+      break;
   }
-  if (recovery.slot < 0) {
-    recovery.outcome = JournalRecovery::Outcome::kRefused;
-    recovery.problem = "holds no valid record (both slots are torn or corrupt)";
-  }
+  recovery.record = JournalRecord{slots.record.seq, slots.record.values[0]};
+  recovery.slot = slots.slot;
+  recovery.problem = slots.problem;
   return recovery;
 }
 
@@ -118,19 +85,12 @@ std::optional<JournalWrite> FenceJournal::begin_write() {
   JournalWrite write;
   write.seq = seq_ + 1;
   write.ceiling = std::max(durable_, saturating_add(handed_, config_.range));
-  const JournalRecordBytes record = encode_journal_record({write.seq, write.ceiling});
-  if (durable_slot_ < 0) {
-    // The file is empty: write both slots at once (slot 1 stays invalid) so that it is never a
-    // size recovery refuses once the write is durable.
-    write.offset = 0;
-    write.size = kJournalFileBytes;
-    write.creates_file = true;
-    std::copy(record.begin(), record.end(), write.bytes.begin());
-  } else {
-    write.offset = static_cast<std::uint64_t>(1 - durable_slot_) * kJournalRecordBytes;
-    write.size = kJournalRecordBytes;
-    std::copy(record.begin(), record.end(), write.bytes.begin());
-  }
+  const SlotWrite planned =
+      plan_slot_write(kFenceFormat, durable_slot_, SlotRecord{write.seq, {write.ceiling, 0}});
+  write.offset = planned.offset;
+  write.size = planned.size;
+  write.creates_file = planned.creates_file;
+  std::copy(planned.bytes.begin(), planned.bytes.begin() + kJournalFileBytes, write.bytes.begin());
   in_flight_ = write;
   return write;
 }

@@ -15,6 +15,8 @@
 //   record = magic "tsfence1" (8) | seq u64 BE (8) | ceiling u64 BE (8) | XXH3-64 of bytes 0..23
 //            as u64 BE (8)
 //
+// (the two-slot layout of core/slot_record.h, with one value: the ceiling)
+//
 // Each write goes to the slot that does not hold the newest durable record, then is synced;
 // recovery takes the valid record with the highest seq. A record with ceiling C promises that no
 // fence above C was ever handed out, so a restart starts above max(C, wall clock).
