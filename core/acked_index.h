@@ -17,7 +17,7 @@
 //
 // The file is the two-slot layout of core/slot_record.h with two values:
 //   slot = magic "tsacked1" (8) | seq (8) | index (8) | term (8) | XXH3-64 (8)   40 bytes
-// (docs/cluster.md, "What a node promised").
+// (docs/cluster.md, "A damaged raft directory").
 //
 // Pure and single-threaded: the raft wrapper (net/raft_acked_record.h) drives it, in the daemon
 // and in the simulator alike.

@@ -886,6 +886,8 @@ HttpResponse render_admin_outcome(const AdminChangeOutcome& outcome) {
       return {404, http_error_body("unknown_voter", outcome.detail)};
     case AdminChangeOutcome::Kind::kRefused:
       return {400, http_error_body("bad_request", outcome.detail)};
+    case AdminChangeOutcome::Kind::kAddressTaken:
+      return {409, http_error_body("address_taken", outcome.detail)};
     case AdminChangeOutcome::Kind::kFailed:
       break;
   }

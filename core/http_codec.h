@@ -301,14 +301,15 @@ std::variant<HttpBadRequest, std::uint64_t> decode_admin_voter_id(std::string_vi
 // A membership change's outcome, as the cluster node reports it.
 struct AdminChangeOutcome {
   enum class Kind {
-    kDone,         // 200, with the voters after the change
-    kTransferred,  // 200 {"transferred":true,"leader":...}: another node leads (`leader` its
-                   // address)
-    kNotLeader,    // 503 not_leader (X-Dflockd-Leader: `leader` when known)
-    kPending,      // 409 change_pending: one change at a time
-    kUnknownId,    // 404 unknown_voter: DELETE of a node that is not in the configuration
-    kRefused,      // 400 bad_request: the change makes no sense (an id already a voter, ...)
-    kFailed,       // 500 change_failed: raft could not make it (the detail says why)
+    kDone,          // 200, with the voters after the change
+    kTransferred,   // 200 {"transferred":true,"leader":...}: another node leads (`leader` its
+                    // address)
+    kNotLeader,     // 503 not_leader (X-Dflockd-Leader: `leader` when known)
+    kPending,       // 409 change_pending: one change at a time
+    kUnknownId,     // 404 unknown_voter: DELETE of a node that is not in the configuration
+    kRefused,       // 400 bad_request: the change makes no sense (an id already a voter, ...)
+    kAddressTaken,  // 409 address_taken: another member has the new voter's raft address
+    kFailed,        // 500 change_failed: raft could not make it (the detail says why)
   };
   Kind kind = Kind::kFailed;
   std::string detail = {};

@@ -50,6 +50,7 @@ RaftNodeConfig raft_config(const Config& config) {
   // progress is a full or failing disk, not a slow one.
   raft.log_write_stall_ms = std::max(5000U, 5 * raft.election_timeout_ms);
   raft.min_free_bytes = static_cast<std::uint64_t>(cluster.min_free_mb) << 20;
+  raft.start_timeout_ms = static_cast<unsigned>(cluster.start_timeout_s * 1000);
   raft.log = [](std::string line) { log_line(LogLevel::kWarn, "raft: " + line); };
   return raft;
 }
@@ -88,6 +89,12 @@ std::optional<std::string> ClusterNode::start() {
   // leave the drain to it: drain once now.
   if (!error) raft_->run([this] { drain(); });
   return error;
+}
+
+int ClusterNode::start_failure_exit_code() const {
+  if (raft_->directory_damaged()) return kExitDamagedDirectory;
+  if (raft_->stuck()) return kExitStartTimedOut;
+  return 1;
 }
 
 void ClusterNode::stop() { raft_->stop(); }
@@ -156,6 +163,8 @@ RaftNode::ErrorDone ClusterNode::change_done(std::uint64_t id, AdminDone done) {
       outcome.kind = Kind::kPending;
     } else if (error.find("is not in the configuration") != std::string::npos) {
       outcome.kind = Kind::kUnknownId;
+    } else if (error.find("is taken by node") != std::string::npos) {
+      outcome.kind = Kind::kAddressTaken;
     } else if (error.find("already") != std::string::npos) {
       outcome.kind = Kind::kRefused;
     } else {

@@ -40,6 +40,12 @@
 
 namespace turnstile::net {
 
+// turnstiled's exit codes for a cluster node that cannot start (docs/cluster.md, "A damaged
+// directory"): its raft directory is damaged or lost entries it acknowledged (EX_DATAERR: a
+// supervisor must not restart it), or it did not load in --raft-start-timeout-s (EX_IOERR).
+inline constexpr int kExitDamagedDirectory = 65;
+inline constexpr int kExitStartTimedOut = 74;
+
 class ClusterNode final : public RaftStateMachine, public ReplicatedEndpoint {
  public:
   // `session_tag`: the tag of this process's session ids (core::RouterConfig::session_tag).
@@ -50,6 +56,9 @@ class ClusterNode final : public RaftStateMachine, public ReplicatedEndpoint {
 
   // Loads the raft directory and starts the raft thread; nullopt, or why it cannot start.
   std::optional<std::string> start();
+  // After start() failed, the exit code that says why: 65 for a damaged raft directory (restarting
+  // cannot help), 74 for one that did not load in time, else 1.
+  int start_failure_exit_code() const;
   void stop();
 
   // Any thread: messages of a shard's router for the replicated endpoint (ReplicatedEndpoint).

@@ -224,6 +224,10 @@ const Setting kSettings[] = {
      "cluster mode: free space the raft directory needs; below it the node does not start, and a "
      "running node hands leadership over and exits 1; 0 = no check",
      /*hidden=*/false, /*cluster=*/true},
+    {"raft-start-timeout-s", "RAFT_START_TIMEOUT_S", Kind::kInteger, "seconds", 1, 86'400,
+     &Config::Cluster::start_timeout_s,
+     "cluster mode: time the raft directory has to load; a node that takes longer exits 74",
+     /*hidden=*/false, /*cluster=*/true},
     // The test hooks (Config::TestHooks): hidden from --help, and not read from the environment,
     // so a stray variable can never shift a production server's clock or fences.
     {"test-wall-clock-offset-s", "", Kind::kInteger, "seconds", -kMaxWallClockOffsetSeconds,

@@ -114,6 +114,9 @@ struct Config {
     // --raft-min-free-mb: below this much free space in raft_dir the node does not start, and a
     // running node leaves (docs/cluster.md, "A full disk"); 0..1048576, 0 = no check.
     std::int64_t min_free_mb = 64;
+    // --raft-start-timeout-s: a node whose raft directory has not loaded in this long exits 74
+    // (docs/cluster.md, "A damaged raft directory"); 1..86400.
+    std::int64_t start_timeout_s = 120;
 
     bool enabled() const { return !raft_dir.empty(); }
   };

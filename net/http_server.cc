@@ -757,7 +757,11 @@ void HttpServer::dispatch_route(evhttp_request* request, const core::HttpEndpoin
   const core::Instant now = started;
   switch (spec.endpoint) {
     case core::HttpEndpoint::kHealth:
-      reply(request, 200, core::http_status_body("ok"), route, method, started);
+      if (shared_.starting.load(std::memory_order_relaxed)) {
+        reply(request, 503, core::http_status_body("starting"), route, method, started);
+      } else {
+        reply(request, 200, core::http_status_body("ok"), route, method, started);
+      }
       return;
     case core::HttpEndpoint::kReady:
       if (draining_) {

@@ -5,9 +5,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <future>
 #include <map>
 #include <mutex>
@@ -15,8 +15,12 @@
 #include <thread>
 #include <unordered_map>
 #include <utility>
+#include <variant>
 
+#include "net/raft_acked_file.h"
+#include "net/raft_acked_record.h"
 #include "net/raft_commit_rule.h"
+#include "net/raft_directory.h"
 #include "net/raft_transport.h"
 
 namespace turnstile::net {
@@ -90,50 +94,6 @@ std::optional<std::string_view> unframe(const raft_buffer& buf) {
   return std::string_view(static_cast<const char*>(buf.base), buf.len - padding);
 }
 
-// What a data directory holds, read before raft touches it: raft's own loader deletes a metadata
-// file it cannot read (it takes it for a torn write), and raft_bootstrap only asks whether the
-// metadata holds a term.
-struct DirectoryState {
-  bool empty = true;      // no file at all (dot files aside): a new node's directory
-  bool log = false;       // segments or snapshots
-  bool metadata = false;  // metadata1 or metadata2 has the size of a metadata file
-};
-
-bool all_digits(std::string_view text) {
-  return !text.empty() &&
-         std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
-}
-
-std::optional<DirectoryState> inspect_directory(const std::string& dir, std::string* error) {
-  namespace fs = std::filesystem;
-  constexpr std::uintmax_t kMetadataSize = 32;  // format, version, term, vote: 4 x 8 bytes
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) {
-    *error = "raft directory " + dir + " does not exist (a new node needs an empty one)";
-    return std::nullopt;
-  }
-  DirectoryState state;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (name.empty() || name.front() == '.') continue;
-    state.empty = false;
-    const std::size_t dash = name.find('-');
-    if (name.rfind("open-", 0) == 0 || name.rfind("snapshot-", 0) == 0 ||
-        (dash != std::string::npos && all_digits(name.substr(0, dash)) &&
-         all_digits(name.substr(dash + 1)))) {
-      state.log = true;
-    }
-    if ((name == "metadata1" || name == "metadata2") && it->file_size(ec) == kMetadataSize && !ec) {
-      state.metadata = true;
-    }
-  }
-  if (ec) {
-    *error = "raft directory " + dir + " cannot be read: " + ec.message();
-    return std::nullopt;
-  }
-  return state;
-}
-
 const char* role_name(int state) {
   switch (state) {
     case RAFT_FOLLOWER:
@@ -186,6 +146,8 @@ class RaftNode::Impl {
     std::lock_guard lock(mutex_);
     return status_;
   }
+  bool damaged() const { return damaged_.load(); }
+  bool stuck() const { return stuck_.load(); }
 
  private:
   // A request raft holds (its callback frees it), or one of ours between two raft calls.
@@ -254,6 +216,7 @@ class RaftNode::Impl {
 
   std::optional<std::string> check_config() const;
   void run();
+  std::optional<std::string> check_directory(const DirectoryState& directory);
   std::optional<std::string> open();
   std::optional<std::string> fail_open(const std::string& error, bool raft_initialized);
   std::string start_error(int rv) const;
@@ -317,6 +280,8 @@ class RaftNode::Impl {
   RaftStatus status_;
 
   std::atomic<std::thread::id> raft_thread_{};  // set by the raft thread, read by stop()
+  mutable std::atomic<bool> damaged_{false};    // set before open() answers start()
+  std::atomic<bool> stuck_{false};              // start() gave up waiting for open()
 
   // The raft thread's.
   uv_loop_t loop_{};
@@ -331,6 +296,9 @@ class RaftNode::Impl {
   bool closing_ = false;
   bool raft_closed_ = false;
   bool restore_refused_ = false;
+  core::SlotRecovery recovery_;  // what check_directory() read of the acknowledged-index file
+  std::unique_ptr<core::AckedIndex> acked_index_;
+  std::unique_ptr<AckedFile> acked_file_;
   std::unordered_map<Request*, std::unique_ptr<Request>> requests_;
   std::map<std::uint64_t, Pending> pending_;  // by raft index
   std::uint64_t next_batch_ = 0;
@@ -346,6 +314,7 @@ class RaftNode::Impl {
   static constexpr std::uint64_t kSpaceCheckMs = 200;
   std::uint64_t stall_stored_ = 0;
   std::uint64_t stall_since_ms_ = 0;
+  std::uint64_t last_turn_ms_ = 0;  // the loop time of the previous turn
   std::uint64_t next_space_check_ms_ = 0;
   bool log_failure_reported_ = false;
   raft_index status_config_index_ = ~raft_index{0};
@@ -357,13 +326,10 @@ class RaftNode::Impl {
 
 // --- owner thread ---------------------------------------------------------------------------
 
-// The one message for a directory that does not load: what raft says, and what to do. Never
-// "fix" it here: the entries a repair would drop may be committed.
+// The one message for a directory that does not load, from what raft says.
 static std::string damaged_directory(const std::string& dir, std::string detail, int rv) {
   if (detail.empty()) detail = raft_strerror(rv);
-  return "raft directory " + dir + " is damaged or unreadable (" + detail +
-         "): check its permissions and the disk; if it is damaged, restore it from a backup, or "
-         "remove this node from the cluster and re-add it with an empty directory";
+  return damaged_directory(dir, detail);
 }
 
 std::optional<std::string> RaftNode::Impl::check_config() const {
@@ -418,12 +384,21 @@ std::optional<std::string> RaftNode::Impl::start() {
   started_ = true;
   std::future<std::optional<std::string>> opened = opened_.get_future();
   thread_ = std::thread([this] { run(); });
+  if (opened.wait_for(std::chrono::milliseconds(config_.start_timeout_ms)) !=
+      std::future_status::ready) {
+    stuck_.store(true);
+    thread_.detach();
+    return "raft directory " + config_.dir + " did not finish loading in " +
+           std::to_string(config_.start_timeout_ms / 1000) +
+           " s (--raft-start-timeout-s): the disk hangs, or a file in it cannot be read to its end";
+  }
   std::optional<std::string> result = opened.get();
   if (result) thread_.join();
   return result;
 }
 
 void RaftNode::Impl::stop() {
+  if (stuck_.load()) return;  // nothing answers on the raft thread
   {
     std::lock_guard lock(mutex_);
     stop_requested_ = true;
@@ -467,23 +442,47 @@ std::string RaftNode::Impl::start_error(int rv) const {
            "restore the directory from a backup, or remove this node from the cluster and re-add "
            "it with an empty directory";
   }
-  // raft reports a damaged file as RAFT_CORRUPT, or as RAFT_IOERR when it is cut short ("short
-  // read"): the code does not tell damage from an unreadable disk, raft's message does.
+  // raft reports a damaged file as RAFT_CORRUPT (so does the acknowledged-index check of its
+  // load), or as RAFT_IOERR when it is cut short ("short read"): the code does not tell damage
+  // from an unreadable disk, raft's message does.
+  if (rv == RAFT_CORRUPT) damaged_.store(true);
   return damaged_directory(dir, detail, rv);
+}
+
+// Everything libraft would read, checked before it reads a byte (net/raft_directory.h): a node
+// whose directory is damaged, or whose log ends below what it acknowledged, does not start.
+std::optional<std::string> RaftNode::Impl::check_directory(const DirectoryState& directory) {
+  const auto refuse = [this](const std::string& detail) {
+    damaged_.store(true);
+    return damaged_directory(config_.dir, detail);
+  };
+  if (directory.log && !directory.metadata) {
+    // raft would delete both as torn writes and start from term 0 with no vote: the node could
+    // vote twice in a term.
+    return refuse("metadata1 and metadata2 are both missing or damaged, but the log is not");
+  }
+  std::variant<core::SlotRecovery, std::string> record = AckedFile::read(config_.dir);
+  if (auto* error = std::get_if<std::string>(&record)) return *error;
+  recovery_ = std::get<core::SlotRecovery>(record);
+  if (recovery_.outcome == core::SlotRecovery::Outcome::kRefused) {
+    return refuse(std::string(kAckedFileName) + ": " + recovery_.problem);
+  }
+  std::optional<core::LogPosition> acknowledged;
+  if (recovery_.outcome == core::SlotRecovery::Outcome::kRecovered) {
+    acknowledged = core::AckedIndex(recovery_).durable();
+  }
+  if (directory.empty || (!directory.log && !acknowledged)) return std::nullopt;
+  const LogCheck check = check_log_files(config_.dir, acknowledged);
+  if (check.refusal) return refuse(*check.refusal);
+  for (const std::string& note : check.notes) log_(config_.dir + ": " + note);
+  return std::nullopt;
 }
 
 std::optional<std::string> RaftNode::Impl::open() {
   std::string error;
   const std::optional<DirectoryState> directory = inspect_directory(config_.dir, &error);
   if (!directory) return error;
-  if (directory->log && !directory->metadata) {
-    // raft would delete both as torn writes and start from term 0 with no vote: the node could
-    // vote twice in a term.
-    return damaged_directory(config_.dir,
-                             "metadata1 and metadata2 are both missing or damaged, but the log "
-                             "is not",
-                             RAFT_CORRUPT);
-  }
+  if (std::optional<std::string> refusal = check_directory(*directory)) return refusal;
   // Only a directory with nothing in it gets the initial configuration.
   const bool bootstrap = config_.bootstrap && directory->empty;
 
@@ -499,6 +498,8 @@ std::optional<std::string> RaftNode::Impl::open() {
   }
   // Never "recover" a damaged log by dropping its tail: those entries may be committed.
   raft_uv_set_auto_recovery(&io_, false);
+  // check_log_files() holds open segments to the size raft gives them.
+  raft_uv_set_segment_size(&io_, kRaftSegmentBytes);
   raft_uv_set_connect_retry_delay(&io_, config_.connect_retry_ms);
 
   raft_fsm_.version = 1;
@@ -521,6 +522,10 @@ std::optional<std::string> RaftNode::Impl::open() {
   // the rule puts Raft's own back. It needs every new leader to commit an entry of its term at
   // once, which the barrier of track_leadership() is.
   install_commit_rule(&raft_);
+  // Nothing is reported stored before the record of it is durable (net/raft_acked_record.h).
+  acked_index_ = std::make_unique<core::AckedIndex>(recovery_);
+  acked_file_ = std::make_unique<AckedFile>(&loop_, config_.dir, log_);
+  install_acked_record(&raft_, acked_index_.get(), acked_file_.get());
   raft_set_election_timeout(&raft_, config_.election_timeout_ms);
   raft_set_heartbeat_timeout(&raft_, config_.heartbeat_timeout_ms);
   raft_set_snapshot_threshold(&raft_, config_.snapshot_threshold);
@@ -570,6 +575,7 @@ std::optional<std::string> RaftNode::Impl::fail_open(const std::string& error,
     transport_->close_unused();
     uv_run(&loop_, UV_RUN_DEFAULT);
   }
+  acked_file_.reset();
   transport_.reset();
   uv_loop_close(&loop_);
   return error;
@@ -614,6 +620,7 @@ void RaftNode::Impl::finish() {
   }
   deferred_.clear();
   raft_uv_close(&io_);
+  acked_file_.reset();
   transport_.reset();
   if (uv_loop_close(&loop_) != 0) log_("raft loop closed with handles still open");
   std::lock_guard lock(mutex_);
@@ -670,7 +677,13 @@ void RaftNode::Impl::watch_log_writes() {
   }
   const raft_index stored = raft_.last_stored;
   const raft_index last = raft_last_index(&raft_);
-  if (last <= stored || stored != stall_stored_) {
+  // raft's tick turns the loop at least every heartbeat timeout: a much longer gap between two
+  // turns means this thread did not run (the process was stopped, or its machine paused), and a
+  // thread that did not run has seen no slow disk. The stall is timed again from now.
+  const std::uint64_t gap_ms = std::max<std::uint64_t>(1000, 2 * config_.heartbeat_timeout_ms);
+  const bool resumed = last_turn_ms_ != 0 && now - last_turn_ms_ > gap_ms;
+  last_turn_ms_ = now;
+  if (resumed || last <= stored || stored != stall_stored_) {
     stall_stored_ = stored;
     stall_since_ms_ = now;
   } else if (why.empty() && now - stall_since_ms_ >= config_.log_write_stall_ms) {
@@ -936,7 +949,16 @@ void RaftNode::Impl::submit_add_voter(Op& op) {
   }
   const raft_server* existing = nullptr;
   for (unsigned i = 0; i < raft_.configuration.n; ++i) {
-    if (raft_.configuration.servers[i].id == op.id) existing = &raft_.configuration.servers[i];
+    const raft_server& server = raft_.configuration.servers[i];
+    if (server.id == op.id) {
+      existing = &server;
+    } else if (dial_address(server.address) == dial_address(op.address)) {
+      // raft would dial one of the two for both: the change could never complete.
+      fail_op(op, "the raft address " + std::string(dial_address(op.address)) +
+                      " is taken by node " + std::to_string(server.id) +
+                      ": a new voter needs an address of its own");
+      return;
+    }
   }
   if (existing != nullptr && op.address != existing->address) {
     fail_op(op, "node " + std::to_string(op.id) + " is already in the configuration, at " +
@@ -1186,9 +1208,15 @@ int RaftNode::Impl::fsm_restore(raft_fsm* fsm, raft_buffer* buf) {
 RaftNode::RaftNode(RaftNodeConfig config, RaftStateMachine& fsm)
     : impl_(std::make_unique<Impl>(std::move(config), fsm)) {}
 
-RaftNode::~RaftNode() = default;
+RaftNode::~RaftNode() {
+  if (impl_->stuck()) (void)impl_.release();  // the raft thread still uses it
+}
 
 std::optional<std::string> RaftNode::start() { return impl_->start(); }
+
+bool RaftNode::directory_damaged() const { return impl_->damaged(); }
+
+bool RaftNode::stuck() const { return impl_->stuck(); }
 
 void RaftNode::stop() { impl_->stop(); }
 

@@ -79,6 +79,10 @@ struct RaftNodeConfig {
   // A node whose log has entries it has not stored, and whose stored index has not moved for this
   // long, reports it once (RaftStateMachine::log_cannot_be_written): its disk is full or failing.
   unsigned log_write_stall_ms = 5000;
+  // start() gives up when the directory has not loaded in this long (a disk that hangs, or a file
+  // libraft cannot finish reading): the raft thread is then left as it is, and the process must
+  // exit (RaftNode::stuck()).
+  unsigned start_timeout_ms = 120000;
   // Below this many free bytes in `dir`, start() refuses and a running node reports it once
   // (RaftStateMachine::log_cannot_be_written), before raft's own writes fail: libraft 0.15 fails
   // badly on a full disk (a leader stops storing its log but goes on leading, or the process
@@ -154,6 +158,13 @@ class RaftNode {
   // address in use, ...). A node runs once: after stop(), or after start() failed, make a new
   // one.
   std::optional<std::string> start();
+  // After start() failed: whether the directory is damaged, or its log lost entries this node
+  // acknowledged (net/raft_directory.h): starting again cannot help; an operator must act.
+  bool directory_damaged() const;
+  // After start() failed: whether it gave up waiting for the directory to load
+  // (RaftNodeConfig::start_timeout_ms). The raft thread still runs: the process must exit, and
+  // this node is never destroyed (the thread uses it).
+  bool stuck() const;
 
   // The outcome of a request, on the raft thread: the entry's raft index and an empty error, or
   // index 0 and why not. A proposal that fails with "leadership lost" may still be committed by

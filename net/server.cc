@@ -226,13 +226,17 @@ int Server::run() {
   drain_poll_ = evtimer_new(base_, &Server::on_drain_poll, this);
   transfer_poll_ = evtimer_new(base_, &Server::on_transfer_poll, this);
   if (fence_file_ != nullptr) fence_file_->start_writer();
+  if (cluster_ != nullptr) shared_.starting.store(true);
   for (auto& shard : shards_) shard->start();
   if (cluster_ != nullptr) {
     if (std::optional<std::string> error = cluster_->start()) {
-      logf(LogLevel::kError, "cluster: %s", error->c_str());
+      const int code = cluster_->start_failure_exit_code();
+      logf(LogLevel::kError, "cluster: %s (exit %d)", error->c_str(), code);
       stop_shards();
-      return 1;
+      if (code == kExitStartTimedOut) (void)cluster_.release();  // its raft thread still runs
+      return code;
     }
+    shared_.starting.store(false);
     log_event(LogLevel::kInfo, "cluster_start",
               "cluster: node " + std::to_string(config_.cluster.node_id) + " started (raft on " +
                   config_.cluster.raft_addr + ", clients told " + config_.cluster.advertise_addr +

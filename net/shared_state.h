@@ -97,6 +97,9 @@ struct SharedState {
   // The top bits of this process's session ids (core::RouterConfig::session_tag): random and
   // non-zero in cluster mode, 0 on one node.
   std::uint32_t session_tag = 0;
+  // Cluster mode: true while the raft directory loads (the shards already serve; /health answers
+  // 503 "starting" until the node can serve).
+  std::atomic<bool> starting{false};
   SSL_CTX* tls = nullptr;  // non-null: every connection is TLS
   // Every listener of this process, for every shard's router (core/signal_hub.h).
   SignalBus signals;

@@ -14,6 +14,7 @@ run_packages=(
   build-essential cmake ninja-build pkg-config
   libxxhash-dev libcxxopts-dev libevent-dev libssl-dev nlohmann-json3-dev
   libraft-dev libuv1-dev  # the cluster's consensus (docs/cluster.md)
+  liblz4-dev  # the raft node checks snapshot files before libraft loads them
   curl netcat-openbsd  # the README's first requests
 )
 test_packages=(

@@ -141,11 +141,12 @@ TEST_F(ClusterOpsTest, ADamagedRaftDirectoryRefusesToStartAndSaysWhatToDo) {
     cluster_.start(follower, false);
     const std::optional<int> status = cluster_.node(follower).wait_exit(15s);
     ASSERT_TRUE(status) << cluster_.node(follower).log_text();
-    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) != 0) << *status;
+    // 65: a supervisor must not start it again (docs/cluster.md, "A damaged directory").
+    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 65) << *status;
     const std::string log = cluster_.node(follower).log_text();
     EXPECT_NE(log.find("is damaged or unreadable"), std::string::npos) << log;
-    EXPECT_NE(log.find("restore it from a backup"), std::string::npos) << log;
-    EXPECT_NE(log.find("re-add it with an empty directory"), std::string::npos) << log;
+    EXPECT_NE(log.find("re-add it as a new member with an empty directory"), std::string::npos)
+        << log;
     // Nothing was repaired: the files are as the damage left them.
     std::map<std::string, std::uintmax_t> after;
     for (const fs::directory_entry& entry : fs::directory_iterator(dir)) {
@@ -194,6 +195,17 @@ TEST_F(ClusterOpsTest, AddsAndRemovesVotersOneChangeAtATime) {
   EXPECT_EQ(
       http(cluster_.http_port(*first), "DELETE", "/v1/admin/voters/x1", "", kAdminToken).status,
       400);
+  EXPECT_EQ(
+      http(cluster_.http_port(*first), "DELETE", "/v1/admin/voters/9", "", kAdminToken).status,
+      404);
+  // Another member's raft address: refused up front, and the configuration keeps no spare.
+  const HttpResult taken = http(cluster_.http_port(*first), "POST", "/v1/admin/voters",
+                                R"({"id":9,"raft_address":")" + cluster_.raft_address(1) +
+                                    R"(","client_address":"127.0.0.1:1"})",
+                                kAdminToken);
+  EXPECT_EQ(taken.status, 409) << taken.raw;
+  EXPECT_TRUE(taken.has("address_taken")) << taken.raw;
+  EXPECT_TRUE(taken.has("is taken by node 2")) << taken.raw;
   EXPECT_EQ(
       http(cluster_.http_port(*first), "DELETE", "/v1/admin/voters/9", "", kAdminToken).status,
       404);

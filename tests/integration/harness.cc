@@ -62,7 +62,14 @@ bool is_config_variable(const char* entry) {
 
 }  // namespace
 
-const char* turnstiled_path() { return TURNSTILED_PATH; }
+const char* turnstiled_path() {
+  // TURNSTILED_UNDER_TEST runs the tests against another build (to show a test fails on the code
+  // before a fix).
+  if (const char* other = std::getenv("TURNSTILED_UNDER_TEST"); other != nullptr && *other) {
+    return other;
+  }
+  return TURNSTILED_PATH;
+}
 
 // ---- Daemon -----------------------------------------------------------------------------------
 

@@ -44,7 +44,8 @@ namespace turnstile::integration {
 using std::chrono::milliseconds;
 using namespace std::chrono_literals;
 
-// Path of the turnstiled binary under test (the TURNSTILED_PATH compile definition).
+// Path of the turnstiled binary under test: $TURNSTILED_UNDER_TEST when set, else the
+// TURNSTILED_PATH compile definition.
 const char* turnstiled_path();
 
 struct DaemonOptions {

@@ -689,6 +689,7 @@ TEST(ConfigHelp, ListsEveryFlagWithEnvironmentNamesAndDefaults) {
                                  "raft-snapshot-threshold",
                                  "raft-snapshot-trailing",
                                  "raft-min-free-mb",
+                                 "raft-start-timeout-s",
                                  "help",
                                  "version"}) {
     EXPECT_TRUE(contains(exit->message, "  --" + flag)) << flag;
@@ -1182,6 +1183,7 @@ const ClusterFlagValue kClusterFlagValues[] = {
     {"raft-snapshot-threshold", "RAFT_SNAPSHOT_THRESHOLD", "8192"},
     {"raft-snapshot-trailing", "RAFT_SNAPSHOT_TRAILING", "1024"},
     {"raft-min-free-mb", "RAFT_MIN_FREE_MB", "64"},
+    {"raft-start-timeout-s", "RAFT_START_TIMEOUT_S", "120"},
 };
 
 class ClusterFlagTest : public testing::TestWithParam<ClusterFlagValue> {};
@@ -1289,6 +1291,8 @@ const ClusterIntegerFlag kClusterIntegerFlags[] = {
      [](const Config& c) { return c.cluster.snapshot_trailing; }},
     {"raft-min-free-mb", "RAFT_MIN_FREE_MB", 0, 1'048'576,
      [](const Config& c) { return c.cluster.min_free_mb; }},
+    {"raft-start-timeout-s", "RAFT_START_TIMEOUT_S", 1, 86'400,
+     [](const Config& c) { return c.cluster.start_timeout_s; }},
 };
 
 class ClusterIntegerFlagTest : public testing::TestWithParam<ClusterIntegerFlag> {

@@ -691,7 +691,7 @@ TEST_F(RaftNodeTest, ADamagedSegmentRefusesStartAndTouchesNothing) {
   ASSERT_TRUE(error);
   EXPECT_NE(error->find("raft directory " + c.dir + " is damaged or unreadable"), std::string::npos)
       << *error;
-  EXPECT_NE(error->find("restore it from a backup"), std::string::npos) << *error;
+  EXPECT_NE(error->find("re-add it as a new member"), std::string::npos) << *error;
   EXPECT_EQ(files_of(c.dir), damaged);  // nothing repaired, nothing deleted
   EXPECT_EQ(raft(1).status().role, "unavailable");
   Result after = propose_sync(raft(1), "refused");
