@@ -1,7 +1,7 @@
-// A cluster node and its disk, against real processes (docs/cluster.md, "A damaged raft directory"):
-// a node whose raft log lost entries it acknowledged, or whose files are damaged or cut short,
-// refuses to start with one line and exit code 65, and touches nothing; a lock it helped commit
-// is never granted again while its lease runs; a directory that does not load in
+// A cluster node and its disk, against real processes (docs/cluster.md, "A damaged raft
+// directory"): a node whose raft log lost entries it acknowledged, or whose files are damaged or
+// cut short, refuses to start with one line and exit code 65, and touches nothing; a lock it helped
+// commit is never granted again while its lease runs; a directory that does not load in
 // --raft-start-timeout-s ends the process with 74, and /health is not 200 before the node can
 // serve; a leader stopped by SIGSTOP and resumed does not take the pause for a stalled disk.
 #include <gtest/gtest.h>
