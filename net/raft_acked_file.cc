@@ -108,15 +108,31 @@ void AckedFile::run_job(uv_work_t* work) {
     failed("writing " + file->path_ + " (injected)");
     return;
   }
-  if (file->fd_ < 0) {
-    file->fd_ = ::open(file->path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (file->fd_ < 0) return failed("opening " + file->path_);
-  }
   const core::SlotWrite& write = job->write;
-  if (!write_all(file->fd_, write.bytes.data(), write.size, write.offset)) {
-    return failed("writing " + file->path_);
+  if (write.creates_file) {
+    // A new file is written whole beside its name, then renamed: a crash in the middle leaves no
+    // file (nothing was acknowledged yet), never a short one that recovery would refuse.
+    const std::string fresh = file->dir_ + "/" + kAckedFreshName;
+    if (file->fd_ >= 0) ::close(file->fd_);
+    file->fd_ = ::open(fresh.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (file->fd_ < 0) return failed("opening " + fresh);
+    if (!write_all(file->fd_, write.bytes.data(), write.size, write.offset)) {
+      return failed("writing " + fresh);
+    }
+    if (::fdatasync(file->fd_) != 0) return failed("syncing " + fresh);
+    if (::rename(fresh.c_str(), file->path_.c_str()) != 0) {
+      return failed("renaming " + fresh + " to " + file->path_);
+    }
+  } else {
+    if (file->fd_ < 0) {
+      file->fd_ = ::open(file->path_.c_str(), O_RDWR | O_CLOEXEC);
+      if (file->fd_ < 0) return failed("opening " + file->path_);
+    }
+    if (!write_all(file->fd_, write.bytes.data(), write.size, write.offset)) {
+      return failed("writing " + file->path_);
+    }
+    if (::fdatasync(file->fd_) != 0) return failed("syncing " + file->path_);
   }
-  if (::fdatasync(file->fd_) != 0) return failed("syncing " + file->path_);
   if (write.creates_file) {
     const int dir = ::open(file->dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dir < 0) return failed("opening " + file->dir_);

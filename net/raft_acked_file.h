@@ -26,6 +26,9 @@
 namespace turnstile::net {
 
 inline constexpr const char* kAckedFileName = "turnstile-acknowledged";
+// Where a new record file is written whole before it is renamed to kAckedFileName (a dot file:
+// the directory checks pass over it).
+inline constexpr const char* kAckedFreshName = ".turnstile-acknowledged.new";
 
 class AckedFile final : public AckedStore {
  public:
