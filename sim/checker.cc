@@ -288,9 +288,23 @@ void Checker::check_engine(std::size_t shard, const core::Engine& engine, std::i
     // A session granted in this call that is in the queue again joined anew (a session may queue
     // behind its own grant: locks are not re-entrant), so it does not count as still waiting.
     const std::set<std::uint64_t>& granted = fresh_holders[key];
+    // So did one now behind a session that was behind it (a queue never reorders who stays in
+    // it): it was granted and left in this call, then asked again (several commands in one
+    // cluster entry).
+    std::map<std::uint64_t, std::size_t> was_at;
+    for (std::size_t i = 0; i < w.size(); ++i) was_at[w[i]] = i;
+    auto rejoined = [&](std::size_t at) {
+      auto self = was_at.find(r[at]);
+      if (self == was_at.end()) return false;
+      for (std::size_t j = 0; j < at; ++j) {
+        auto other = was_at.find(r[j]);
+        if (other != was_at.end() && other->second > self->second) return true;
+      }
+      return false;
+    };
     std::set<std::uint64_t> still;
-    for (std::uint64_t session : r) {
-      if (granted.count(session) == 0) still.insert(session);
+    for (std::size_t at = 0; at < r.size(); ++at) {
+      if (granted.count(r[at]) == 0 && !rejoined(at)) still.insert(r[at]);
     }
     std::size_t first_still = w.size();
     for (std::size_t i = 0; i < w.size(); ++i) {
