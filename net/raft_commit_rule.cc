@@ -143,7 +143,12 @@ std::optional<std::uint64_t> term_in_log(const raft* r, std::uint64_t index) {
 
 void install_commit_rule(raft* r) {
   std::lock_guard lock(wrapped_mutex);
-  if (r->io->start == &start) return;  // installed already
+  if (r->io->start == &start) {
+    // Installed already: a new raft instance on the same raft_io (the simulator restarts a
+    // crashed node so) knows nothing of what the closed one had matched.
+    wrapped().at(r->io).match = FollowerMatch{};
+    return;
+  }
   // A raft_io at the address of a closed one replaces its entry.
   wrapped()[r->io] = Wrapped{r->io->start, nullptr, r->io->send, FollowerMatch{}};
   r->io->start = &start;

@@ -24,6 +24,7 @@
 #include "sim/history.h"
 #include "sim/prng.h"
 #include "sim/raft_cluster.h"
+#include "sim/raft_disk.h"
 #include "sim/settings.h"
 
 namespace turnstile::sim {
@@ -99,6 +100,7 @@ class ClusterRun final : public RaftCluster::Host {
         work_(options.seed, kWorkload),
         losses_(options.seed, kLosses),
         faults_(options.seed, kFaults),
+        disk_(options.seed, kDisk),
         salts_(options.seed, kSalts),
         shape_(draw_shape(options.seed)),
         cluster_(nodes_, options.seed, replica_engine_config(shape_)) {
@@ -366,7 +368,18 @@ class ClusterRun final : public RaftCluster::Host {
     if (!victim || faults_.chance(500)) victim = static_cast<unsigned>(faults_.below(nodes_));
     if (!cluster_.alive(*victim)) return;
     ++result_.coverage[cluster_.ready(*victim) ? "kill-leader" : "kill-follower"];
-    cluster_.kill(*victim);
+    // Half the kills stop the process with its memory (SIGSTOP, a cut network); half end it, and
+    // it starts again later from its disk, which may be damaged meanwhile.
+    if (disk_.chance(500)) {
+      cluster_.crash(*victim);
+      ++result_.coverage["crash"];
+      if (options_.trace) {
+        std::printf("%lld node %u crashed\n", static_cast<long long>(now_ns() / kNsPerMs), *victim);
+      }
+      damage_disk(*victim);
+    } else {
+      cluster_.kill(*victim);
+    }
     if (options_.trace)
       std::printf("%lld node %u killed\n", static_cast<long long>(now_ns() / kNsPerMs), *victim);
     processes_[*victim].reset();
@@ -380,11 +393,91 @@ class ClusterRun final : public RaftCluster::Host {
   void revive_one() { revive(static_cast<unsigned>(faults_.below(nodes_))); }
 
   void revive(unsigned node) {
-    if (cluster_.alive(node)) return;
-    cluster_.revive(node);
+    if (cluster_.alive(node) || refused_.count(node) != 0) return;
+    if (cluster_.crashed(node)) {
+      if (!restart(node)) return;
+    } else {
+      cluster_.revive(node);
+    }
     processes_[node] = start_process(node);
     digest_.add(0xa11e00 + node);
     ++result_.coverage["revive"];
+  }
+
+  // While a crashed node is down, its disk may take the damage turnstiled's can (docs/cluster.md,
+  // "A damaged raft directory"): acknowledged entries lost (a flipped byte or a cut in their
+  // batch), the newest snapshot cut short, or only a tail it never acknowledged lost (a write torn
+  // by the crash). A node that lost what it acknowledged must refuse to start; as many nodes may
+  // be lost so as a majority stays.
+  void damage_disk(unsigned node) {
+    if (!disk_.chance(250)) return;
+    RaftDisk& disk = cluster_.disk(node);
+    // Raft's own view, not the record's: the damage must not depend on what it is meant to catch.
+    const std::uint64_t acked = cluster_.acknowledged(node);
+    const std::uint64_t above =
+        std::max<std::uint64_t>(disk.snapshot_index().value_or(0), disk.first_index() - 1);
+    const std::uint64_t last = disk.last_index();
+    const bool may_lose_node = refused_.size() + damaged_.size() < (nodes_ - 1) / 2;
+    const std::uint64_t kind = disk_.below(3);
+    std::string what;
+    if (may_lose_node && kind == 0 && std::min(acked, last) > above) {
+      const std::uint64_t from = above + 1 + disk_.below(std::min(acked, last) - above);
+      disk.lose_from(from);
+      what = "lost acknowledged entries from " + std::to_string(from);
+      damaged_.insert(node);
+    } else if (may_lose_node && kind == 1 && disk.cut_snapshot()) {
+      what = "snapshot cut short";
+      damaged_.insert(node);
+    } else if (last > std::max(acked, above)) {
+      const std::uint64_t from =
+          std::max(acked, above) + 1 + disk_.below(last - std::max(acked, above));
+      disk.lose_from(from);
+      what = "lost an unacknowledged tail from " + std::to_string(from);
+    } else {
+      return;
+    }
+    ++result_.coverage[damaged_.count(node) != 0 ? "disk-damaged" : "disk-torn-tail"];
+    digest_.add(0xd15c00 + node);
+    if (options_.trace) {
+      std::printf("%lld node %u disk: %s (acknowledged %llu)\n",
+                  static_cast<long long>(now_ns() / kNsPerMs), node, what.c_str(),
+                  static_cast<unsigned long long>(acked));
+    }
+  }
+
+  // A crashed node starts again from its disk. One whose disk lost what it acknowledged refuses,
+  // and stays down (its operator would replace it); refusing anything else is a bug.
+  bool restart(unsigned node) {
+    const std::string refusal = cluster_.restart(node);
+    if (refusal.empty()) {
+      if (damaged_.erase(node) != 0) ++result_.coverage["disk-damaged-started"];
+      // Its replica applies the log again from the snapshot on its disk, or from the start: the
+      // per-node orders start again (a fence it never showed may come after a higher one).
+      grants_checked_.erase(node);
+      for (auto it = key_fences_.begin(); it != key_fences_.end();) {
+        it = std::get<0>(it->first) == node ? key_fences_.erase(it) : std::next(it);
+      }
+      if (options_.trace) {
+        std::printf("%lld node %u restarted from its disk\n",
+                    static_cast<long long>(now_ns() / kNsPerMs), node);
+      }
+      ++result_.coverage["restart"];
+      return true;
+    }
+    if (options_.trace) {
+      std::printf("%lld node %u refused to start: %s\n",
+                  static_cast<long long>(now_ns() / kNsPerMs), node, refusal.c_str());
+    }
+    if (damaged_.erase(node) == 0) {
+      fail("disk",
+           "node " + std::to_string(node) +
+               " refused to start although its disk lost nothing it acknowledged: " + refusal);
+      return false;
+    }
+    refused_.insert(node);
+    ++result_.coverage["disk-refused"];
+    digest_.add(0x5ef00 + node);
+    return false;
   }
 
   void cut_one() {
@@ -940,23 +1033,29 @@ class ClusterRun final : public RaftCluster::Host {
     }
     // Every replica at the leader's last entry (the leader may still be proposing ticks: a few
     // rounds until they all stand at one index) holds the same state.
+    // A node that refused to start is out of the cluster; the others are compared with the first
+    // that runs.
+    std::vector<unsigned> running;
+    for (unsigned node = 0; node < nodes_; ++node) {
+      if (refused_.count(node) == 0) running.push_back(node);
+    }
+    const unsigned first = running.front();
     bool level = false;
     for (int round = 0; round < 5 && !level && result_.ok; ++round) {
       std::uint64_t target = 0;
-      for (unsigned node = 0; node < nodes_; ++node) {
-        target = std::max(target, cluster_.last_index(node));
-      }
+      for (unsigned node : running) target = std::max(target, cluster_.last_index(node));
       cluster_.step_until_applied(target, 10'000);
       level = true;
-      for (unsigned node = 1; node < nodes_; ++node) {
-        level = level && cluster_.applied(node) == cluster_.applied(0);
+      for (unsigned node : running) {
+        level = level && cluster_.applied(node) == cluster_.applied(first);
       }
     }
     if (!level) ++result_.coverage["converge-moving"];
     check();
-    const std::uint64_t digest = cluster_.replica(0).digest();
-    for (unsigned node = 1; node < nodes_ && result_.ok; ++node) {
-      if (cluster_.applied(node) == cluster_.applied(0) &&
+    const std::uint64_t digest = cluster_.replica(first).digest();
+    for (unsigned node : running) {
+      if (!result_.ok) break;
+      if (cluster_.applied(node) == cluster_.applied(first) &&
           cluster_.replica(node).digest() != digest) {
         fail("replica-divergence", "node " + std::to_string(node) + " differs after the heal");
       }
@@ -985,6 +1084,7 @@ class ClusterRun final : public RaftCluster::Host {
   Prng work_;
   Prng losses_;  // which clients ask for lost-notify
   Prng faults_;
+  Prng disk_;  // crashes rather than pauses, and the damage a crashed node's disk takes
   Prng salts_;
   ClusterShape shape_;  // before cluster_, whose replicas' engines it configures
   RaftCluster cluster_;
@@ -1002,6 +1102,8 @@ class ClusterRun final : public RaftCluster::Host {
   Digest digest_;
   Result result_;
   std::set<std::pair<unsigned, unsigned>> cut_;
+  std::set<unsigned> damaged_;  // crashed nodes whose disk lost what they acknowledged
+  std::set<unsigned> refused_;  // nodes that refused to start: down for good
   std::map<std::uint64_t, std::uint64_t> digests_;  // applied index -> digest
   std::map<unsigned, std::uint64_t> grants_checked_;
   struct FenceSeen {

@@ -7,8 +7,12 @@
 #include <type_traits>
 #include <utility>
 
+#include "core/acked_index.h"
 #include "core/assert.h"
+#include "core/slot_record.h"
+#include "net/raft_acked_record.h"
 #include "net/raft_commit_rule.h"
+#include "sim/raft_disk.h"
 
 // canonical raft's headers have no extern "C" of their own.
 extern "C" {
@@ -48,6 +52,14 @@ struct RaftCluster::Node {
   std::uint64_t barrier_term = 0;  // the last term in which it led and proposed a barrier
   std::uint64_t ready_term = 0;    // the last term whose barrier it applied as leader
   std::uint64_t life = 0;  // bumped by kill and revive: a barrier of an earlier life is void
+  std::unique_ptr<RaftDisk> disk;
+  std::unique_ptr<core::AckedIndex> acked;  // the record's state, for this process
+  bool crashed = false;                     // from crash() until a restart() that runs
+  // What it showed when it crashed, while it is down.
+  std::uint64_t crashed_term = 0;
+  std::uint64_t crashed_last = 0;
+  std::uint64_t crashed_applied = 0;
+  std::uint64_t crashed_stored = 0;  // raft's last entry reported stored: what it acknowledged
 
   void new_life() {
     ++life;
@@ -119,14 +131,6 @@ struct RaftCluster::Callbacks {
     if (node.cluster->host_ != nullptr) node.cluster->host_->on_restored(node.index);
     return 0;
   }
-  // The fixture's in-memory disk (libraft 0.15) keeps its persisted entries in an array that it
-  // indexes from log index 1 even after an installed snapshot has emptied it, so a later
-  // truncation of a conflicting suffix copies from past the array's end (found by the cluster
-  // profiles under valgrind: heap corruption). Those entries are read back only when a node
-  // starts, which happens once here (a revived node keeps its memory), so the simulator makes
-  // that truncation a no-op; raft's own in-memory log, from which the replicas apply, is
-  // truncated as usual.
-  static int keep_persisted_entries(raft_io*, raft_index) { return 0; }
   // After every fixture step: a node that has just begun to lead (a new term) proposes a barrier
   // at once, as turnstiled's nodes do. It is the entry of its own term that commits the entries
   // of earlier terms in its log under Raft's commit rule (net/raft_commit_rule.h). Then the
@@ -134,6 +138,8 @@ struct RaftCluster::Callbacks {
   static void on_step(raft_fixture* f, raft_fixture_event*) {
     static_assert(std::is_standard_layout_v<Fixture>);
     RaftCluster& cluster = *reinterpret_cast<Fixture*>(f)->cluster;
+    // The disks first: what they finish is part of this step.
+    for (auto& node : cluster.nodes_) node->disk->finish_due(raft_fixture_time(f));
 #ifndef TURNSTILE_CANARY_SKIP_COMMIT_RULE
     // CANARY: turnstile-sim-canary-raft's leaders propose their barrier only when the driver
     // asks, once per simulation step (propose_barriers).
@@ -159,7 +165,7 @@ struct RaftCluster::Callbacks {
 };
 
 RaftCluster::RaftCluster(unsigned nodes, std::uint64_t seed, const core::EngineConfig& engine)
-    : fixture_(std::make_unique<Fixture>()) {
+    : engine_(engine), fixture_(std::make_unique<Fixture>()) {
   TS_ASSERT(nodes >= 1 && nodes <= 5);
   raft_fixture* f = &fixture_->f;
   TS_ASSERT(raft_fixture_initialize(f) == 0);
@@ -174,23 +180,20 @@ RaftCluster::RaftCluster(unsigned nodes, std::uint64_t seed, const core::EngineC
     node->fsm.snapshot = &Callbacks::snapshot;
     node->fsm.restore = &Callbacks::restore;
     TS_ASSERT(raft_fixture_grow(f, &node->fsm) == 0);
+    // Disk writes take 1 to 8 ms, from the seed.
+    node->disk =
+        std::make_unique<RaftDisk>(1 + static_cast<unsigned>((seed + i * 5) % 8), seed * 8 + i);
+    node->disk->install(raft_fixture_get(f, i)->io);
     nodes_.push_back(std::move(node));
   }
   raft_configuration configuration;
   TS_ASSERT(raft_fixture_configuration(f, nodes, &configuration) == 0);
   TS_ASSERT(raft_fixture_bootstrap(f, &configuration) == 0);
   raft_configuration_close(&configuration);
+  election_timeout_ms_ = raft_fixture_get(f, 0)->election_timeout;
+  heartbeat_timeout_ms_ = raft_fixture_get(f, 0)->heartbeat_timeout;
   for (unsigned i = 0; i < nodes; ++i) {
-    raft* r = raft_fixture_get(f, i);
-    // Snapshots often, so that logs stay short and lagging nodes catch up from snapshots.
-    r->io->truncate = &Callbacks::keep_persisted_entries;
-#ifndef TURNSTILE_CANARY_SKIP_COMMIT_RULE
-    // CANARY: only turnstile-sim-canary-raft runs libraft 0.15 as it is: without the commit
-    // rule, and with leaders that propose their barrier only once per simulation step (below).
-    net::install_commit_rule(r);
-#endif
-    raft_set_snapshot_threshold(r, kSnapshotThreshold);
-    raft_set_snapshot_trailing(r, kSnapshotTrailing);
+    configure(i);
     // Message latency from the seed (the library draws each election timeout itself: fixing
     // them would let two nodes split their votes forever).
     raft_fixture_set_network_latency(f, i, 5 + static_cast<unsigned>((seed + i * 7) % 20));
@@ -201,6 +204,29 @@ RaftCluster::RaftCluster(unsigned nodes, std::uint64_t seed, const core::EngineC
 }
 
 RaftCluster::~RaftCluster() { raft_fixture_close(&fixture_->f); }
+
+raft* RaftCluster::instance(unsigned node) const { return raft_fixture_get(&fixture_->f, node); }
+
+void RaftCluster::configure(unsigned index) {
+  Node& node = *nodes_.at(index);
+  raft* r = instance(index);
+  // Snapshots often, so that logs stay short and lagging nodes catch up from snapshots.
+  raft_set_snapshot_threshold(r, kSnapshotThreshold);
+  raft_set_snapshot_trailing(r, kSnapshotTrailing);
+#ifndef TURNSTILE_CANARY_SKIP_COMMIT_RULE
+  // CANARY: only turnstile-sim-canary-raft runs libraft 0.15 as it is: without the commit
+  // rule, and with leaders that propose their barrier only once per simulation step (below).
+  net::install_commit_rule(r);
+#endif
+  const core::SlotRecovery recovery =
+      core::recover_slots(core::kAckedFormat, node.disk->record_file());
+  TS_ASSERT(recovery.outcome != core::SlotRecovery::Outcome::kRefused);
+  node.acked = std::make_unique<core::AckedIndex>(recovery);
+#ifndef TURNSTILE_CANARY_SKIP_ACKED_RECORD
+  // CANARY: turnstile-sim-canary-acked starts a node whose log lost acknowledged entries.
+  net::install_acked_record(r, node.acked.get(), node.disk.get());
+#endif
+}
 
 core::Instant RaftCluster::now() const {
   return core::Instant::from_ns(
@@ -221,10 +247,12 @@ bool RaftCluster::ready(unsigned node) const {
 }
 
 std::uint64_t RaftCluster::term(unsigned node) const {
+  if (nodes_.at(node)->crashed) return nodes_[node]->crashed_term;
   return raft_fixture_get(&fixture_->f, node)->current_term;
 }
 
 std::uint64_t RaftCluster::last_index(unsigned node) const {
+  if (nodes_.at(node)->crashed) return nodes_[node]->crashed_last;
   return raft_last_index(raft_fixture_get(&fixture_->f, node));
 }
 
@@ -310,9 +338,62 @@ void RaftCluster::kill(unsigned node) {
 }
 
 void RaftCluster::revive(unsigned node) {
+  TS_ASSERT(!nodes_.at(node)->crashed);
   raft_fixture_revive(&fixture_->f, node);
   nodes_.at(node)->new_life();
 }
+
+void RaftCluster::crash(unsigned index) {
+  Node& node = *nodes_.at(index);
+  if (node.crashed) return;
+  raft* r = instance(index);
+  raft_fixture_kill(&fixture_->f, index);
+  node.crashed_term = r->current_term;
+  node.crashed_last = raft_last_index(r);
+  node.crashed_applied = raft_last_applied(r);
+  node.crashed_stored = r->last_stored;
+  // The instance stays as it was, frozen (the fixture still reads it): restart() closes it.
+  node.disk->crash();
+  node.crashed = true;
+  node.new_life();
+}
+
+std::string RaftCluster::restart(unsigned index) {
+  Node& node = *nodes_.at(index);
+  TS_ASSERT(node.crashed);
+  raft* r = instance(index);
+  // The dead process's instance goes (what its disk never finished is answered canceled; the
+  // stub answers at once, so it is closed on return), and a new one starts on the same raft_io.
+  raft_close(r, nullptr);
+  TS_ASSERT(raft_init(r, r->io, &node.fsm, index + 1, fixture_->f.servers[index].address) == 0);
+  raft_set_election_timeout(r, election_timeout_ms_);
+  raft_set_heartbeat_timeout(r, heartbeat_timeout_ms_);
+  configure(index);
+  // A new process: an empty replica, which the snapshot on disk, then the log, fill again.
+  node.replica = std::make_unique<core::Replica>(engine_);
+  node.results.clear();
+  if (host_ != nullptr) host_->on_restored(index);
+  r->io->errmsg[0] = '\0';
+  node.disk->restarting();
+  if (raft_start(r) != 0) {
+    std::string why = r->io->errmsg[0] != '\0' ? r->io->errmsg : raft_errmsg(r);
+    node.disk->crash();
+    return why.empty() ? "raft_start failed" : why;
+  }
+  node.crashed = false;
+  raft_fixture_revive(&fixture_->f, index);
+  node.new_life();
+  return {};
+}
+
+bool RaftCluster::crashed(unsigned node) const { return nodes_.at(node)->crashed; }
+
+std::uint64_t RaftCluster::acknowledged(unsigned node) const {
+  TS_ASSERT(nodes_.at(node)->crashed);
+  return nodes_[node]->crashed_stored;
+}
+
+RaftDisk& RaftCluster::disk(unsigned node) { return *nodes_.at(node)->disk; }
 
 void RaftCluster::disconnect(unsigned a, unsigned b) {
   raft_fixture_disconnect(&fixture_->f, a, b);
@@ -333,6 +414,7 @@ bool RaftCluster::shut_down(unsigned node) const {
 const core::Replica& RaftCluster::replica(unsigned node) const { return *nodes_.at(node)->replica; }
 
 std::uint64_t RaftCluster::applied(unsigned node) const {
+  if (nodes_.at(node)->crashed) return nodes_[node]->crashed_applied;
   return raft_last_applied(raft_fixture_get(&fixture_->f, node));
 }
 

@@ -7,6 +7,11 @@
 // and revive, disconnect and reconnect). Who makes the entries is the driver's business: in the
 // cluster profiles, each node's core::ClusterLeader (sim/cluster_node.h), as in turnstiled.
 //
+// Each node's disk is a RaftDisk (sim/raft_disk.h) under the acknowledged-index record that
+// turnstiled keeps (net/raft_acked_record.h): kill() and revive() pause a node and let it go on
+// with its memory (a stopped process, a cut network); crash() and restart() end its process and
+// start a new one from what its disk holds, which may have been damaged meanwhile.
+//
 // A node that becomes leader first commits a barrier, so that it has applied every entry of
 // earlier terms; only then is it ready() to take requests.
 //
@@ -23,7 +28,13 @@
 #include "core/replica.h"
 #include "core/time.h"
 
+extern "C" {
+#include <raft.h>
+}
+
 namespace turnstile::sim {
+
+class RaftDisk;
 
 class RaftCluster {
  public:
@@ -77,7 +88,19 @@ class RaftCluster {
   void step_for(unsigned ms);
 
   void kill(unsigned node);
-  void revive(unsigned node);
+  void revive(unsigned node);  // a killed node, not a crashed one
+  // Ends `node`'s process: what its disk had not stored is lost, its raft instance closes.
+  void crash(unsigned node);
+  // Starts a crashed node again from its disk, with a fresh replica. Empty when it runs; else
+  // why it refused to start (its log lost entries it acknowledged, a snapshot is cut short): it
+  // stays down, as turnstiled exits 65.
+  std::string restart(unsigned node);
+  bool crashed(unsigned node) const;
+  // What a crashed node's raft had heard was stored when it crashed: the last entry it may have
+  // acknowledged to a leader (or counted as a leader).
+  std::uint64_t acknowledged(unsigned node) const;
+  // A crashed node's disk, to damage before restart().
+  RaftDisk& disk(unsigned node);
   void disconnect(unsigned a, unsigned b);
   void reconnect(unsigned a, unsigned b);
   bool alive(unsigned node) const;
@@ -102,6 +125,12 @@ class RaftCluster {
   struct Fixture;
   struct Callbacks;  // the state machine's C callbacks
 
+  raft* instance(unsigned node) const;
+  void configure(unsigned node);  // snapshots, the commit rule and the acknowledged record
+
+  core::EngineConfig engine_;
+  unsigned election_timeout_ms_ = 0;  // the fixture's, set again on a restarted instance
+  unsigned heartbeat_timeout_ms_ = 0;
   std::unique_ptr<Fixture> fixture_;
   std::vector<std::unique_ptr<Node>> nodes_;
   Host* host_ = nullptr;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "sim/raft_disk.h"
 #include "testing/requests.h"
 
 namespace turnstile::sim {
@@ -227,6 +228,93 @@ TEST(RaftCluster, ANodeFarBehindCatchesUpFromASnapshot) {
   EXPECT_GT(cluster.snapshots_restored(), 0U);
   EXPECT_EQ(cluster.applied(behind), cluster.applied(*cluster.leader()));
   expect_replicas_agree(cluster);
+}
+
+// A crash ends a node's process; it starts again from its disk (a snapshot, then the log) with a
+// fresh replica and reaches the same state as the others.
+TEST(RaftCluster, ACrashedNodeStartsAgainFromItsDisk) {
+  RaftCluster cluster(3, 5);
+  Proposer proposer(cluster);
+  // More than a snapshot's worth of entries (one every 64), so that the disk holds one.
+  for (std::uint64_t i = 1; i <= 80; ++i) {
+    run(cluster, proposer, core::command::Submit{SessionId{i % 3 + 1}, lock_request("k", 0, 600)},
+        i);
+  }
+  const unsigned leader = *cluster.leader();
+  const unsigned follower = (leader + 1) % 3;
+  cluster.crash(follower);
+  EXPECT_FALSE(cluster.alive(follower));
+  EXPECT_TRUE(cluster.disk(follower).snapshot_index().has_value());
+  run(cluster, proposer, core::command::Submit{SessionId{9}, lock_request("other", 0, 600)}, 81);
+  EXPECT_EQ(cluster.restart(follower), "");
+  EXPECT_TRUE(cluster.alive(follower));
+  const std::uint64_t index = proposer.propose({core::command::Tick{}}, 82);
+  ASSERT_NE(index, 0U);
+  ASSERT_TRUE(cluster.step_until_applied(index));
+  expect_replicas_agree(cluster);
+}
+
+// The double grant: a lock granted and committed on two of three nodes; the follower that
+// stored it loses it on disk while the leader is gone. With its acknowledged-index record it
+// refuses to start, so the third node cannot form a majority with it and grant the lock again.
+TEST(RaftCluster, ANodeWhoseDiskLostAcknowledgedEntriesRefusesToStart) {
+  RaftCluster cluster(3, 6);
+  Proposer proposer(cluster);
+  run(cluster, proposer, core::command::Submit{SessionId{1}, lock_request("warmup", 0, 600)}, 1);
+  const unsigned a = *cluster.leader();
+  const unsigned b = (a + 1) % 3;
+  const unsigned c = (a + 2) % 3;
+  cluster.kill(c);
+  const std::uint64_t index =
+      proposer.propose({core::command::Submit{SessionId{2}, lock_request("k", 0, 600)}}, 2);
+  ASSERT_NE(index, 0U);
+  ASSERT_TRUE(cluster.step_until_applied(index));
+  ASSERT_EQ(cluster.result(a, index)->results.at(0).reply.status, Status::kOk);
+
+  cluster.crash(b);
+  ASSERT_GE(cluster.acknowledged(b), index);
+  ASSERT_TRUE(cluster.disk(b).lose_from(index));  // a flipped byte in the grant's batch
+  cluster.kill(a);
+  cluster.revive(c);
+  const std::string refusal = cluster.restart(b);
+#ifndef TURNSTILE_CANARY_SKIP_ACKED_RECORD
+  EXPECT_NE(refusal, "");
+  EXPECT_NE(refusal.find("acknowledged"), std::string::npos) << refusal;
+  EXPECT_FALSE(cluster.alive(b));
+  // c alone is no majority: nobody leads, nobody grants `k` again.
+  EXPECT_FALSE(cluster.step_until_ready(5'000));
+#else
+  // raft_cluster_canary_test: without the record b starts, elects with c, and `k` is granted
+  // again with the fence of the grant the cluster had committed.
+  ASSERT_EQ(refusal, "");
+  Proposer after(cluster);
+  const core::CommandResult again =
+      run(cluster, after, core::command::Submit{SessionId{3}, lock_request("k", 0, 600)}, 3);
+  ASSERT_EQ(again.reply.status, Status::kOk);
+  EXPECT_EQ(again.reply.token->fence, cluster.result(a, index)->results.at(0).reply.token->fence);
+#endif
+}
+
+// A snapshot cut short is refused before raft reads it; a tail the node never acknowledged may be
+// lost (a write torn by the crash) and the node starts.
+TEST(RaftCluster, ACutSnapshotRefusesAndAnUnacknowledgedTailDoesNot) {
+  RaftCluster cluster(3, 7);
+  Proposer proposer(cluster);
+  for (std::uint64_t i = 1; i <= 70; ++i) {
+    run(cluster, proposer, core::command::Submit{SessionId{i % 3 + 1}, lock_request("k", 0, 1)}, i);
+  }
+  const unsigned leader = *cluster.leader();
+  const unsigned first = (leader + 1) % 3;
+  const unsigned second = (leader + 2) % 3;
+  cluster.crash(first);
+  ASSERT_TRUE(cluster.disk(first).cut_snapshot());
+  const std::string refusal = cluster.restart(first);
+  EXPECT_NE(refusal.find("cut short"), std::string::npos) << refusal;
+
+  cluster.crash(second);
+  // Nothing above what it acknowledged to lose here: its whole log is acknowledged.
+  EXPECT_EQ(cluster.disk(second).last_index(), cluster.acknowledged(second));
+  EXPECT_EQ(cluster.restart(second), "");
 }
 
 }  // namespace
