@@ -24,6 +24,7 @@ std::unordered_map<const raft_io*, Wrapped>& wrapped() {
 }
 
 std::atomic<std::uint64_t> holds{0};
+std::atomic<std::uint64_t> compacted_answers{0};
 
 Wrapped lookup(const raft_io* io) {
   std::lock_guard lock(wrapped_mutex);
@@ -42,7 +43,9 @@ void learn_match(raft_io* io, const raft* r, const raft_message& message) {
     }
   } else if (message.type == RAFT_IO_INSTALL_SNAPSHOT) {
     const raft_install_snapshot& args = message.install_snapshot;
-    if (args.term >= r->current_term) seen = MatchedPrefix{args.term, args.last_index};
+    if (args.term >= r->current_term) {
+      seen = snapshot_match(MatchedPrefix{args.term, args.last_index}, r->log.snapshot.last_index);
+    }
   }
   if (!seen) return;
   std::lock_guard lock(wrapped_mutex);
@@ -54,6 +57,19 @@ int send(raft_io* io, raft_io_send* request, const raft_message* message, raft_i
   {
     std::lock_guard lock(wrapped_mutex);
     entry = wrapped().at(io);
+  }
+  if (message->type == RAFT_IO_APPEND_ENTRIES_RESULT &&
+      message->append_entries_result.rejected != 0) {
+    const auto* r = static_cast<const raft*>(io->data);
+    const raft_append_entries_result& result = message->append_entries_result;
+    if (const std::optional<std::uint64_t> answer = compacted_previous_answer(
+            result.rejected, r->log.snapshot.last_index, result.last_log_index)) {
+      raft_message answered = *message;
+      answered.append_entries_result.rejected = 0;
+      answered.append_entries_result.last_log_index = *answer;
+      compacted_answers.fetch_add(1, std::memory_order_relaxed);
+      return entry.send(io, request, &answered, cb);
+    }
   }
   if (message->type == RAFT_IO_APPEND_ENTRIES_RESULT &&
       message->append_entries_result.rejected == 0) {
@@ -109,6 +125,20 @@ std::uint64_t countable_ack(std::uint64_t current_term, std::uint64_t commit_ind
   return commit_index;
 }
 
+std::optional<std::uint64_t> compacted_previous_answer(std::uint64_t rejected,
+                                                       std::uint64_t snapshot_last_index,
+                                                       std::uint64_t last_stored) {
+  // At the snapshot's end raft knows the term, and a mismatch there is a conflict, not a reject.
+  if (rejected == 0 || rejected >= snapshot_last_index) return std::nullopt;
+  if (last_stored < snapshot_last_index) return std::nullopt;  // installing a snapshot still
+  return snapshot_last_index;
+}
+
+MatchedPrefix snapshot_match(MatchedPrefix seen, std::uint64_t snapshot_last_index) {
+  if (snapshot_last_index > seen.index) seen.index = snapshot_last_index;
+  return seen;
+}
+
 void FollowerMatch::learn(MatchedPrefix seen) {
   if (seen.term > term_) {
     term_ = seen.term;
@@ -156,5 +186,9 @@ void install_commit_rule(raft* r) {
 }
 
 std::uint64_t commit_rule_holds() { return holds.load(std::memory_order_relaxed); }
+
+std::uint64_t commit_rule_compacted_answers() {
+  return compacted_answers.load(std::memory_order_relaxed);
+}
 
 }  // namespace turnstile::net

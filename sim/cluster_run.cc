@@ -171,6 +171,7 @@ class ClusterRun final : public RaftCluster::Host {
     if (result_.ok) check_history();
     result_.coverage["snapshot-taken"] = cluster_.snapshots_taken();
     result_.coverage["snapshot-restored"] = cluster_.snapshots_restored();
+    result_.coverage["raft-compacted-answer"] = cluster_.compacted_answers();
     result_.digest = digest_.value();
     return result_;
   }

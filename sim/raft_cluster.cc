@@ -164,8 +164,14 @@ struct RaftCluster::Callbacks {
   }
 };
 
+std::uint64_t RaftCluster::compacted_answers() const {
+  return net::commit_rule_compacted_answers() - compacted_answers_before_;
+}
+
 RaftCluster::RaftCluster(unsigned nodes, std::uint64_t seed, const core::EngineConfig& engine)
-    : engine_(engine), fixture_(std::make_unique<Fixture>()) {
+    : engine_(engine),
+      fixture_(std::make_unique<Fixture>()),
+      compacted_answers_before_(net::commit_rule_compacted_answers()) {
   TS_ASSERT(nodes >= 1 && nodes <= 5);
   raft_fixture* f = &fixture_->f;
   TS_ASSERT(raft_fixture_initialize(f) == 0);

@@ -119,6 +119,9 @@ class RaftCluster {
   // lags more than 16 entries behind the last one restores it).
   std::uint64_t snapshots_taken() const { return snapshots_taken_; }
   std::uint64_t snapshots_restored() const { return snapshots_restored_; }
+  // Rejections of an entry a follower had compacted that the commit rule answered with success
+  // (net/raft_commit_rule.h), since this cluster was made.
+  std::uint64_t compacted_answers() const;
 
  private:
   struct Node;
@@ -140,6 +143,7 @@ class RaftCluster {
   std::uint64_t rejected_ = 0;
   std::uint64_t snapshots_taken_ = 0;
   std::uint64_t snapshots_restored_ = 0;
+  std::uint64_t compacted_answers_before_ = 0;  // the process-wide count when this was made
 };
 
 }  // namespace turnstile::sim

@@ -97,5 +97,36 @@ TEST(FollowerMatch, TheEntryAMessageFollowsIsFoundInTheLogOrAtTheSnapshotsEnd) {
   EXPECT_FALSE(holds_entry(&r, 9, 2));   // inside the snapshot, term unknown: raft rejects it
 }
 
+// The follower's answer to libraft 0.15 rejecting an AppendEntries whose previous entry it has
+// compacted: success at its snapshot's end, which every later leader shares.
+TEST(CompactedPrevious, ARejectionOfAnEntryInsideTheSnapshotBecomesSuccessAtItsEnd) {
+  // Snapshot to 200, stored to 230; the leader's message follows entry 150.
+  EXPECT_EQ(compacted_previous_answer(/*rejected=*/150, /*snapshot_last_index=*/200,
+                                      /*last_stored=*/230),
+            200U);
+  EXPECT_EQ(compacted_previous_answer(1, 200, 200), 200U);
+}
+
+TEST(CompactedPrevious, ARealMismatchOrAnInstallInProgressIsLeftAlone) {
+  EXPECT_EQ(compacted_previous_answer(0, 200, 230), std::nullopt);    // not a rejection
+  EXPECT_EQ(compacted_previous_answer(200, 200, 230), std::nullopt);  // raft knows that term
+  EXPECT_EQ(compacted_previous_answer(215, 200, 230), std::nullopt);  // a mismatch after it
+  EXPECT_EQ(compacted_previous_answer(240, 200, 230), std::nullopt);  // beyond the log
+  EXPECT_EQ(compacted_previous_answer(150, 0, 230), std::nullopt);    // no snapshot at all
+  // raft sets last_stored to 0 while it installs a snapshot: nothing stored to claim.
+  EXPECT_EQ(compacted_previous_answer(150, 200, 0), std::nullopt);
+}
+
+TEST(CompactedPrevious, AnOlderSnapshotOfTheLeaderMatchesToTheFollowersOwnEnd) {
+  EXPECT_EQ(snapshot_match({9, 128}, 192).index, 192U);
+  EXPECT_EQ(snapshot_match({9, 128}, 192).term, 9U);
+  EXPECT_EQ(snapshot_match({9, 256}, 192).index, 256U);  // a newer one: its own end
+  // Then a success the follower sends in term 9 reports its log up to 192, not to 128, so the
+  // leader's next message follows an entry the follower still holds.
+  FollowerMatch match;
+  match.learn(snapshot_match({9, 128}, 192));
+  EXPECT_EQ(match.reportable(9, 230), 192U);
+}
+
 }  // namespace
 }  // namespace turnstile::net
