@@ -1,6 +1,5 @@
 #include "net/raft_transport.h"
 
-#include <netinet/in.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
@@ -18,73 +17,17 @@
 
 namespace turnstile::net {
 
-// "host:port" or "[v6]:port"; the port is 1..65535.
-std::optional<HostPort> split_host_port(std::string_view address) {
-  HostPort out;
-  if (address.empty()) return std::nullopt;
-  if (address.front() == '[') {
-    const std::size_t close = address.find(']');
-    if (close == std::string_view::npos || close + 1 >= address.size() ||
-        address[close + 1] != ':') {
-      return std::nullopt;
-    }
-    out.host = std::string(address.substr(1, close - 1));
-    out.port = std::string(address.substr(close + 2));
-  } else {
-    const std::size_t colon = address.rfind(':');
-    if (colon == std::string_view::npos) return std::nullopt;
-    out.host = std::string(address.substr(0, colon));
-    out.port = std::string(address.substr(colon + 1));
-    if (out.host.find(':') != std::string::npos) return std::nullopt;  // a bare IPv6 address
-  }
-  if (out.host.empty() || out.port.empty() || out.port.size() > 5) return std::nullopt;
-  unsigned port = 0;
-  for (char c : out.port) {
-    if (c < '0' || c > '9') return std::nullopt;
-    port = port * 10 + static_cast<unsigned>(c - '0');
-  }
-  if (port == 0 || port > 65535) return std::nullopt;
-  return out;
-}
-
-// A server's address in raft's configuration is its raft address, optionally followed by '@' and
-// the client address its clients are sent to ("10.0.0.4:7000@10.0.0.4:6388"; docs/cluster.md).
-// The transport dials the part before '@'.
-std::string_view dial_address(std::string_view configured) {
-  return configured.substr(0, configured.find('@'));
-}
-
 namespace {
 
 using LogFn = RaftTransport::LogFn;
 
 std::string uv_error(int code) { return uv_strerror(code); }
 
-// A numeric IPv4 or IPv6 address: no resolver needed.
-bool parse_numeric(const HostPort& hp, sockaddr_storage* out) {
-  const int port = std::stoi(hp.port);
-  std::memset(out, 0, sizeof *out);
-  if (uv_ip4_addr(hp.host.c_str(), port, reinterpret_cast<sockaddr_in*>(out)) == 0) return true;
-  if (uv_ip6_addr(hp.host.c_str(), port, reinterpret_cast<sockaddr_in6*>(out)) == 0) return true;
-  return false;
-}
-
 std::string peer_name(uv_tcp_t* tcp) {
   sockaddr_storage addr{};
   int len = sizeof addr;
   if (uv_tcp_getpeername(tcp, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "?";
-  char host[64] = {0};
-  if (addr.ss_family == AF_INET) {
-    const auto* in = reinterpret_cast<const sockaddr_in*>(&addr);
-    uv_ip4_name(in, host, sizeof host);
-    return std::string(host) + ":" + std::to_string(ntohs(in->sin_port));
-  }
-  if (addr.ss_family == AF_INET6) {
-    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&addr);
-    uv_ip6_name(in6, host, sizeof host);
-    return "[" + std::string(host) + "]:" + std::to_string(ntohs(in6->sin6_port));
-  }
-  return "?";
+  return address_name(reinterpret_cast<const sockaddr*>(&addr));
 }
 
 // --- the handshake --------------------------------------------------------------------------

@@ -20,6 +20,8 @@
 #include <string>
 #include <string_view>
 
+#include "net/raft_address.h"
+
 // canonical raft's headers have no extern "C" of their own (uv.h has).
 extern "C" {
 #include <raft.h>
@@ -27,19 +29,6 @@ extern "C" {
 }
 
 namespace turnstile::net {
-
-struct HostPort {
-  std::string host;
-  std::string port;
-};
-
-// "host:port" or "[v6]:port"; the port is 1..65535.
-std::optional<HostPort> split_host_port(std::string_view address);
-
-// A server's address in raft's configuration is its raft address, optionally followed by '@' and
-// the client address its clients are sent to ("10.0.0.4:7000@10.0.0.4:6388"; docs/cluster.md).
-// The transport dials the part before '@'.
-std::string_view dial_address(std::string_view configured);
 
 // The longest raft address the handshake carries (its field holds this many bytes and a NUL).
 constexpr std::size_t kRaftAddressMax = 255;
