@@ -1123,6 +1123,10 @@ void RaftNode::Impl::refresh_status() {
     std::sort(servers_.begin(), servers_.end(),
               [](const RaftPeer& a, const RaftPeer& b) { return a.id < b.id; });
     servers_changed_ = true;
+    // The servers' hosts get the room the transport keeps for peers.
+    std::vector<std::string> addresses;
+    for (const RaftPeer& server : servers_) addresses.push_back(server.raft_address);
+    transport_->learn_peers(addresses);
   }
   std::lock_guard lock(mutex_);
   status_.leader_id = leader;

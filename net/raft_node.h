@@ -72,7 +72,8 @@ struct RaftNodeConfig {
   unsigned election_timeout_ms = 1000;
   unsigned heartbeat_timeout_ms = 100;
   // A peer that does not complete the handshake in this time is disconnected (and a connection
-  // attempt that does not complete it is abandoned and retried).
+  // attempt that does not complete it is abandoned and retried). An incoming connection must
+  // send its first message sooner: within 500 ms, or this if it is shorter.
   unsigned handshake_timeout_ms = 5000;
   // How long raft waits before it reconnects to a peer it could not reach.
   unsigned connect_retry_ms = 1000;

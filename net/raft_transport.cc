@@ -1,6 +1,5 @@
 #include "net/raft_transport.h"
 
-#include <netinet/in.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
@@ -16,76 +15,16 @@
 #include <utility>
 #include <vector>
 
+#include "core/assert.h"
+#include "core/handshake_slots.h"
+
 namespace turnstile::net {
-
-// "host:port" or "[v6]:port"; the port is 1..65535.
-std::optional<HostPort> split_host_port(std::string_view address) {
-  HostPort out;
-  if (address.empty()) return std::nullopt;
-  if (address.front() == '[') {
-    const std::size_t close = address.find(']');
-    if (close == std::string_view::npos || close + 1 >= address.size() ||
-        address[close + 1] != ':') {
-      return std::nullopt;
-    }
-    out.host = std::string(address.substr(1, close - 1));
-    out.port = std::string(address.substr(close + 2));
-  } else {
-    const std::size_t colon = address.rfind(':');
-    if (colon == std::string_view::npos) return std::nullopt;
-    out.host = std::string(address.substr(0, colon));
-    out.port = std::string(address.substr(colon + 1));
-    if (out.host.find(':') != std::string::npos) return std::nullopt;  // a bare IPv6 address
-  }
-  if (out.host.empty() || out.port.empty() || out.port.size() > 5) return std::nullopt;
-  unsigned port = 0;
-  for (char c : out.port) {
-    if (c < '0' || c > '9') return std::nullopt;
-    port = port * 10 + static_cast<unsigned>(c - '0');
-  }
-  if (port == 0 || port > 65535) return std::nullopt;
-  return out;
-}
-
-// A server's address in raft's configuration is its raft address, optionally followed by '@' and
-// the client address its clients are sent to ("10.0.0.4:7000@10.0.0.4:6388"; docs/cluster.md).
-// The transport dials the part before '@'.
-std::string_view dial_address(std::string_view configured) {
-  return configured.substr(0, configured.find('@'));
-}
 
 namespace {
 
 using LogFn = RaftTransport::LogFn;
 
 std::string uv_error(int code) { return uv_strerror(code); }
-
-// A numeric IPv4 or IPv6 address: no resolver needed.
-bool parse_numeric(const HostPort& hp, sockaddr_storage* out) {
-  const int port = std::stoi(hp.port);
-  std::memset(out, 0, sizeof *out);
-  if (uv_ip4_addr(hp.host.c_str(), port, reinterpret_cast<sockaddr_in*>(out)) == 0) return true;
-  if (uv_ip6_addr(hp.host.c_str(), port, reinterpret_cast<sockaddr_in6*>(out)) == 0) return true;
-  return false;
-}
-
-std::string peer_name(uv_tcp_t* tcp) {
-  sockaddr_storage addr{};
-  int len = sizeof addr;
-  if (uv_tcp_getpeername(tcp, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "?";
-  char host[64] = {0};
-  if (addr.ss_family == AF_INET) {
-    const auto* in = reinterpret_cast<const sockaddr_in*>(&addr);
-    uv_ip4_name(in, host, sizeof host);
-    return std::string(host) + ":" + std::to_string(ntohs(in->sin_port));
-  }
-  if (addr.ss_family == AF_INET6) {
-    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&addr);
-    uv_ip6_name(in6, host, sizeof host);
-    return "[" + std::string(host) + "]:" + std::to_string(ntohs(in6->sin6_port));
-  }
-  return "?";
-}
 
 // --- the handshake --------------------------------------------------------------------------
 //
@@ -111,9 +50,9 @@ constexpr std::size_t kHelloSize = 8 + 8 + kNonceSize;
 constexpr std::size_t kConnectBodySize = 8 + 8 + 8 + kAddressField + kNonceSize;
 constexpr std::size_t kConnectSize = kConnectBodySize + kMacSize;
 constexpr std::size_t kAcceptSize = kMacSize;
-// Connections in their handshake at once; beyond it a new one is closed at once (a flood of
-// strangers costs a bounded amount).
-constexpr std::size_t kMaxIncomingHandshakes = 64;
+// An incoming connection's first message is due this long after it is accepted (or within the
+// handshake timeout, when that is shorter): a peer sends it one round trip after the accept.
+constexpr unsigned kFirstMessageMs = 500;
 // The same handshake failure from the same peer is logged at most this often.
 constexpr std::uint64_t kLogRepeatMs = 10'000;
 
@@ -128,6 +67,17 @@ std::uint64_t get_u64(const unsigned char* in) {
 }
 
 using Mac = std::array<unsigned char, kMacSize>;
+
+// Whether the `got` bytes read so far of a message that opens with the magic can still be one.
+bool magic_so_far(const unsigned char* in, std::size_t got) {
+  return std::memcmp(in, kMagic.data(), std::min(got, kMagic.size())) == 0;
+}
+
+core::HandshakeSlotsConfig slots_config(unsigned timeout_ms) {
+  core::HandshakeSlotsConfig config;  // 64 at once, 8 per source, 16 for known peers only
+  config.first_message = core::Duration::milliseconds(std::min(kFirstMessageMs, timeout_ms));
+  return config;
+}
 
 // HMAC-SHA256(secret, label | NUL | a | b); false if OpenSSL fails.
 bool compute_mac(const std::string& secret, std::string_view label, const unsigned char* a,
@@ -176,7 +126,12 @@ struct Handshake {
   raft_uv_connect_cb cb = nullptr;
   std::uint64_t peer_id = 0;
   std::string peer_address;
-  std::string peer_name;  // host:port of the socket's other end, for the log
+  // Incoming: the other end's host, for the log (a stranger's lines repeat per host, not per
+  // connection); outgoing: the address dialed.
+  std::string peer_name;
+  std::string source;            // incoming: its source key (net/raft_address.h)
+  core::HandshakeSlot slot = 0;  // incoming: the slot it holds until it proves the secret; 0: none
+  unsigned timer_ms = 0;         // what the timer was last set to, for the log
 
   std::array<unsigned char, kHelloSize> hello{};
   std::array<unsigned char, kConnectSize> connect_msg{};
@@ -196,7 +151,8 @@ class Transport {
         secret_(std::move(secret)),
         bind_address_(std::move(bind_address)),
         timeout_ms_(timeout_ms),
-        log_(std::move(log)) {
+        log_(std::move(log)),
+        slots_(slots_config(timeout_ms)) {
     iface_.impl = this;  // raft_uv_init takes iface_.data for itself
     iface_.init = &Transport::init_cb;
     iface_.listen = &Transport::listen_cb;
@@ -211,6 +167,12 @@ class Transport {
 
   raft_uv_transport* raft() { return &iface_; }
   const std::string& listen_error() const { return listen_error_; }
+
+  void learn_peers(const std::vector<std::string>& configured) {
+    for (const std::string& address : configured) {
+      if (std::optional<std::string> key = source_key_of(address)) slots_.learn(*key);
+    }
+  }
 
   // When raft never took the transport (raft_init failed): close the listener handle so that
   // the loop can end.
@@ -278,6 +240,8 @@ class Transport {
                           address + "' is not host:port");
       return RAFT_NOCONNECTION;  // raft retries later; the configuration needs fixing
     }
+    // Whom we dial is a peer: its connections to us get the room kept for peers.
+    if (std::optional<std::string> key = source_key_of(address)) me->slots_.learn(*key);
     Handshake* h = me->new_handshake(true);
     if (h == nullptr) return RAFT_NOMEM;
     req->cb = cb;  // raft leaves it to the transport, as raft_uv_tcp does
@@ -349,9 +313,8 @@ class Transport {
     uv_timer_init(loop_, &h->timer);
     h->timer.data = h;
     h->open_handles = 2;
-    uv_timer_start(&h->timer, &Transport::on_timeout, timeout_ms_, 0);
+    arm_timer(h, timeout_ms_);
     handshakes_.emplace(h, std::move(owned));
-    if (!outgoing) ++incoming_;
     return h;
   }
 
@@ -364,19 +327,6 @@ class Transport {
       return;
     }
     if (me->closing_) return;
-    if (me->incoming_ >= kMaxIncomingHandshakes) {
-      // Take it off the backlog and close it: too many strangers at once.
-      auto* tcp = static_cast<uv_tcp_t*>(raft_malloc(sizeof(uv_tcp_t)));
-      if (tcp == nullptr) return;
-      uv_tcp_init(me->loop_, tcp);
-      if (uv_accept(server, reinterpret_cast<uv_stream_t*>(tcp)) == 0) {
-        me->log_limited("too-many", "refused a raft connection from " + peer_name(tcp) + ": " +
-                                        std::to_string(kMaxIncomingHandshakes) +
-                                        " handshakes already in progress");
-      }
-      uv_close(reinterpret_cast<uv_handle_t*>(tcp), [](uv_handle_t* handle) { raft_free(handle); });
-      return;
-    }
     Handshake* h = me->new_handshake(false);
     if (h == nullptr) {
       me->log_limited("oom", "out of memory: cannot accept a raft connection");
@@ -387,7 +337,16 @@ class Transport {
       me->fail(h, RAFT_NOCONNECTION, "");
       return;
     }
-    h->peer_name = peer_name(h->tcp);
+    sockaddr_storage addr{};
+    int len = sizeof addr;
+    if (uv_tcp_getpeername(h->tcp, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      me->fail(h, RAFT_NOCONNECTION, "");  // gone already
+      return;
+    }
+    h->source = source_key(reinterpret_cast<const sockaddr*>(&addr));
+    const std::string name = address_name(reinterpret_cast<const sockaddr*>(&addr));
+    h->peer_name = name.substr(0, name.rfind(':'));
+    if (!me->admit(h)) return;
     me->tune(h->tcp);
     std::memcpy(h->hello.data(), kMagic.data(), kMagic.size());
     put_u64(h->hello.data() + 8, me->id_);
@@ -399,6 +358,58 @@ class Transport {
     if (me->write(h, 0, h->hello.data(), h->hello.size())) {
       me->read(h, h->connect_msg.data(), h->connect_msg.size());
     }
+  }
+
+  // A slot for an accepted connection (core/handshake_slots.h), and its first-message deadline;
+  // false if it was refused (h is failing).
+  bool admit(Handshake* h) {
+    const core::HandshakeAdmission a = slots_.admit(h->source, now());
+    if (a.evicted) {
+      const auto it = by_slot_.find(*a.evicted);
+      TS_ASSERT(it != by_slot_.end());
+      Handshake* victim = it->second;
+      by_slot_.erase(it);
+      victim->slot = 0;
+      log_limited("evicted:" + victim->peer_name,
+                  "closed an unfinished raft handshake from " + victim->peer_name +
+                      " to make room for a newer connection (" + slots_limits() + ")");
+      fail(victim, RAFT_NOCONNECTION, "");
+    }
+    if (!a.admitted) {
+      log_limited("refused:" + h->peer_name, "refused a raft connection from " + h->peer_name +
+                                                 ": known peers hold every handshake slot (" +
+                                                 slots_limits() + ")");
+      fail(h, RAFT_NOCONNECTION, "");
+      return false;
+    }
+    h->slot = a.slot;
+    by_slot_.emplace(a.slot, h);
+    arm_timer(h, static_cast<unsigned>((a.deadline - now()).ns() / 1'000'000));
+    return true;
+  }
+
+  std::string slots_limits() const {
+    const core::HandshakeSlotsConfig& c = slots_.config();
+    return std::to_string(c.capacity) + " unfinished handshakes at once, " +
+           std::to_string(c.per_source_max) + " from one host, " +
+           std::to_string(c.reserved_for_known) + " kept for the cluster's peers";
+  }
+
+  // The slot goes back (the connection proved the secret, or is closing).
+  void release_slot(Handshake* h) {
+    if (h->slot == 0) return;
+    slots_.release(h->slot);
+    by_slot_.erase(h->slot);
+    h->slot = 0;
+  }
+
+  core::Instant now() const {
+    return core::Instant::from_ns(static_cast<std::int64_t>(uv_now(loop_)) * 1'000'000);
+  }
+
+  void arm_timer(Handshake* h, unsigned ms) {
+    h->timer_ms = ms;
+    uv_timer_start(&h->timer, &Transport::on_timeout, ms, 0);
   }
 
   // The connector's message is in: check it, answer, and hand the stream to raft.
@@ -422,6 +433,8 @@ class Transport {
                ": authentication failed (a different cluster secret?)");
       return;
     }
+    // It knows the secret: its host's later connections get the room kept for peers.
+    slots_.learn(h->source);
     const std::uint64_t target = get_u64(m + 16);
     const unsigned char* field = m + 24;
     const auto* nul = static_cast<const unsigned char*>(std::memchr(field, 0, kAddressField));
@@ -446,6 +459,8 @@ class Transport {
     }
     h->accept_msg = expected;
     h->step = Handshake::Step::kVerified;
+    release_slot(h);  // finished but for our answer, which gets the whole handshake timeout
+    arm_timer(h, timeout_ms_);
     if (write(h, 1, h->accept_msg.data(), h->accept_msg.size())) maybe_hand_off(h);
   }
 
@@ -468,6 +483,7 @@ class Transport {
     sockaddr_storage addr{};
     std::memcpy(&addr, res->ai_addr, res->ai_addrlen);
     uv_freeaddrinfo(res);
+    me->slots_.learn(source_key(reinterpret_cast<const sockaddr*>(&addr)));
     me->start_connect(h, reinterpret_cast<const sockaddr*>(&addr));
   }
 
@@ -587,6 +603,21 @@ class Transport {
       return;
     }
     h->in_got += static_cast<std::size_t>(nread);
+    const bool opens_with_magic =
+        h->step == Handshake::Step::kConnect || h->step == Handshake::Step::kHello;
+    if (opens_with_magic && !magic_so_far(h->in, h->in_got)) {
+      // Junk: not worth waiting for the rest of a message it will never be.
+      if (h->outgoing) {
+        me->fail(h, RAFT_NOCONNECTION,
+                 "node " + std::to_string(h->peer_id) + " at " + h->peer_address +
+                     " does not speak the turnstile raft handshake");
+      } else {
+        me->fail(
+            h, RAFT_NOCONNECTION,
+            "refused a raft connection from " + h->peer_name + ": not a turnstile raft handshake");
+      }
+      return;
+    }
     if (h->in_got < h->in_want) return;
     uv_read_stop(stream);
     switch (h->step) {
@@ -637,6 +668,7 @@ class Transport {
       fail(h, RAFT_CANCELED, "");
       return;
     }
+    release_slot(h);
     uv_tcp_t* tcp = h->tcp;
     h->handed_off = true;
     h->tcp = nullptr;
@@ -658,7 +690,7 @@ class Transport {
     const bool news = !h->outgoing || h->step != Handshake::Step::kConnecting;
     me->fail(h, RAFT_NOCONNECTION,
              news ? "the raft handshake with " + who + " did not complete within " +
-                        std::to_string(me->timeout_ms_) + " ms"
+                        std::to_string(h->timer_ms) + " ms"
                   : "");
   }
 
@@ -668,6 +700,7 @@ class Transport {
     if (h->failed || h->handed_off) return;
     h->failed = true;
     h->status = status;
+    release_slot(h);
     if (!why.empty()) {
       log_limited((h->outgoing ? "out:" + h->peer_address : "in:" + h->peer_name) + ":" + why, why);
     }
@@ -693,7 +726,6 @@ class Transport {
   void maybe_destroy(Handshake* h) {
     if (h->open_handles > 0 || h->resolving || h->writes_in_flight > 0) return;
     if (h->outgoing && !h->handed_off) h->cb(h->req, nullptr, h->status);
-    if (!h->outgoing) --incoming_;
     handshakes_.erase(h);
     maybe_closed();
   }
@@ -725,7 +757,8 @@ class Transport {
   bool closing_ = false;
   raft_uv_transport_close_cb close_cb_ = nullptr;
   std::unordered_map<Handshake*, std::unique_ptr<Handshake>> handshakes_;
-  std::size_t incoming_ = 0;
+  core::HandshakeSlots slots_;
+  std::unordered_map<core::HandshakeSlot, Handshake*> by_slot_;  // incoming, holding a slot
   std::string listen_error_;
   std::unordered_map<std::string, std::uint64_t> logged_;
 };
@@ -749,5 +782,9 @@ raft_uv_transport* RaftTransport::raft() { return impl_->raft(); }
 const std::string& RaftTransport::listen_error() const { return impl_->listen_error(); }
 
 void RaftTransport::close_unused() { impl_->close_unused(); }
+
+void RaftTransport::learn_peers(const std::vector<std::string>& configured) {
+  impl_->learn_peers(configured);
+}
 
 }  // namespace turnstile::net

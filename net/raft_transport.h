@@ -5,8 +5,14 @@
 // secret (HMAC-SHA256 over both sides' nonces and the connecting node's identity); only an
 // authenticated stream reaches raft. raft's stock TCP transport would read an unauthenticated
 // peer's preamble itself, allocating whatever length that peer announces and waiting on it with
-// no time limit; here a stranger is never read beyond one fixed-size handshake message and is
-// dropped after the handshake timeout.
+// no time limit; here a stranger is never read beyond one fixed-size handshake message.
+//
+// Unfinished incoming handshakes hold slots (core/handshake_slots.h; docs/cluster.md, "Strangers
+// on the raft port"): 64 at most, 8 from one source, 16 of them only for the sources of known
+// peers (the configuration's raft addresses, the addresses this node dials, the sources of
+// connections that proved the secret); when there is no room the oldest unfinished one is closed.
+// A connection must send its first message within 500 ms (or the handshake timeout, if shorter),
+// and one whose first bytes are not the handshake's is closed at once.
 //
 // Thread affinity: the uv loop's thread only (construction and destruction included).
 #pragma once
@@ -19,6 +25,9 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include "net/raft_address.h"
 
 // canonical raft's headers have no extern "C" of their own (uv.h has).
 extern "C" {
@@ -27,19 +36,6 @@ extern "C" {
 }
 
 namespace turnstile::net {
-
-struct HostPort {
-  std::string host;
-  std::string port;
-};
-
-// "host:port" or "[v6]:port"; the port is 1..65535.
-std::optional<HostPort> split_host_port(std::string_view address);
-
-// A server's address in raft's configuration is its raft address, optionally followed by '@' and
-// the client address its clients are sent to ("10.0.0.4:7000@10.0.0.4:6388"; docs/cluster.md).
-// The transport dials the part before '@'.
-std::string_view dial_address(std::string_view configured);
 
 // The longest raft address the handshake carries (its field holds this many bytes and a NUL).
 constexpr std::size_t kRaftAddressMax = 255;
@@ -64,6 +60,9 @@ class RaftTransport {
   // When raft never took the transport (raft_init failed): close the listener handle so that
   // the loop can end.
   void close_unused();
+  // The raft addresses of the configuration's servers: connections from their hosts count as a
+  // known peer's. Addresses learned before are kept.
+  void learn_peers(const std::vector<std::string>& configured);
 
  private:
   class Impl;

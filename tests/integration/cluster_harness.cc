@@ -127,6 +127,17 @@ std::string LoopbackCluster::raft_address(std::size_t i) const {
   return "127.0.0.1:" + std::to_string(raft_port(i));
 }
 
+std::chrono::milliseconds LoopbackCluster::election_timeout() const {
+  std::chrono::milliseconds timeout = 1000ms;
+  const std::vector<std::string>& args = options_.extra_args;
+  for (std::size_t i = 0; i + 1 < args.size(); ++i) {
+    if (args[i] == "--raft-election-timeout-ms") {
+      timeout = std::chrono::milliseconds(std::stoi(args[i + 1]));
+    }
+  }
+  return timeout;
+}
+
 Daemon& LoopbackCluster::node(std::size_t i) const {
   if (nodes_.at(i) == nullptr) throw std::out_of_range("node " + std::to_string(i + 1));
   return *nodes_[i];

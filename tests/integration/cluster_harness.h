@@ -65,6 +65,10 @@ class LoopbackCluster {
   const std::string& raft_dir(std::size_t i) const { return dirs_.at(i)->path(); }
   // "1=127.0.0.1:R@127.0.0.1:P,..." of the initial voters.
   const std::string& peers() const { return peers_; }
+  // The nodes' raft election timeout: the last --raft-election-timeout-ms of `extra_args`, else
+  // the daemon's default (1000 ms). A follower stands for election after between one and two of
+  // them without a leader.
+  std::chrono::milliseconds election_timeout() const;
 
   // Node i's process (throws std::out_of_range if it was never started).
   Daemon& node(std::size_t i) const;
