@@ -29,6 +29,7 @@ struct Original {
   int (*snapshot_put)(raft_io*, unsigned, raft_io_snapshot_put*, const raft_snapshot*,
                       raft_io_snapshot_put_cb) = nullptr;
   void (*close)(raft_io*, raft_io_close_cb) = nullptr;
+  int (*bootstrap)(raft_io*, const raft_configuration*) = nullptr;
 };
 
 // A request raft made that waits behind a lowering of the record, in raft's order.
@@ -381,6 +382,19 @@ int load(raft_io* io, raft_term* term, raft_id* voted_for, raft_snapshot** snaps
   return 0;
 }
 
+// raft_bootstrap writes the first configuration entry (index 1, term 1) straight to the disk, not
+// through append. The node stands on it from then on (raft votes only as a member of a
+// configuration), so the record takes it as acknowledged like any entry stored: a node that
+// loses it refuses to start rather than run on as a member that can never vote.
+int bootstrap(raft_io* io, const raft_configuration* configuration) {
+  Node& node = node_of(io);
+  const int rv = node.original.bootstrap(io, configuration);
+  if (rv != 0) return rv;
+  node.index->want(LogPosition{1, 1});
+  pump(node);
+  return 0;
+}
+
 }  // namespace
 
 void install_acked_record(raft* r, core::AckedIndex* index, AckedStore* store) {
@@ -391,7 +405,8 @@ void install_acked_record(raft* r, core::AckedIndex* index, AckedStore* store) {
     // Installed already: a new raft instance on the same raft_io starts afresh.
     node->original = nodes().at(io)->original;
   } else {
-    node->original = Original{io->load, io->append, io->truncate, io->snapshot_put, io->close};
+    node->original =
+        Original{io->load, io->append, io->truncate, io->snapshot_put, io->close, io->bootstrap};
   }
   node->r = r;
   node->index = index;
@@ -403,6 +418,7 @@ void install_acked_record(raft* r, core::AckedIndex* index, AckedStore* store) {
   io->truncate = &truncate;
   io->snapshot_put = &snapshot_put;
   io->close = &close;
+  io->bootstrap = &bootstrap;
 }
 
 std::uint64_t acked_record_waits() { return waits.load(std::memory_order_relaxed); }

@@ -14,6 +14,7 @@
 //             entry before the cut and made durable; until then this and every later request is
 //             held back, in order, as behind a slow disk, so that the log never ends below a
 //             durable record because of a truncation;
+//   bootstrap the configuration entry it writes is recorded as acknowledged (index 1);
 //   snapshot_put of a leader's snapshot that replaces the whole log: lowered first the same way
 //             when the snapshot ends below the record; raised after it is stored otherwise.
 //

@@ -192,6 +192,9 @@ RaftCluster::RaftCluster(unsigned nodes, std::uint64_t seed, const core::EngineC
     node->disk->install(raft_fixture_get(f, i)->io);
     nodes_.push_back(std::move(node));
   }
+  // The record goes on before the bootstrap, as in turnstiled: the configuration entry the
+  // bootstrap writes is the first entry it records.
+  for (unsigned i = 0; i < nodes; ++i) configure(i);
   raft_configuration configuration;
   TS_ASSERT(raft_fixture_configuration(f, nodes, &configuration) == 0);
   TS_ASSERT(raft_fixture_bootstrap(f, &configuration) == 0);
@@ -199,7 +202,6 @@ RaftCluster::RaftCluster(unsigned nodes, std::uint64_t seed, const core::EngineC
   election_timeout_ms_ = raft_fixture_get(f, 0)->election_timeout;
   heartbeat_timeout_ms_ = raft_fixture_get(f, 0)->heartbeat_timeout;
   for (unsigned i = 0; i < nodes; ++i) {
-    configure(i);
     // Message latency from the seed (the library draws each election timeout itself: fixing
     // them would let two nodes split their votes forever).
     raft_fixture_set_network_latency(f, i, 5 + static_cast<unsigned>((seed + i * 7) % 20));
