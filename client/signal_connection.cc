@@ -103,9 +103,8 @@ Result<void> validate_signal_payload(std::string_view channel, std::string_view 
   if (payload.find_first_of("\r\n") != std::string_view::npos) {
     return invalid("payload contains CR or LF");
   }
-  if (is_ascii_space(payload.front()) || is_ascii_space(payload.back())) {
-    return invalid("payload begins or ends with whitespace (the server trims it)");
-  }
+  // The server keeps white space at either end but refuses a payload of nothing else.
+  if (core::is_blank(payload)) return invalid("payload is blank (nothing but white space)");
   const std::size_t max = core::signal_payload_max(channel);
   if (payload.size() > max) {
     return invalid("payload is " + std::to_string(payload.size()) + " bytes; at most " +

@@ -69,7 +69,8 @@ Result<void> validate_signal_channel(std::string_view channel);
 // A queue group: at most 256 bytes, no CR or LF, no whitespace at either end (the server trims
 // the line); empty = no group.
 Result<void> validate_signal_group(std::string_view group);
-// A payload: not empty, no CR or LF, no whitespace at either end, at most
+// A payload: not blank (white space at either end is kept, as the server keeps it), no CR or LF,
+// at most
 // core::signal_payload_max(channel) bytes (the push frame fits a 64 KiB line).
 Result<void> validate_signal_payload(std::string_view channel, std::string_view payload);
 

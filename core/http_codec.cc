@@ -554,7 +554,9 @@ std::variant<HttpBadRequest, Request> decode_http_signal(std::string_view channe
   if (it == json.end() || !it->is_string()) {
     return HttpBadRequest{"field \"payload\" must be a string"};
   }
-  const std::string_view payload = trim_ascii_space(it->get_ref<const std::string&>());
+  // The payload is kept as sent, spaces at either end included, as the TCP `signal` keeps its
+  // line; a payload of nothing but white space is blank.
+  const std::string_view payload = it->get_ref<const std::string&>();
   if (payload.find('\n') != std::string_view::npos) {
     return HttpBadRequest{"payload must be one line"};
   }

@@ -208,11 +208,12 @@ std::string http_session_created_body(std::string_view handle, std::int64_t idle
 //
 // What HTTP accepts is exactly what a TCP client could send: the request is checked by the TCP
 // request parser (core/wire.h), so the channel, pattern, payload and group rules are the
-// protocol's (docs/protocol.md, "Signals"). The payload and the group must be one line: ASCII
-// whitespace around them is dropped, and a line break left inside is a 400.
+// protocol's (docs/protocol.md, "Signals"). The payload and the group must be one line (a line
+// break inside is a 400); the payload is kept as sent, the group's ASCII whitespace around it is
+// dropped.
 
 // POST /v1/signals/{channel}: the channel (the path's, percent-decoded) and the body
-// {"payload":"..."} as a kSignal request (key the channel, text the trimmed payload).
+// {"payload":"..."} as a kSignal request (key the channel, text the payload as sent).
 std::variant<HttpBadRequest, Request> decode_http_signal(std::string_view channel,
                                                          std::string_view body);
 // GET /v1/signals?pattern=P[&group=G]: the query string (without the '?'; empty when none) as a

@@ -116,7 +116,7 @@ struct Request {
   // acquire or enqueue with the same ref takes them back (docs/semantics.md, "Stable refs").
   std::string ref;
   // listen, unlisten: the queue group (the trimmed argument line), empty for none. signal: the
-  // payload (the trimmed argument line, never blank).
+  // payload (the argument line as it came, spaces at either end kept; never blank).
   std::string text;
   // check, inspect, force-release: the namespace of the key.
   Namespace space = Namespace::kLock;

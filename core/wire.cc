@@ -328,11 +328,12 @@ ProtocolError build_request(std::string_view command_text, std::string_view key,
         return ProtocolError::kBadKey;
       }
       request.key.assign(key);
-      const std::string_view payload = trim_space(arg);
-      if (payload.empty() || payload.size() > signal_payload_max(key)) {
+      // dflockd trims the line only to see that it is not blank; the payload is the line as it
+      // came (its '\r' already gone), spaces at either end included.
+      if (is_blank(arg) || arg.size() > signal_payload_max(key)) {
         return ProtocolError::kBadArguments;
       }
-      request.text.assign(payload);
+      request.text.assign(arg);
       return ProtocolError::kNone;
     }
     default:
@@ -433,6 +434,8 @@ inline const char* find_newline(const char* begin, std::size_t length) {
 constexpr std::size_t kBufferKeepCapacity = 1024;
 
 }  // namespace
+
+bool is_blank(std::string_view text) { return trim_space(text).empty(); }
 
 bool closes_connection(ProtocolError error) { return error == ProtocolError::kLineTooLong; }
 

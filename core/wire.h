@@ -96,6 +96,10 @@ class RequestParser {
 inline constexpr std::size_t kKeyMaxBytes = 256;  // the protocol's line cap
 std::optional<std::string_view> key_problem(std::string_view key);
 
+// True when `text` is nothing but white space as Go's strings.TrimSpace sees it (Unicode spaces
+// included), or empty: a signal payload that is blank is refused, on the wire and in the client.
+bool is_blank(std::string_view text);
+
 // Appends the reply line (with its '\n') to `out`.
 void encode_reply(const Reply& reply, std::string& out);
 

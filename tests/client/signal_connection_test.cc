@@ -232,7 +232,7 @@ TEST(SignalConnection, InvalidNamesAreRefusedBeforeSending) {
   refused_emit(connection.emit("a..b", "x"), "empty token");
   refused_emit(connection.emit("a", ""), "empty");
   refused_emit(connection.emit("a", "line\nbreak"), "CR or LF");
-  refused_emit(connection.emit("a", "trailing "), "whitespace");
+  refused_emit(connection.emit("a", " \t "), "blank");
   const std::string channel = "big";
   refused_emit(connection.emit(channel, std::string(core::signal_payload_max(channel) + 1, 'p')),
                "at most");
@@ -244,6 +244,10 @@ TEST(SignalConnection, InvalidNamesAreRefusedBeforeSending) {
   ASSERT_TRUE(delivered.ok()) << delivered.error().to_string();
   EXPECT_EQ(*delivered, 1);
   EXPECT_EQ(next_signal(connection).payload, largest);
+  // Spaces at either end of a payload are sent and delivered as they are.
+  delivered = connection.emit(channel, "  padded\t");
+  ASSERT_TRUE(delivered.ok()) << delivered.error().to_string();
+  EXPECT_EQ(next_signal(connection).payload, "  padded\t");
 
   // Options checked at connect.
   SignalOptions no_queue;

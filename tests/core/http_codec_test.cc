@@ -880,16 +880,21 @@ TEST(HttpCodecSignals, APublishIsASignalRequestByTheWireRules) {
   const Request& request = std::get<Request>(ok);
   EXPECT_EQ(request.command, Command::kSignal);
   EXPECT_EQ(request.key, "jobs.7");
-  EXPECT_EQ(request.text, "done");
+  // Kept as sent, as TCP keeps the line: spaces at either end stay, inner ones too.
+  EXPECT_EQ(request.text, "  done  ");
+  const auto tabs = decode_http_signal("a", R"({"payload":"\tx \ty\t"})");
+  ASSERT_TRUE(std::holds_alternative<Request>(tabs));
+  EXPECT_EQ(std::get<Request>(tabs).text, "\tx \ty\t");
   for (const auto& [channel, body] : std::vector<std::pair<std::string, std::string>>{
-           {"jobs.*", R"({"payload":"x"})"},                              // a wildcard channel
-           {"a..b", R"({"payload":"x"})"},                                // an empty token
-           {"a", R"({"payload":"   "})"},                                 // a blank payload
-           {"a", R"({"payload":"one\ntwo"})"},                            // two lines
-           {"a", R"({})"},                                                // no payload
-           {"a", R"({"payload":7})"},                                     // not a string
-           {"a", "not json"},                                             // not JSON
-           {"a", R"({"payload":")" + std::string(65531, 'p') + R"("})"},  // over the cap
+           {"jobs.*", R"({"payload":"x"})"},                               // a wildcard channel
+           {"a..b", R"({"payload":"x"})"},                                 // an empty token
+           {"a", R"({"payload":"   "})"},                                  // a blank payload
+           {"a", R"({"payload":"one\ntwo"})"},                             // two lines
+           {"a", R"({})"},                                                 // no payload
+           {"a", R"({"payload":7})"},                                      // not a string
+           {"a", "not json"},                                              // not JSON
+           {"a", R"({"payload":")" + std::string(65531, 'p') + R"("})"},   // over the cap
+           {"a", R"({"payload":" )" + std::string(65530, 'p') + R"("})"},  // its space counts
        }) {
     EXPECT_TRUE(std::holds_alternative<HttpBadRequest>(decode_http_signal(channel, body)))
         << channel << " " << body.substr(0, 40);

@@ -43,7 +43,7 @@ TEST(SignalHub, ASignalReachesListenersOnEveryShardOnce) {
   loop.send(publisher, request("signal", "jobs.7", "  done at 12:00 "));
   EXPECT_EQ(loop.read(publisher), "ok 3\n");
   for (const SessionId listener : listeners) {
-    EXPECT_EQ(loop.read(listener), "sig jobs.7 done at 12:00\n");
+    EXPECT_EQ(loop.read(listener), "sig jobs.7   done at 12:00 \n");  // the payload as sent
   }
   loop.send(publisher, request("signal", "other", "x"));
   EXPECT_EQ(loop.read(publisher), "ok 0\n");
@@ -355,7 +355,7 @@ TEST(SignalHub, SignalPeerIsPublishedLikeASignal) {
   EXPECT_EQ(loop.read(listener), "ok\n");
   loop.send(publisher, request("signal-peer", "jobs.7", " forwarded "));
   EXPECT_EQ(loop.read(publisher), "ok 1\n");
-  EXPECT_EQ(loop.read(listener), "sig jobs.7 forwarded\n");
+  EXPECT_EQ(loop.read(listener), "sig jobs.7  forwarded \n");  // the payload as sent
   loop.send(publisher, request("signal-peer", "jobs.*", "x"));
   EXPECT_EQ(loop.read(publisher), "error\n");
   EXPECT_TRUE(loop.anomalies().empty());

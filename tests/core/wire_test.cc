@@ -503,7 +503,8 @@ TEST(WireRequests, BarrierAndStableRef) {
 }
 
 // Signals (dflockd v1.11-v1.16): listen and unlisten take a pattern and an optional group (the
-// trimmed argument line); signal a literal channel and a payload that is not blank, up to
+// trimmed argument line); signal a literal channel and a payload (the line as it came) that is
+// not blank, up to
 // 65536 - len("sig ") - len(channel) - 1 bytes, on an argument line that may be 64 KiB long.
 TEST(WireRequests, Signals) {
   Request listen = parsed("listen", "jobs.*.done", "  workers ");
@@ -512,10 +513,15 @@ TEST(WireRequests, Signals) {
   EXPECT_EQ(listen.text, "workers");
   EXPECT_EQ(parsed("listen", "jobs.>", "").text, "");
   EXPECT_EQ(parsed("unlisten", "jobs.>", "g").command, Command::kUnlisten);
-  Request signal = parsed("signal", "jobs.7.done", " {\"ok\": true} ");
+  Request signal = parsed("signal", "jobs.7.done", "{\"ok\": true}");
   EXPECT_EQ(signal.command, Command::kSignal);
   EXPECT_EQ(signal.key, "jobs.7.done");
   EXPECT_EQ(signal.text, "{\"ok\": true}");
+  // The payload is the line as it came: white space at either end stays (dflockd trims only to
+  // see that the payload is not blank), and only the line's '\r' goes.
+  EXPECT_EQ(parsed("signal", "a", "  both  ").text, "  both  ");
+  EXPECT_EQ(parsed("signal", "a", "\tlead").text, "\tlead");
+  EXPECT_EQ(parsed("signal", "a", "trail \r").text, "trail ");
   for (const char* bad : {"a.b*", "a.>.b", "a..b", ".a", "a.", ">b"}) {
     EXPECT_EQ(error_of("listen", bad, ""), Error::kBadKey) << bad;
     EXPECT_EQ(error_of("unlisten", bad, ""), Error::kBadKey) << bad;
@@ -532,6 +538,7 @@ TEST(WireRequests, Signals) {
   const std::size_t max = 65536 - 4 - channel.size() - 1;
   EXPECT_EQ(parsed("signal", channel, std::string(max, 'p')).text.size(), max);
   EXPECT_EQ(error_of("signal", channel, std::string(max + 1, 'p')), Error::kBadArguments);
+  EXPECT_EQ(error_of("signal", channel, " " + std::string(max, 'p')), Error::kBadArguments);
   EXPECT_EQ(error_of("signal", channel, std::string(64 * 1024 + 1, 'p')), Error::kLineTooLong);
   EXPECT_EQ(error_of("listen", "a", std::string(300, 'g')), Error::kLineTooLong);
 
@@ -550,10 +557,11 @@ TEST(WireRequests, Signals) {
 
   // signal-peer (cluster mode: a signal forwarded by another node) has signal's lines, rules and
   // reply.
-  Request peer = parsed("signal-peer", "jobs.7.done", " p ");
+  Request peer = parsed("signal-peer", "jobs.7.done", "p");
   EXPECT_EQ(peer.command, Command::kSignalPeer);
   EXPECT_EQ(peer.key, "jobs.7.done");
   EXPECT_EQ(peer.text, "p");
+  EXPECT_EQ(parsed("signal-peer", "a", " p ").text, " p ");
   EXPECT_EQ(error_of("signal-peer", "a.*", "x"), Error::kBadKey);
   EXPECT_EQ(error_of("signal-peer", "a", " "), Error::kBadArguments);
   EXPECT_EQ(parsed("signal-peer", channel, std::string(max, 'p')).text.size(), max);

@@ -1365,16 +1365,20 @@ TEST(HttpSignals, StreamGetsSignalsFromTcpAndHttpJsonEscaped) {
       stream.expect("event: sig\ndata: {\"channel\":\"news.eu\",\"payload\":\"he said \\\"hi\\\" "
                     "\\u003cb\\u003e\\u0026\\u003c/b\\u003e \\\\o/\"}\n\n"));
 
-  // Over HTTP: the payload is trimmed as on TCP (Unicode spaces too: U+2028 at the end goes);
-  // a tab, a control byte, U+2028 and other UTF-8 inside stay.
+  // Over HTTP the payload is kept as sent, as on TCP: spaces at either end (U+2028 too), a
+  // tab, a control byte and other UTF-8 all stay.
   const Response published =
       server.call("POST", "/v1/signals/news.us",
                   "{\"payload\":\"  tab\\there \\u2028 \\u0001 \\u00e9\\u2028 \"}");
   EXPECT_EQ(published.status, 200) << published.body;
   EXPECT_EQ(published.body, "{\"delivered\":1}\n");
   EXPECT_TRUE(
-      stream.expect("event: sig\ndata: {\"channel\":\"news.us\",\"payload\":\"tab\\there "
-                    "\\u2028 \\u0001 \xc3\xa9\"}\n\n"));
+      stream.expect("event: sig\ndata: {\"channel\":\"news.us\",\"payload\":\"  tab\\there "
+                    "\\u2028 \\u0001 \xc3\xa9\\u2028 \"}\n\n"));
+  // And a TCP payload's spaces at either end reach the stream too.
+  EXPECT_EQ(tcp.request("signal", "news.eu", "  both  "), "ok 1");
+  EXPECT_TRUE(
+      stream.expect("event: sig\ndata: {\"channel\":\"news.eu\",\"payload\":\"  both  \"}\n\n"));
   // A TCP payload is bytes: one that is not UTF-8 becomes \ufffd, byte by byte, as in Go.
   EXPECT_EQ(tcp.request("signal", "news.raw",
                         "a\xff\xc3"

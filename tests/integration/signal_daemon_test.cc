@@ -94,10 +94,12 @@ TEST(SignalDaemon, ListenSignalUnlistenRepliesAndFrameBytes) {
   EXPECT_EQ(listener.request("listen", "a.b", ""), "ok");
   // Nobody listens on a.c: zero deliveries.
   EXPECT_EQ(publisher.request("signal", "a.c", "nobody"), "ok 0");
-  // The payload is the trimmed argument line; inner spaces stay.
+  // The payload is the argument line as it came: spaces at either end and inside stay.
   EXPECT_EQ(publisher.request("signal", "a.b", "  hello  world \t"), "ok 1");
   // read_line strips only the '\n' (a '\r' would stay): the frame is exactly these bytes + '\n'.
-  EXPECT_EQ(listener.read_line(), sig("a.b", "hello  world"));
+  EXPECT_EQ(listener.read_line(), sig("a.b", "  hello  world \t"));
+  EXPECT_EQ(publisher.request("signal", "a.b", "  both  "), "ok 1");
+  EXPECT_EQ(listener.read_line(), sig("a.b", "  both  "));
   EXPECT_EQ(publisher.request("signal", "a.b", "second"), "ok 1");
   EXPECT_EQ(listener.read_line(), sig("a.b", "second"));
 
@@ -141,7 +143,7 @@ TEST(SignalDaemon, ValidationErrorsKeepTheConnectionOpenButAnOverlongLineCloses)
   for (const char* channel : {"a.*", "a.>", "*", ">", "a..b", "a.b*"}) {
     error_then_ping("signal", channel, "payload");
   }
-  // A blank payload, before or after trimming.
+  // A blank payload: empty, or nothing but white space.
   error_then_ping("signal", "c", "");
   error_then_ping("signal", "c", "   \t ");
   EXPECT_EQ(client.pending(), "");
@@ -163,11 +165,14 @@ TEST(SignalDaemon, ValidationErrorsKeepTheConnectionOpenButAnOverlongLineCloses)
   ASSERT_TRUE(frame_line);
   EXPECT_EQ(frame_line->size(), 65536u);
   EXPECT_TRUE(*frame_line == sig(channel, at_cap)) << "the frame at the cap is not intact";
-  // Padding is trimmed before the cap is checked.
-  EXPECT_EQ(client.request("signal", channel, "  " + at_cap + "  "), "ok 1");
+  // Padding is part of the payload, so it counts against the cap: the padded line is over it,
+  // while padding within the cap is delivered with the payload.
+  error_then_ping("signal", channel, "  " + at_cap + "  ");
+  const std::string padded = "  " + at_cap.substr(4) + "  ";
+  EXPECT_EQ(client.request("signal", channel, padded), "ok 1");
   const std::optional<std::string> padded_line = listener.read_line();
   ASSERT_TRUE(padded_line);
-  EXPECT_TRUE(*padded_line == sig(channel, at_cap)) << "the padded frame is not intact";
+  EXPECT_TRUE(*padded_line == sig(channel, padded)) << "the padded frame is not intact";
   EXPECT_EQ(client.request("ping", "_", ""), "ok");
 
   // An argument line over 64 KiB: `error`, then the server closes the connection.
