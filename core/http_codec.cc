@@ -270,22 +270,29 @@ std::optional<Command> http_endpoint_command(HttpEndpoint endpoint) {
 
 HttpRouteMatch match_http_route(std::string_view method, std::string_view path) {
   HttpRouteMatch result;
+  result.head = method == "HEAD";
+  const std::string_view wanted = result.head ? std::string_view("GET") : method;
+  const auto allow = [&result](std::string_view name) {
+    if (result.allow.find(name) != std::string::npos) return;
+    if (!result.allow.empty()) result.allow += ", ";
+    result.allow += name;
+  };
   for (const HttpEndpointSpec& candidate : kHttpEndpoints) {
     std::vector<std::string> found;
     if (!match(candidate.pattern, path, found)) continue;
-    if (candidate.method == method) {
+    if (candidate.method == wanted) {
       result.spec = &candidate;
       result.params = std::move(found);
       result.allow.clear();
       return result;
     }
-    if (result.allow.find(candidate.method) == std::string::npos) {
-      if (!result.allow.empty()) result.allow += ", ";
-      result.allow += candidate.method;
-    }
+    allow(candidate.method);
+    if (candidate.method == "GET") allow("HEAD");
   }
   return result;
 }
+
+bool http_reply_has_body(std::string_view method) { return method != "HEAD"; }
 
 std::string percent_decode(std::string_view text) {
   std::string out;

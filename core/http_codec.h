@@ -142,12 +142,22 @@ inline constexpr std::string_view kHttpSessionHeader = "X-Dflockd-Session";
 
 // The endpoint a method and path name, with the path's parameters percent-decoded; or, when
 // there is none, the methods the path takes (for a 405's Allow header; empty: 404).
+//
+// HEAD (RFC 9110 9.3.2) takes the GET route of its path and is answered as that GET is, with the
+// same status and headers, Content-Length the GET body's, but no body; `head` says so. A HEAD of
+// a stream (signals, session events) checks the request as the GET does and opens no stream. A
+// path that takes GET lists HEAD after it in Allow. A HEAD answered with an error (404, 405, 401,
+// 429, ...) has no body either: every reply to a HEAD is headers only (http_reply_has_body).
 struct HttpRouteMatch {
   const HttpEndpointSpec* spec = nullptr;
   std::vector<std::string> params;
-  std::string allow;  // "GET, POST"
+  std::string allow;  // "GET, HEAD, POST"
+  bool head = false;  // the request was a HEAD, matched to its GET route
 };
 HttpRouteMatch match_http_route(std::string_view method, std::string_view path);
+// False for a reply to `method` HEAD: its headers go, with the Content-Length its body would have,
+// and the body does not.
+bool http_reply_has_body(std::string_view method);
 
 // %XX (two hex digits) becomes the byte it names; anything else, a lone '%' included, is kept.
 std::string percent_decode(std::string_view text);

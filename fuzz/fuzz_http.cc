@@ -14,8 +14,8 @@
 //  * nothing throws (an exception reaches libFuzzer as a crash): in issue 19 a body with bytes
 //    that are not UTF-8 made nlohmann throw while writing the 400's detail, and turnstiled abort;
 //  * every body the codec writes is valid UTF-8 and parses as JSON (or is empty: a 204);
-//  * an endpoint found has the method asked for and no Allow list; a path with no endpoint for
-//    this method names only other methods in its Allow list;
+//  * an endpoint found has the method asked for (GET for a HEAD) and no Allow list; a path with
+//    no endpoint for this method names only other methods in its Allow list;
 //  * a signal published or a stream's query (its text given as the body) decodes to a request
 //    the TCP parser would take, and its event is one line of JSON;
 //  * a decoded request is one the engine may take: the command of its endpoint (of the right
@@ -239,7 +239,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         std::string(http.method) + " is not allowed on " + std::string(http.path)));
     return 0;
   }
-  check(match.spec->method == http.method, "an endpoint of another method");
+  check(match.spec->method == (match.head ? std::string_view("GET") : http.method),
+        "an endpoint of another method");
   check(match.allow.empty(), "an Allow list beside an endpoint");
   if (match.spec->endpoint == core::HttpEndpoint::kSessionCreate) {
     // The body of a session create: a valid stable ref, or a 400 that says why.

@@ -497,7 +497,17 @@ void HttpServer::reply(evhttp_request* request, int code, std::string_view body,
     evhttp_add_header(headers, "Content-Type", content_type);
   }
   evhttp_add_header(headers, "X-Content-Type-Options", "nosniff");
-  evbuffer_add(evhttp_request_get_output_buffer(request), body.data(), body.size());
+  if (core::http_reply_has_body(method_name(evhttp_request_get_command(request)))) {
+    evbuffer_add(evhttp_request_get_output_buffer(request), body.data(), body.size());
+  } else {
+    // HEAD: the GET's headers without its body. evhttp adds neither the length nor the default
+    // type to a HEAD reply, so both are set here.
+    if (!body.empty() && evhttp_find_header(headers, "Content-Type") == nullptr) {
+      evhttp_add_header(headers, "Content-Type", content_type);
+    }
+    evhttp_remove_header(headers, "Content-Length");
+    evhttp_add_header(headers, "Content-Length", std::to_string(body.size()).c_str());
+  }
   evhttp_send_reply(request, code, nullptr, nullptr);
 }
 
@@ -1294,6 +1304,10 @@ void HttpServer::open_stream(evhttp_request* request, const core::HttpEndpointSp
     reply_error(request, 503, "draining", "", route, method, started);
     return;
   }
+  if (!core::http_reply_has_body(method)) {
+    reply_stream_head(request, route, method, started);
+    return;
+  }
   auto stream = std::make_unique<Stream>();
   stream->session = host_.router().new_session_id();
   stream->request = request;
@@ -1321,6 +1335,10 @@ void HttpServer::open_watch(evhttp_request* request, const core::HttpEndpointSpe
   evhttp_connection* connection = evhttp_request_get_connection(request);
   if (draining_ || connection == nullptr) {
     reply_error(request, 503, "draining", "", route, method, started);
+    return;
+  }
+  if (!core::http_reply_has_body(method)) {
+    reply_stream_head(request, route, method, started);
     return;
   }
   auto stream = std::make_unique<Stream>();
@@ -1429,6 +1447,17 @@ void HttpServer::on_stream_event(core::Instant, Stream& stream, core::SessionEve
     default:
       return;  // a stream sends nothing else
   }
+}
+
+void HttpServer::reply_stream_head(evhttp_request* request, std::string_view route,
+                                   std::string_view method, core::Instant started) {
+  evkeyvalq* headers = evhttp_request_get_output_headers(request);
+  evhttp_add_header(headers, "Content-Type", "text/event-stream");
+  evhttp_add_header(headers, "Cache-Control", "no-cache");
+  evhttp_add_header(headers, "X-Content-Type-Options", "nosniff");
+  if (request == unanswered_) unanswered_ = nullptr;
+  http_shared_.record(method, route, 200, (host_.turn_now() - started).seconds_double());
+  evhttp_send_reply(request, 200, "OK", nullptr);
 }
 
 void HttpServer::start_stream(Stream& stream) {

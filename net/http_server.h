@@ -205,6 +205,10 @@ class HttpServer final : public ShardService {
   void on_watch_event(core::HttpWatchEvent& event);
   // The listen was answered `ok`: the 200 head, `:ok`, the ping timer, the write deadline.
   void start_stream(Stream& stream);
+  // A HEAD of a stream route whose request passed the GET's checks: 200 with the stream's headers,
+  // no body, and no stream opened.
+  void reply_stream_head(evhttp_request* request, std::string_view route, std::string_view method,
+                         core::Instant started);
   // Hands `bytes` (`frames` of them signal frames) to the stream's connection; false when the
   // stream is gone (its connection failed) or over its output bound (it is then ending).
   bool write_stream(core::SessionId id, std::string_view bytes, std::size_t frames);

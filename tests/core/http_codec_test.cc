@@ -49,7 +49,7 @@ TEST(HttpCodec, AKnownPathWithAnotherMethodNamesTheMethodsItTakes) {
   EXPECT_EQ(match.allow, "POST");
   match = match_http_route("DELETE", "/v1/locks/k");  // an acquire, or an inspect
   EXPECT_EQ(match.spec, nullptr);
-  EXPECT_EQ(match.allow, "POST, GET");
+  EXPECT_EQ(match.allow, "POST, GET, HEAD");
   match = match_http_route("POST", "/v1/admin/rwlocks/k");
   EXPECT_EQ(match.spec, nullptr);
   EXPECT_EQ(match.allow, "DELETE");
@@ -57,7 +57,33 @@ TEST(HttpCodec, AKnownPathWithAnotherMethodNamesTheMethodsItTakes) {
   EXPECT_EQ(match.spec, nullptr);
   EXPECT_EQ(match.allow, "DELETE");
   match = match_http_route("DELETE", "/v1/stats");
-  EXPECT_EQ(match.allow, "GET");
+  EXPECT_EQ(match.allow, "GET, HEAD");
+}
+
+// HEAD takes the GET route of its path (RFC 9110: answered as GET, without the body); a path
+// without GET answers it 405, and every reply to it has no body.
+TEST(HttpCodec, HeadTakesTheGetRouteAndItsRepliesHaveNoBody) {
+  for (const char* path : {"/health", "/ready", "/metrics", "/v1/openapi.json", "/v1/stats",
+                           "/v1/locks/k", "/v1/semaphores/k", "/v1/rwlocks/k", "/v1/signals",
+                           "/v1/readindex", "/v1/sessions/abc/events"}) {
+    const HttpRouteMatch get = match_http_route("GET", path);
+    const HttpRouteMatch head = match_http_route("HEAD", path);
+    ASSERT_NE(head.spec, nullptr) << path;
+    EXPECT_EQ(head.spec, get.spec) << path;
+    EXPECT_EQ(head.params, get.params) << path;
+    EXPECT_TRUE(head.head) << path;
+    EXPECT_FALSE(get.head) << path;
+    EXPECT_EQ(head.allow, "") << path;
+  }
+  HttpRouteMatch post_only = match_http_route("HEAD", "/v1/locks/k/release");
+  EXPECT_EQ(post_only.spec, nullptr);
+  EXPECT_EQ(post_only.allow, "POST");
+  EXPECT_EQ(match_http_route("HEAD", "/v1/admin/locks/k").allow, "DELETE");
+  EXPECT_EQ(match_http_route("HEAD", "/nope").allow, "");
+  EXPECT_FALSE(http_reply_has_body("HEAD"));
+  for (const char* method : {"GET", "POST", "DELETE", "OPTIONS", "PUT", "PATCH"}) {
+    EXPECT_TRUE(http_reply_has_body(method)) << method;
+  }
 }
 
 TEST(HttpCodec, UnknownPathsMatchNothing) {
@@ -126,7 +152,7 @@ TEST(HttpCodec, ReadWriteLockRoutesNameTheirEndpointAndCommand) {
   // key itself (a read-write lock is taken on a side).
   const HttpRouteMatch bare = match_http_route("POST", "/v1/rwlocks/k");
   EXPECT_EQ(bare.spec, nullptr);
-  EXPECT_EQ(bare.allow, "GET");
+  EXPECT_EQ(bare.allow, "GET, HEAD");
   for (const char* path :
        {"/v1/rwlocks/k/", "/v1/rwlocks/k/read/", "/v1/rwlocks", "/v1/rwlocks/k/readers",
         "/v1/rwlocks/k/read/release/x", "/v1/rwlocks/k/release", "/v1/rwlocks/k/write/lock"}) {
@@ -225,7 +251,7 @@ TEST(HttpCodecKeys, CheckInspectAndForceReleaseRoutesNameTheirCommandAndNamespac
   EXPECT_EQ(events.spec->endpoint, HttpEndpoint::kSessionEvents);
   EXPECT_EQ(events.params, std::vector<std::string>{"abc"});
   EXPECT_TRUE(events.spec->needs_auth);
-  EXPECT_EQ(match_http_route("POST", "/v1/sessions/abc/events").allow, "GET");
+  EXPECT_EQ(match_http_route("POST", "/v1/sessions/abc/events").allow, "GET, HEAD");
 }
 
 TEST(HttpCodecKeys, ACheckTakesATokenAsAReleaseDoes) {

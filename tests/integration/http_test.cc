@@ -200,8 +200,8 @@ TEST(HttpApi, HealthReadyStatsNotFoundAndMethodNotAllowed) {
   Response wrong = server.call("GET", "/v1/locks/k/release");
   expect_error(wrong, 405, "method_not_allowed");
   EXPECT_EQ(wrong.header("allow"), "POST");
-  EXPECT_EQ(server.call("PUT", "/v1/locks/k").header("allow"), "POST, GET");
-  EXPECT_EQ(server.call("DELETE", "/v1/stats").header("allow"), "GET");
+  EXPECT_EQ(server.call("PUT", "/v1/locks/k").header("allow"), "POST, GET, HEAD");
+  EXPECT_EQ(server.call("DELETE", "/v1/stats").header("allow"), "GET, HEAD");
 }
 
 TEST(HttpApi, SessionCreatePingDelete) {
