@@ -5,6 +5,7 @@
 #include <span>
 
 #include "core/assert.h"
+#include "core/http_query.h"
 #include "core/http_sessions.h"
 #include "core/signal_pattern.h"
 #include "core/wire.h"
@@ -479,14 +480,6 @@ std::optional<HttpBadRequest> check_signal_name(std::string_view what, std::stri
   return std::nullopt;
 }
 
-// Go's url.QueryUnescape of one name or value, leniently: '+' is a space, a '%' that starts no
-// escape is kept.
-std::string query_unescape(std::string_view text) {
-  std::string plus(text);
-  std::replace(plus.begin(), plus.end(), '+', ' ');
-  return percent_decode(plus);
-}
-
 // Appends `text` as a JSON string the way Go's encoding/json (json.Marshal) writes it.
 void append_go_json_string(std::string& out, std::string_view text) {
   static constexpr char kHex[] = "0123456789abcdef";
@@ -578,19 +571,12 @@ std::variant<HttpBadRequest, Request> decode_http_signal(std::string_view channe
 }
 
 std::variant<HttpBadRequest, Request> decode_http_listen(std::string_view query) {
-  std::optional<std::string> pattern;
-  std::optional<std::string> group;
-  while (!query.empty()) {
-    const std::size_t amp = query.find('&');
-    const std::string_view pair = query.substr(0, amp);
-    query.remove_prefix(amp == std::string_view::npos ? query.size() : amp + 1);
-    const std::size_t equals = pair.find('=');
-    const std::string name = query_unescape(pair.substr(0, equals));
-    const std::string_view value =
-        equals == std::string_view::npos ? std::string_view() : pair.substr(equals + 1);
-    if (name == "pattern" && !pattern) pattern = query_unescape(value);
-    if (name == "group" && !group) group = query_unescape(value);
-  }
+  std::variant<HttpQueryError, std::vector<HttpQueryPair>> pairs = parse_http_query(query);
+  if (const auto* bad = std::get_if<HttpQueryError>(&pairs)) return HttpBadRequest{bad->detail};
+  const std::optional<std::string> pattern =
+      first_query_value(std::get<std::vector<HttpQueryPair>>(pairs), "pattern");
+  const std::optional<std::string> group =
+      first_query_value(std::get<std::vector<HttpQueryPair>>(pairs), "group");
   if (!pattern || pattern->empty()) return HttpBadRequest{"missing query parameter \"pattern\""};
   if (auto bad = check_signal_name("pattern", *pattern, check_signal_pattern(*pattern))) {
     return *bad;
@@ -646,14 +632,14 @@ std::variant<HttpBadRequest, std::uint64_t> query_fence(std::string_view query) 
   const HttpBadRequest bad{
       "query parameter \"fence\" must be a decimal integer between 1 and "
       "18446744073709551615"};
-  while (!query.empty()) {
-    const std::size_t amp = query.find('&');
-    const std::string_view pair = query.substr(0, amp);
-    query.remove_prefix(amp == std::string_view::npos ? query.size() : amp + 1);
-    const std::size_t equals = pair.find('=');
-    if (query_unescape(pair.substr(0, equals)) != "fence") continue;
-    const std::string value =
-        equals == std::string_view::npos ? std::string() : query_unescape(pair.substr(equals + 1));
+  std::variant<HttpQueryError, std::vector<HttpQueryPair>> pairs = parse_http_query(query);
+  if (const auto* error = std::get_if<HttpQueryError>(&pairs)) {
+    return HttpBadRequest{error->detail};
+  }
+  // The first `fence` counts.
+  if (const std::optional<std::string> found =
+          first_query_value(std::get<std::vector<HttpQueryPair>>(pairs), "fence")) {
+    const std::string& value = *found;
     if (value.empty() || value.size() > 20) return bad;
     std::uint64_t fence = 0;
     for (char c : value) {
@@ -663,7 +649,7 @@ std::variant<HttpBadRequest, std::uint64_t> query_fence(std::string_view query) 
       fence = fence * 10 + digit;
     }
     if (fence == 0) return bad;
-    return fence;  // the first `fence` counts
+    return fence;
   }
   return std::uint64_t{0};
 }

@@ -313,8 +313,9 @@ TEST(HttpCodecKeys, AnInspectTakesOnlyItsKeyAndAForceReleaseAFence) {
   EXPECT_EQ(fence_of("a=b&fence=%31%32&fence=99"), 12U);  // decoded; the first counts
   EXPECT_EQ(fence_of("fence=18446744073709551615"), UINT64_MAX);
   for (const char* bad : {"fence", "fence=", "fence=0", "fence=-1", "fence=1x", "fence=+1",
-                          "fence=18446744073709551616", "fence=99999999999999999999"}) {
-    EXPECT_EQ(fence_of(bad), std::nullopt) << bad;
+                          "fence=18446744073709551616", "fence=99999999999999999999", "fence=%37%",
+                          "other=%zz&fence=7"}) {
+    EXPECT_EQ(fence_of(bad), std::nullopt) << bad;  // a bad escape anywhere refuses the query
   }
 }
 
@@ -942,6 +943,15 @@ TEST(HttpCodecSignals, AStreamQueryIsAListenRequest) {
   EXPECT_EQ(std::get<Request>(group).text, "w");  // '+' is a space, trimmed
   for (const char* bad : {"", "group=g", "pattern=a.b*", "pattern=a..b", "pattern=a%20b"}) {
     EXPECT_TRUE(std::holds_alternative<HttpBadRequest>(decode_http_listen(bad))) << bad;
+  }
+  // A '%' that starts no escape is not part of a literal pattern: the query is refused.
+  for (const char* bad :
+       {"pattern=a%", "pattern=a%zz", "pattern=a%zz&pattern=b", "pattern=b&group=%g"}) {
+    const auto decoded = decode_http_listen(bad);
+    ASSERT_TRUE(std::holds_alternative<HttpBadRequest>(decoded)) << bad;
+    EXPECT_NE(std::get<HttpBadRequest>(decoded).detail.find("'%' not followed by two hex digits"),
+              std::string::npos)
+        << bad;
   }
 }
 

@@ -1429,7 +1429,8 @@ TEST(HttpSignals, QueueGroupOfStreamsDeliversToOneMember) {
 TEST(HttpSignals, InvalidPatternIs400AndSubscribesNothing) {
   HttpServer server;
   for (const char* query : {"", "?group=g", "?pattern=", "?pattern=a.>.b", "?pattern=a..b",
-                            "?pattern=a.b*", "?pattern=a%20b", "?pattern=a&group=x%0Ay"}) {
+                            "?pattern=a.b*", "?pattern=a%20b", "?pattern=a&group=x%0Ay",
+                            "?pattern=a%", "?pattern=a%zz", "?pattern=a%zz&pattern=b"}) {
     SignalStream stream(server.http_port, query);
     EXPECT_EQ(stream.status(), 400) << query;
     EXPECT_EQ(stream.header("content-type"), "application/json") << query;
