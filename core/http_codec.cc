@@ -7,6 +7,7 @@
 #include "core/assert.h"
 #include "core/http_query.h"
 #include "core/http_sessions.h"
+#include "core/json_error.h"
 #include "core/signal_pattern.h"
 #include "core/wire.h"
 
@@ -145,13 +146,10 @@ std::variant<HttpBadRequest, Json> parse_object(std::string_view body,
   if (const std::optional<std::size_t> bad = first_invalid_utf8(body)) {
     return HttpBadRequest{"request body is not valid UTF-8 (byte " + std::to_string(*bad) + ")"};
   }
-  Json json;
-  try {
-    // Strict: a second value after the first is an error.
-    json = Json::parse(body.begin(), body.end());
-  } catch (const Json::exception& e) {
-    return HttpBadRequest{e.what()};
-  }
+  // Strict: a second value after the first is an error. The parser's own message never reaches
+  // the client (core/json_error.h).
+  Json json = Json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded()) return HttpBadRequest{describe_json_error(body)};
   if (!json.is_object()) return HttpBadRequest{"request body must be a JSON object"};
   for (const auto& field : json.items()) {
     const std::string& name = field.key();

@@ -392,8 +392,13 @@ TEST(HttpApi, MalformedBodiesFieldsKeysAndTokensAre400WithDetail) {
     EXPECT_NE(got.find(detail), std::string::npos) << path << " " << body << " -> " << got;
   };
   bad("/v1/locks/k", "{\"acquire_timeout_s\":1,\"nope\":2}", "unknown field \"nope\"");
-  bad("/v1/locks/k", "{\"acquire_timeout_s\":1}{\"acquire_timeout_s\":2}", "parse error");
-  bad("/v1/locks/k", "{\"acquire_timeout_s\":", "parse error");
+  bad("/v1/locks/k", "{\"acquire_timeout_s\":1}{\"acquire_timeout_s\":2}",
+      "request body is not valid JSON at byte 23: something follows the JSON value");
+  bad("/v1/locks/k", "{\"acquire_timeout_s\":",
+      "field \"acquire_timeout_s\": not valid JSON at byte 21: the body ends before its JSON value "
+      "does");
+  bad("/v1/locks/k", "{\"acquire_timeout_s\":1,\"lease_ttl_s\":\"\\ud800\"}",
+      "field \"lease_ttl_s\": not valid JSON");
   bad("/v1/locks/k", "[1]", "JSON object");
   bad("/v1/locks/k", "", "JSON object");
   bad("/v1/locks/k", "{\"acquire_timeout_s\":-1}", "acquire_timeout_s");
