@@ -38,6 +38,19 @@ TEST(StatsJson, EmptySnapshotHasEmptyArraysNeverNull) {
             R"("idle_semaphores":[],"truncated":false})");
 }
 
+// docs/compatibility.md: signal_channels only while something listens (an idle server answers
+// dflockd v2.1's line), after idle_semaphores and before truncated; `group` only for a group.
+TEST(StatsJson, SignalChannelsAppearOnlyWhileSomethingListens) {
+  StatsSnapshot snapshot;
+  EXPECT_EQ(encode_stats_json(1, snapshot).find("signal_channels"), std::string::npos);
+  snapshot.signal_channels.push_back(SignalChannelStats{"jobs.*", "", 2});
+  snapshot.signal_channels.push_back(SignalChannelStats{"jobs.>", "workers", 3});
+  EXPECT_EQ(encode_stats_json(1, snapshot),
+            R"({"connections":1,"locks":[],"semaphores":[],"idle_locks":[],)"
+            R"("idle_semaphores":[],"signal_channels":[{"pattern":"jobs.*","listeners":2},)"
+            R"({"pattern":"jobs.>","group":"workers","listeners":3}],"truncated":false})");
+}
+
 TEST(StatsJson, FieldsComeInDflockdsOrder) {
   StatsSnapshot snapshot;
   snapshot.locks.push_back(lock("a", 7, 12.5, 2));
