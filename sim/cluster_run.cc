@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/acked_index.h"
 #include "core/cluster_leader.h"
 #include "core/log_entry.h"
 #include "core/protocol.h"
@@ -410,6 +411,13 @@ class ClusterRun final : public RaftCluster::Host {
   // batch), the newest snapshot cut short, or only a tail it never acknowledged lost (a write torn
   // by the crash). A node that lost what it acknowledged must refuse to start; as many nodes may
   // be lost so as a majority stays.
+  // The index of the entry `disk`'s acknowledged-index record holds (0 for none).
+  static std::uint64_t recorded(const RaftDisk& disk) {
+    const core::SlotRecovery recovery = core::recover_slots(core::kAckedFormat, disk.record_file());
+    if (recovery.outcome == core::SlotRecovery::Outcome::kRefused) return 0;
+    return core::AckedIndex(recovery).durable().index;
+  }
+
   void damage_disk(unsigned node) {
     if (!disk_.chance(250)) return;
     RaftDisk& disk = cluster_.disk(node);
@@ -429,9 +437,10 @@ class ClusterRun final : public RaftCluster::Host {
     } else if (may_lose_node && kind == 1 && disk.cut_snapshot()) {
       what = "snapshot cut short";
       damaged_.insert(node);
-    } else if (last > std::max(acked, above)) {
-      const std::uint64_t from =
-          std::max(acked, above) + 1 + disk_.below(last - std::max(acked, above));
+    } else if (const std::uint64_t kept = std::max({acked, above, recorded(disk)}); last > kept) {
+      // A write torn by the crash lies above what the record holds too: an entry is recorded
+      // only once its own write was synced, so losing it is damage, which the node may refuse.
+      const std::uint64_t from = kept + 1 + disk_.below(last - kept);
       disk.lose_from(from);
       what = "lost an unacknowledged tail from " + std::to_string(from);
     } else {
