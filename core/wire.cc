@@ -781,6 +781,9 @@ void encode_request(const Request& request, std::string& out) {
         case Command::kSignal:
         case Command::kSignalPeer:
           out.append(request.text);
+          // The parser strips one '\r' from every line, so a payload that itself ends in '\r'
+          // goes with one more, as a client must have sent it.
+          if (!request.text.empty() && request.text.back() == '\r') out.push_back('\r');
           break;
         default:
           break;  // ping, stats

@@ -548,6 +548,12 @@ TEST(WireRequests, Signals) {
   encoded.clear();
   encode_request(signal, encoded);
   EXPECT_EQ(encoded, "signal\njobs.7.done\n{\"ok\": true}\n");
+  // A payload ending in '\r' (sent as "k\r\r\n") is encoded the same way, so it comes back whole.
+  Request carriage = parsed("signal", "a", "k\r\r");
+  EXPECT_EQ(carriage.text, "k\r");
+  encoded.clear();
+  encode_request(carriage, encoded);
+  EXPECT_EQ(encoded, "signal\na\nk\r\r\n");
   EXPECT_EQ(decode_reply(Command::kSignal, "ok 3"), Reply::delivered(3));
   EXPECT_EQ(decode_reply(Command::kSignal, "ok"), std::nullopt);
   EXPECT_EQ(decode_reply(Command::kListen, "ok"), Reply::of(Status::kOk));
