@@ -5,6 +5,12 @@
 // `>` subscriptions it passes, so its cost grows with the channel and with what matches, not with
 // how many patterns there are (dflockd scans every wildcard pattern).
 //
+// The trie is compressed: an edge carries a run of tokens up to the next place where patterns
+// part or end, and a node holds subscriptions only where one ends. So a pattern costs about twice
+// its own length (its edge's label and the copy its subscribers point to) plus a few hundred
+// bytes, however many tokens it has; a 120-token pattern is one edge, not 120 nodes
+// (tests/core/signal_memory_test.cc holds the bound).
+//
 // It only answers what matches; which group member gets a signal, and what happens to a full
 // queue, is the delivery's business. Patterns must be valid (core/signal_pattern.h); the index
 // does not check them. Single-threaded, like the rest of the core.
@@ -13,7 +19,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -98,14 +103,23 @@ class SignalIndex {
  private:
   struct Node;
   struct Ends;
-  using Subscription = std::pair<std::string, std::string>;  // pattern, group
+  // One edge on the way from the root to a node: the node the edge leaves and the slot holding
+  // the node it reaches.
+  struct Link {
+    Node* parent;
+    std::unique_ptr<Node>* slot;
+  };
+  using Subscription = std::pair<Ends*, std::string>;  // where it ends, group
 
-  // The subscriptions of `pattern` (its `end`, or its `tail` for a pattern ending in `>`), made
-  // when missing.
+  // The subscriptions of `pattern` (its node's `end`, or its `tail` for a pattern ending in `>`),
+  // made when missing, splitting an edge where the pattern leaves it.
   Ends& ends_of(std::string_view pattern);
-  // Takes `who` out of the trie's subscribers of `pattern` in `group` (it is there).
-  void drop(std::string_view pattern, std::string_view group, Listener who);
-  // Drops the nodes on `pattern`'s path that hold nothing any more.
+  // Those of `pattern` when it has any; null otherwise. With `path`, the edges walked to them.
+  Ends* find(std::string_view pattern, std::vector<Link>* path = nullptr) const;
+  // Takes `who` out of `ends`'s subscribers in `group` (it is there); `ends` may go.
+  void drop(Ends& ends, std::string_view group, Listener who);
+  // After the subscriptions of `pattern` went: drops the nodes on its path that hold nothing any
+  // more, and joins a node left with one edge and nothing of its own to that edge.
   void prune(std::string_view pattern);
 
   std::unique_ptr<Node> root_;
