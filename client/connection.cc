@@ -95,6 +95,7 @@ std::optional<Error> status_error(core::Status status) {
       {core::Status::kErrorLeaseExpired, ErrorCode::kLeaseExpired},
       {core::Status::kErrorDraining, ErrorCode::kDraining},
       {core::Status::kErrorNotLeader, ErrorCode::kNotLeader},
+      {core::Status::kErrorMaxSubscriptions, ErrorCode::kMaxSubscriptions},
   };
   for (const Entry& entry : kErrors) {
     if (status == entry.status) {

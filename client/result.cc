@@ -27,6 +27,8 @@ std::string_view error_code_name(ErrorCode code) {
       return "draining";
     case ErrorCode::kNotLeader:
       return "not_leader";
+    case ErrorCode::kMaxSubscriptions:
+      return "max_subscriptions";
     case ErrorCode::kAuth:
       return "auth";
     case ErrorCode::kProtocol:

@@ -17,22 +17,23 @@
 namespace turnstile::client {
 
 enum class ErrorCode : std::uint8_t {
-  kTimeout,          // `timeout`: not granted within the request's timeout
-  kMaxLocks,         // `error_max_locks`
-  kMaxWaiters,       // `error_max_waiters`
-  kLimitMismatch,    // `error_limit_mismatch`
-  kAlreadyEnqueued,  // `error_already_enqueued`
-  kNotEnqueued,      // `error_not_enqueued`
-  kLeaseExpired,     // `error_lease_expired`
-  kDraining,         // `error_draining` (the server then closes the connection)
-  kNotLeader,        // `error_not_leader [addr]`: a cluster follower; the message names the leader
-  kAuth,             // `error_auth` (the server then closes the connection)
-  kProtocol,         // plain `error`: malformed request, or a token that matches no holder
-  kIo,               // the connection failed or closed, or no reply came in time
-  kConnect,          // could not resolve or connect to the server
-  kTls,              // TLS handshake or certificate verification failed
-  kBadReply,         // the server sent a line we do not understand
-  kInvalidArgument,  // refused before sending: bad key, token, limit, lease or timeout
+  kTimeout,           // `timeout`: not granted within the request's timeout
+  kMaxLocks,          // `error_max_locks`
+  kMaxWaiters,        // `error_max_waiters`
+  kLimitMismatch,     // `error_limit_mismatch`
+  kAlreadyEnqueued,   // `error_already_enqueued`
+  kNotEnqueued,       // `error_not_enqueued`
+  kLeaseExpired,      // `error_lease_expired`
+  kDraining,          // `error_draining` (the server then closes the connection)
+  kNotLeader,         // `error_not_leader [addr]`: a cluster follower; the message names the leader
+  kMaxSubscriptions,  // `error_max_subscriptions`: the server holds as many as it takes in all
+  kAuth,              // `error_auth` (the server then closes the connection)
+  kProtocol,          // plain `error`: malformed request, or a token that matches no holder
+  kIo,                // the connection failed or closed, or no reply came in time
+  kConnect,           // could not resolve or connect to the server
+  kTls,               // TLS handshake or certificate verification failed
+  kBadReply,          // the server sent a line we do not understand
+  kInvalidArgument,   // refused before sending: bad key, token, limit, lease or timeout
 };
 
 std::string_view error_code_name(ErrorCode code);

@@ -414,11 +414,12 @@ Result<void> subscription_call(SignalConnection::State* state, core::Command com
   const std::optional<core::Reply> reply = core::decode_reply(command, *line);
   if (!reply) return make_error(ErrorCode::kBadReply, "unexpected reply " + quoted(*line));
   if (reply->status == core::Status::kError) {
-    return make_error(ErrorCode::kProtocol,
-                      "server replied 'error' to " + std::string(core::command_name(command)) +
-                          (command == core::Command::kListen
-                               ? " (the pattern was refused, or --max-subscriptions is reached)"
-                               : " (the pattern was refused)"));
+    return make_error(
+        ErrorCode::kProtocol,
+        "server replied 'error' to " + std::string(core::command_name(command)) +
+            (command == core::Command::kListen
+                 ? " (the pattern was refused, or this connection's --max-subscriptions is reached)"
+                 : " (the pattern was refused)"));
   }
   if (auto error = SignalConnection::State::status_error(reply->status)) return *std::move(error);
   if (reply->status != core::Status::kOk || reply->seconds >= 0 || !reply->payload.empty()) {

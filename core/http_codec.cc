@@ -413,6 +413,8 @@ HttpResponse render_http_reply(const Request& request, const Reply& reply) {
       return {503, http_error_body("draining")};
     case Status::kErrorNotLeader:
       return {503, http_error_body("not_leader", reply.payload), reply.payload};
+    case Status::kErrorMaxSubscriptions:
+      return {503, http_error_body("max_subscriptions_total")};
     case Status::kErrorAuth:
     case Status::kParked:
       break;

@@ -257,6 +257,8 @@ std::string_view status_name(Status status) {
       return "error_draining";
     case Status::kErrorNotLeader:
       return "error_not_leader";
+    case Status::kErrorMaxSubscriptions:
+      return "error_max_subscriptions";
     case Status::kParked:
       return "parked";
   }

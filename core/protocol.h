@@ -159,6 +159,9 @@ enum class Status : std::uint8_t {
   // Cluster mode (docs/cluster.md): this node does not lead; `payload` is the leader's client
   // address (host:port), empty while no leader is known. On the wire: `error_not_leader [addr]`.
   kErrorNotLeader,
+  // A listen the server-wide subscription cap refused (--max-subscriptions-total; ours, not
+  // dflockd's: its only cap is per connection, answered `error`).
+  kErrorMaxSubscriptions,
   // Not a wire status: the engine parked the request; its reply comes later as a Delivery.
   kParked,
 };

@@ -12,7 +12,12 @@ Status SignalHub::listen(SessionId session, std::string_view pattern, std::strin
   // A duplicate is no new subscription, so it is `ok` even at the cap.
   if (index_.has(pattern, group, session.value)) return Status::kOk;
   if (config_.max_subscriptions != 0 && index_.count(session.value) >= config_.max_subscriptions) {
+    ++counters_.refused_per_session;
     return Status::kError;
+  }
+  if (config_.max_subscriptions_total != 0 && index_.size() >= config_.max_subscriptions_total) {
+    ++counters_.refused_total;
+    return Status::kErrorMaxSubscriptions;
   }
   (void)index_.add(pattern, group, session.value);
   return Status::kOk;

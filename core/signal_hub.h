@@ -7,7 +7,9 @@
 //
 // Rules (the reference's, and our bounds):
 //  * listen: `ok`; a duplicate (same pattern and group) changes nothing and does not count
-//    against `max_subscriptions`; past the cap, `error`. unlisten: `ok`, subscribed or not.
+//    against either cap. Past the session's `max_subscriptions`, `error` (dflockd's answer);
+//    past `max_subscriptions_total`, every session's together, `error_max_subscriptions` (ours:
+//    a bound on the memory all listeners hold). unlisten: `ok`, subscribed or not.
 //  * signal: the reference's four delivery steps (SignalIndex::plan). Its reply counts the
 //    deliveries, group deliveries included.
 //  * Slow consumers, in two places. A connection may hold at most `queue_max` frames it could
@@ -48,7 +50,9 @@ namespace turnstile::core {
 
 struct SignalHubConfig {
   std::size_t max_subscriptions = 0;  // per session; 0: no cap (--max-subscriptions)
-  std::size_t queue_max = 64;         // frames not yet written, per listener (--signal-queue)
+  // In all, every session's together; 0: no cap (--max-subscriptions-total).
+  std::size_t max_subscriptions_total = 0;
+  std::size_t queue_max = 64;  // frames not yet written, per listener (--signal-queue)
 };
 
 // Frames on their way to a listener, or waiting at it, beyond which the hub closes it: this many
@@ -70,12 +74,15 @@ struct SignalCounters {
   std::uint64_t delivered = 0;       // frames queued for listeners
   std::uint64_t slow_consumers = 0;  // listeners closed because their queue was full (here, or by
                                      // their session: note_slow_consumer)
+  std::uint64_t refused_per_session = 0;  // listens past max_subscriptions
+  std::uint64_t refused_total = 0;        // listens past max_subscriptions_total
 };
 
 class SignalBroker {
  public:
   virtual ~SignalBroker() = default;
-  // `pattern` valid (core/signal_pattern.h), `group` empty for none. kOk or kError (the cap).
+  // `pattern` valid (core/signal_pattern.h), `group` empty for none. kOk, kError (the session's
+  // cap) or kErrorMaxSubscriptions (the server's).
   virtual Status listen(SessionId session, std::string_view pattern, std::string_view group) = 0;
   virtual void unlisten(SessionId session, std::string_view pattern, std::string_view group) = 0;
   // `channel` valid; fills `out` and returns the number of deliveries.

@@ -615,9 +615,9 @@ std::optional<std::int64_t> parse_count(std::string_view text) {
 }
 
 std::optional<Status> parse_status(std::string_view word) {
-  for (int i = 0; i <= static_cast<int>(Status::kErrorNotLeader); ++i) {
+  for (int i = 0; i < static_cast<int>(Status::kParked); ++i) {
     const auto status = static_cast<Status>(i);
-    if (status != Status::kParked && status_name(status) == word) return status;
+    if (status_name(status) == word) return status;
   }
   return std::nullopt;
 }

@@ -30,12 +30,13 @@ struct Config {
   std::int64_t max_waiters = 0;             // >= 0 per key; 0 = unlimited
   std::int64_t max_connections = 0;         // >= 0; 0 = unlimited
   std::int64_t max_subscriptions = 0;       // >= 0 signal subscriptions per connection; 0 = any
-  std::int64_t signal_queue = 64;           // 1..65536 unwritten signal frames per listener
-  std::int64_t max_connections_per_ip = 0;  // >= 0; 0 = unlimited
-  std::int64_t read_timeout_s = 23;         // > 0; time for one request to arrive
-  std::int64_t idle_timeout_s = 0;          // >= 0; 0 = never (turnstile addition)
-  std::int64_t write_timeout_s = 5;         // >= 0; 0 = no write deadline
-  std::int64_t shutdown_timeout_s = 30;     // >= 0; 0 = wait forever
+  std::int64_t max_subscriptions_total = 100'000;  // >= 0, every connection's; 0 = any
+  std::int64_t signal_queue = 64;                  // 1..65536 unwritten signal frames per listener
+  std::int64_t max_connections_per_ip = 0;         // >= 0; 0 = unlimited
+  std::int64_t read_timeout_s = 23;                // > 0; time for one request to arrive
+  std::int64_t idle_timeout_s = 0;                 // >= 0; 0 = never (turnstile addition)
+  std::int64_t write_timeout_s = 5;                // >= 0; 0 = no write deadline
+  std::int64_t shutdown_timeout_s = 30;            // >= 0; 0 = wait forever
   bool auto_release_on_disconnect = true;
   std::string tls_cert;  // both or neither
   std::string tls_key;

@@ -1408,9 +1408,16 @@ void HttpServer::on_stream_event(core::Instant, Stream& stream, core::SessionEve
         return;
       }
       // The hub refused the subscription. A stream holds one, which --max-subscriptions (a cap
-      // per session, at least 1 when set) always allows, so this does not happen today.
-      reply_error(stream.request, 503, "max_subscriptions", "the signal hub refused the listen",
-                  stream.route, stream.method, stream.started);
+      // per session, at least 1 when set) always allows; --max-subscriptions-total may not.
+      if (event.reply.status == core::Status::kErrorMaxSubscriptions) {
+        reply_error(stream.request, 503, "max_subscriptions_total",
+                    "the server holds as many signal subscriptions as --max-subscriptions-total "
+                    "allows",
+                    stream.route, stream.method, stream.started);
+      } else {
+        reply_error(stream.request, 503, "max_subscriptions", "the signal hub refused the listen",
+                    stream.route, stream.method, stream.started);
+      }
       const std::uint64_t id = stream.session.value;
       stream_of_connection_.erase(stream.connection);
       streams_.erase(id);  // destroys `stream`
@@ -1740,6 +1747,15 @@ std::string HttpServer::metrics_text(const core::StatsSnapshot& snapshot) {
           signals.delivered);
   counter("turnstile_signal_slow_consumers_total",
           "listeners closed because their signal queue was full", signals.slow_consumers);
+  text +=
+      "# HELP turnstile_signal_listens_refused_total listens refused by a subscription cap: "
+      "--max-subscriptions (connection) or --max-subscriptions-total (server)\n"
+      "# TYPE turnstile_signal_listens_refused_total counter\n"
+      "turnstile_signal_listens_refused_total{cap=\"connection\"} " +
+      std::to_string(signals.refused_per_session) +
+      "\n"
+      "turnstile_signal_listens_refused_total{cap=\"server\"} " +
+      std::to_string(signals.refused_total) + "\n";
   if (const std::optional<SignalPeersCounters> peers = shared_.signals.peer_counters()) {
     gauge("turnstile_signal_peer_links", "links to the other members that forward signals",
           static_cast<double>(peers->connected));

@@ -8,6 +8,8 @@ SharedState::SharedState(const Config& server_config)
     : config(server_config),
       signals(core::SignalHubConfig{
           .max_subscriptions = static_cast<std::size_t>(server_config.max_subscriptions),
+          .max_subscriptions_total =
+              static_cast<std::size_t>(server_config.max_subscriptions_total),
           .queue_max = static_cast<std::size_t>(server_config.signal_queue)}),
       budget(server_config.max_locks) {
   for (int shard = 0; shard < std::max(server_config.threads, 1); ++shard) {

@@ -127,6 +127,40 @@ TEST(SignalHub, TheCapCountsDistinctSubscriptionsAndADuplicateIsFree) {
   EXPECT_EQ(loop.signals().counters().subscriptions, 2);
 }
 
+// The server-wide cap counts every session's subscriptions together: past it a listen is
+// error_max_subscriptions (the per-session cap is checked first and answers error); a duplicate
+// is free; an unlisten or a close makes room again. Each refusal is counted by its cap.
+TEST(SignalHub, TheServerWideCapCountsEverySessionAndIsAnsweredByName) {
+  Loopback loop(shards(
+      2, SignalHubConfig{.max_subscriptions = 2, .max_subscriptions_total = 3, .queue_max = 64}));
+  const SessionId a = loop.connect();
+  const SessionId b = loop.connect();
+  loop.send(a, request("listen", "x", ""));
+  loop.send(a, request("listen", "y", "g"));
+  EXPECT_EQ(loop.read(a), "ok\nok\n");
+  loop.send(b, request("listen", "x", ""));
+  loop.send(b, request("listen", "z", ""));  // the fourth in all
+  loop.send(b, request("listen", "x", ""));  // a duplicate, at the cap
+  EXPECT_EQ(loop.read(b), "ok\nerror_max_subscriptions\nok\n");
+  loop.send(a, request("listen", "w", ""));  // past a's own cap: that one answers
+  EXPECT_EQ(loop.read(a), "error\n");
+  loop.send(a, request("unlisten", "y", "g"));
+  loop.send(b, request("listen", "z", ""));  // room again
+  loop.send(b, request("listen", "v", ""));  // b's own cap now
+  EXPECT_EQ(loop.read(a), "ok\n");
+  EXPECT_EQ(loop.read(b), "ok\nerror\n");
+  const SessionId c = loop.connect();
+  loop.send(c, request("listen", "q", ""));
+  EXPECT_EQ(loop.read(c), "error_max_subscriptions\n");
+  loop.close(a);
+  loop.send(c, request("listen", "q", ""));
+  EXPECT_EQ(loop.read(c), "ok\n");
+  const SignalCounters counters = loop.signals().counters();
+  EXPECT_EQ(counters.subscriptions, 3);
+  EXPECT_EQ(counters.refused_total, 2u);
+  EXPECT_EQ(counters.refused_per_session, 2u);
+}
+
 TEST(SignalHub, BadNamesAreErrorsAndChangeNothing) {
   Loopback loop(shards(1));
   const SessionId c = loop.connect();

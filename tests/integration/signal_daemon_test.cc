@@ -217,6 +217,35 @@ TEST(SignalDaemon, MaxSubscriptionsCapsDistinctSubscriptionsPerConnection) {
   EXPECT_EQ(client.read_line(), sig("c", "p"));
 }
 
+// --max-subscriptions-total: every connection's subscriptions together, TCP listens and SSE
+// streams alike. Past it a listen answers error_max_subscriptions (an SSE stream 503), changes
+// nothing, and is counted in /metrics by the cap that refused it; a close makes room.
+TEST(SignalDaemon, MaxSubscriptionsTotalCapsEveryConnectionTogether) {
+  HttpDaemon server({"--max-subscriptions-total=3", "--max-subscriptions=2"});
+  Client a(server.daemon->port());
+  Client b(server.daemon->port());
+  EXPECT_EQ(a.request("listen", "x", ""), "ok");
+  EXPECT_EQ(a.request("listen", "y", "g"), "ok");
+  EXPECT_EQ(b.request("listen", "x", ""), "ok");
+  EXPECT_EQ(b.request("listen", "z", ""), "error_max_subscriptions");
+  EXPECT_EQ(b.request("listen", "x", ""), "ok");     // a duplicate is no new subscription
+  EXPECT_EQ(a.request("listen", "w", ""), "error");  // a's own cap answers first
+  const HttpResult stream = http_request(server.http_port, "GET", "/v1/signals?pattern=q");
+  EXPECT_EQ(stream.status, 503) << stream.raw;
+  EXPECT_TRUE(stream.has("\"error\":\"max_subscriptions_total\"")) << stream.raw;
+  Client publisher(server.daemon->port());
+  EXPECT_EQ(publisher.request("signal", "z", "p"), "ok 0");  // the refused one was not made
+  EXPECT_EQ(publisher.request("signal", "x", "p"), "ok 2");
+  EXPECT_EQ(b.read_line(), sig("x", "p"));
+  const HttpResult metrics = http_request(server.http_port, "GET", "/metrics");
+  EXPECT_TRUE(metrics.has("turnstile_signal_listens_refused_total{cap=\"server\"} 2\n"))
+      << metrics.body;
+  EXPECT_TRUE(metrics.has("turnstile_signal_listens_refused_total{cap=\"connection\"} 1\n"))
+      << metrics.body;
+  a.close();
+  EXPECT_TRUE(eventually([&] { return b.request("listen", "z", "") == "ok"; }, 3s));
+}
+
 // ---- 4. the delivery steps, de-duplication and counts -------------------------------------------
 
 TEST(SignalDaemon, PlainSubscriptionsDeduplicateGroupsDoNotAndCountsArePrecise) {
