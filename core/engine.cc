@@ -1277,6 +1277,7 @@ struct Engine::Impl {
     }
     part.counters = StatsCounters{counters.grants, counters.lease_expiries, counters.wait_timeouts,
                                   counters.fence_exhausted};
+    part.totals = totals_of(part);  // every key's, before merge_stats cuts the lists
     StatsSnapshot sorted;
     merge_stats(sorted, std::move(part), config.stats_entries_max);
     return sorted;

@@ -6,6 +6,7 @@
 // Thread affinity: plain values, safe anywhere.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -60,8 +61,11 @@ enum class Command : std::uint8_t {
                 //                                 slot it loses (`lost ...` push lines)
   // An operator's force-release (HTTP DELETE /v1/admin/..., never on the TCP wire): frees every
   // holder of the key, or the one whose fence is Request::fence.  `ok <n>`: n freed.
-  kForceRelease,
+  kForceRelease,  // the last: kCommandCount counts up to it
 };
+
+// How many commands there are: tables indexed by Command have this many rows.
+inline constexpr std::size_t kCommandCount = static_cast<std::size_t>(Command::kForceRelease) + 1;
 
 // What an engine command does to its resource, whatever its namespace.
 enum class Operation : std::uint8_t {

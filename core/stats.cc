@@ -53,6 +53,34 @@ bool merge_sorted(std::vector<Entry>& total, std::vector<Entry>&& part, std::siz
 
 }  // namespace
 
+void StatsTotals::add(const StatsTotals& other) {
+  locks_held += other.locks_held;
+  lock_waiters += other.lock_waiters;
+  semaphore_holders += other.semaphore_holders;
+  semaphore_waiters += other.semaphore_waiters;
+  rw_readers += other.rw_readers;
+  rw_writers += other.rw_writers;
+  rw_waiters += other.rw_waiters;
+}
+
+StatsTotals totals_of(const StatsSnapshot& snapshot) {
+  StatsTotals totals;
+  for (const LockStats& lock : snapshot.locks) {
+    if (lock.owner.value != 0) ++totals.locks_held;
+    totals.lock_waiters += lock.waiters;
+  }
+  for (const SemaphoreStats& semaphore : snapshot.semaphores) {
+    totals.semaphore_holders += semaphore.holders;
+    totals.semaphore_waiters += semaphore.waiters;
+  }
+  for (const ReadWriteStats& lock : snapshot.rw_locks) {
+    totals.rw_readers += lock.readers;
+    if (lock.writer.value != 0) ++totals.rw_writers;
+    totals.rw_waiters += lock.waiters;
+  }
+  return totals;
+}
+
 void merge_stats(StatsSnapshot& total, StatsSnapshot&& part, std::size_t entries_max) {
   // Classification by limit is the engine's job (a limit-1 semaphore is reported as a lock with
   // its holder and lease, which a SemaphoreStats cannot carry), so a limit-1 entry here is a bug.
@@ -73,6 +101,7 @@ void merge_stats(StatsSnapshot& total, StatsSnapshot&& part, std::size_t entries
   total.counters.lease_expiries += part.counters.lease_expiries;
   total.counters.wait_timeouts += part.counters.wait_timeouts;
   total.counters.fence_exhausted += part.counters.fence_exhausted;
+  total.totals.add(part.totals);
   total.truncated = total.truncated || part.truncated || cut;
   if (part.cluster) total.cluster = std::move(part.cluster);
 }

@@ -102,6 +102,20 @@ struct StatsCounters {
   bool operator==(const StatsCounters&) const = default;
 };
 
+// Holders and waiters over every key, however many entries the snapshot's lists keep: what
+// /metrics reports. totals_of() counts them from whole lists, before any cap cuts them.
+struct StatsTotals {
+  std::int64_t locks_held = 0;
+  std::int64_t lock_waiters = 0;
+  std::int64_t semaphore_holders = 0;
+  std::int64_t semaphore_waiters = 0;
+  std::int64_t rw_readers = 0;
+  std::int64_t rw_writers = 0;
+  std::int64_t rw_waiters = 0;
+  void add(const StatsTotals& other);
+  bool operator==(const StatsTotals&) const = default;
+};
+
 struct StatsSnapshot {
   std::vector<LockStats> locks;
   std::vector<SemaphoreStats> semaphores;
@@ -113,8 +127,12 @@ struct StatsSnapshot {
   bool truncated = false;
   std::optional<ClusterStatus> cluster = {};  // cluster mode only
   StatsCounters counters;
+  StatsTotals totals;
   bool operator==(const StatsSnapshot&) const = default;
 };
+
+// The totals of `snapshot`'s lists as they are (call it before they are cut).
+StatsTotals totals_of(const StatsSnapshot& snapshot);
 
 // One key as `inspect` (and GET /v1/locks/{key}) shows it. Holders show their fence, never their
 // whole token: a token is a capability, its fence is public.

@@ -1690,26 +1690,8 @@ std::string HttpServer::metrics_text(const core::StatsSnapshot& snapshot) {
                   name, value);
     text += line;
   };
-  std::int64_t locks_held = 0;
-  std::int64_t lock_waiters = 0;
-  for (const core::LockStats& lock : snapshot.locks) {
-    if (lock.owner.value != 0) ++locks_held;
-    lock_waiters += lock.waiters;
-  }
-  std::int64_t semaphore_holders = 0;
-  std::int64_t semaphore_waiters = 0;
-  for (const core::SemaphoreStats& semaphore : snapshot.semaphores) {
-    semaphore_holders += semaphore.holders;
-    semaphore_waiters += semaphore.waiters;
-  }
-  std::int64_t rw_readers = 0;
-  std::int64_t rw_writers = 0;
-  std::int64_t rw_waiters = 0;
-  for (const core::ReadWriteStats& lock : snapshot.rw_locks) {
-    rw_readers += lock.readers;
-    if (lock.writer.value != 0) ++rw_writers;
-    rw_waiters += lock.waiters;
-  }
+  // Over every key: the snapshot's lists stop at 10,000 entries each, its totals do not.
+  const core::StatsTotals& totals = snapshot.totals;
   const auto sessions =
       static_cast<double>(shared_.http_sessions_live.load(std::memory_order_relaxed));
   const auto tcp = static_cast<double>(shared_.connections_open.load(std::memory_order_relaxed));
@@ -1722,18 +1704,19 @@ std::string HttpServer::metrics_text(const core::StatsSnapshot& snapshot) {
         (host_.turn_now() - started_at_).seconds_double());
   gauge("turnstile_connections", "TCP connections plus live HTTP sessions", tcp + sessions);
   gauge("turnstile_http_sessions", "live HTTP sessions", sessions);
-  gauge("turnstile_locks_held", "locks with a holder", static_cast<double>(locks_held));
-  gauge("turnstile_lock_waiters", "waiters queued on locks", static_cast<double>(lock_waiters));
+  gauge("turnstile_locks_held", "locks with a holder", static_cast<double>(totals.locks_held));
+  gauge("turnstile_lock_waiters", "waiters queued on locks",
+        static_cast<double>(totals.lock_waiters));
   gauge("turnstile_semaphore_holders", "holders of semaphores (limit > 1)",
-        static_cast<double>(semaphore_holders));
+        static_cast<double>(totals.semaphore_holders));
   gauge("turnstile_semaphore_waiters", "waiters queued on semaphores (limit > 1)",
-        static_cast<double>(semaphore_waiters));
+        static_cast<double>(totals.semaphore_waiters));
   gauge("turnstile_rwlock_readers", "read tokens held on read-write locks",
-        static_cast<double>(rw_readers));
+        static_cast<double>(totals.rw_readers));
   gauge("turnstile_rwlock_writers", "read-write locks held by a writer",
-        static_cast<double>(rw_writers));
+        static_cast<double>(totals.rw_writers));
   gauge("turnstile_rwlock_waiters", "readers and writers queued on read-write locks",
-        static_cast<double>(rw_waiters));
+        static_cast<double>(totals.rw_waiters));
   const core::SignalCounters signals = shared_.signals.counters();
   gauge("turnstile_signal_listeners",
         "signal subscriptions (pattern and group) of open connections",

@@ -82,7 +82,7 @@ class ReplicatedEndpoint {
 // What all shards share. Counters are atomics; the per-IP table is behind a mutex (touched only
 // when a connection opens or closes).
 struct SharedState {
-  static constexpr std::size_t kCommands = 13;
+  static constexpr std::size_t kCommands = core::kCommandCount;
   using TcpLatencies = std::array<TcpLatency, kCommands>;  // by core::Command
 
   explicit SharedState(const Config& server_config);

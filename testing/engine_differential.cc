@@ -495,7 +495,10 @@ void EngineDifferential::compare_stats(const core::StatsSnapshot& engine_stats,
     out << "] truncated=" << s.truncated << " grants=" << s.counters.grants
         << " lease_expiries=" << s.counters.lease_expiries
         << " wait_timeouts=" << s.counters.wait_timeouts
-        << " fence_exhausted=" << s.counters.fence_exhausted;
+        << " fence_exhausted=" << s.counters.fence_exhausted << " totals=" << s.totals.locks_held
+        << "/" << s.totals.lock_waiters << "/" << s.totals.semaphore_holders << "/"
+        << s.totals.semaphore_waiters << "/" << s.totals.rw_readers << "/" << s.totals.rw_writers
+        << "/" << s.totals.rw_waiters;
     return out.str();
   };
   check(engine_stats == model_stats, [&] {

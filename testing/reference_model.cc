@@ -609,6 +609,7 @@ core::StatsSnapshot ReferenceModel::stats(Instant now, std::vector<Delivery>& ou
     return std::tie(a.key, a.readers, a.writer, a.lease_expires_in_s, a.waiters) <
            std::tie(b.key, b.readers, b.writer, b.lease_expires_in_s, b.waiters);
   });
+  snapshot.totals = core::totals_of(snapshot);  // before the lists are cut
   auto cut = [&](auto& entries) {
     if (entries.size() > config_.stats_entries_max) {
       entries.resize(config_.stats_entries_max);

@@ -1943,6 +1943,9 @@ TEST_F(EngineTest, Stats_ArraysAreCutAtEntriesMaxAndMarkedTruncated) {
   EXPECT_EQ(snapshot.locks[1].key, "b");
   EXPECT_EQ(snapshot.semaphores.size(), 1u);
   EXPECT_TRUE(snapshot.truncated);
+  // The totals (what /metrics reports) count every key, past the cut too.
+  EXPECT_EQ(snapshot.totals.locks_held, 3);
+  EXPECT_EQ(snapshot.totals.semaphore_holders, 1);
 
   Reply c = release(kS1, "c", only_holder_token(kL, "c"));
   EXPECT_EQ(c, only(Status::kOk));

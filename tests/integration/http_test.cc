@@ -1169,6 +1169,9 @@ TEST(HttpApi, MetricsParseAsPrometheusText) {
                    "{key}\",status=\"200\"}"],
             "1");
   EXPECT_EQ(values["turnstile_tcp_request_duration_seconds_count{command=\"l\"}"], "1");
+  // Every command has its histogram, the ones added after the first thirteen too.
+  EXPECT_EQ(values["turnstile_tcp_request_duration_seconds_count{command=\"listen\"}"], "2");
+  EXPECT_EQ(values["turnstile_tcp_request_duration_seconds_count{command=\"signal\"}"], "1");
   // Buckets are cumulative: the one fast request is in every bucket from its own up.
   EXPECT_EQ(values["turnstile_tcp_request_duration_seconds_bucket{command=\"l\",le=\"30\"}"], "1");
   EXPECT_EQ(values["turnstile_tcp_request_duration_seconds_bucket{command=\"l\",le=\"+Inf\"}"],
