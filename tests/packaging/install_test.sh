@@ -24,6 +24,9 @@ for program in $programs; do
   [ -x "$prefix/bin/$program" ] || fail "bin/$program not installed"
   help=$("$prefix/bin/$program" --help) || fail "bin/$program --help exited $?"
   grep -qi usage <<<"$help" || fail "bin/$program --help printed no usage: $help"
+  # Its manual page, made from that --help (packaging/man.cmake).
+  gzip -dc "$prefix/share/man/man1/$program.1.gz" | grep -q "^\.SH DESCRIPTION" ||
+    fail "share/man/man1/$program.1.gz is missing or no manual page"
 done
 # Every variable the environment file sets or shows (packaging/turnstiled.default) is one the
 # daemon reads: turnstiled ignores an unknown TURNSTILE_ variable, so a typo would go unseen.
