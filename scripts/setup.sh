@@ -26,6 +26,7 @@ test_packages=(
   python3  # tests/chaos/signal_chaos.py, the bench smoke test's fake server
   python3-yaml  # tests/ops/check_ops.py reads the Prometheus rules file
   dpkg-dev systemd  # the package test: dpkg-shlibdeps for cpack, systemd-analyze (docs/install.md)
+  lintian man-db  # the package test: lintian on the .deb, `man` on its pages (docs/install.md)
 )
 bench_packages=(python3-matplotlib)
 

@@ -2,6 +2,7 @@
 //
 //   turnstile-sim --seed S [--events N] [--profile NAME] [--trace]
 //   turnstile-sim --seeds A..B | --seeds N  [--events N] [--profile NAME|all]
+//   turnstile-sim --help
 //
 // One seed prints its swarm settings and ends with `digest <hex>`; a failure prints the broken
 // invariant and the command that replays it, and exits 1.
@@ -48,16 +49,27 @@ bool parse_u64(std::string_view text, std::uint64_t& out) {
   return true;
 }
 
-int usage() {
-  std::fprintf(stderr,
+// On stderr with exit code 2 after a bad argument; on stdout with 0 for --help (from which the
+// manual page is made, packaging/man.cmake).
+int usage(std::FILE* out = stderr, int code = 2) {
+  std::fprintf(out,
                "usage: turnstile-sim --seed S [--events N] [--profile NAME] [--trace]\n"
                "       turnstile-sim --seeds A..B|N [--events N] [--profile NAME|all]\n"
                "profiles: all");
   for (const std::string& name : turnstile::sim::profile_names()) {
-    std::fprintf(stderr, " %s", name.c_str());
+    std::fprintf(out, " %s", name.c_str());
   }
-  std::fprintf(stderr, "\n");
-  return 2;
+  std::fprintf(out,
+               "\n"
+               "\n"
+               "--events: events of the faulty phase (%" PRIu64
+               "); the liveness phase follows.\n"
+               "--profile: %s unless given; all (with --seeds) gives each seed a profile in turn.\n"
+               "One seed prints its swarm settings and ends with `digest <hex>`; --seeds prints\n"
+               "a line per seed, then a summary. A failure prints the broken invariant and the\n"
+               "command that replays it, and the exit code is 1 (2 for a bad argument).\n",
+               Options{}.events, Options{}.profile.c_str());
+  return code;
 }
 
 }  // namespace
@@ -74,7 +86,9 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
     const bool has_value = i + 1 < argc;
-    if (arg == "--seed" && has_value) {
+    if (arg == "--help" || arg == "-h") {
+      return usage(stdout, 0);
+    } else if (arg == "--seed" && has_value) {
       if (!parse_u64(argv[++i], options.seed)) return usage();
     } else if (arg == "--events" && has_value) {
       if (!parse_u64(argv[++i], options.events)) return usage();

@@ -22,9 +22,11 @@ cmake --install "$build" --prefix "$prefix" >"$work/install.log" || {
 programs=${TURNSTILE_PROGRAMS:-turnstiled turnstile turnstile-bench turnstile-sim}
 for program in $programs; do
   [ -x "$prefix/bin/$program" ] || fail "bin/$program not installed"
-  # (turnstile-sim prints its usage with exit code 2)
-  help=$("$prefix/bin/$program" --help 2>&1 || true)
+  help=$("$prefix/bin/$program" --help) || fail "bin/$program --help exited $?"
   grep -qi usage <<<"$help" || fail "bin/$program --help printed no usage: $help"
+  # Its manual page, made from that --help (packaging/man.cmake).
+  gzip -dc "$prefix/share/man/man1/$program.1.gz" | grep -q "^\.SH DESCRIPTION" ||
+    fail "share/man/man1/$program.1.gz is missing or no manual page"
 done
 # Every variable the environment file sets or shows (packaging/turnstiled.default) is one the
 # daemon reads: turnstiled ignores an unknown TURNSTILE_ variable, so a typo would go unseen.

@@ -4,7 +4,9 @@
 # turnstiled the way turnstiled.service does (its ExecStart, its environment file, its user, its
 # descriptor limit, a $NOTIFY_SOCKET), checks READY=1, a `ping` over TCP on a port of its own and
 # STOPPING=1, stops it with SIGTERM (exit code 0), then purges the package and checks that its
-# files, its user and /var/lib/turnstile are gone.
+# files, its user and /var/lib/turnstile are gone. Before installing, lintian must report no error
+# and no warning on the .deb; once installed, `man` must find each program's manual page, whose
+# text is the installed program's --help.
 #
 # Needs root and dpkg; exits 77 (ctest: skipped) without them, or when a package, user or state
 # directory named turnstile is already on the machine (the test would destroy it). Everything it
@@ -17,7 +19,8 @@ skip() { echo "package_test: SKIPPED: $*"; exit 77; }
 fail() { echo "package_test: FAIL: $*" >&2; exit 1; }
 
 [ "$(id -u)" -eq 0 ] || skip "needs root (it installs and purges the package on this machine)"
-for tool in dpkg dpkg-deb dpkg-query dpkg-shlibdeps cpack setpriv prlimit python3 getent; do
+for tool in dpkg dpkg-deb dpkg-query dpkg-shlibdeps cpack setpriv prlimit python3 getent lintian \
+  man; do
   command -v "$tool" >/dev/null || skip "$tool is missing (scripts/setup.sh test installs it)"
 done
 
@@ -56,6 +59,16 @@ cpack -G DEB --config "$build/CPackConfig.cmake" -B "$work/package" >"$work/cpac
 deb=$(ls "$work"/package/turnstile_*.deb 2>/dev/null | head -1)
 [ -n "$deb" ] || { cat "$work/cpack.log"; fail "cpack made no turnstile_*.deb"; }
 dpkg-deb -f "$deb" Package | grep -qx turnstile || fail "the package is not named turnstile"
+
+# --- lintian: no E: (error) and no W: (warning) line; I: (info) and pedantic tags are not checked
+# (docs/install.md, "lintian"). It runs as root here, which it warns of on stderr.
+lintian_version=$(lintian --version)
+lintian --fail-on none "$deb" >"$work/lintian.log" 2>&1 ||
+  { cat "$work/lintian.log"; fail "$lintian_version did not run"; }
+if grep -E '^[EW]: ' "$work/lintian.log" >&2; then
+  fail "$lintian_version reports the errors or warnings above on $(basename "$deb")"
+fi
+
 depends=$(dpkg-deb -f "$deb" Depends)
 for library in libevent-core libevent-openssl libssl3 libraft libuv1; do
   grep -q "$library" <<<"$depends" || fail "Depends lacks $library: $depends"
@@ -65,8 +78,10 @@ dpkg-deb --ctrl-tarfile "$deb" | tar -xO ./conffiles | grep -qx /etc/default/tur
 contents=$(dpkg-deb -c "$deb")
 # TURNSTILE_PROGRAMS: what this build installs (tests/packaging/CMakeLists.txt)
 programs=${TURNSTILE_PROGRAMS:-turnstiled turnstile turnstile-bench turnstile-sim}
-for file in $(printf './usr/bin/%s ' $programs) ./lib/systemd/system/turnstiled.service \
-  ./etc/default/turnstiled ./usr/share/doc/turnstile/install.md; do
+for file in $(printf './usr/bin/%s ' $programs) $(printf './usr/share/man/man1/%s.1.gz ' $programs) \
+  ./lib/systemd/system/turnstiled.service ./etc/default/turnstiled \
+  ./usr/share/doc/turnstile/install.md ./usr/share/doc/turnstile/copyright \
+  ./usr/share/doc/turnstile/changelog.gz; do
   grep -q " $file\$" <<<"$contents" || fail "the package lacks $file"
 done
 
@@ -76,6 +91,35 @@ dpkg -i "$deb" >"$work/dpkg-install.log" 2>&1 || { cat "$work/dpkg-install.log";
 getent passwd turnstile >/dev/null || fail "postinst made no user turnstile"
 [ "$(stat -c %U:%a /var/lib/turnstile)" = turnstile:750 ] ||
   fail "/var/lib/turnstile is $(stat -c %U:%a /var/lib/turnstile)"
+# --- each program's manual page, as `man` finds it: its text is the installed program's --help
+# (packaging/man.cmake), in the DESCRIPTION section (7 columns in; the daemon's default thread
+# count is left out of the page, as it is the build machine's cores). A machine whose dpkg leaves
+# out /usr/share/man (path-exclude, as in slim container images) has the pages in the .deb
+# (checked above) but not on disk: there only that is checked, and the result says so.
+man_note="man finds every page, its DESCRIPTION the program's --help"
+programs_with_pages=$programs
+if grep -qs '^path-exclude.*/usr/share/man' /etc/dpkg/dpkg.cfg /etc/dpkg/dpkg.cfg.d/*; then
+  man_note="dpkg here excludes /usr/share/man: the pages were checked in the .deb only"
+  programs_with_pages=
+fi
+drop_trailing_blank_lines() {
+  awk '{ line[NR] = $0 }
+    END { n = NR; while (n > 0 && line[n] == "") n--; for (i = 1; i <= n; i++) print line[i] }'
+}
+for program in $programs_with_pages; do
+  page=$(man -w "$program" 2>&1) || fail "man -w $program: $page"
+  [ "$page" = "/usr/share/man/man1/$program.1.gz" ] || fail "man -w $program finds $page"
+  LC_ALL=C MANWIDTH=200 man -P cat "$program" >"$work/man.txt" 2>&1 || {
+    cat "$work/man.txt"; fail "man $program"; }
+  grep -q "^NAME" "$work/man.txt" || { cat "$work/man.txt"; fail "man $program has no NAME"; }
+  sed -n '/^DESCRIPTION$/,/^[A-Z]/{/^[A-Z]/d;s/^       //;p}' "$work/man.txt" |
+    drop_trailing_blank_lines >"$work/man-help.txt"
+  "/usr/bin/$program" --help | sed 's/default number of cores ([0-9]*)/default number of cores/' |
+    drop_trailing_blank_lines >"$work/help.txt"
+  diff -u "$work/help.txt" "$work/man-help.txt" >&2 ||
+    fail "man $program's DESCRIPTION is not $program --help (diff above)"
+done
+
 unit=/lib/systemd/system/turnstiled.service
 [ -f "$unit" ] || fail "no $unit"
 if command -v systemd-analyze >/dev/null; then
@@ -145,7 +189,7 @@ grep -q '^STOPPING=1$' "$work/notify.log" || { cat "$work/notify.log"; fail "no 
 
 # --- purge
 dpkg --purge turnstile >"$work/dpkg-purge.log" 2>&1 || { cat "$work/dpkg-purge.log"; fail "dpkg --purge"; }
-for path in $(printf '/usr/bin/%s ' $programs) \
+for path in $(printf '/usr/bin/%s ' $programs) $(printf '/usr/share/man/man1/%s.1.gz ' $programs) \
   "$unit" /etc/default/turnstiled /usr/share/doc/turnstile /var/lib/turnstile; do
   [ ! -e "$path" ] || fail "$path is left after the purge"
 done
@@ -154,4 +198,4 @@ getent group turnstile >/dev/null && fail "the group turnstile is left after the
 dpkg-query -W -f='${Status}' turnstile 2>/dev/null | grep -qv 'not-installed' &&
   fail "dpkg still knows turnstile: $(dpkg-query -W -f='${Status}' turnstile)"
 installed=
-echo "package_test: ok ($(basename "$deb"); ping on port $port; $limit_note; $security_note; $(tr '\n' ' ' <"$work/notify.log"))"
+echo "package_test: ok ($(basename "$deb"); $lintian_version: no error or warning; $man_note; ping on port $port; $limit_note; $security_note; $(tr '\n' ' ' <"$work/notify.log"))"
