@@ -1337,10 +1337,8 @@ void HttpServer::open_watch(evhttp_request* request, const core::HttpEndpointSpe
     reply_error(request, 503, "draining", "", route, method, started);
     return;
   }
-  if (!core::http_reply_has_body(method)) {
-    reply_stream_head(request, route, method, started);
-    return;
-  }
+  // A HEAD waits for the desk too: the session's shard says whether its GET would open (200,
+  // kOpen below) or be refused (410), and the HEAD answers the same without a body.
   auto stream = std::make_unique<Stream>();
   stream->session = host_.router().new_session_id();  // its id here; the router never sees it
   stream->watch = desk_.new_ticket();
@@ -1375,9 +1373,22 @@ void HttpServer::on_watch_event(core::HttpWatchEvent& event) {
   if (watch == stream_of_watch_.end()) return;  // its stream ended meanwhile
   Stream& stream = *streams_.at(watch->second);
   switch (event.kind) {
-    case core::HttpWatchEvent::Kind::kOpen:
-      if (!stream.open && !stream.ending) start_stream(stream);
+    case core::HttpWatchEvent::Kind::kOpen: {
+      if (stream.open || stream.ending) return;
+      if (core::http_reply_has_body(stream.method)) {
+        start_stream(stream);
+        return;
+      }
+      // A HEAD: the stream's head, and the watch goes again at once.
+      stream_of_watch_.erase(watch);
+      stream.watch_over = true;
+      desk_.abandon(host_.turn_now(), stream.watch);
+      reply_stream_head(stream.request, stream.route, stream.method, stream.started);
+      const std::uint64_t id = stream.session.value;
+      stream_of_connection_.erase(stream.connection);
+      streams_.erase(id);  // destroys `stream`
       return;
+    }
     case core::HttpWatchEvent::Kind::kLost:
       if (stream.open && !stream.ending) {
         (void)write_stream(stream.session, core::http_lost_event(event.slot), 0);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -201,6 +202,35 @@ TEST(HttpHead, AStreamRouteChecksTheRequestAndOpensNoStream) {
   EXPECT_EQ(connection.body(Connection::length(*next)), "{\"status\":\"ok\"}\n");
   Client tcp(server.daemon->port());
   EXPECT_EQ(tcp.request("signal", "news.eu", "x"), "ok 0");  // nobody listens
+  EXPECT_EQ(connection.get("/ready").first.status, 200);
+}
+
+// A session's event stream is answered as its GET would be: 410 for a session that does not
+// exist (a HEAD once answered 200 there), the stream's head for one that does, with no stream
+// left open and the session's own stream still free to open.
+TEST(HttpHead, ASessionsEventStreamAnswersHeadAsItsGetWould) {
+  HttpDaemon server;
+  Connection connection(server.http_port);
+  const std::string gone = "/v1/sessions/0123456789abcdef0123456789abcdef/events";
+  const auto [refused, refusal] = connection.get(gone);
+  ASSERT_EQ(refused.status, 410) << refusal;
+  expect_head(connection, gone, 410, refusal.size());
+
+  const HttpResult created = http_request(server.http_port, "POST", "/v1/sessions");
+  ASSERT_EQ(created.status, 200) << created.raw;
+  const std::string id = nlohmann::json::parse(created.body).value("session_id", "");
+  connection.send("HEAD", "/v1/sessions/" + id + "/events");
+  connection.send("GET", "/health");
+  const std::optional<client::HttpResponseHead> head = connection.head();
+  ASSERT_TRUE(head);
+  EXPECT_EQ(head->status, 200);
+  EXPECT_EQ(header(*head, "content-type"), "text/event-stream");
+  const std::optional<client::HttpResponseHead> next = connection.head();
+  ASSERT_TRUE(next) << connection.unread();
+  EXPECT_EQ(connection.body(Connection::length(*next)), "{\"status\":\"ok\"}\n");
+  // The HEAD's watch is gone: deleting the session ends nothing on this connection, which
+  // still serves.
+  EXPECT_EQ(http_request(server.http_port, "DELETE", "/v1/sessions/" + id).status, 204);
   EXPECT_EQ(connection.get("/ready").first.status, 200);
 }
 
