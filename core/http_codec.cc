@@ -414,7 +414,7 @@ HttpResponse render_http_reply(const Request& request, const Reply& reply) {
     case Status::kErrorNotLeader:
       return {503, http_error_body("not_leader", reply.payload), reply.payload};
     case Status::kErrorMaxSubscriptions:
-      return {503, http_error_body("max_subscriptions_total")};
+      return render_http_listen_refusal(reply.status);
     case Status::kErrorAuth:
     case Status::kParked:
       break;
@@ -568,6 +568,15 @@ std::variant<HttpBadRequest, Request> decode_http_signal(std::string_view channe
                           " bytes, the most a signal on this channel carries"};
   }
   return std::move(result.request);
+}
+
+HttpResponse render_http_listen_refusal(Status status) {
+  if (status == Status::kErrorMaxSubscriptions) {
+    return {503, http_error_body("max_subscriptions_total",
+                                 "the server holds as many signal subscriptions as "
+                                 "--max-subscriptions-total allows")};
+  }
+  return {503, http_error_body("max_subscriptions", "the signal hub refused the listen")};
 }
 
 std::variant<HttpBadRequest, Request> decode_http_listen(std::string_view query) {

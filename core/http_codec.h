@@ -230,6 +230,9 @@ std::variant<HttpBadRequest, Request> decode_http_signal(std::string_view channe
 // kListen request (key the pattern, text the trimmed group, empty for none). Names and values are
 // percent-decoded with '+' as a space; the first value of a name counts.
 std::variant<HttpBadRequest, Request> decode_http_listen(std::string_view query);
+// The answer to such a stream when the hub refuses its listen (`status` not kOk): 503
+// max_subscriptions_total past --max-subscriptions-total, else 503 max_subscriptions.
+HttpResponse render_http_listen_refusal(Status status);
 // {"delivered":N} and a newline: the answer to a published signal.
 std::string http_delivered_body(std::int64_t delivered);
 // The Server-Sent Event for one push frame (`sig <channel> <payload>`, with or without its

@@ -1420,15 +1420,9 @@ void HttpServer::on_stream_event(core::Instant, Stream& stream, core::SessionEve
       }
       // The hub refused the subscription. A stream holds one, which --max-subscriptions (a cap
       // per session, at least 1 when set) always allows; --max-subscriptions-total may not.
-      if (event.reply.status == core::Status::kErrorMaxSubscriptions) {
-        reply_error(stream.request, 503, "max_subscriptions_total",
-                    "the server holds as many signal subscriptions as --max-subscriptions-total "
-                    "allows",
-                    stream.route, stream.method, stream.started);
-      } else {
-        reply_error(stream.request, 503, "max_subscriptions", "the signal hub refused the listen",
-                    stream.route, stream.method, stream.started);
-      }
+      const core::HttpResponse refused = core::render_http_listen_refusal(event.reply.status);
+      reply(stream.request, refused.code, refused.body, stream.route, stream.method,
+            stream.started);
       const std::uint64_t id = stream.session.value;
       stream_of_connection_.erase(stream.connection);
       streams_.erase(id);  // destroys `stream`

@@ -974,3 +974,19 @@ TEST(HttpCodecSignals, AnEventIsTheFrameAsGoWouldWriteItsJson) {
 
 }  // namespace
 }  // namespace turnstile::core
+
+namespace turnstile::core {
+namespace {
+
+// A refused signal stream: named by the cap that refused it.
+TEST(HttpCodec, AListenRefusalNamesTheCapThatRefusedIt) {
+  const HttpResponse total = render_http_listen_refusal(Status::kErrorMaxSubscriptions);
+  EXPECT_EQ(total.code, 503);
+  EXPECT_NE(total.body.find("\"error\":\"max_subscriptions_total\""), std::string::npos);
+  const HttpResponse other = render_http_listen_refusal(Status::kError);
+  EXPECT_EQ(other.code, 503);
+  EXPECT_NE(other.body.find("\"error\":\"max_subscriptions\""), std::string::npos);
+}
+
+}  // namespace
+}  // namespace turnstile::core
