@@ -68,8 +68,9 @@ constexpr const char* kUsage =
     "          (--server is then the node's HTTP address; --admin-token or\n"
     "          TURNSTILE_ADMIN_TOKEN)\n"
     "  admin show    KEY [lock|sem|rw]   (holders by fence, and waiters, of one key)\n"
-    "  admin release KEY [lock|sem|rw] [--fence N]   (force-release every holder, or the\n"
-    "          one with fence N; --server is the HTTP address; --admin-token or\n"
+    "  admin release KEY [lock|sem|rw] [--fence N] [--clear-delay]   (force-release every\n"
+    "          holder, or the one with fence N; --clear-delay also ends the key's\n"
+    "          lock-delay; --server is the HTTP address; --admin-token or\n"
     "          TURNSTILE_ADMIN_TOKEN)\n"
     "\n"
     "common options: --server HOST:PORT (repeatable; default 127.0.0.1:6388), or\n"
@@ -990,8 +991,10 @@ std::string path_segment(std::string_view key) {
   return segment;
 }
 
-// `admin release KEY [kind] [--fence N]`: DELETE /v1/admin/<locks|semaphores|rwlocks>/KEY, the
-// operator's force-release of every holder of KEY, or of the one with fence N.
+// `admin release KEY [kind] [--fence N] [--clear-delay]`: DELETE
+// /v1/admin/<locks|semaphores|rwlocks>/KEY[?fence=N][&clear_delay=true], the operator's
+// force-release of every holder of KEY, or of the one with fence N; with --clear-delay it also
+// ends the key's running lock-delay (docs/http-api.md, "Admin force-release").
 int do_admin_release(const cxxopts::ParseResult& parsed, const Common& common,
                      const std::vector<std::string>& arguments) {
   expect_arguments(arguments, 1, 2, "KEY [lock|sem|rw]");
@@ -1007,6 +1010,9 @@ int do_admin_release(const cxxopts::ParseResult& parsed, const Common& common,
     if (fence == 0) throw UsageError{"--fence must be at least 1 (leave it out for every holder)"};
     path += "?fence=" + std::to_string(fence);
   }
+  const bool clear_delay = parsed.count("clear-delay") != 0 && parsed["clear-delay"].as<bool>();
+  if (clear_delay) path += path.find('?') == std::string::npos ? "?" : "&";
+  if (clear_delay) path += "clear_delay=true";
   const std::string token = admin_token(parsed, common);
   const Milliseconds timeout = admin_timeout(parsed);
   const Endpoint& server = common.servers.front();
@@ -1020,10 +1026,16 @@ int do_admin_release(const cxxopts::ParseResult& parsed, const Common& common,
                 server.to_string());
   }
   const std::uint64_t released = json["released"].get<std::uint64_t>();
+  const bool cleared = json.value("delay_cleared", false) == true;
   if (common.json) {
-    std::cout << Json{{"ok", true}, {"released", released}}.dump() << "\n";
+    Json out{{"ok", true}, {"released", released}};
+    if (clear_delay) out["delay_cleared"] = cleared;
+    std::cout << out.dump() << "\n";
   } else {
-    std::cout << "released " << released << "\n";
+    std::cout << "released " << released;
+    if (clear_delay)
+      std::cout << (cleared ? ", lock-delay cleared" : ", no lock-delay was running");
+    std::cout << "\n";
   }
   return kExitOk;
 }
@@ -1068,10 +1080,12 @@ cxxopts::Options command_options(const std::string& command) {
   if (command == "admin release") {
     options.custom_help("[OPTION...] KEY [lock|sem|rw]");
     add("fence", "free only the holder with this fence (default: every holder)",
-        cxxopts::value<std::uint64_t>())("admin-token",
-                                         "the server's admin token (else TURNSTILE_ADMIN_TOKEN)",
-                                         cxxopts::value<std::string>())(
-        "timeout", "seconds to wait for the answer", cxxopts::value<double>()->default_value("10"));
+        cxxopts::value<std::uint64_t>())("clear-delay",
+                                         "also end the key's running lock-delay (and start none)",
+                                         cxxopts::value<bool>()->default_value("false"))(
+        "admin-token", "the server's admin token (else TURNSTILE_ADMIN_TOKEN)",
+        cxxopts::value<std::string>())("timeout", "seconds to wait for the answer",
+                                       cxxopts::value<double>()->default_value("10"));
   }
   if (command == "listen") {
     add("g,group", "listen as a member of this queue group (each signal goes to one member)",

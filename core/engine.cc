@@ -1097,7 +1097,9 @@ struct Engine::Impl {
 
   // force-release: frees every holder of the key (or the one whose fence is request.fence) as if
   // its lease had ended now: its token stops working (error_lease_expired), its open session
-  // hears of the loss, the lock-delay starts and the queue moves on. `ok <n>`: n freed.
+  // hears of the loss, the lock-delay starts and the queue moves on. `ok <n>`: n freed. With
+  // request.clear_delay no lock-delay starts for them, and a running one ends (whether or not
+  // anyone was freed: a key nobody holds may still be delayed): Reply::delay_cleared says so.
   Reply force_release(Namespace ns, const Request& request, std::vector<Delivery>& out) {
     Resource* resource = find(ns, request.key);
     if (resource == nullptr) return Reply::delivered(0);
@@ -1106,7 +1108,8 @@ struct Engine::Impl {
          h = decltype(resource->holders)::next(h)) {
       if (request.fence == 0 || h->token.fence.value == request.fence) victims.push_back(h);
     }
-    if (victims.empty()) return Reply::delivered(0);
+    const bool clear = request.clear_delay && resource->delay_timer.scheduled();
+    if (victims.empty() && !clear) return Reply::delivered(0);
     for (Holder* holder : victims) {
       ++counters.forced_releases;
       report_loss(*holder, LossReason::kForced);
@@ -1123,10 +1126,14 @@ struct Engine::Impl {
           resource->forced_fences.end() - static_cast<std::ptrdiff_t>(kForcedRemembered));
     }
     resource->last_activity = now;
-    start_delay(*resource);
+    if (clear) {
+      deadlines.cancel(resource->delay_timer);
+    } else if (!request.clear_delay) {
+      start_delay(*resource);
+    }
     promote(*resource, out);
     arm_gc(*resource);
-    return Reply::delivered(static_cast<std::int64_t>(victims.size()));
+    return Reply::force_released(static_cast<std::int64_t>(victims.size()), clear);
   }
 
   bool cancel_parked(SessionId session, std::vector<Delivery>& out) {

@@ -5,6 +5,7 @@
 #include <span>
 
 #include "core/assert.h"
+#include "core/http_force_query.h"
 #include "core/http_query.h"
 #include "core/http_sessions.h"
 #include "core/json_error.h"
@@ -636,33 +637,6 @@ constexpr std::array<KeyRoute, 9> kKeyRoutes = {{
     {HttpEndpoint::kAdminReadWriteRelease, Command::kForceRelease, Namespace::kReadWrite},
 }};
 
-// `fence=N` of a force-release's query: 0 when absent (every holder), N when it is 1..2^64-1.
-std::variant<HttpBadRequest, std::uint64_t> query_fence(std::string_view query) {
-  const HttpBadRequest bad{
-      "query parameter \"fence\" must be a decimal integer between 1 and "
-      "18446744073709551615"};
-  std::variant<HttpQueryError, std::vector<HttpQueryPair>> pairs = parse_http_query(query);
-  if (const auto* error = std::get_if<HttpQueryError>(&pairs)) {
-    return HttpBadRequest{error->detail};
-  }
-  // The first `fence` counts.
-  if (const std::optional<std::string> found =
-          first_query_value(std::get<std::vector<HttpQueryPair>>(pairs), "fence")) {
-    const std::string& value = *found;
-    if (value.empty() || value.size() > 20) return bad;
-    std::uint64_t fence = 0;
-    for (char c : value) {
-      if (c < '0' || c > '9') return bad;
-      const auto digit = static_cast<std::uint64_t>(c - '0');
-      if (fence > (UINT64_MAX - digit) / 10) return bad;
-      fence = fence * 10 + digit;
-    }
-    if (fence == 0) return bad;
-    return fence;
-  }
-  return std::uint64_t{0};
-}
-
 }  // namespace
 
 std::optional<HttpKeyCommand> http_key_command(HttpEndpoint endpoint) {
@@ -694,9 +668,12 @@ std::variant<HttpBadRequest, Request> decode_http_key_request(HttpEndpoint endpo
       break;
     }
     case Command::kForceRelease: {
-      std::variant<HttpBadRequest, std::uint64_t> fence = query_fence(query);
-      if (auto* bad = std::get_if<HttpBadRequest>(&fence)) return std::move(*bad);
-      request.fence = std::get<std::uint64_t>(fence);
+      std::variant<HttpQueryError, ForceReleaseQuery> parsed = parse_force_release_query(query);
+      if (auto* bad = std::get_if<HttpQueryError>(&parsed)) {
+        return HttpBadRequest{std::move(bad->detail)};
+      }
+      request.fence = std::get<ForceReleaseQuery>(parsed).fence;
+      request.clear_delay = std::get<ForceReleaseQuery>(parsed).clear_delay;
       break;
     }
     default:
@@ -734,7 +711,10 @@ HttpResponse render_http_key_reply(const Request& request, const Reply& reply) {
     }
     case Command::kForceRelease:
       if (reply.status == Status::kOk && reply.seconds >= 0) {
-        return {200, json_line(Json{{"released", reply.seconds}})};
+        Json body{{"released", reply.seconds}};
+        // Asked to clear the lock-delay: whether one was running (and now is not).
+        if (request.clear_delay) body["delay_cleared"] = reply.delay_cleared;
+        return {200, json_line(body)};
       }
       break;
     default:

@@ -259,7 +259,8 @@ std::optional<HttpKeyCommand> http_key_command(HttpEndpoint endpoint);
 //  * a check's body is {"token":"..."}, the token checked as for a release (a string of 1..256
 //    bytes without whitespace; one the server could not have issued is simply not held);
 //  * a force-release's query (`query`, without the '?') may say `fence=N`, N a decimal 1..2^64-1:
-//    only the holder with that fence is freed; without it every holder is. Other query names are
+//    only the holder with that fence is freed; without it every holder is; and `clear_delay=true`
+//    (or false): also end the key's lock-delay (core/http_force_query.h). Other query names are
 //    ignored; the body is ignored;
 //  * an inspect takes nothing but its key (body and query are ignored).
 std::variant<HttpBadRequest, Request> decode_http_key_request(HttpEndpoint endpoint,
@@ -272,7 +273,8 @@ std::variant<HttpBadRequest, Request> decode_http_key_request(HttpEndpoint endpo
 //                  left, rounded up), else 200 {"held":false}
 //   inspect        200 with the engine's JSON (core/stats.h KeyInspection) and a newline; 404 with
 //                  the same JSON when its "exists" is false (the key is not in use)
-//   force-release  200 {"released":N}, N the holders freed
+//   force-release  200 {"released":N}, N the holders freed; with clear_delay=true
+//                  {"released":N,"delay_cleared":B}, B whether a running lock-delay was ended
 // and, for all three, 503 not_leader (HttpResponse::leader) or 503 draining as for a lock call.
 HttpResponse render_http_key_reply(const Request& request, const Reply& reply);
 

@@ -26,10 +26,12 @@ void write_request(ByteWriter& w, const Request& request) {
   w.u8(request.give_back ? 1 : 0);
   w.u8(static_cast<std::uint8_t>(request.space));
   w.u64(request.fence);
+  w.u8(request.clear_delay ? 1 : 0);
 }
 
 // `version`: of the entry; version 2 had no give-back flag, version 3 no namespace and fence
-// (check, inspect and force-release came with version 4).
+// (check, inspect and force-release came with version 4), version 4 no clear-delay flag (a
+// force-release of version 4 leaves the lock-delay alone, as it did then).
 bool read_request(ByteReader& r, std::uint8_t version, Request& request) {
   std::uint8_t command = 0;
   std::uint8_t has_token = 0;
@@ -71,6 +73,13 @@ bool read_request(ByteReader& r, std::uint8_t version, Request& request) {
     request.space = static_cast<Namespace>(space);
     // Only a force-release names a fence.
     if (request.fence != 0 && request.command != Command::kForceRelease) return false;
+  }
+  if (version >= 5) {
+    std::uint8_t clear_delay = 0;
+    if (!r.u8(clear_delay) || clear_delay > 1) return false;
+    // Only a force-release clears a lock-delay.
+    if (clear_delay == 1 && request.command != Command::kForceRelease) return false;
+    request.clear_delay = clear_delay == 1;
   }
   return true;
 }

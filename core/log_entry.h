@@ -59,7 +59,8 @@ struct LogEntry {
   bool operator==(const LogEntry&) const = default;
 };
 
-inline constexpr std::uint8_t kLogEntryVersion = 4;
+// Version 5 added a force-release's clear-delay flag; versions 2 to 4 are still read.
+inline constexpr std::uint8_t kLogEntryVersion = 5;
 
 std::string encode_entry(const LogEntry& entry);
 // The entry `bytes` encode, or nullopt when they are not exactly one well-formed entry of a

@@ -60,7 +60,8 @@ enum class Command : std::uint8_t {
   kLostNotify,  // lost-notify _ on|off           `ok`; with on, the connection is told of every
                 //                                 slot it loses (`lost ...` push lines)
   // An operator's force-release (HTTP DELETE /v1/admin/..., never on the TCP wire): frees every
-  // holder of the key, or the one whose fence is Request::fence.  `ok <n>`: n freed.
+  // holder of the key, or the one whose fence is Request::fence, and with Request::clear_delay
+  // ends its lock-delay.  `ok <n>`: n freed (Reply::delay_cleared: a lock-delay was ended).
   kForceRelease,  // the last: kCommandCount counts up to it
 };
 
@@ -126,6 +127,9 @@ struct Request {
   Namespace space = Namespace::kLock;
   // force-release: the fence of the one holder to free; 0 frees every holder.
   std::uint64_t fence = 0;
+  // force-release: also end the key's running lock-delay, and start none for the holders it
+  // frees, so that the queue moves on at once (docs/http-api.md, "Admin force-release").
+  bool clear_delay = false;
   // lost-notify: on (true) or off.
   bool enable = false;
   // r, sr: a give-back (release_of) by a session that closed before its grant reached it. It
@@ -177,6 +181,8 @@ std::string_view status_name(Status status);
 //   token + seconds            ok <token> <lease> | acquired <token> <lease>
 //   seconds only               ok <ttl>            (renew)
 //                              ok <n>              (signal: its deliveries)
+//                              ok <n>              (force-release: the holders it freed, and
+//                                                   delay_cleared, never on the wire)
 //   payload                    ok <json>           (stats)
 //                              error_not_leader <host:port>   (cluster mode; payload may be empty)
 struct Reply {
@@ -185,19 +191,29 @@ struct Reply {
   // The lease of a grant, the new ttl of a renew, or a signal's deliveries; -1 when absent.
   std::int64_t seconds = -1;
   std::string payload;  // stats JSON
+  // A force-release with Request::clear_delay: it ended a running lock-delay of the key. Only the
+  // HTTP reply says so ({"released":N,"delay_cleared":true}); a force-release is never on the wire.
+  bool delay_cleared = false;
 
-  static Reply of(Status status) { return Reply{status, std::nullopt, -1, {}}; }
+  static Reply of(Status status) { return Reply{status, std::nullopt, -1, {}, false}; }
   static Reply granted(Status status, Token token, std::int64_t lease_s) {
-    return Reply{status, token, lease_s, {}};
+    return Reply{status, token, lease_s, {}, false};
   }
-  static Reply renewed(std::int64_t ttl_s) { return Reply{Status::kOk, std::nullopt, ttl_s, {}}; }
-  static Reply delivered(std::int64_t count) { return Reply{Status::kOk, std::nullopt, count, {}}; }
+  static Reply renewed(std::int64_t ttl_s) {
+    return Reply{Status::kOk, std::nullopt, ttl_s, {}, false};
+  }
+  static Reply delivered(std::int64_t count) {
+    return Reply{Status::kOk, std::nullopt, count, {}, false};
+  }
+  static Reply force_released(std::int64_t count, bool delay_cleared) {
+    return Reply{Status::kOk, std::nullopt, count, {}, delay_cleared};
+  }
   static Reply stats(std::string json) {
-    return Reply{Status::kOk, std::nullopt, -1, std::move(json)};
+    return Reply{Status::kOk, std::nullopt, -1, std::move(json), false};
   }
   static Reply parked() { return of(Status::kParked); }
   static Reply not_leader(std::string leader_address) {
-    return Reply{Status::kErrorNotLeader, std::nullopt, -1, std::move(leader_address)};
+    return Reply{Status::kErrorNotLeader, std::nullopt, -1, std::move(leader_address), false};
   }
 
   bool is_grant() const { return token.has_value(); }

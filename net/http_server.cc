@@ -1054,9 +1054,10 @@ void HttpServer::run_key_request(evhttp_request* request, const core::HttpEndpoi
 void HttpServer::finish_key(KeyRequest& key, const core::Reply& reply) {
   const core::Request& request = key.request;
   if (!key.admin_peer.empty()) {
-    const std::string what = request.fence == 0
-                                 ? std::string("every holder")
-                                 : "the holder with fence " + std::to_string(request.fence);
+    const std::string what =
+        (request.fence == 0 ? std::string("every holder")
+                            : "the holder with fence " + std::to_string(request.fence)) +
+        (request.clear_delay ? ", clearing the lock-delay" : "");
     const std::string kind(core::namespace_word(request.space));
     const std::string name = printable_key(request.key);
     if (reply.status == core::Status::kOk) {
@@ -1066,13 +1067,15 @@ void HttpServer::finish_key(KeyRequest& key, const core::Reply& reply) {
       log_event(LogLevel::kWarn, "admin_force_release",
                 "admin: force-release of " + kind + " " + name + " (" + what + ") asked by " +
                     key.admin_peer + " with the admin token: " + std::to_string(reply.seconds) +
-                    " freed",
+                    " freed" + (reply.delay_cleared ? ", lock-delay cleared" : ""),
                 {{"peer", key.admin_peer},
                  {"kind", kind},
                  {"key", name},
                  {"fence", request.fence},
+                 {"clear_delay", request.clear_delay},
                  {"outcome", "ok"},
-                 {"freed", reply.seconds}});
+                 {"freed", reply.seconds},
+                 {"delay_cleared", reply.delay_cleared}});
     } else {
       const std::string status(core::status_name(reply.status));
       log_event(LogLevel::kWarn, "admin_force_release",

@@ -247,6 +247,8 @@ void EngineDifferential::apply(std::size_t index, const Step& step) {
           request.fence = fence;
           model_request.fence = fence;
           request.space = model_request.space = step.space;
+          // Now and then it also ends the key's lock-delay.
+          request.clear_delay = model_request.clear_delay = step.token_index % 4 >= 2;
         } else {
           request.token = engine_token;
           model_request.token = model_token;

@@ -110,7 +110,8 @@ struct Step {
   std::size_t token_index = 0;
   bool auto_release = true;
   // check and force-release: the namespace they name. A force-release frees every holder when
-  // token_index is even, else the holder whose fence is the picked token's.
+  // token_index is even, else the holder whose fence is the picked token's; it also clears the
+  // key's lock-delay (Request::clear_delay) when token_index % 4 is 2 or 3.
   core::Namespace space = core::Namespace::kLock;
 };
 

@@ -499,14 +499,20 @@ Reply ReferenceModel::force_release(Namespace ns, const Request& request,
     resource.forced_fences.push_back(holder.token.fence.value);
     resource.holders.erase(resource.holders.begin() + static_cast<std::ptrdiff_t>(h));
   }
-  if (freed == 0) return Reply::delivered(0);
+  // clear_delay: a running lock-delay ends (also when nobody was freed), and none starts.
+  const bool clear = request.clear_delay && resource.delay_until.has_value();
+  if (freed == 0 && !clear) return Reply::delivered(0);
   while (resource.forced_fences.size() > 16) {
     resource.forced_fences.erase(resource.forced_fences.begin());
   }
   resource.last_activity = now_;
-  start_delay(resource);
+  if (clear) {
+    resource.delay_until.reset();
+  } else if (!request.clear_delay) {
+    start_delay(resource);
+  }
   promote(*resource_index, out);
-  return Reply::delivered(freed);
+  return Reply::force_released(freed, clear);
 }
 
 std::vector<core::Loss> ReferenceModel::take_losses() {

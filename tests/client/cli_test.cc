@@ -636,6 +636,39 @@ TEST(TurnstileCli, AdminShowPrintsHoldersAndWaiters) {
   EXPECT_EQ(run_cli(dir, {"admin", "frob", "-s", server(daemon), "catalog"}).code, kExitUsage);
 }
 
+// A mistaken --lock-delay of a day: a force-release starts it, and only --clear-delay ends it
+// (issue 37 point 5); the next acquire is then granted at once, with a higher fence.
+TEST(TurnstileCli, AdminReleaseWithClearDelayEndsTheLockDelay) {
+  integration::HttpDaemon daemon({"--admin-token", kAdminToken, "--lock-delay", "86400"});
+  TempDir dir;
+  const std::string http = http_server(daemon);
+  Connection holder = connect_to(*daemon.daemon);
+  Connection other = connect_to(*daemon.daemon);
+  auto grant = holder.lock("delayed", 0s, 60s);
+  ASSERT_TRUE(grant.ok());
+  const Outcome forced =
+      run_cli(dir, {"admin", "release", "-s", http, "delayed", "--admin-token", kAdminToken});
+  ASSERT_EQ(forced.code, kExitOk) << forced.err;
+  EXPECT_EQ(forced.out, "released 1\n");
+  // Nobody holds it, but the day-long delay the force started keeps it.
+  EXPECT_EQ(code_of_lock(other.lock("delayed", 0s)), ErrorCode::kTimeout);
+  const Outcome cleared = run_cli(dir, {"admin", "release", "-s", http, "delayed", "--clear-delay",
+                                        "--admin-token", kAdminToken, "--json"});
+  ASSERT_EQ(cleared.code, kExitOk) << cleared.err;
+  EXPECT_EQ(Json::parse(cleared.out),
+            (Json{{"ok", true}, {"released", 0}, {"delay_cleared", true}}))
+      << cleared.out;
+  auto next = other.lock("delayed", 0s, 60s);
+  ASSERT_TRUE(next.ok()) << next.error().to_string();
+  EXPECT_GT(next->fence(), grant->fence());
+  // Freeing a holder with --clear-delay starts no delay; with nothing running it says so.
+  const Outcome again = run_cli(dir, {"admin", "release", "-s", http, "delayed", "--clear-delay",
+                                      "--admin-token", kAdminToken});
+  ASSERT_EQ(again.code, kExitOk) << again.err;
+  EXPECT_EQ(again.out, "released 1, no lock-delay was running\n");
+  EXPECT_TRUE(holder.lock("delayed", 0s, 60s).ok());
+}
+
 TEST(TurnstileCli, AdminReleaseNeedsTheTokenAndFreesTheKey) {
   integration::HttpDaemon daemon({"--admin-token", kAdminToken});
   TempDir dir;

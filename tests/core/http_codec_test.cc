@@ -319,6 +319,48 @@ TEST(HttpCodecKeys, AnInspectTakesOnlyItsKeyAndAForceReleaseAFence) {
   }
 }
 
+// `clear_delay=true` (or false) asks a force-release to end the key's lock-delay too; any other
+// value is a 400 that names the parameter, with or without a fence.
+TEST(HttpCodecKeys, AForceReleaseMayClearTheLockDelay) {
+  const auto decode = [](std::string_view query) {
+    return decode_http_key_request(HttpEndpoint::kAdminLockRelease, "k", "", query);
+  };
+  const auto cleared = [&](std::string_view query) -> std::optional<bool> {
+    auto decoded = decode(query);
+    if (std::holds_alternative<HttpBadRequest>(decoded)) return std::nullopt;
+    return std::get<Request>(decoded).clear_delay;
+  };
+  EXPECT_EQ(cleared(""), false);
+  EXPECT_EQ(cleared("clear_delay=true"), true);
+  EXPECT_EQ(cleared("clear_delay=false"), false);
+  EXPECT_EQ(cleared("clear_delay=%74rue&clear_delay=nope"), true);  // decoded; the first counts
+  auto both = decode("fence=9&clear_delay=true");
+  ASSERT_TRUE(std::holds_alternative<Request>(both));
+  EXPECT_EQ(std::get<Request>(both).fence, 9U);
+  EXPECT_TRUE(std::get<Request>(both).clear_delay);
+  for (const char* bad : {"clear_delay", "clear_delay=", "clear_delay=1", "clear_delay=TRUE",
+                          "clear_delay=yes", "clear_delay=true%20", "fence=9&clear_delay=on"}) {
+    auto decoded = decode(bad);
+    ASSERT_TRUE(std::holds_alternative<HttpBadRequest>(decoded)) << bad;
+    EXPECT_EQ(std::get<HttpBadRequest>(decoded).detail,
+              "query parameter \"clear_delay\" must be true or false")
+        << bad;
+  }
+  // A bad fence is still the fence's 400, whatever clear_delay says.
+  auto bad_fence = decode("fence=0&clear_delay=true");
+  ASSERT_TRUE(std::holds_alternative<HttpBadRequest>(bad_fence));
+  EXPECT_NE(std::get<HttpBadRequest>(bad_fence).detail.find("\"fence\""), std::string::npos);
+
+  // The reply says whether a delay was ended only when asked to end one.
+  Request release;
+  release.command = Command::kForceRelease;
+  release.clear_delay = true;
+  EXPECT_EQ(render_http_key_reply(release, Reply::force_released(0, true)).body,
+            "{\"released\":0,\"delay_cleared\":true}\n");
+  EXPECT_EQ(render_http_key_reply(release, Reply::force_released(1, false)).body,
+            "{\"released\":1,\"delay_cleared\":false}\n");
+}
+
 TEST(HttpCodecKeys, RepliesRenderAsHeldReleasedOrTheInspection) {
   Request check;
   check.command = Command::kCheck;

@@ -356,6 +356,53 @@ TEST_F(EngineExtras, ForceReleaseOfOneFenceLeavesTheOtherHolders) {
   EXPECT_EQ(engine_->resources_count(), 1u);
 }
 
+// A lock-delay running on a key nobody holds (its lease ran out): a force-release with
+// clear_delay ends it, and the waiter is granted at the same clock time, with a higher fence.
+TEST_F(EngineWithLockDelay, ForceReleaseWithClearDelayEndsARunningDelayAndGrantsAtOnce) {
+  const Reply held = send(secs(0), s(1), acquire(Command::kLock, 0, 2));
+  EXPECT_EQ(send(secs(0), s(2), acquire(Command::kLock, 30)).status, Status::kParked);
+  tick(secs(2));  // the lease ends: the delay runs to 5
+  EXPECT_FALSE(delivered_to(s(2)));
+  Request force = of_space(Command::kForceRelease, Namespace::kLock);
+  force.clear_delay = true;
+  const Reply cleared = send(secs(2), s(99), force);
+  EXPECT_EQ(cleared, Reply::force_released(0, true));
+  const std::optional<Reply> next = delivered_to(s(2));
+  ASSERT_TRUE(next && next->is_grant());
+  EXPECT_GT(next->token->fence, held.token->fence);
+  EXPECT_FALSE(inspect(secs(2), Namespace::kLock).contains("lock_delay_left_s"));
+  // Nothing left to clear: the same request answers that it cleared nothing, and frees nobody
+  // but the holder.
+  EXPECT_EQ(send(secs(2), s(99), force), Reply::force_released(1, false));
+  EXPECT_EQ(send(secs(2), s(99), force), Reply::force_released(0, false));
+}
+
+// Without clear_delay a force-release starts the lock-delay; with it, the holders it frees start
+// none and the queue moves on at once. A fence naming nobody still clears a running delay.
+TEST_F(EngineWithLockDelay, ForceReleaseWithClearDelayStartsNoDelayForWhomItFrees) {
+  const Reply a = send(secs(0), s(1), acquire(Command::kReadLock, 0));
+  EXPECT_EQ(send(secs(0), s(2), acquire(Command::kWriteLock, 30)).status, Status::kParked);
+  Request force = of_space(Command::kForceRelease, Namespace::kReadWrite);
+  force.fence = a.token->fence.value;
+  EXPECT_EQ(send(secs(1), s(99), force), Reply::force_released(1, false));
+  EXPECT_FALSE(delivered_to(s(2)));  // the delay the force started holds the writer
+  force.fence = 12345;               // nobody
+  force.clear_delay = true;
+  EXPECT_EQ(send(secs(1), s(99), force), Reply::force_released(0, true));
+  const std::optional<Reply> writer = delivered_to(s(2));
+  ASSERT_TRUE(writer && writer->is_grant());
+  EXPECT_EQ(send(secs(1), s(3), acquire(Command::kWriteLock, 30)).status, Status::kParked);
+  force.fence = 0;
+  EXPECT_EQ(send(secs(1), s(99), force), Reply::force_released(1, false));
+  const std::optional<Reply> third = delivered_to(s(3));
+  ASSERT_TRUE(third && third->is_grant());
+  EXPECT_GT(third->token->fence, writer->token->fence);
+  // A key that does not exist, or is not delayed, clears nothing.
+  Request sem = of_space(Command::kForceRelease, Namespace::kSemaphore);
+  sem.clear_delay = true;
+  EXPECT_EQ(send(secs(1), s(99), sem), Reply::force_released(0, false));
+}
+
 TEST_F(EngineExtras, AnExpiredLeaseIsALossOfAnOpenSessionOnly) {
   const Reply a = send(secs(0), s(1), acquire(Command::kLock, 0, 2));
   const Reply b = send(secs(0), s(2), acquire(Command::kSemLock, 0, 2));

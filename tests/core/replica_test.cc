@@ -138,23 +138,46 @@ TEST(LogEntry, WhatTheEngineMustNeverSeeIsRefused) {
 }
 
 // Version 2 had no give-back flag (after a Submit's ref), version 3 no namespace and fence (after
-// the flag): their entries still decode, as a release that is not a give-back.
-TEST(LogEntry, VersionTwoAndThreeEntriesStillDecode) {
+// the flag), version 4 no clear-delay flag (after the fence): their entries still decode, as a
+// release that is not a give-back.
+TEST(LogEntry, VersionTwoToFourEntriesStillDecode) {
   Request release;
   release.command = Command::kRelease;
   release.key = "jobs";
   release.token = Token{Fence{42}, 0xabcdef};
   const LogEntry original = entry(kStart, 7, {command::Submit{SessionId{3}, release}});
   const std::string bytes = encode_entry(original);
-  // Last: the flag (0), the namespace (0) and the fence (8 bytes of 0).
-  ASSERT_EQ(bytes.substr(bytes.size() - 10), std::string(10, '\0'));
-  for (const int version : {2, 3}) {
-    std::string old = bytes.substr(0, bytes.size() - (version == 2 ? 10 : 9));
+  // Last: the give-back flag (0), the namespace (0), the fence (8 bytes of 0) and the clear-delay
+  // flag (0).
+  ASSERT_EQ(bytes.substr(bytes.size() - 11), std::string(11, '\0'));
+  for (const int version : {2, 3, 4}) {
+    std::string old = bytes.substr(0, bytes.size() - (version == 2 ? 11 : version == 3 ? 10 : 1));
     old[0] = static_cast<char>(version);
     const std::optional<LogEntry> decoded = decode_entry(old);
     ASSERT_TRUE(decoded) << "version " << version;
     EXPECT_EQ(*decoded, original);
   }
+}
+
+// A version-4 force-release (written before clear_delay existed) decodes as one that leaves the
+// lock-delay alone; the same bytes as version 5 lack the flag and are refused.
+TEST(LogEntry, AVersionFourForceReleaseLeavesTheDelayAlone) {
+  Request force;
+  force.command = Command::kForceRelease;
+  force.key = "jobs";
+  force.space = Namespace::kSemaphore;
+  force.fence = 9;
+  const LogEntry original = entry(kStart, 7, {command::Submit{SessionId{3}, force}});
+  force.clear_delay = true;
+  const std::string bytes = encode_entry(entry(kStart, 7, {command::Submit{SessionId{3}, force}}));
+  ASSERT_EQ(bytes.back(), '\1');
+  std::string old = bytes.substr(0, bytes.size() - 1);
+  EXPECT_FALSE(decode_entry(old));  // version 5 without its flag
+  old[0] = 4;
+  const std::optional<LogEntry> decoded = decode_entry(old);
+  ASSERT_TRUE(decoded);
+  EXPECT_EQ(*decoded, original);
+  EXPECT_FALSE(std::get<command::Submit>(decoded->commands[0]).request.clear_delay);
 }
 
 // Check, inspect and force-release carry their namespace, and force-release its fence; a fence on
@@ -173,6 +196,27 @@ TEST(LogEntry, NamespaceAndFenceRoundTrip) {
   check.command = Command::kCheck;
   EXPECT_FALSE(
       decode_entry(encode_entry(entry(kStart, 7, {command::Submit{SessionId{3}, check}}))));
+}
+
+// A force-release carries its clear-delay flag; the flag on any other command, or a flag byte
+// other than 0 and 1, is refused.
+TEST(LogEntry, ClearDelayRoundTripsOnAForceReleaseOnly) {
+  Request force;
+  force.command = Command::kForceRelease;
+  force.key = "jobs";
+  force.clear_delay = true;
+  const LogEntry original = entry(kStart, 7, {command::Submit{SessionId{3}, force}});
+  const std::string bytes = encode_entry(original);
+  const std::optional<LogEntry> decoded = decode_entry(bytes);
+  ASSERT_TRUE(decoded);
+  EXPECT_EQ(*decoded, original);
+  std::string two = bytes;
+  two.back() = '\2';
+  EXPECT_FALSE(decode_entry(two));
+  Request inspect = force;
+  inspect.command = Command::kInspect;
+  EXPECT_FALSE(
+      decode_entry(encode_entry(entry(kStart, 7, {command::Submit{SessionId{3}, inspect}}))));
 }
 
 RC_GTEST_PROP(LogEntry, RandomEntriesRoundTrip, ()) {
