@@ -51,6 +51,7 @@ void Checker::new_life(std::uint64_t life, bool across_lives) {
   max_fence_life_.clear();
   delay_until_.clear();
   released_.clear();
+  cleared_.clear();
   previous_.assign(settings_.shards, {});
   forgotten_.clear();
 }
@@ -68,6 +69,7 @@ void Checker::clear_observed() {
   observed_.clear();
   observed_paths_.clear();
   released_.clear();
+  cleared_.clear();
 }
 
 void Checker::check_engine(std::size_t shard, const core::Engine& engine, std::int64_t now) {
@@ -88,6 +90,8 @@ void Checker::check_engine(std::size_t shard, const core::Engine& engine, std::i
   observed_paths_.clear();
   std::set<std::pair<ResourceKey, std::pair<std::uint64_t, std::uint64_t>>> released;
   released.swap(released_);
+  std::set<ResourceKey> cleared;
+  cleared.swap(cleared_);
   auto count = [&](const char* name) {
     if (coverage_ != nullptr) ++(*coverage_)[name];
   };
@@ -199,7 +203,8 @@ void Checker::check_engine(std::size_t shard, const core::Engine& engine, std::i
   // the engine's now of this call. A grant in a later call before that instant breaks the rule;
   // a grant in this same call does when it could not have held the key together with the holder
   // that left (so it came after it): any lock, a semaphore of limit 1, a writer, or a reader
-  // where a writer left.
+  // where a writer left. A force-release with clear_delay ends the key's delay and starts none
+  // for the holders it freed, so the key may grant in that same call.
   const std::int64_t delay_ns = settings_.lock_delay_ms * kMs;
   if (delay_ns > 0) {
     const std::int64_t now_ns = engine.now().ns();
@@ -216,10 +221,13 @@ void Checker::check_engine(std::size_t shard, const core::Engine& engine, std::i
             still = still || now_holder.token == holder.token;
           }
         }
-        if (still || released.count({key, id}) != 0) continue;
+        if (still || released.count({key, id}) != 0 || cleared.count(key) != 0) continue;
         left[key].push_back(holder);
         left_limit[key] = before.limit;
       }
+    }
+    for (const ResourceKey& key : cleared) {
+      if (delay_until_.erase(key) != 0) count("lock-delay-cleared");
     }
     for (const auto& [key, tokens] : fresh) {
       auto until = delay_until_.find(key);

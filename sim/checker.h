@@ -5,7 +5,7 @@
 // alone (rw-exclusion), and the head of a queue is never a reader that could share the key with
 // its holders (rw-fifo). With a lock-delay: once a holder left without a release (its lease
 // ended, or its session closed and auto-release freed it), the key grants nothing for the delay
-// (lock-delay).
+// (lock-delay), unless an operator's force-release ended it (clear_delay).
 //
 // The driver tells it what it saw (grants on their way, sessions forgotten, a new process life)
 // and hands it each engine to check right after a call into it; a broken invariant goes to the
@@ -49,6 +49,9 @@ class Checker {
   // A release of `token` on `key` answered `ok` in the call being checked: its holder left
   // cleanly, which starts no lock-delay.
   void observe_release(ResourceKey key, core::Token token);
+  // An operator's force-release of `key` with clear_delay answered `ok` in the call being
+  // checked: the key's lock-delay ends, and the holders it freed start none.
+  void observe_delay_cleared(ResourceKey key) { cleared_.insert(std::move(key)); }
   // Where to count what the read-write and lock-delay checks saw (null: nowhere).
   void count_into(std::map<std::string, std::uint64_t>* coverage) { coverage_ = coverage; }
   // Forgets what was observed and not checked (no process to check it against).
@@ -86,6 +89,7 @@ class Checker {
   std::set<std::uint64_t> forgotten_;                          // this life
   // Releases answered `ok` in the call being checked: (key, (fence, salt)).
   std::set<std::pair<ResourceKey, std::pair<std::uint64_t, std::uint64_t>>> released_;
+  std::set<ResourceKey> cleared_;  // keys whose lock-delay the call being checked ended
   // Per key, this life: the engine instant (ns) before which it may grant nothing, because a
   // holder left it without a release.
   std::map<ResourceKey, std::int64_t> delay_until_;

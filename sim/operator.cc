@@ -50,6 +50,15 @@ void Operator::on_act() {
   }
   call.key = key.second;
   if (fence != 0) call.query = "fence=" + std::to_string(fence);
+  sent.by_fence = fence != 0;
+  // Three in ten also end the key's lock-delay; a few ask in a word the route does not take.
+  if (prng_.chance(300)) {
+    sent.clear_delay = true;
+    call.query += std::string(call.query.empty() ? "" : "&") + "clear_delay=true";
+  } else if (prng_.chance(20)) {
+    call.query += std::string(call.query.empty() ? "" : "&") + "clear_delay=1";
+    sent.expected_code = 400;
+  }
   if (prng_.chance(30)) {
     call.query = prng_.chance(500) ? "fence=0" : "fence=x1";
     sent.expected_code = 400;
@@ -85,7 +94,7 @@ void Operator::on_result(std::uint64_t exchange) {
     ++run_.result.coverage[outcome.code == 401 ? "force-release-401" : "force-release-400"];
     return;
   }
-  // {"released":N}
+  // {"released":N}, and with clear_delay {"released":N,"delay_cleared":true|false}
   const std::string prefix = "{\"released\":";
   std::uint64_t freed = 0;
   bool ok = outcome.body.rfind(prefix, 0) == 0;
@@ -94,8 +103,17 @@ void Operator::on_result(std::uint64_t exchange) {
   while (ok && at < outcome.body.size() && outcome.body[at] >= '0' && outcome.body[at] <= '9') {
     freed = freed * 10 + static_cast<std::uint64_t>(outcome.body[at++] - '0');
   }
-  ok = ok && outcome.body.substr(at) == "}\n";
-  if (!ok || (!sent.call.query.empty() && freed > 1)) {
+  const std::string rest = ok ? outcome.body.substr(at) : std::string();
+  if (sent.clear_delay) {
+    const bool cleared = rest == ",\"delay_cleared\":true}\n";
+    ok = ok && (cleared || rest == ",\"delay_cleared\":false}\n");
+    if (ok) {
+      ++run_.result.coverage[cleared ? "force-release-delay-cleared" : "force-release-no-delay"];
+    }
+  } else {
+    ok = ok && rest == "}\n";
+  }
+  if (!ok || (sent.by_fence && freed > 1)) {
     run_.fail("force-release", what + " answered " + outcome.body);
     return;
   }

@@ -2,6 +2,7 @@
 // through the HTTP admin route, DELETE /v1/admin/{locks,semaphores,rwlocks}/{key}[?fence=N],
 // with the admin token (or, now and then, a wrong one: 401, nothing freed). It mostly aims at a
 // slot some client holds (and then half the time at its fence alone), otherwise at any key;
+// three in ten also end the key's lock-delay (clear_delay=true, which the Checker is told of);
 // a few of its queries are malformed (400). It checks each response's code and body.
 //
 // It owns its requests in flight; it talks to the Network (HTTP exchanges) and reads what the
@@ -41,7 +42,9 @@ class Operator {
   struct Sent {
     HttpCall call;
     int expected_code = 200;
-    std::uint64_t force = 0;  // its History id
+    std::uint64_t force = 0;   // its History id
+    bool by_fence = false;     // aimed at one holder's fence: frees at most one
+    bool clear_delay = false;  // asked to end the key's lock-delay too
   };
   RunContext& run_;
   Network& network_;

@@ -48,9 +48,9 @@ rc::Gen<LogCommand> command_gen() {
         [](SessionId s, int command, int key, int timeout, int lease, int limit,
            std::uint64_t fence, std::uint64_t salt, bool with_token) -> LogCommand {
           static const Command kCommands[] = {
-              Command::kLock,       Command::kRelease,    Command::kRenew,
-              Command::kEnqueue,    Command::kWait,       Command::kSemLock,
-              Command::kSemRelease, Command::kSemEnqueue, Command::kBarrier};
+              Command::kLock,    Command::kRelease,     Command::kRenew,      Command::kEnqueue,
+              Command::kWait,    Command::kSemLock,     Command::kSemRelease, Command::kSemEnqueue,
+              Command::kBarrier, Command::kForceRelease};
           Request request;
           request.command = kCommands[command];
           if (request.command != Command::kBarrier) request.key = "k" + std::to_string(key);
@@ -58,10 +58,18 @@ rc::Gen<LogCommand> command_gen() {
           request.timeout_s = timeout;
           request.lease_s = lease;
           request.limit = limit;
+          if (request.command == Command::kForceRelease) {
+            // An operator's: every holder or the one with that fence, ending the lock-delay or
+            // not, of a lock or a semaphore.
+            request.space = salt % 2 == 0 ? Namespace::kLock : Namespace::kSemaphore;
+            request.fence = with_token ? fence : 0;
+            request.clear_delay = salt >= 2;
+            return command::Submit{s, request};
+          }
           if (with_token) request.token = Token{Fence{fence}, salt};
           return command::Submit{s, request};
         },
-        session, rc::gen::inRange(0, 9), rc::gen::inRange(0, 3), rc::gen::inRange(0, 3),
+        session, rc::gen::inRange(0, 10), rc::gen::inRange(0, 3), rc::gen::inRange(0, 3),
         rc::gen::inRange(0, 4), rc::gen::inRange(1, 3), rc::gen::inRange<std::uint64_t>(0, 40),
         rc::gen::inRange<std::uint64_t>(0, 3), rc::gen::arbitrary<bool>());
   });
@@ -380,10 +388,12 @@ TEST(Replica, AnEntryBehindTheLastHoldsTimeStill) {
 // ---- snapshots ---------------------------------------------------------------------------------
 
 // An engine that leaves deadlines behind (one per call), collects idle keys within the log's
-// span and indexes the holders of large semaphores: the state a snapshot must carry exactly.
+// span, indexes the holders of large semaphores and delays a key its holder left (lease ended or
+// forced out): the state a snapshot must carry exactly.
 EngineConfig snapshot_config() {
   EngineConfig config;
   config.deadlines_per_call = 1;
+  config.lock_delay = Duration::milliseconds(1'500);
   config.gc_max_idle = Duration::seconds(2);
   config.default_lease_s = 4;
   return config;
