@@ -8,90 +8,15 @@
 #include <ctime>
 #include <string>
 
+#include "core/json_text.h"
+
 namespace turnstile::net {
 namespace {
+using core::append_json_string;
 std::atomic<LogLevel> g_level{LogLevel::kInfo};
 std::atomic<LogFormat> g_format{LogFormat::kText};
 
 constexpr char kHex[] = "0123456789abcdef";
-
-// The length of the valid UTF-8 sequence at the start of `text`, 0 when it is not one.
-std::size_t utf8_sequence(std::string_view text) {
-  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(text[i]); };
-  const unsigned char lead = byte(0);
-  std::size_t length = 0;
-  unsigned min = 0;
-  unsigned code = 0;
-  if (lead < 0x80) return 1;
-  if (lead >= 0xc2 && lead <= 0xdf) {
-    length = 2;
-    code = lead & 0x1fU;
-    min = 0x80;
-  } else if (lead >= 0xe0 && lead <= 0xef) {
-    length = 3;
-    code = lead & 0x0fU;
-    min = 0x800;
-  } else if (lead >= 0xf0 && lead <= 0xf4) {
-    length = 4;
-    code = lead & 0x07U;
-    min = 0x10000;
-  } else {
-    return 0;
-  }
-  if (text.size() < length) return 0;
-  for (std::size_t i = 1; i < length; ++i) {
-    if ((byte(i) & 0xc0U) != 0x80) return 0;
-    code = (code << 6) | (byte(i) & 0x3fU);
-  }
-  if (code < min || code > 0x10ffff || (code >= 0xd800 && code <= 0xdfff)) return 0;
-  return length;
-}
-
-// A JSON string, quotes included.
-void append_json_string(std::string& out, std::string_view text) {
-  out.push_back('"');
-  while (!text.empty()) {
-    const auto c = static_cast<unsigned char>(text.front());
-    if (c >= 0x80) {
-      const std::size_t length = utf8_sequence(text);
-      if (length == 0) {
-        out.append("\\ufffd");
-        text.remove_prefix(1);
-      } else {
-        out.append(text.substr(0, length));
-        text.remove_prefix(length);
-      }
-      continue;
-    }
-    text.remove_prefix(1);
-    switch (c) {
-      case '"':
-        out.append("\\\"");
-        break;
-      case '\\':
-        out.append("\\\\");
-        break;
-      case '\n':
-        out.append("\\n");
-        break;
-      case '\r':
-        out.append("\\r");
-        break;
-      case '\t':
-        out.append("\\t");
-        break;
-      default:
-        if (c < 0x20 || c == 0x7f) {
-          out.append("\\u00");
-          out.push_back(kHex[c >> 4]);
-          out.push_back(kHex[c & 0xf]);
-        } else {
-          out.push_back(static_cast<char>(c));
-        }
-    }
-  }
-  out.push_back('"');
-}
 
 // A text-format value: bare when it is a plain word, else quoted with escapes.
 void append_text_value(std::string& out, std::string_view value) {

@@ -6,8 +6,8 @@
 //         a value with a blank, a quote, a backslash, '=' or a control character is quoted,
 //         with backslash escapes (quote, backslash, n, r, t, xHH).
 //   json  one object per line: {"ts":"<UTC time>","level":"info","event":"<name>","msg":"...",
-//         "key":value,...}; strings are JSON-escaped (invalid UTF-8 becomes U+FFFD), integers and
-//         booleans are bare.
+//         "key":value,...}; strings are JSON-escaped as core/json_text.h writes them (invalid UTF-8
+//         becomes U+FFFD), integers and booleans are bare.
 // Lines below the minimum level (--log-level, default info; --debug = debug) are not written.
 // The event names and their fields are a stable interface: docs/operations.md lists them.
 #pragma once

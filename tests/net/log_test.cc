@@ -90,6 +90,14 @@ TEST(LogTest, JsonEscapesEverythingAStringCanHold) {
       << msg;
 }
 
+// The JSON log writes strings with the project's one JSON writer (core/json_text.h): markup is
+// escaped as an HTTP signal event escapes it.
+TEST(LogTest, JsonStringsAreWrittenAsTheHttpApiWritesThem) {
+  const std::string line =
+      render(LogFormat::kJson, LogLevel::kInfo, "", "<b>&\b\f\xe2\x80\xa8", {});
+  EXPECT_NE(line.find("\"\\u003cb\\u003e\\u0026\\b\\f\\u2028\""), std::string::npos) << line;
+}
+
 TEST(LogTest, ParsesLevelsAndFormats) {
   EXPECT_EQ(parse_log_level("debug"), LogLevel::kDebug);
   EXPECT_EQ(parse_log_level("info"), LogLevel::kInfo);
