@@ -1214,7 +1214,8 @@ void HttpServer::finish_stats(std::uint64_t ticket, Pending& pending,
     reply(pending.request, 200, core::encode_stats_json(connections, snapshot) + "\n",
           pending.route, pending.method, pending.started);
   } else {
-    // Recorded first, so that this scrape counts itself, as a Prometheus handler does.
+    // The text is rendered before reply() counts this request: a scrape is not in its own
+    // text, only in the next one (as Prometheus's promhttp counts its handler after it served).
     reply(pending.request, 200, metrics_text(snapshot), pending.route, pending.method,
           pending.started, "text/plain; version=0.0.4; charset=utf-8");
   }

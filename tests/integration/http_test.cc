@@ -1177,6 +1177,11 @@ TEST(HttpApi, MetricsParseAsPrometheusText) {
   EXPECT_EQ(values["turnstile_tcp_request_duration_seconds_bucket{command=\"l\",le=\"+Inf\"}"],
             "1");
   EXPECT_EQ(values["turnstile_http_request_duration_seconds_count{path=\"/v1/locks/{key}\"}"], "1");
+  // A scrape is not in its own text, only in the next one.
+  const std::string scrapes =
+      "turnstile_http_requests_total{method=\"GET\",path=\"/metrics\",status=\"200\"} ";
+  EXPECT_EQ(metrics.body.find(scrapes), std::string::npos);
+  EXPECT_NE(server.call("GET", "/metrics").body.find(scrapes + "1\n"), std::string::npos);
 }
 
 TEST(HttpApi, OpenApiServedLiveMatchesDocsAndTheRoutes) {
