@@ -501,8 +501,11 @@ TEST(Replica, EveryTruncationOfASnapshotIsRefused) {
 
 TEST(Replica, ASnapshotKeepsTheOrderOfDeadlinesDueTogether) {
   // Three leases end at the same instant and the engine processes one deadline per call: which
-  // key is freed first decides which waiter gets the next fence.
-  Replica whole(snapshot_config());
+  // key is freed first decides which waiter gets the next fence (no lock-delay: the waiters are
+  // granted as the leases end).
+  EngineConfig config = snapshot_config();
+  config.lock_delay = Duration::zero();
+  Replica whole(config);
   std::uint64_t index = 0;
   for (const char* key : {"c", "a", "b"}) {
     ++index;
@@ -510,7 +513,7 @@ TEST(Replica, ASnapshotKeepsTheOrderOfDeadlinesDueTogether) {
                              {command::Submit{SessionId{index}, lock_request(key, 0, 5)},
                               command::Submit{SessionId{index + 10}, lock_request(key, 60)}}));
   }
-  Replica resumed(snapshot_config());
+  Replica resumed(config);
   ASSERT_TRUE(resumed.restore(whole.save()));
   const LogEntry late = entry(kStart + Duration::seconds(6), 99,
                               {command::Submit{SessionId{50}, lock_request("z", 0)}});
