@@ -10,6 +10,20 @@
 #include "core/assert.h"
 
 namespace turnstile::core {
+
+std::string_view raft_role_name(RaftRole role) {
+  switch (role) {
+    case RaftRole::kFollower:
+      return "follower";
+    case RaftRole::kCandidate:
+      return "candidate";
+    case RaftRole::kLeader:
+      return "leader";
+    case RaftRole::kUnavailable:
+      break;
+  }
+  return "unavailable";
+}
 namespace {
 
 // Entries are ordered by key first; the other fields only break ties, which happen when a lock
@@ -170,7 +184,7 @@ std::string encode_stats_json_whole(std::int64_t connections, const StatsSnapsho
     Json voters = Json::array();
     for (const std::uint64_t voter : cluster->voters) voters.push_back(voter);
     root["cluster"] = Json{{"node_id", cluster->node_id},
-                           {"role", cluster->role},
+                           {"role", raft_role_name(cluster->role)},
                            {"term", cluster->term},
                            {"leader_id", cluster->leader_id},
                            {"leader_address", cluster->leader_address},

@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/types.h"
@@ -76,11 +77,17 @@ struct IdleStats {
   bool operator==(const IdleStats&) const = default;
 };
 
+// A node's part in raft: who leads, who follows, who stands for election, or none while raft is
+// not running (starting, stopped or failed).
+enum class RaftRole : std::uint8_t { kUnavailable, kFollower, kCandidate, kLeader };
+// "unavailable", "follower", "candidate", "leader": the word `stats` and the CLI show.
+std::string_view raft_role_name(RaftRole role);
+
 // A cluster node's view of raft when it answered (net/raft_node.h RaftStatus, as the driver saw
 // it): what an operator needs to tell which node leads and how far each one is.
 struct ClusterStatus {
   std::uint64_t node_id = 0;
-  std::string role = "unavailable";  // "leader", "follower", "candidate" or "unavailable"
+  RaftRole role = RaftRole::kUnavailable;
   std::uint64_t term = 0;
   std::uint64_t leader_id = 0;  // 0: no leader known
   std::string leader_address;   // the leader's client host:port; empty when none is known

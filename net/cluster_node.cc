@@ -117,7 +117,7 @@ core::ClusterStatus ClusterNode::cluster_status() const {
   RaftStatus raft = raft_->status();
   core::ClusterStatus status;
   status.node_id = config_.cluster.node_id;
-  status.role = std::move(raft.role);
+  status.role = raft.role;
   status.term = raft.term;
   status.leader_id = raft.leader_id;
   status.leader_address = client_address_of(config_, raft, raft.leader_id);
@@ -130,7 +130,7 @@ core::ClusterStatus ClusterNode::cluster_status() const {
 }
 
 bool ClusterNode::refuse_change(AdminDone& done) {
-  if (raft_->status().role != "leader") {
+  if (raft_->status().role != core::RaftRole::kLeader) {
     done(core::AdminChangeOutcome{core::AdminChangeOutcome::Kind::kNotLeader,
                                   "membership changes are made on the leader",
                                   leader_client_address()});

@@ -145,7 +145,7 @@ std::string raft_metrics_text(const ClusterMetrics& metrics) {
   family("turnstile_raft_snapshot_index", "gauge",
          "last index covered by this node's newest snapshot (0: none)", raft.snapshot_index);
   family("turnstile_raft_is_leader", "gauge", "1 while raft says this node leads",
-         raft.role == "leader" ? 1 : 0);
+         raft.role == core::RaftRole::kLeader ? 1 : 0);
   family("turnstile_raft_leader_known", "gauge", "1 while this node knows a leader",
          raft.leader_id != 0 ? 1 : 0);
   family("turnstile_raft_voters", "gauge", "voters in the current configuration",
@@ -961,7 +961,7 @@ void HttpServer::handle_admin(evhttp_request* request, const core::HttpEndpointS
     log_event(LogLevel::kInfo, "admin_cluster_request",
               "cluster: admin request: hand leadership to another voter",
               {{"action", "leader_transfer"}});
-    if (node->status().role != "leader") {
+    if (node->status().role != core::RaftRole::kLeader) {
       done(core::AdminChangeOutcome{
           core::AdminChangeOutcome::Kind::kNotLeader, "", node->leader_client_address(), {}});
       return;

@@ -94,16 +94,16 @@ std::optional<std::string_view> unframe(const raft_buffer& buf) {
   return std::string_view(static_cast<const char*>(buf.base), buf.len - padding);
 }
 
-const char* role_name(int state) {
+core::RaftRole role_of(int state) {
   switch (state) {
     case RAFT_FOLLOWER:
-      return "follower";
+      return core::RaftRole::kFollower;
     case RAFT_CANDIDATE:
-      return "candidate";
+      return core::RaftRole::kCandidate;
     case RAFT_LEADER:
-      return "leader";
+      return core::RaftRole::kLeader;
     default:
-      return "unavailable";
+      return core::RaftRole::kUnavailable;
   }
 }
 
@@ -624,7 +624,7 @@ void RaftNode::Impl::finish() {
   transport_.reset();
   if (uv_loop_close(&loop_) != 0) log_("raft loop closed with handles still open");
   std::lock_guard lock(mutex_);
-  status_.role = "unavailable";
+  status_.role = core::RaftRole::kUnavailable;
   status_.leader_id = 0;
   status_.leader_raft_address.clear();
 }
@@ -1135,7 +1135,7 @@ void RaftNode::Impl::refresh_status() {
   status_.last_index = raft_last_index(&raft_);
   status_.snapshot_index = raft_.log.snapshot.last_index;
   status_.applied_index = raft_last_applied(&raft_);
-  status_.role = role_name(raft_state(&raft_));
+  status_.role = role_of(raft_state(&raft_));
   if (leader == 0 || leader_address == nullptr) {
     status_.leader_raft_address.clear();
   } else if (status_.leader_raft_address != leader_address) {

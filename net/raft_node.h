@@ -35,6 +35,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/stats.h"
+
 namespace turnstile::net {
 
 struct RaftPeer {
@@ -133,7 +135,7 @@ struct RaftStatus {
   std::uint64_t last_index = 0;
   std::uint64_t snapshot_index = 0;  // last index covered by the newest snapshot, 0: none
   std::uint64_t applied_index = 0;
-  std::string role = "unavailable";  // "leader", "follower", "candidate", "unavailable"
+  core::RaftRole role = core::RaftRole::kUnavailable;
   std::string leader_raft_address;
   std::vector<std::uint64_t> voters;  // the current configuration's voters, ascending
   // Every server of the current configuration (voters, spares, standbys), by id, with its address

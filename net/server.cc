@@ -315,7 +315,7 @@ void Server::begin_shutdown(int signal_number) {
   }
   shutting_down_ = true;
   notify_service_manager("STOPPING=1\nSTATUS=draining");
-  if (cluster_ != nullptr && cluster_->status().role == "leader") {
+  if (cluster_ != nullptr && cluster_->status().role == core::RaftRole::kLeader) {
     // A leader that leaves hands its leadership over first: the others would otherwise wait an
     // election timeout to notice it is gone. Bounded: it drains anyway after kTransferWait.
     log_event(LogLevel::kInfo, "leader_handoff",

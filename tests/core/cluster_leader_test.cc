@@ -116,7 +116,7 @@ TEST(ClusterLeader, StatsCarryTheClusterStatusTheDriverGave) {
 
   ClusterStatus status;
   status.node_id = 2;
-  status.role = "follower";
+  status.role = RaftRole::kFollower;
   status.term = 3;
   status.leader_id = 1;
   status.leader_address = "10.0.0.1:6388";

@@ -117,13 +117,27 @@ TEST(StatsJson, KeysAreEscapedAndInvalidUtf8IsReplaced) {
 // Cluster mode adds one object after dflockd's fields; without it the line is exactly as before.
 TEST(StatsJson, ClusterObjectComesLastWithEveryField) {
   StatsSnapshot snapshot;
-  snapshot.cluster = ClusterStatus{2, "follower", 7, 1, "10.0.0.1:6388", 41, 42, 32, 40, {1, 2, 3}};
+  snapshot.cluster =
+      ClusterStatus{2, RaftRole::kFollower, 7, 1, "10.0.0.1:6388", 41, 42, 32, 40, {1, 2, 3}};
   EXPECT_EQ(encode_stats_json(0, snapshot),
             R"({"connections":0,"locks":[],"semaphores":[],"idle_locks":[],)"
             R"("idle_semaphores":[],"truncated":false,)"
             R"("cluster":{"node_id":2,"role":"follower","term":7,"leader_id":1,)"
             R"("leader_address":"10.0.0.1:6388","commit_index":41,"last_index":42,)"
             R"("snapshot_index":32,"applied_index":40,"voters":[1,2,3]}})");
+}
+
+TEST(StatsJson, EveryRaftRoleHasItsWord) {
+  const std::pair<RaftRole, const char*> kWords[] = {{RaftRole::kUnavailable, "unavailable"},
+                                                     {RaftRole::kFollower, "follower"},
+                                                     {RaftRole::kCandidate, "candidate"},
+                                                     {RaftRole::kLeader, "leader"}};
+  for (const auto& [role, word] : kWords) {
+    StatsSnapshot snapshot;
+    snapshot.cluster = ClusterStatus{};
+    snapshot.cluster->role = role;
+    EXPECT_EQ(nlohmann::json::parse(encode_stats_json(0, snapshot))["cluster"]["role"], word);
+  }
 }
 
 TEST(StatsJson, ClusterWithoutLeaderHasIdZeroAndEmptyAddressAndVotersAnArray) {
@@ -140,7 +154,7 @@ TEST(StatsJson, ClusterWithoutLeaderHasIdZeroAndEmptyAddressAndVotersAnArray) {
 TEST(StatsJson, ClusterObjectSurvivesTruncation) {
   StatsSnapshot snapshot;
   for (int i = 0; i < 100; ++i) snapshot.locks.push_back(lock("key" + std::to_string(100 + i)));
-  snapshot.cluster = ClusterStatus{3, "leader", 2, 3, "h:1", 5, 5, 0, 5, {1, 2, 3}};
+  snapshot.cluster = ClusterStatus{3, RaftRole::kLeader, 2, 3, "h:1", 5, 5, 0, 5, {1, 2, 3}};
   const std::string json = encode_stats_json(1, snapshot, 600);
   EXPECT_LE(json.size(), 600u);
   const nlohmann::json parsed = nlohmann::json::parse(json);
@@ -243,7 +257,7 @@ TEST(StatsMerge, TruncationOfAPartCarriesOver) {
 TEST(StatsMerge, AClusterStatusInAPartIsKept) {
   StatsSnapshot total;
   StatsSnapshot part;
-  part.cluster = ClusterStatus{1, "leader", 4, 1, "h:1", 9, 9, 0, 9, {1}};
+  part.cluster = ClusterStatus{1, RaftRole::kLeader, 4, 1, "h:1", 9, 9, 0, 9, {1}};
   const ClusterStatus expected = *part.cluster;
   merge_stats(total, std::move(part), 100);
   ASSERT_TRUE(total.cluster);

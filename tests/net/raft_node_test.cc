@@ -289,7 +289,7 @@ class RaftNodeTest : public ::testing::Test {
         leader = s.leader_id;
       }
       if (std::find(ids.begin(), ids.end(), leader) == ids.end()) return 0;  // a stopped one
-      return raft(leader).status().role == "leader" ? leader : 0;
+      return raft(leader).status().role == core::RaftRole::kLeader ? leader : 0;
     };
     wait_until([&] { return agreed() != 0; }, timeout);
     return agreed();
@@ -414,7 +414,7 @@ TEST_F(RaftNodeTest, AFollowerRefusesProposalsAndNamesTheLeaderWhichCanHandOver)
   EXPECT_NE(refused.error.find("node " + std::to_string(leader)), std::string::npos)
       << refused.error;
   const RaftStatus status = raft(follower).status();
-  EXPECT_EQ(status.role, "follower");
+  EXPECT_EQ(status.role, core::RaftRole::kFollower);
   EXPECT_EQ(status.leader_id, leader);
   EXPECT_EQ(status.leader_raft_address, nodes_.at(leader).config.raft_address);
   EXPECT_EQ(fsm(follower).size(), 0u);
@@ -516,7 +516,7 @@ TEST_F(RaftNodeTest, ANodeWithAnotherSecretCannotJoinWhileTheOthersWork) {
   std::this_thread::sleep_for(1s);
   const RaftStatus outsider = raft(3).status();
   EXPECT_EQ(outsider.leader_id, 0u);
-  EXPECT_NE(outsider.role, "leader");
+  EXPECT_NE(outsider.role, core::RaftRole::kLeader);
   EXPECT_EQ(fsm(3).size(), 0u);
   EXPECT_EQ(raft(leader).status().leader_id, leader);
 }
@@ -641,7 +641,7 @@ TEST_F(RaftNodeTest, AddsAFourthVoterThenRemovesItOneChangeAtATime) {
   }
   const std::uint64_t next = wait_for_leader(others);
   ASSERT_NE(next, 0u);
-  EXPECT_NE(raft(leader).status().role, "leader");
+  EXPECT_NE(raft(leader).status().role, core::RaftRole::kLeader);
   EXPECT_EQ(raft(next).status().voters, others);
   ASSERT_EQ(propose_sync(raft(next), "with two").error, "");
 }
@@ -693,7 +693,7 @@ TEST_F(RaftNodeTest, ADamagedSegmentRefusesStartAndTouchesNothing) {
       << *error;
   EXPECT_NE(error->find("re-add it as a new member"), std::string::npos) << *error;
   EXPECT_EQ(files_of(c.dir), damaged);  // nothing repaired, nothing deleted
-  EXPECT_EQ(raft(1).status().role, "unavailable");
+  EXPECT_EQ(raft(1).status().role, core::RaftRole::kUnavailable);
   Result after = propose_sync(raft(1), "refused");
   EXPECT_NE(after.error.find("not running"), std::string::npos);
 }
