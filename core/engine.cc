@@ -11,8 +11,8 @@
 #include <xxhash.h>
 
 #include "core/assert.h"
-#include "core/bytes.h"
 #include "core/deadline_queue.h"
+#include "core/engine_snapshot.h"
 #include "core/intrusive_list.h"
 #include "core/wire.h"
 
@@ -70,7 +70,6 @@ struct TwoPhaseRecord {
 // Semaphores above this limit index their holders by fence, so that release and renew stay O(1)
 // however many holders there are; smaller resources scan their short holder list.
 constexpr std::int64_t kIndexedHoldersAbove = 16;
-constexpr std::size_t kForcedRemembered = 16;
 
 struct Resource {
   Namespace ns = Namespace::kLock;
@@ -1293,428 +1292,85 @@ struct Engine::Impl {
   // ---- snapshots ----------------------------------------------------------------------------
   //
   // The whole state, so that an engine restored from it answers every later input exactly as
-  // this one would: every resource in creation order with its holders and waiters in list order,
-  // every timer at its exact slot of the deadline queue (so deadlines of one instant still go in
-  // the same order), the two-phase records, the fence counter, the serial and sequence counters
-  // and `now`. The configuration is not in it: the restoring engine brings its own.
-  //
-  //   snapshot = version u8 | now i64 | last_fence u64 | block_next u64 | block_left u64
-  //            | counters 7 × u64 | next_serial u64 | sequence u64
-  //            | resources: count u64, resource* | records: count u64, record*
-  //            | refs: count u64, (session u64 | ref bytes)*       (ascending session)
-  //   resource = ns u8 | key bytes | limit i64 | serial u64 | last_activity i64 | gc slot
-  //            | delay slot | forced fences: count u64, fence u64*
-  //            | holders: count u64, (fence u64 | salt u64 | session u64 | flags u8 [| ref bytes]
-  //                                   | lease i64 | deadline i64 | slot)*
-  //            | waiters: count u64, (session u64 | lease i64 | flags u8 [| ref bytes]
-  //                                   | since i64 | slot)*
-  //   slot     = 0 u8 (unscheduled) | 1 u8, at i64, order u64
-  //   record   = session u64 | resource serial u64 | state u8
-  // A holder or waiter orphaned under a stable ref has the orphan flag and its ref; a read slot
-  // of a read-write lock (or a waiter for one) has the shared flag.
-  //
-  // Version 2 (before read-write locks and lock-delay) is still read: 6 counters (no
-  // forced_releases), no delay slot, no forced fences, no `since` (taken as `now`), no shared
-  // flags, and its deadline kinds numbered before kDelayEnd existed.
+  // this one would; the configuration is not in it (the restoring engine brings its own). The
+  // byte format is core/engine_snapshot.h and docs/snapshot-format.md.
 
-  static constexpr std::uint8_t kSnapshotVersion = 3;
-  static constexpr std::uint8_t kHolderOwned = 1, kHolderTwoPhasePending = 2, kHolderOrphan = 4,
-                                kHolderShared = 8;
-  static constexpr std::uint8_t kWaiterTwoPhase = 1, kWaiterParked = 2, kWaiterOrphan = 4,
-                                kWaiterShared = 8;
+  static_assert(static_cast<int>(TwoPhaseRecord::State::kWaiting) ==
+                    static_cast<int>(SnapshotRecordState::kWaiting) &&
+                static_cast<int>(TwoPhaseRecord::State::kGranted) ==
+                    static_cast<int>(SnapshotRecordState::kGranted) &&
+                static_cast<int>(TwoPhaseRecord::State::kExpired) ==
+                    static_cast<int>(SnapshotRecordState::kExpired));
 
-  void save_slot(ByteWriter& w, const DeadlineQueue::Timer& timer) const {
-    const std::optional<DeadlineQueue::Slot> slot = deadlines.slot(timer);
-    w.u8(slot ? 1 : 0);
-    if (slot) {
-      w.i64(slot->at.ns());
-      w.u64(slot->order);
+  SnapshotImage::Resource image_of(const Resource& resource) const {
+    SnapshotImage::Resource image{resource.ns,
+                                  std::string(resource.key),
+                                  resource.limit,
+                                  resource.serial,
+                                  resource.last_activity,
+                                  deadlines.slot(resource.gc_timer),
+                                  deadlines.slot(resource.delay_timer),
+                                  resource.forced_fences,
+                                  {},
+                                  {}};
+    for (const Holder* h = resource.holders.front(); h != nullptr;
+         h = decltype(resource.holders)::next(h)) {
+      const auto flags = static_cast<std::uint8_t>(
+          (h->owner != nullptr ? kHolderOwned : 0) |
+          (h->two_phase_pending ? kHolderTwoPhasePending : 0) |
+          (!h->ref.empty() ? kHolderOrphan : 0) | (h->shared ? kHolderShared : 0));
+      image.holders.push_back(SnapshotImage::Holder{h->token, h->session, flags, h->ref, h->lease_s,
+                                                    h->deadline, deadlines.slot(h->timer)});
     }
+    for (const Waiter* waiter = resource.waiters.front(); waiter != nullptr;
+         waiter = decltype(resource.waiters)::next(waiter)) {
+      const auto flags = static_cast<std::uint8_t>((waiter->two_phase ? kWaiterTwoPhase : 0) |
+                                                   (waiter->parked ? kWaiterParked : 0) |
+                                                   (!waiter->ref.empty() ? kWaiterOrphan : 0));
+      image.waiters.push_back(SnapshotImage::Waiter{waiter->session, waiter->lease_s, flags,
+                                                    waiter->shared, waiter->ref, waiter->since,
+                                                    deadlines.slot(waiter->timer)});
+    }
+    return image;
   }
 
   std::string save() const {
-    ByteWriter w;
-    w.u8(kSnapshotVersion);
-    w.i64(now.ns());
-    w.u64(last_fence.value);
-    w.u64(block_next);
-    w.u64(block_left);
-    for (std::uint64_t counter :
-         {counters.clock_regressions, counters.grants, counters.lease_expiries,
-          counters.wait_timeouts, counters.resources_collected, counters.fence_exhausted,
-          counters.forced_releases}) {
-      w.u64(counter);
-    }
-    w.u64(next_serial);
-    w.u64(deadlines.sequence());
-    std::vector<const Resource*> ordered;
-    ordered.reserve(resources_count());
+    SnapshotImage image;
+    image.now = now;
+    image.last_fence = last_fence;
+    image.block_next = block_next;
+    image.block_left = block_left;
+    image.counters = counters;
+    image.next_serial = next_serial;
+    image.sequence = deadlines.sequence();
+    image.resources.reserve(resources_count());
     for (const ResourceMap& map : resources) {
-      map.for_each(
-          [&](const std::string&, const Resource& resource) { ordered.push_back(&resource); });
+      map.for_each([&](const std::string&, const Resource& resource) {
+        image.resources.push_back(image_of(resource));
+      });
     }
-    std::sort(ordered.begin(), ordered.end(),
-              [](const Resource* a, const Resource* b) { return a->serial < b->serial; });
-    w.u64(ordered.size());
-    for (const Resource* resource : ordered) {
-      w.u8(static_cast<std::uint8_t>(ns_index(resource->ns)));
-      w.bytes(resource->key);
-      w.i64(resource->limit);
-      w.u64(resource->serial);
-      w.i64(resource->last_activity.ns());
-      save_slot(w, resource->gc_timer);
-      save_slot(w, resource->delay_timer);
-      w.u64(resource->forced_fences.size());
-      for (const std::uint64_t fence : resource->forced_fences) w.u64(fence);
-      w.u64(resource->holders.size());
-      for (const Holder* h = resource->holders.front(); h != nullptr;
-           h = decltype(resource->holders)::next(h)) {
-        w.u64(h->token.fence.value);
-        w.u64(h->token.salt);
-        w.u64(h->session.value);
-        w.u8(static_cast<std::uint8_t>((h->owner != nullptr ? kHolderOwned : 0) |
-                                       (h->two_phase_pending ? kHolderTwoPhasePending : 0) |
-                                       (!h->ref.empty() ? kHolderOrphan : 0) |
-                                       (h->shared ? kHolderShared : 0)));
-        if (!h->ref.empty()) w.bytes(h->ref);
-        w.i64(h->lease_s);
-        w.i64(h->deadline.ns());
-        save_slot(w, h->timer);
-      }
-      w.u64(resource->waiters.size());
-      for (const Waiter* waiter = resource->waiters.front(); waiter != nullptr;
-           waiter = decltype(resource->waiters)::next(waiter)) {
-        w.u64(waiter->session.value);
-        w.i64(waiter->lease_s);
-        w.u8(static_cast<std::uint8_t>(
-            (waiter->two_phase ? kWaiterTwoPhase : 0) | (waiter->parked ? kWaiterParked : 0) |
-            (!waiter->ref.empty() ? kWaiterOrphan : 0) | (waiter->shared ? kWaiterShared : 0)));
-        if (!waiter->ref.empty()) w.bytes(waiter->ref);
-        w.i64(waiter->since.ns());
-        save_slot(w, waiter->timer);
-      }
-    }
-    struct RecordImage {
-      std::uint64_t session;
-      std::uint64_t serial;
-      TwoPhaseRecord::State state;
-    };
-    std::vector<RecordImage> records;
     for (const auto& [session, state] : sessions) {
       for (const auto& [resource, record] : state.records) {
-        records.push_back(RecordImage{session, resource->serial, record.state});
+        image.records.push_back(SnapshotImage::Record{
+            session, resource->serial, static_cast<SnapshotRecordState>(record.state)});
       }
+      if (!state.ref.empty()) image.refs.push_back(SnapshotImage::Ref{session, state.ref});
     }
-    std::sort(records.begin(), records.end(), [](const RecordImage& a, const RecordImage& b) {
-      return std::pair(a.session, a.serial) < std::pair(b.session, b.serial);
-    });
-    w.u64(records.size());
-    for (const RecordImage& record : records) {
-      w.u64(record.session);
-      w.u64(record.serial);
-      w.u8(static_cast<std::uint8_t>(record.state));
-    }
-    std::vector<std::pair<std::uint64_t, const std::string*>> refs;
-    for (const auto& [session, state] : sessions) {
-      if (!state.ref.empty()) refs.emplace_back(session, &state.ref);
-    }
-    std::sort(refs.begin(), refs.end());
-    w.u64(refs.size());
-    for (const auto& [session, ref] : refs) {
-      w.u64(session);
-      w.bytes(*ref);
-    }
-    return w.take();
-  }
-
-  // A slot read back from a snapshot; refused unless its kind is `kind` and (for a ranked GC
-  // timer) its rank is `rank`, or (for the others) its sequence was issued before `sequence`.
-  // A version-2 snapshot numbers the kinds as they were before kDelayEnd: its slots are read with
-  // that number and given the current one.
-  static bool read_slot(ByteReader& r, std::optional<DeadlineQueue::Slot>& slot,
-                        DeadlineQueue::Kind kind, std::uint64_t sequence, std::uint8_t version,
-                        std::optional<std::uint64_t> rank = std::nullopt) {
-    std::uint8_t scheduled = 0;
-    if (!r.u8(scheduled) || scheduled > 1) return false;
-    slot.reset();
-    if (scheduled == 0) return true;
-    std::int64_t at = 0;
-    std::uint64_t order = 0;
-    if (!r.i64(at) || !r.u64(order)) return false;
-    std::uint64_t code = static_cast<std::uint64_t>(kind);
-    if (version == 2) {
-      if (kind == DeadlineQueue::Kind::kDelayEnd) return false;
-      if (kind > DeadlineQueue::Kind::kDelayEnd) --code;
-    }
-    if ((order >> 56) != code) return false;
-    const std::uint64_t below = order & ((std::uint64_t{1} << 56) - 1);
-    slot =
-        DeadlineQueue::Slot{Instant::from_ns(at), (static_cast<std::uint64_t>(kind) << 56) | below};
-    return rank ? below == *rank : (below >= 1 && below <= sequence);
+    return encode_snapshot(std::move(image));
   }
 
   // Restores a snapshot of save() into this engine, which has had no input yet. Every rule the
-  // engine's own operations keep is checked before anything is built, so that bytes from a
-  // corrupt file or a hostile peer are refused (false) and never reach an assertion; on false
-  // the engine is unchanged.
+  // engine's own operations keep is checked before anything is built (decode_snapshot), so that
+  // bytes from a corrupt file or a hostile peer are refused (false) and never reach an
+  // assertion; on false the engine is unchanged.
   bool restore(std::string_view bytes) {
     TS_ASSERT(fences == nullptr && now == Instant::min() && resources_count() == 0 &&
               sessions.empty() && deadlines.size() == 0);
-    using Kind = DeadlineQueue::Kind;
-    using Slot = std::optional<DeadlineQueue::Slot>;
-    struct HolderImage {
-      Token token;
-      SessionId session;
-      std::uint8_t flags = 0;
-      std::string ref;
-      std::int64_t lease_s = 0;
-      Instant deadline;
-      Slot slot;
-    };
-    struct WaiterImage {
-      SessionId session;
-      std::int64_t lease_s = 0;
-      std::uint8_t flags = 0;  // without kWaiterShared, which is `shared`
-      bool shared = false;
-      std::string ref;
-      Instant since;
-      Slot slot;
-    };
-    struct ResourceImage {
-      Namespace ns = Namespace::kLock;
-      std::string key;
-      std::int64_t limit = 1;
-      std::uint64_t serial = 0;
-      Instant last_activity;
-      Slot gc;
-      Slot delay;
-      std::vector<std::uint64_t> forced_fences;
-      std::vector<HolderImage> holders;
-      std::vector<WaiterImage> waiters;
-    };
-    struct RecordImage {
-      std::uint64_t session = 0;
-      std::uint64_t serial = 0;
-      TwoPhaseRecord::State state = TwoPhaseRecord::State::kWaiting;
-    };
-
-    ByteReader r(bytes);
-    std::uint8_t version = 0;
-    std::int64_t image_now = 0;
-    Fence image_last_fence;
-    std::uint64_t image_block_next = 0;
-    std::uint64_t image_block_left = 0;
-    EngineCounters image_counters;
-    std::uint64_t image_next_serial = 0;
-    std::uint64_t sequence = 0;
-    if (!r.u8(version) || (version != kSnapshotVersion && version != 2) || !r.i64(image_now) ||
-        !r.u64(image_last_fence.value) || !r.u64(image_block_next) || !r.u64(image_block_left)) {
-      return false;
-    }
-    for (std::uint64_t* counter :
-         {&image_counters.clock_regressions, &image_counters.grants, &image_counters.lease_expiries,
-          &image_counters.wait_timeouts, &image_counters.resources_collected,
-          &image_counters.fence_exhausted}) {
-      if (!r.u64(*counter)) return false;
-    }
-    if (version > 2 && !r.u64(image_counters.forced_releases)) return false;
-    if (!r.u64(image_next_serial) || !r.u64(sequence) || sequence >= (std::uint64_t{1} << 56)) {
-      return false;
-    }
-    // The next fence of the block is above the last one minted, and the block fits the space.
-    if (image_block_left > 0 && (image_block_next <= image_last_fence.value ||
-                                 image_block_left - 1 > UINT64_MAX - image_block_next)) {
-      return false;
-    }
-
-    std::uint64_t resource_count = 0;
-    if (!r.count(resource_count, 40)) return false;
-    if (static_cast<std::int64_t>(resource_count) > config.resources_max && budget == nullptr) {
-      return false;
-    }
-    std::vector<ResourceImage> images(static_cast<std::size_t>(resource_count));
-    std::unordered_map<std::uint64_t, std::size_t> by_serial;
-    std::unordered_map<std::string, std::size_t> by_key[kNamespaces];
-    std::unordered_map<std::uint64_t, bool> sequences_seen;
-    std::unordered_map<std::uint64_t, std::uint64_t> parked_of_session;  // session -> count
-    auto unique_sequence = [&](const Slot& slot) {
-      return !slot || sequences_seen.emplace(DeadlineQueue::rank_of(*slot), true).second;
-    };
-    auto valid_lease = [](std::int64_t lease_s) { return lease_s >= 1 && lease_s <= kMaxSeconds; };
-    std::uint64_t previous_serial = 0;
-    for (ResourceImage& image : images) {
-      std::uint8_t ns = 0;
-      std::int64_t last_activity = 0;
-      const std::uint8_t ns_max = version == 2 ? 1 : 2;
-      if (!r.u8(ns) || ns > ns_max || !r.bytes(image.key) || key_problem(image.key) ||
-          !r.i64(image.limit) || !r.u64(image.serial) || !r.i64(last_activity)) {
-        return false;
-      }
-      image.ns = static_cast<Namespace>(ns);
-      image.last_activity = Instant::from_ns(last_activity);
-      const bool read_write = image.ns == Namespace::kReadWrite;
-      const bool limit_ok = image.ns == Namespace::kSemaphore
-                                ? image.limit >= 1 && image.limit <= kMaxSemaphoreLimit
-                                : image.limit == 1;
-      // Serials are written in creation order, each at most the counter.
-      if (!limit_ok || image.serial <= previous_serial || image.serial > image_next_serial ||
-          !by_key[ns].emplace(image.key, 0).second) {
-        return false;
-      }
-      previous_serial = image.serial;
-      if (!read_slot(r, image.gc, Kind::kIdleGc, sequence, version, image.serial) ||
-          (version > 2 && !read_slot(r, image.delay, Kind::kDelayEnd, sequence, version)) ||
-          !unique_sequence(image.delay)) {
-        return false;
-      }
-      if (version > 2) {
-        std::uint64_t forced = 0;
-        if (!r.count(forced, 8) || forced > kForcedRemembered) return false;
-        image.forced_fences.resize(static_cast<std::size_t>(forced));
-        for (std::uint64_t& fence : image.forced_fences) {
-          if (!r.u64(fence) || fence == 0 || fence > image_last_fence.value) return false;
-        }
-      }
-      std::uint64_t holder_count = 0;
-      // A read-write lock has any number of readers (or one writer, checked below).
-      if (!r.count(holder_count, 42) ||
-          (!read_write && static_cast<std::int64_t>(holder_count) > image.limit)) {
-        return false;
-      }
-      image.holders.resize(static_cast<std::size_t>(holder_count));
-      std::unordered_map<std::uint64_t, bool> fences_seen;
-      for (HolderImage& holder : image.holders) {
-        std::int64_t deadline = 0;
-        if (!r.u64(holder.token.fence.value) || !r.u64(holder.token.salt) ||
-            !r.u64(holder.session.value) || !r.u8(holder.flags) ||
-            ((holder.flags & kHolderOrphan) != 0 &&
-             (!r.bytes(holder.ref) || !is_valid_stable_ref(holder.ref))) ||
-            !r.i64(holder.lease_s) || !r.i64(deadline) ||
-            !read_slot(r, holder.slot, Kind::kLeaseExpiry, sequence, version)) {
-          return false;
-        }
-        holder.deadline = Instant::from_ns(deadline);
-        // Every holder has its lease timer; only an owned holder can await its `w`, and only one
-        // without an owner is orphaned under a ref.
-        if (holder.token.fence.value == 0 || holder.token.fence > image_last_fence ||
-            !fences_seen.emplace(holder.token.fence.value, true).second ||
-            holder.session.value == 0 || holder.flags > 15 ||
-            ((holder.flags & kHolderShared) != 0 && !read_write) ||
-            ((holder.flags & kHolderShared) == 0 && read_write && holder_count > 1) ||
-            ((holder.flags & kHolderTwoPhasePending) != 0 && (holder.flags & kHolderOwned) == 0) ||
-            ((holder.flags & kHolderOrphan) != 0 &&
-             (holder.flags & ~kHolderShared) != kHolderOrphan) ||
-            !valid_lease(holder.lease_s) || !holder.slot || !unique_sequence(holder.slot)) {
-          return false;
-        }
-      }
-      std::uint64_t waiter_count = 0;
-      if (!r.count(waiter_count, 18)) return false;
-      image.waiters.resize(static_cast<std::size_t>(waiter_count));
-      for (WaiterImage& waiter : image.waiters) {
-        std::int64_t since = image_now;
-        if (!r.u64(waiter.session.value) || !r.i64(waiter.lease_s) || !r.u8(waiter.flags) ||
-            ((waiter.flags & kWaiterOrphan) != 0 &&
-             (!r.bytes(waiter.ref) || !is_valid_stable_ref(waiter.ref))) ||
-            (version > 2 && !r.i64(since)) ||
-            !read_slot(r, waiter.slot, Kind::kWaitTimeout, sequence, version)) {
-          return false;
-        }
-        waiter.since = Instant::from_ns(since);
-        waiter.shared = (waiter.flags & kWaiterShared) != 0;
-        if ((waiter.shared && !read_write) || waiter.since > Instant::from_ns(image_now)) {
-          return false;
-        }
-        waiter.flags &= static_cast<std::uint8_t>(~kWaiterShared);  // the rest is checked as before
-        const bool orphan = waiter.flags == kWaiterOrphan;
-        const bool parked = (waiter.flags & kWaiterParked) != 0;
-        // A waiter has a timeout exactly while a request is parked on it or it is orphaned (the
-        // end of its orphan time), and a session parks one request at a time.
-        // A waiter is there for a parked request or for an `e` (or both), or as an orphan alone.
-        if (waiter.session.value == 0 || waiter.flags == 0 || (waiter.flags > 3 && !orphan) ||
-            !valid_lease(waiter.lease_s) || (parked || orphan) != waiter.slot.has_value() ||
-            !unique_sequence(waiter.slot) ||
-            (parked && ++parked_of_session[waiter.session.value] > 1)) {
-          return false;
-        }
-      }
-      // Waiters queue only while the head cannot be granted (a full resource, a writer, readers
-      // before a waiting writer, or a lock-delay): a promotion that cannot mint a fence answers
-      // and drops them instead.
-      if (!image.waiters.empty() && !image.delay) {
-        const bool head_admitted =
-            read_write
-                ? image.holders.empty() || (image.waiters.front().shared &&
-                                            (image.holders.front().flags & kHolderShared) != 0)
-                : static_cast<std::int64_t>(holder_count) < image.limit;
-        if (head_admitted) return false;
-      }
-      by_serial.emplace(image.serial, static_cast<std::size_t>(&image - images.data()));
-    }
-
-    // Two-phase records, in (session, serial) order: exactly one per two-phase waiter
-    // (kWaiting) and per holder awaiting its `w` (kGranted) of the same session and resource;
-    // kExpired ones name neither.
-    std::uint64_t record_count = 0;
-    if (!r.count(record_count, 17)) return false;
-    std::vector<RecordImage> records(static_cast<std::size_t>(record_count));
-    std::pair<std::uint64_t, std::uint64_t> previous_record{0, 0};
-    for (RecordImage& record : records) {
-      std::uint8_t state = 0;
-      if (!r.u64(record.session) || !r.u64(record.serial) || !r.u8(state) || state > 2 ||
-          record.session == 0 || !by_serial.contains(record.serial) ||
-          std::pair(record.session, record.serial) <= previous_record) {
-        return false;
-      }
-      previous_record = {record.session, record.serial};
-      record.state = static_cast<TwoPhaseRecord::State>(state);
-    }
-    std::uint64_t ref_count = 0;
-    if (!r.count(ref_count, 9)) return false;
-    std::vector<std::pair<std::uint64_t, std::string>> refs(static_cast<std::size_t>(ref_count));
-    std::uint64_t previous_ref_session = 0;
-    for (auto& [session, ref] : refs) {
-      if (!r.u64(session) || session <= previous_ref_session || !r.bytes(ref) ||
-          !is_valid_stable_ref(ref)) {
-        return false;
-      }
-      previous_ref_session = session;
-    }
-    if (r.left() != 0) return false;
-    auto has_record = [&](std::uint64_t session, std::uint64_t serial,
-                          TwoPhaseRecord::State state) {
-      auto it = std::lower_bound(records.begin(), records.end(), std::pair(session, serial),
-                                 [](const RecordImage& record, const auto& wanted) {
-                                   return std::pair(record.session, record.serial) < wanted;
-                                 });
-      return it != records.end() && it->session == session && it->serial == serial &&
-             it->state == state;
-    };
-    std::unordered_map<std::uint64_t, std::unordered_map<std::uint64_t, int>> named;
-    for (const ResourceImage& image : images) {
-      for (const HolderImage& holder : image.holders) {
-        if ((holder.flags & kHolderTwoPhasePending) == 0) continue;
-        if (!has_record(holder.session.value, image.serial, TwoPhaseRecord::State::kGranted) ||
-            ++named[holder.session.value][image.serial] > 1) {
-          return false;
-        }
-      }
-      for (const WaiterImage& waiter : image.waiters) {
-        if ((waiter.flags & kWaiterTwoPhase) == 0) continue;
-        if (!has_record(waiter.session.value, image.serial, TwoPhaseRecord::State::kWaiting) ||
-            ++named[waiter.session.value][image.serial] > 1) {
-          return false;
-        }
-      }
-    }
-    for (const RecordImage& record : records) {
-      const bool needs_node = record.state != TwoPhaseRecord::State::kExpired;
-      auto session_it = named.find(record.session);
-      const bool has_node = session_it != named.end() && session_it->second.contains(record.serial);
-      if (needs_node != has_node) return false;
-    }
+    SnapshotImage image;
+    const std::int64_t resources_max = budget == nullptr ? config.resources_max : INT64_MAX;
+    if (!decode_snapshot(bytes, resources_max, image)) return false;
     if (budget != nullptr) {
-      for (std::uint64_t taken = 0; taken < resource_count; ++taken) {
+      for (std::uint64_t taken = 0; taken < image.resources.size(); ++taken) {
         if (!budget->try_take()) {
           for (; taken > 0; --taken) budget->give_back();
           return false;
@@ -1723,88 +1379,110 @@ struct Engine::Impl {
     }
 
     // Valid: build it.
-    now = Instant::from_ns(image_now);
-    last_fence = image_last_fence;
-    block_next = image_block_next;
-    block_left = image_block_left;
-    counters = image_counters;
-    next_serial = image_next_serial;
-    deadlines.set_sequence(sequence);
-    std::unordered_map<std::uint64_t, Resource*> resource_of;
-    std::unordered_map<std::uint64_t, std::unordered_map<std::uint64_t, Holder*>> pending;
-    std::unordered_map<std::uint64_t, std::unordered_map<std::uint64_t, Waiter*>> two_phase;
-    for (const ResourceImage& image : images) {
-      auto& [stored_key, resource] = resources[ns_index(image.ns)].add(image.key);
-      resource.ns = image.ns;
-      resource.key = stored_key;
-      resource.limit = image.limit;
-      resource.serial = image.serial;
-      resource.last_activity = image.last_activity;
-      if (indexes_holders(image.ns, image.limit)) {
-        resource.holders_by_fence = std::make_unique<std::unordered_map<std::uint64_t, Holder*>>();
-      }
-      if (image.gc) deadlines.reinstate(resource.gc_timer, *image.gc, &resource);
-      if (image.delay) deadlines.reinstate(resource.delay_timer, *image.delay, &resource);
-      resource.forced_fences = image.forced_fences;
-      resource_of.emplace(image.serial, &resource);
-      for (const HolderImage& held : image.holders) {
-        Holder* holder = holder_pool.make();
-        holder->token = held.token;
-        holder->session = held.session;
-        holder->owner = (held.flags & kHolderOwned) != 0 ? &session_state(held.session) : nullptr;
-        holder->resource = &resource;
-        holder->lease_s = held.lease_s;
-        holder->deadline = held.deadline;
-        holder->two_phase_pending = (held.flags & kHolderTwoPhasePending) != 0;
-        holder->shared = (held.flags & kHolderShared) != 0;
-        holder->ref = held.ref;
-        if (!holder->ref.empty()) ++resource.orphans;
-        resource.holders.push_back(holder);
-        if (holder->owner != nullptr) holder->owner->holders.push_back(holder);
-        if (resource.holders_by_fence) {
-          resource.holders_by_fence->emplace(holder->token.fence.value, holder);
-        }
-        deadlines.reinstate(holder->timer, *held.slot, holder);
-        if (holder->two_phase_pending) pending[held.session.value][image.serial] = holder;
-      }
-      for (const WaiterImage& queued : image.waiters) {
-        if (queued.flags == kWaiterOrphan) {
-          Waiter* waiter = waiter_pool.make();
-          waiter->session = queued.session;
-          waiter->resource = &resource;
-          waiter->lease_s = queued.lease_s;
-          waiter->shared = queued.shared;
-          waiter->since = queued.since;
-          waiter->ref = queued.ref;
-          ++resource.orphans;
-          resource.waiters.push_back(waiter);
-          deadlines.reinstate(waiter->timer, *queued.slot, waiter);
-          continue;
-        }
-        SessionState& owner = session_state(queued.session);
-        Waiter* waiter = add_waiter(resource, queued.session, owner, queued.lease_s,
-                                    (queued.flags & kWaiterTwoPhase) != 0, queued.shared);
-        waiter->since = queued.since;
-        if ((queued.flags & kWaiterParked) != 0) {
-          waiter->parked = true;
-          owner.parked = waiter;
-          deadlines.reinstate(waiter->timer, *queued.slot, waiter);
-        }
-        if (waiter->two_phase) two_phase[queued.session.value][image.serial] = waiter;
-      }
+    now = image.now;
+    last_fence = image.last_fence;
+    block_next = image.block_next;
+    block_left = image.block_left;
+    counters = image.counters;
+    next_serial = image.next_serial;
+    deadlines.set_sequence(image.sequence);
+    RestoredNodes nodes;
+    for (SnapshotImage::Resource& resource_image : image.resources) {
+      restore_resource(resource_image, nodes);
     }
-    for (const RecordImage& record : records) {
-      Resource* resource = resource_of.at(record.serial);
-      TwoPhaseRecord restored{record.state, nullptr, nullptr};
-      if (record.state == TwoPhaseRecord::State::kWaiting) {
-        restored.waiter = two_phase.at(record.session).at(record.serial);
-      } else if (record.state == TwoPhaseRecord::State::kGranted) {
-        restored.holder = pending.at(record.session).at(record.serial);
+    for (const SnapshotImage::Record& record : image.records) {
+      Resource* resource = nodes.resource_of.at(record.serial);
+      TwoPhaseRecord restored{static_cast<TwoPhaseRecord::State>(record.state), nullptr, nullptr};
+      if (record.state == SnapshotRecordState::kWaiting) {
+        restored.waiter = nodes.two_phase.at(record.session).at(record.serial);
+      } else if (record.state == SnapshotRecordState::kGranted) {
+        restored.holder = nodes.pending.at(record.session).at(record.serial);
       }
       add_record(session_state(SessionId{record.session}), *resource, restored);
     }
-    for (auto& [session, ref] : refs) session_state(SessionId{session}).ref = std::move(ref);
+    for (SnapshotImage::Ref& ref : image.refs) {
+      session_state(SessionId{ref.session}).ref = std::move(ref.ref);
+    }
     return true;
+  }
+
+  // What restore_resource built, for the two-phase records to name: resources by serial, and
+  // by (session, serial) the holders awaiting their `w` and the two-phase waiters.
+  struct RestoredNodes {
+    std::unordered_map<std::uint64_t, Resource*> resource_of;
+    std::unordered_map<std::uint64_t, std::unordered_map<std::uint64_t, Holder*>> pending;
+    std::unordered_map<std::uint64_t, std::unordered_map<std::uint64_t, Waiter*>> two_phase;
+  };
+
+  void restore_resource(const SnapshotImage::Resource& image, RestoredNodes& nodes) {
+    auto& [stored_key, resource] = resources[ns_index(image.ns)].add(image.key);
+    resource.ns = image.ns;
+    resource.key = stored_key;
+    resource.limit = image.limit;
+    resource.serial = image.serial;
+    resource.last_activity = image.last_activity;
+    if (indexes_holders(image.ns, image.limit)) {
+      resource.holders_by_fence = std::make_unique<std::unordered_map<std::uint64_t, Holder*>>();
+    }
+    if (image.gc) deadlines.reinstate(resource.gc_timer, *image.gc, &resource);
+    if (image.delay) deadlines.reinstate(resource.delay_timer, *image.delay, &resource);
+    resource.forced_fences = image.forced_fences;
+    nodes.resource_of.emplace(image.serial, &resource);
+    for (const SnapshotImage::Holder& held : image.holders) {
+      Holder* holder = restore_holder(resource, held);
+      if (holder->two_phase_pending) nodes.pending[held.session.value][image.serial] = holder;
+    }
+    for (const SnapshotImage::Waiter& queued : image.waiters) {
+      Waiter* waiter = restore_waiter(resource, queued);
+      if (waiter->two_phase) nodes.two_phase[queued.session.value][image.serial] = waiter;
+    }
+  }
+
+  Holder* restore_holder(Resource& resource, const SnapshotImage::Holder& held) {
+    Holder* holder = holder_pool.make();
+    holder->token = held.token;
+    holder->session = held.session;
+    holder->owner = (held.flags & kHolderOwned) != 0 ? &session_state(held.session) : nullptr;
+    holder->resource = &resource;
+    holder->lease_s = held.lease_s;
+    holder->deadline = held.deadline;
+    holder->two_phase_pending = (held.flags & kHolderTwoPhasePending) != 0;
+    holder->shared = (held.flags & kHolderShared) != 0;
+    holder->ref = held.ref;
+    if (!holder->ref.empty()) ++resource.orphans;
+    resource.holders.push_back(holder);
+    if (holder->owner != nullptr) holder->owner->holders.push_back(holder);
+    if (resource.holders_by_fence) {
+      resource.holders_by_fence->emplace(holder->token.fence.value, holder);
+    }
+    deadlines.reinstate(holder->timer, *held.slot, holder);
+    return holder;
+  }
+
+  Waiter* restore_waiter(Resource& resource, const SnapshotImage::Waiter& queued) {
+    if (queued.flags == kWaiterOrphan) {
+      Waiter* waiter = waiter_pool.make();
+      waiter->session = queued.session;
+      waiter->resource = &resource;
+      waiter->lease_s = queued.lease_s;
+      waiter->shared = queued.shared;
+      waiter->since = queued.since;
+      waiter->ref = queued.ref;
+      ++resource.orphans;
+      resource.waiters.push_back(waiter);
+      deadlines.reinstate(waiter->timer, *queued.slot, waiter);
+      return waiter;
+    }
+    SessionState& owner = session_state(queued.session);
+    Waiter* waiter = add_waiter(resource, queued.session, owner, queued.lease_s,
+                                (queued.flags & kWaiterTwoPhase) != 0, queued.shared);
+    waiter->since = queued.since;
+    if ((queued.flags & kWaiterParked) != 0) {
+      waiter->parked = true;
+      owner.parked = waiter;
+      deadlines.reinstate(waiter->timer, *queued.slot, waiter);
+    }
+    return waiter;
   }
 
   std::vector<ResourceView> inspect() const {

@@ -168,7 +168,8 @@ class Engine {
 
   // Snapshots of a replicated engine (core/replica.h): the whole state as bytes, such that an
   // engine restored from them answers every later input exactly as this one would (the same
-  // replies, deliveries, tokens and deadline order). The configuration is not included.
+  // replies, deliveries, tokens and deadline order). The configuration is not included. The
+  // byte format is docs/snapshot-format.md.
   std::string save() const;
   // Restores bytes of save() into this engine, which must be new (no input yet) and have no
   // FenceSource. Bytes that are not a consistent snapshot (corrupt, truncated, hostile) are
