@@ -137,7 +137,7 @@ Result<core::Token> parse_token(std::string_view text) {
 }
 
 Result<void> validate_timeout(Seconds timeout) {
-  if (timeout.count() < 0 || timeout.count() > core::kMaxSeconds) {
+  if (!core::timeout_in_bounds(timeout.count())) {
     return make_error(ErrorCode::kInvalidArgument,
                       "timeout must be 0.." + std::to_string(core::kMaxSeconds) + " s");
   }
@@ -145,7 +145,7 @@ Result<void> validate_timeout(Seconds timeout) {
 }
 
 Result<void> validate_lease(Seconds lease) {
-  if (lease.count() < 0 || lease.count() > core::kMaxSeconds) {
+  if (!core::lease_in_bounds(lease.count())) {
     return make_error(
         ErrorCode::kInvalidArgument,
         "lease must be 1.." + std::to_string(core::kMaxSeconds) + " s (0: server default)");
@@ -154,7 +154,7 @@ Result<void> validate_lease(Seconds lease) {
 }
 
 Result<void> validate_limit(std::int64_t limit) {
-  if (limit < 1 || limit > core::kMaxSemaphoreLimit) {
+  if (!core::limit_in_bounds(limit)) {
     return make_error(ErrorCode::kInvalidArgument,
                       "limit must be 1.." + std::to_string(core::kMaxSemaphoreLimit));
   }

@@ -183,9 +183,8 @@ bool Decoder::resource(SnapshotImage::Resource& image) {
   }
   image.ns = static_cast<Namespace>(ns);
   image.last_activity = Instant::from_ns(last_activity);
-  const bool limit_ok = image.ns == Namespace::kSemaphore
-                            ? image.limit >= 1 && image.limit <= kMaxSemaphoreLimit
-                            : image.limit == 1;
+  const bool limit_ok =
+      image.ns == Namespace::kSemaphore ? limit_in_bounds(image.limit) : image.limit == 1;
   // Serials are written in creation order, each at most the counter.
   if (!limit_ok || image.serial <= previous_serial || image.serial > image_.next_serial ||
       !by_key_[ns].emplace(image.key, 0).second) {

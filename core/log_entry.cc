@@ -45,9 +45,10 @@ bool read_request(ByteReader& r, std::uint8_t version, Request& request) {
     return false;
   }
   if (!r.i64(request.timeout_s) || !r.i64(request.lease_s) || !r.i64(request.limit)) return false;
-  if (request.timeout_s < 0 || request.timeout_s > kMaxSeconds) return false;
-  if (request.lease_s < 0 || request.lease_s > kMaxSeconds) return false;
-  if (request.limit < 1 || request.limit > kMaxSemaphoreLimit) return false;
+  if (!timeout_in_bounds(request.timeout_s) || !lease_in_bounds(request.lease_s) ||
+      !limit_in_bounds(request.limit)) {
+    return false;
+  }
   if (!r.u8(has_token) || has_token > 1) return false;
   if (has_token == 1) {
     Token token;

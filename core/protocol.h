@@ -102,6 +102,12 @@ Namespace command_namespace(Command command);
 // Numeric bounds of the protocol (reference 1.3).
 inline constexpr std::int64_t kMaxSeconds = 9'223'372'036;  // INT64_MAX / 1e9
 inline constexpr std::int64_t kMaxSemaphoreLimit = 1'048'576;
+// The one rule for a request's numbers, whichever way it came (TCP, HTTP, the replicated log,
+// the client library): a wait of 0..kMaxSeconds, a lease of 0 (the server's default) or
+// 1..kMaxSeconds, a semaphore limit of 1..kMaxSemaphoreLimit. Each door words its own refusal.
+constexpr bool timeout_in_bounds(std::int64_t s) { return s >= 0 && s <= kMaxSeconds; }
+constexpr bool lease_in_bounds(std::int64_t s) { return s >= 0 && s <= kMaxSeconds; }
+constexpr bool limit_in_bounds(std::int64_t n) { return n >= 1 && n <= kMaxSemaphoreLimit; }
 // A stable ref (reference 1.3): 1 to 64 bytes, each printable ASCII (0x20-0x7E).
 inline constexpr std::size_t kMaxStableRefBytes = 64;
 bool is_valid_stable_ref(std::string_view ref);

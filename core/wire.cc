@@ -149,22 +149,25 @@ bool parse_int64(std::string_view text, std::int64_t& out) {
   return true;
 }
 
-// Parses one integer field and checks its range; the two failures have distinct codes.
-ProtocolError parse_bounded(std::string_view text, std::int64_t min, std::int64_t max,
+// Parses one integer field and checks it with `in_bounds`; the two failures have distinct codes.
+ProtocolError parse_bounded(std::string_view text, bool (*in_bounds)(std::int64_t),
                             ProtocolError range_error, std::int64_t& out) {
   if (!parse_int64(text, out)) return ProtocolError::kBadInteger;
-  if (out < min || out > max) return range_error;
+  if (!in_bounds(out)) return range_error;
   return ProtocolError::kNone;
 }
 
 ProtocolError parse_timeout(std::string_view text, std::int64_t& out) {
-  return parse_bounded(text, 0, kMaxSeconds, ProtocolError::kBadTimeout, out);
+  return parse_bounded(text, timeout_in_bounds, ProtocolError::kBadTimeout, out);
 }
+// On the wire a lease, when given, is at least 1 s: the server's default is asked for by leaving
+// it out, never by 0.
 ProtocolError parse_lease(std::string_view text, std::int64_t& out) {
-  return parse_bounded(text, 1, kMaxSeconds, ProtocolError::kBadLease, out);
+  const ProtocolError error = parse_bounded(text, lease_in_bounds, ProtocolError::kBadLease, out);
+  return error == ProtocolError::kNone && out == 0 ? ProtocolError::kBadLease : error;
 }
 ProtocolError parse_limit(std::string_view text, std::int64_t& out) {
-  return parse_bounded(text, 1, kMaxSemaphoreLimit, ProtocolError::kBadLimit, out);
+  return parse_bounded(text, limit_in_bounds, ProtocolError::kBadLimit, out);
 }
 
 // ---- Requests -----------------------------------------------------------------------------------

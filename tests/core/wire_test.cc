@@ -1370,3 +1370,30 @@ TEST(ReplyDecoder, RefusesWhatTheCommandCannotGet) {
 }
 
 }  // namespace turnstile::core
+
+namespace turnstile::core {
+namespace {
+
+// The wire reads a request's numbers with the one rule (timeout_in_bounds and friends): at each
+// edge it accepts what the rule accepts, a given lease of 0 being the wire's one extra refusal.
+TEST(RequestBounds, TheWireFollowsTheOneRuleAtEveryEdge) {
+  for (const std::int64_t s :
+       {std::int64_t{-1}, std::int64_t{0}, std::int64_t{1}, kMaxSeconds, kMaxSeconds + 1}) {
+    const std::string n = std::to_string(s);
+    EXPECT_EQ(error_of("l", "k", n) == Error::kNone, timeout_in_bounds(s)) << s;
+    EXPECT_EQ(error_of("l", "k", "0 " + n) == Error::kNone, s != 0 && lease_in_bounds(s)) << s;
+  }
+  for (const std::int64_t limit :
+       {std::int64_t{0}, std::int64_t{1}, kMaxSemaphoreLimit, kMaxSemaphoreLimit + 1}) {
+    EXPECT_EQ(error_of("sl", "k", "0 " + std::to_string(limit)) == Error::kNone,
+              limit_in_bounds(limit))
+        << limit;
+  }
+  static_assert(timeout_in_bounds(0) && !timeout_in_bounds(-1) &&
+                !timeout_in_bounds(kMaxSeconds + 1));
+  static_assert(lease_in_bounds(0) && lease_in_bounds(kMaxSeconds) && !lease_in_bounds(-1));
+  static_assert(!limit_in_bounds(0) && limit_in_bounds(kMaxSemaphoreLimit));
+}
+
+}  // namespace
+}  // namespace turnstile::core
