@@ -17,7 +17,9 @@
 #include <charconv>
 #include <cstring>
 #include <utility>
+#include <variant>
 
+#include "core/address.h"
 #include "core/http_codec.h"
 #include "core/protocol.h"
 #include "core/wire.h"
@@ -68,13 +70,6 @@ bool wait_fd(int fd, short events, Clock::time_point deadline) {
     if (ready == 0 && Clock::now() < deadline) continue;
     return false;
   }
-}
-
-std::optional<std::int64_t> parse_int(std::string_view text) {
-  std::int64_t value = 0;
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (error != std::errc{} || end != text.data() + text.size()) return std::nullopt;
-  return value;
 }
 
 // The error a reply's status means, or nullopt when it is no error (ok, acquired, queued).
@@ -170,55 +165,24 @@ std::string Endpoint::to_string() const {
 }
 
 std::optional<Endpoint> parse_leader_address(std::string_view text) {
-  // A server's address is at most 120 bytes (docs/http-api.md); anything longer, or with bytes
-  // outside 0x21-0x7E, is not one, and is not handed to the resolver.
+  // A server's address is at most 120 bytes (docs/http-api.md); anything longer is not one, and
+  // is not handed to the resolver. The port is required: a server always names it.
   constexpr std::size_t kMaxAddress = 255;
-  if (text.empty() || text.size() > kMaxAddress) return std::nullopt;
-  for (const char c : text) {
-    if (c < 0x21 || c > 0x7e) return std::nullopt;
-  }
-  const bool bracketed = text.front() == '[';
-  if (!bracketed && std::count(text.begin(), text.end(), ':') != 1) return std::nullopt;
-  if (bracketed && text.find("]:") == std::string_view::npos) return std::nullopt;
-  auto parsed = parse_endpoint(text);
-  if (!parsed) return std::nullopt;
-  return *std::move(parsed);
+  if (text.size() > kMaxAddress) return std::nullopt;
+  const auto parsed = core::parse_host_port(text);
+  const auto* address = std::get_if<core::HostPort>(&parsed);
+  if (address == nullptr) return std::nullopt;
+  return Endpoint{address->host, address->port};
 }
 
 Result<Endpoint> parse_endpoint(std::string_view text) {
-  const auto bad = [&](const std::string& why) {
+  auto parsed = core::parse_host_port(text, core::AddressOptions{kDefaultPort});
+  if (const auto* why = std::get_if<std::string>(&parsed)) {
     return make_error(ErrorCode::kInvalidArgument,
-                      "bad server address '" + std::string(text) + "': " + why);
-  };
-  Endpoint endpoint;
-  std::string_view port_text;
-  if (!text.empty() && text.front() == '[') {
-    const std::size_t close = text.find(']');
-    if (close == std::string_view::npos) return bad("missing ']'");
-    endpoint.host = std::string(text.substr(1, close - 1));
-    const std::string_view rest = text.substr(close + 1);
-    if (!rest.empty()) {
-      if (rest.front() != ':') return bad("expected ':' after ']'");
-      port_text = rest.substr(1);
-      if (port_text.empty()) return bad("empty port");
-    }
-  } else if (std::count(text.begin(), text.end(), ':') > 1) {
-    endpoint.host = std::string(text);  // a bare IPv6 literal
-  } else {
-    const std::size_t colon = text.find(':');
-    endpoint.host = std::string(text.substr(0, colon));
-    if (colon != std::string_view::npos) {
-      port_text = text.substr(colon + 1);
-      if (port_text.empty()) return bad("empty port");
-    }
+                      "bad server address '" + std::string(text) + "': " + *why);
   }
-  if (endpoint.host.empty()) return bad("empty host");
-  if (!port_text.empty()) {
-    const auto port = parse_int(port_text);
-    if (!port || *port < 1 || *port > 65535) return bad("port must be 1..65535");
-    endpoint.port = static_cast<std::uint16_t>(*port);
-  }
-  return endpoint;
+  core::HostPort& address = std::get<core::HostPort>(parsed);
+  return Endpoint{std::move(address.host), address.port};
 }
 
 // --- the connection

@@ -61,11 +61,12 @@ struct Endpoint {
   bool operator==(const Endpoint&) const = default;
 };
 
-// Parses "host:port", "[v6]:port", "host" or "[v6]" (port 6388), or a bare IPv6 literal "::1".
+// Parses "host:port", "[v6]:port", "host" or "[v6]" (port 6388), or a bare IPv6 literal "::1"
+// (the grammar of core/address.h, with the port optional).
 Result<Endpoint> parse_endpoint(std::string_view text);
-// The address a server names in `error_not_leader <addr>`: "host:port" or "[v6]:port", at most
-// 255 printable bytes with no space; nullopt for anything else (a hostile or broken server's
-// reply is never handed to the resolver).
+// The address a server names in `error_not_leader <addr>`: "host:port" or "[v6]:port" (the
+// grammar of core/address.h, port required), at most 255 bytes; nullopt for anything else (a
+// hostile or broken server's reply is never handed to the resolver).
 std::optional<Endpoint> parse_leader_address(std::string_view text);
 
 struct TlsOptions {

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <span>
 
+#include "core/address.h"
 #include "core/assert.h"
 #include "core/http_force_query.h"
 #include "core/http_query.h"
@@ -674,44 +675,14 @@ constexpr std::uint64_t kMaxNodeId = (std::uint64_t{1} << 63) - 1;
 // and a node sends its own raft address in a 256-byte handshake field: both stay well below.
 constexpr std::size_t kAddressMax = 120;  // bytes
 
-// "host:port" or "[v6]:port": a non-empty host of name or address characters, a port 1..65535.
-// '@' and ',' never appear: they separate the parts of a stored address and of --cluster-peers.
+// An address of the grammar of core/address.h that other nodes can reach: never a wildcard.
+// '@' and ',' never appear (the grammar has no place for them): they separate the parts of a
+// stored address and of --cluster-peers.
 std::optional<std::string> address_problem(std::string_view address) {
   if (address.empty() || address.size() > kAddressMax) return "must be 1 to 120 bytes";
-  std::string_view host;
-  std::string_view port;
-  if (address.front() == '[') {
-    const std::size_t close = address.find(']');
-    if (close == std::string_view::npos || close + 1 >= address.size() ||
-        address[close + 1] != ':') {
-      return "must be host:port or [v6]:port";
-    }
-    host = address.substr(1, close - 1);
-    port = address.substr(close + 2);
-    if (host.empty() || !std::all_of(host.begin(), host.end(), [](char c) {
-          return hex_value(c) >= 0 || c == ':' || c == '.';
-        })) {
-      return "has a bad IPv6 address";
-    }
-  } else {
-    const std::size_t colon = address.rfind(':');
-    if (colon == std::string_view::npos) return "must be host:port";
-    host = address.substr(0, colon);
-    port = address.substr(colon + 1);
-    if (host.empty() || !std::all_of(host.begin(), host.end(), [](char c) {
-          return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                 c == '-' || c == '.' || c == '_';
-        })) {
-      return "has a bad host (letters, digits, '-', '.', '_', or [v6])";
-    }
-  }
-  if (port.empty() || port.size() > 5 ||
-      !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-    return "has a bad port";
-  }
-  const int number = std::stoi(std::string(port));
-  if (number < 1 || number > 65535) return "has a port outside 1..65535";
-  if (host == "0.0.0.0" || host == "::") return "has a wildcard host: no node can reach it";
+  auto parsed = parse_host_port(address);
+  if (auto* why = std::get_if<std::string>(&parsed)) return "is not an address: " + *why;
+  if (std::get<HostPort>(parsed).is_wildcard()) return "has a wildcard host: no node can reach it";
   return std::nullopt;
 }
 

@@ -23,6 +23,8 @@
 #include <variant>
 #include <vector>
 
+#include "core/address.h"
+
 #ifndef TURNSTILE_VERSION
 #error "TURNSTILE_VERSION must be defined (net/CMakeLists.txt passes the CMake project version)"
 #endif
@@ -402,65 +404,27 @@ std::optional<std::string> canonical_host(std::string_view host, bool& v6) {
   if (bracketed) host = host.substr(1, host.size() - 2);
   v6 = bracketed || host.find(':') != std::string_view::npos;
   if (!v6) return lowercase(host);
+  const auto bytes = core::parse_ipv6(host);
+  if (!bytes) return std::nullopt;
   in6_addr address{};
-  if (inet_pton(AF_INET6, std::string(host).c_str(), &address) != 1) return std::nullopt;
+  std::memcpy(address.s6_addr, bytes->data(), bytes->size());
   char text[INET6_ADDRSTRLEN] = {};
   if (inet_ntop(AF_INET6, &address, text, sizeof text) == nullptr) return std::nullopt;
   return std::string(text);
 }
 
-// `host:port` or `[v6]:port`, port 1..65535: the address, or why the text is not one.
+// An address of the grammar of core/address.h, in its canonical form; or why the text is not one.
 std::variant<HostPort, std::string> parse_host_port(std::string_view text) {
   using Result = std::variant<HostPort, std::string>;
-  static constexpr std::string_view kShape = "not host:port or [v6]:port";
+  auto parsed = core::parse_host_port(text);
+  if (auto* why = std::get_if<std::string>(&parsed)) {
+    return Result(std::in_place_index<1>, std::move(*why));
+  }
+  const core::HostPort& parts = std::get<core::HostPort>(parsed);
   HostPort address;
-  std::string_view host;
-  std::string_view port;
-  if (!text.empty() && text.front() == '[') {
-    const std::size_t close = text.find(']');
-    if (close == std::string_view::npos || close + 1 >= text.size() || text[close + 1] != ':') {
-      return Result(std::in_place_index<1>, kShape);
-    }
-    host = text.substr(0, close + 1);
-    port = text.substr(close + 2);
-    if (host.size() == 2) return Result(std::in_place_index<1>, "empty host");
-    const auto canonical = canonical_host(host, address.v6);
-    if (!canonical) {
-      return Result(std::in_place_index<1>, "not an IPv6 address in the brackets");
-    }
-    address.host = *canonical;
-  } else {
-    const std::size_t colon = text.rfind(':');
-    if (colon == std::string_view::npos) return Result(std::in_place_index<1>, kShape);
-    host = text.substr(0, colon);
-    port = text.substr(colon + 1);
-    if (host.empty()) return Result(std::in_place_index<1>, "empty host");
-    if (host.find(':') != std::string_view::npos) {
-      return Result(std::in_place_index<1>, "an IPv6 address goes in brackets: [v6]:port");
-    }
-    const bool name_chars = std::all_of(host.begin(), host.end(), [](char c) {
-      return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-             c == '-' || c == '.' || c == '_';
-    });
-    if (!name_chars || host.size() > 253) {
-      return Result(std::in_place_index<1>,
-                    "the host must be an IP address or a host name (letters, digits, - . _)");
-    }
-    const bool numeric = std::all_of(host.begin(), host.end(),
-                                     [](char c) { return (c >= '0' && c <= '9') || c == '.'; });
-    in_addr v4{};
-    if (numeric && inet_pton(AF_INET, std::string(host).c_str(), &v4) != 1) {
-      return Result(std::in_place_index<1>, "not an IPv4 address");
-    }
-    address.host = lowercase(host);
-  }
-  std::int64_t number = 0;
-  if (port.empty() ||
-      !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
-      parse_int64(port, number) != IntegerParse::kOk || number < 1 || number > 65535) {
-    return Result(std::in_place_index<1>, "the port must be between 1 and 65535");
-  }
-  address.port = static_cast<int>(number);
+  address.port = parts.port;
+  const auto canonical = canonical_host(parts.host, address.v6);
+  address.host = canonical.value_or(parts.host);  // the parser took it: it is an IPv6 literal
   address.text = join_host_port(address.host, address.v6, address.port);
   return Result(std::in_place_index<0>, std::move(address));
 }

@@ -5,35 +5,17 @@
 #include <uv.h>
 
 #include <cstring>
+#include <variant>
+
+#include "core/address.h"
 
 namespace turnstile::net {
 
 std::optional<HostPort> split_host_port(std::string_view address) {
-  HostPort out;
-  if (address.empty()) return std::nullopt;
-  if (address.front() == '[') {
-    const std::size_t close = address.find(']');
-    if (close == std::string_view::npos || close + 1 >= address.size() ||
-        address[close + 1] != ':') {
-      return std::nullopt;
-    }
-    out.host = std::string(address.substr(1, close - 1));
-    out.port = std::string(address.substr(close + 2));
-  } else {
-    const std::size_t colon = address.rfind(':');
-    if (colon == std::string_view::npos) return std::nullopt;
-    out.host = std::string(address.substr(0, colon));
-    out.port = std::string(address.substr(colon + 1));
-    if (out.host.find(':') != std::string::npos) return std::nullopt;  // a bare IPv6 address
-  }
-  if (out.host.empty() || out.port.empty() || out.port.size() > 5) return std::nullopt;
-  unsigned port = 0;
-  for (char c : out.port) {
-    if (c < '0' || c > '9') return std::nullopt;
-    port = port * 10 + static_cast<unsigned>(c - '0');
-  }
-  if (port == 0 || port > 65535) return std::nullopt;
-  return out;
+  const auto parsed = core::parse_host_port(address);
+  const auto* parts = std::get_if<core::HostPort>(&parsed);
+  if (parts == nullptr) return std::nullopt;
+  return HostPort{parts->host, std::to_string(parts->port)};
 }
 
 std::string_view dial_address(std::string_view configured) {

@@ -17,7 +17,7 @@ struct HostPort {
   std::string port;
 };
 
-// "host:port" or "[v6]:port"; the port is 1..65535.
+// "host:port" or "[v6]:port" (core/address.h has the grammar): the host without brackets.
 std::optional<HostPort> split_host_port(std::string_view address);
 
 // A server's address in raft's configuration is its raft address, optionally followed by '@' and

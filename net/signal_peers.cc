@@ -22,7 +22,9 @@
 #include <mutex>
 #include <thread>
 #include <utility>
+#include <variant>
 
+#include "core/address.h"
 #include "net/config.h"
 #include "net/log.h"
 #include "net/openssl_error.h"
@@ -49,30 +51,6 @@ timeval to_timeval(std::int64_t ms) {
   tv.tv_sec = static_cast<time_t>(ms / 1000);
   tv.tv_usec = static_cast<suseconds_t>((ms % 1000) * 1000);
   return tv;
-}
-
-// "host:port" or "[v6]:port" into its host (without brackets) and port.
-bool split_address(const std::string& address, std::string& host, std::string& port) {
-  if (!address.empty() && address.front() == '[') {
-    const std::size_t close = address.find(']');
-    if (close == std::string::npos || close + 1 >= address.size() || address[close + 1] != ':') {
-      return false;
-    }
-    host = address.substr(1, close - 1);
-    port = address.substr(close + 2);
-    return true;
-  }
-  const std::size_t colon = address.rfind(':');
-  if (colon == std::string::npos) return false;
-  host = address.substr(0, colon);
-  port = address.substr(colon + 1);
-  return !host.empty() && !port.empty();
-}
-
-bool is_ip_literal(const std::string& host) {
-  in6_addr v6{};
-  in_addr v4{};
-  return inet_pton(AF_INET, host.c_str(), &v4) == 1 || inet_pton(AF_INET6, host.c_str(), &v6) == 1;
 }
 
 }  // namespace
@@ -170,12 +148,14 @@ struct SignalPeers::Impl {
   // ---- links ---------------------------------------------------------------------------------
 
   void connect(Link& link) {
-    std::string host;
-    std::string port;
-    if (!split_address(link.address, host, port)) {
-      fail(link, "bad address");
+    const auto parsed = core::parse_host_port(link.address);
+    if (const auto* why = std::get_if<std::string>(&parsed)) {
+      fail(link, "bad address (" + *why + ")");
       return;
     }
+    const core::HostPort& address = std::get<core::HostPort>(parsed);
+    const std::string& host = address.host;
+    const std::string port = std::to_string(address.port);
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
@@ -193,7 +173,7 @@ struct SignalPeers::Impl {
         fail(link, "TLS: " + openssl_error());
         return;
       }
-      if (is_ip_literal(host)) {
+      if (address.v6 || core::parse_ipv4(host)) {
         X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), host.c_str());
       } else {
         SSL_set_tlsext_host_name(ssl, host.c_str());

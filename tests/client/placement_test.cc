@@ -58,7 +58,10 @@ TEST(ClientEndpoint, ParsesHostPortAndIpv6Literals) {
   EXPECT_EQ(bare_v6->host, "::1");
   EXPECT_EQ(bare_v6->port, kDefaultPort);
   for (const char* bad :
-       {"", ":80", "host:", "host:0", "host:65536", "host:x", "[::1", "[::1]x", "[]:80"}) {
+       {"", ":80", "host:", "host:0", "host:65536", "host:x", "[::1", "[::1]x", "[]:80",
+        // Refused since the one address grammar (core/address.h): a blank or a stray character
+        // in the host, a signed port, and an unbracketed text that is no IPv6 address.
+        "a b:80", "a/b:80", "host:+80", "x:1:2", "2001:db8::1:7000x"}) {
     auto parsed = parse_endpoint(bad);
     ASSERT_FALSE(parsed.ok()) << bad;
     EXPECT_EQ(parsed.error().code, ErrorCode::kInvalidArgument) << bad;

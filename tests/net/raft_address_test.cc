@@ -43,7 +43,9 @@ TEST(RaftAddress, SplitsHostAndPort) {
   EXPECT_EQ(bracketed->host, "2001:db8::1");
   EXPECT_TRUE(split_host_port("raft.example:1"));
   for (const char* bad : {"", "10.0.0.4", "10.0.0.4:", ":7000", "2001:db8::1:7000", "[::1]7000",
-                          "h:0", "h:65536", "h:123456", "h:7x"}) {
+                          "h:0", "h:65536", "h:123456", "h:7x",
+                          // the host is checked too (core/address.h)
+                          "999.0.0.1:7000", "[not-v6]:7000", "a b:7000"}) {
     EXPECT_FALSE(split_host_port(bad)) << bad;
   }
   EXPECT_EQ(dial_address("10.0.0.4:7000@10.0.0.4:6388"), "10.0.0.4:7000");
