@@ -35,6 +35,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/engine_counters.h"
 #include "core/fence.h"
 #include "core/loss.h"
 #include "core/protocol.h"
@@ -68,18 +69,6 @@ struct Delivery {
   SessionId session;
   Reply reply;
   bool operator==(const Delivery&) const = default;
-};
-
-struct EngineCounters {
-  std::uint64_t clock_regressions = 0;  // inputs whose `now` was behind the largest seen
-  std::uint64_t grants = 0;             // fences minted
-  std::uint64_t lease_expiries = 0;
-  std::uint64_t wait_timeouts = 0;
-  std::uint64_t resources_collected = 0;
-  // Grants refused because no fence was available: the space is used up, or the FenceSource
-  // had none (with the fence journal: none durable yet).
-  std::uint64_t fence_exhausted = 0;
-  std::uint64_t forced_releases = 0;  // holders freed by an operator
 };
 
 // Counts resources across all engines of a server, so that --max-locks is exact for the whole

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "core/deadline_queue.h"
-#include "core/engine.h"
+#include "core/engine_counters.h"
 #include "core/protocol.h"
 #include "core/types.h"
 
