@@ -61,8 +61,15 @@ void Checker::observe_grant(ResourceKey key, core::Token token, std::string path
   observed_paths_.push_back(std::move(path));
 }
 
-void Checker::observe_release(ResourceKey key, core::Token token) {
-  released_.insert({std::move(key), {token.fence.value, token.salt}});
+void Checker::observe_answer(const core::Request& request, const core::Reply& reply) {
+  if (reply.status != core::Status::kOk) return;
+  if (request.token && core::command_operation(request.command) == core::Operation::kRelease) {
+    released_.insert({{core::command_namespace(request.command), request.key},
+                      {request.token->fence.value, request.token->salt}});
+  }
+  if (request.command == core::Command::kForceRelease && request.clear_delay) {
+    cleared_.insert({request.space, request.key});
+  }
 }
 
 void Checker::clear_observed() {

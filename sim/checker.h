@@ -46,12 +46,10 @@ class Checker {
   // request in flight names `key`), and how it reached the driver: fences are ordered by the
   // call that minted them, before they travel anywhere.
   void observe_grant(ResourceKey key, core::Token token, std::string path);
-  // A release of `token` on `key` answered `ok` in the call being checked: its holder left
-  // cleanly, which starts no lock-delay.
-  void observe_release(ResourceKey key, core::Token token);
-  // An operator's force-release of `key` with clear_delay answered `ok` in the call being
-  // checked: the key's lock-delay ends, and the holders it freed start none.
-  void observe_delay_cleared(ResourceKey key) { cleared_.insert(std::move(key)); }
+  // A request answered in the call being checked, whichever driver saw it: a release answered
+  // `ok` is a clean one (its holder left without a lock-delay); an operator's force-release with
+  // clear_delay answered `ok` ends the key's lock-delay, and the holders it freed start none.
+  void observe_answer(const core::Request& request, const core::Reply& reply);
   // Where to count what the read-write and lock-delay checks saw (null: nowhere).
   void count_into(std::map<std::string, std::uint64_t>* coverage) { coverage_ = coverage; }
   // Forgets what was observed and not checked (no process to check it against).

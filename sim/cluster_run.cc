@@ -183,17 +183,11 @@ class ClusterRun final : public RaftCluster::Host {
                   const core::AppliedEntry& applied) override {
     if (processes_[node]) processes_[node]->applied(entry, applied);
     if (options_.trace && cluster_.ready(node)) trace_applied(node, entry);
-    // The releases the entry answered `ok`: their holders left cleanly (no lock-delay).
+    // What the entry's requests were answered: clean releases, cleared lock-delays.
     for (std::size_t i = 0; i < entry.commands.size() && i < applied.results.size(); ++i) {
       const auto* submit = std::get_if<core::command::Submit>(&entry.commands[i]);
-      if (submit == nullptr || !submit->request.token ||
-          applied.results[i].reply.status != core::Status::kOk ||
-          core::command_operation(submit->request.command) != core::Operation::kRelease) {
-        continue;
-      }
-      checkers_[node]->observe_release(
-          {core::command_namespace(submit->request.command), submit->request.key},
-          *submit->request.token);
+      if (submit != nullptr)
+        checkers_[node]->observe_answer(submit->request, applied.results[i].reply);
     }
     // FIFO, live holders within the limit, read-write exclusion, rising fences and the
     // lock-delay, entry by entry, on every replica.

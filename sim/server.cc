@@ -497,18 +497,7 @@ void ServerProcess::observe_call(std::size_t shard, const std::vector<core::Deli
     const ResourceKey key{core::command_namespace(request->command), request->key};
     checker_.observe_grant(key, *reply->token, "reply");
   }
-  // A release answered `ok` is a clean one: its holder left without a lock-delay.
-  if (reply != nullptr && request != nullptr && request->token &&
-      reply->status == core::Status::kOk &&
-      core::command_operation(request->command) == core::Operation::kRelease) {
-    checker_.observe_release(ResourceKey{core::command_namespace(request->command), request->key},
-                             *request->token);
-  }
-  // An operator's force-release that cleared the key's lock-delay.
-  if (reply != nullptr && request != nullptr && request->command == core::Command::kForceRelease &&
-      request->clear_delay && reply->status == core::Status::kOk) {
-    checker_.observe_delay_cleared(ResourceKey{request->space, request->key});
-  }
+  if (reply != nullptr && request != nullptr) checker_.observe_answer(*request, *reply);
   losses_.on_engine_call(shard, *process_->engines[shard], request, reply, grants);
   checker_.check_engine(shard, *process_->engines[shard], run_.now);
 }
