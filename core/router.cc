@@ -221,22 +221,6 @@ void Router::run_engine_request(Instant now, SessionId session, const Request& r
 
 // ---- the signal side ---------------------------------------------------------------------------
 
-bool apply_push_event(const SessionEvent& event, Session& session) {
-  switch (event.kind) {
-    case SessionEvent::Kind::kSignal:
-      session.push_signal(*event.frame);
-      return true;
-    case SessionEvent::Kind::kLost:
-      session.push_lost(*event.frame);
-      return true;
-    case SessionEvent::Kind::kSlowConsumer:
-      session.close(CloseReason::kSlowConsumer);
-      return true;
-    default:
-      return false;
-  }
-}
-
 void Router::run_signal_request(SessionId session, const Request& request) {
   Reply reply = Reply::of(Status::kError);
   if (config_.signals != nullptr) {

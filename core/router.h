@@ -137,10 +137,7 @@ struct SessionEvent {
   std::shared_ptr<const std::string> frame = nullptr;  // kSignal, kLost
 };
 
-// A driver's whole part in a push event for one of its sessions: kSignal pushes the frame,
-// kLost pushes its line if the session asked for them, kSlowConsumer closes the session
-// (CloseReason::kSlowConsumer). False, and nothing done, for any other event (the replies).
-bool apply_push_event(const SessionEvent& event, Session& session);
+// A driver applies events with core::SessionPort::deliver (core/session_port.h).
 
 // What a driver that checks the engines (the simulator) sees of every engine call: the request
 // (null for a close, a cancel, a tick or stats), its immediate reply (null likewise) and the

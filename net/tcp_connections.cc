@@ -47,18 +47,19 @@ struct Connection {
   Connection(TcpConnections& owner, core::SessionId id, bufferevent* socket, std::string ip,
              const core::SessionConfig& config, core::Instant now)
       : table(owner),
-        session(id, config, now),
+        port(id, config, now),
+        session(port.session()),
         bev(socket),
         timer(owner.loop_.base(), &Connection::on_timer, this),
         peer_ip(std::move(ip)) {}
 
   TcpConnections& table;
-  core::Session session;
-  bufferevent* bev;     // null once the socket is closed
-  DeadlineTimer timer;  // the session's next deadline
+  core::SessionPort port;  // the session and its router traffic
+  core::Session& session;  // port's
+  bufferevent* bev;        // null once the socket is closed
+  DeadlineTimer timer;     // the session's next deadline
   std::string peer_ip;
-  bool close_notified = false;  // the router was told (Router::close)
-  bool eof_pending = false;     // EOF seen with request bytes still buffered
+  bool eof_pending = false;  // EOF seen with request bytes still buffered
   // TLS only: the session cannot see a handshake or a record that arrives byte by byte, so a
   // guard timer holds them to --read-timeout (see on_tls_guard).
   SSL* ssl = nullptr;
@@ -81,9 +82,6 @@ struct Connection {
   event* reader = nullptr;
   bool reading = false;
   bool write_pending = false;  // in the table's to_write_ list
-  // The request in flight, for the latency histogram (/metrics).
-  core::Command routed_command = core::Command::kPing;
-  core::Instant routed_at;
 
   static void on_read(bufferevent*, void* self);
   static void on_readable(evutil_socket_t fd, short, void* self);
@@ -338,48 +336,31 @@ void TcpConnections::on_session_event(core::Instant now, core::SessionEvent& eve
   Connection* connection = find(event.session);
   TS_ASSERT(connection != nullptr);  // the shard asked owns() first
   core::Session& session = connection->session;
-  switch (event.kind) {
-    case core::SessionEvent::Kind::kParked:
-      session.on_parked();
-      break;
-    case core::SessionEvent::Kind::kCancelled:
-      session.on_cancelled();
-      break;
-    case core::SessionEvent::Kind::kReply:
-    case core::SessionEvent::Kind::kStats: {
-      const auto command = static_cast<std::size_t>(connection->routed_command);
-      if (command < latency_.size()) latency_[command].record(now - connection->routed_at);
-      if (event.kind == core::SessionEvent::Kind::kStats) {
-        const std::int64_t open = shared_.connections_open.load(std::memory_order_relaxed) +
-                                  shared_.http_sessions_live.load(std::memory_order_relaxed);
-        session.on_reply(now, core::Reply::stats(core::encode_stats_json(open, event.stats)));
-      } else {
-        session.on_reply(now, event.reply);
-      }
-      break;
+  // A slow consumer's frames pile up unread: close it at once, without flushing them.
+  if (event.kind == core::SessionEvent::Kind::kSlowConsumer) connection->abort = true;
+  const std::int64_t open = event.kind != core::SessionEvent::Kind::kStats
+                                ? 0
+                                : shared_.connections_open.load(std::memory_order_relaxed) +
+                                      shared_.http_sessions_live.load(std::memory_order_relaxed);
+  const core::Delivered delivered = connection->port.deliver(now, event, open);
+  if (delivered.kind == core::SessionEvent::Kind::kReply ||
+      delivered.kind == core::SessionEvent::Kind::kStats) {
+    latency_[static_cast<std::size_t>(delivered.command)].record(delivered.latency);
+  }
+  // Past its queue, the frames go to the socket now rather than at the end of the turn: a
+  // listener that reads keeps up, one that does not (or has gone) is closed here, after
+  // `--signal-queue` frames more than its socket took, instead of having every frame of the
+  // turn copied into its output (frames from a busy publisher or another shard's mailbox can
+  // be thousands of 64 KiB each), and the frames after its close cost nothing.
+  if (event.kind == core::SessionEvent::Kind::kSignal && !session.closed() &&
+      connection->bev != nullptr && !connection->abort &&
+      session.unwritten_frames() > static_cast<std::size_t>(shared_.config.signal_queue)) {
+    if (connection->direct_write && !connection->write_event_on &&
+        evbuffer_get_length(bufferevent_get_output(connection->bev)) == 0) {
+      write_now(*connection);
+    } else {
+      flush_output(*connection);  // a full output buffer makes the session check its queue
     }
-    case core::SessionEvent::Kind::kSignal:
-    case core::SessionEvent::Kind::kSlowConsumer:
-    case core::SessionEvent::Kind::kLost:
-      // A slow consumer's frames pile up unread: close it at once, without flushing them.
-      if (event.kind == core::SessionEvent::Kind::kSlowConsumer) connection->abort = true;
-      (void)core::apply_push_event(event, session);
-      // Past its queue, the frames go to the socket now rather than at the end of the turn: a
-      // listener that reads keeps up, one that does not (or has gone) is closed here, after
-      // `--signal-queue` frames more than its socket took, instead of having every frame of the
-      // turn copied into its output (frames from a busy publisher or another shard's mailbox can
-      // be thousands of 64 KiB each), and the frames after its close cost nothing.
-      if (event.kind == core::SessionEvent::Kind::kSignal && !session.closed() &&
-          connection->bev != nullptr && !connection->abort &&
-          session.unwritten_frames() > static_cast<std::size_t>(shared_.config.signal_queue)) {
-        if (connection->direct_write && !connection->write_event_on &&
-            evbuffer_get_length(bufferevent_get_output(connection->bev)) == 0) {
-          write_now(*connection);
-        } else {
-          flush_output(*connection);  // a full output buffer makes the session check its queue
-        }
-      }
-      break;
   }
   dirty_.push_back(connection);
 }
@@ -428,8 +409,8 @@ void TcpConnections::forget_finished() {
   std::sort(serviced_.begin(), serviced_.end());
   serviced_.erase(std::unique(serviced_.begin(), serviced_.end()), serviced_.end());
   for (Connection* connection : serviced_) {
-    if (connection->bev != nullptr || !connection->session.finished() ||
-        !connection->close_notified) {
+    if (connection->bev != nullptr || !connection->port.close_told() ||
+        !connection->session.finished()) {
       continue;
     }
     if (connection->tls_guard != nullptr) event_free(connection->tls_guard);
@@ -573,6 +554,7 @@ void TcpConnections::write_now(Connection& connection) {
 
 void TcpConnections::service(Connection& connection, core::Instant now) {
   core::Session& session = connection.session;
+  std::optional<core::Instant> next_deadline;
   bool progress = true;
   while (progress) {
     progress = false;
@@ -582,42 +564,22 @@ void TcpConnections::service(Connection& connection, core::Instant now) {
       flush_output(connection);
       progress = session.output().size() != before;
     }
-    // next_request() first answers what the session answers itself (a ping, a protocol error
-    // that may close it); those bytes must reach flush_output too, or a session whose output was
-    // full could close with its last reply never written, and its socket never closed.
+    // The pump first answers what the session answers itself (a ping, a protocol error that may
+    // close it); those bytes must reach flush_output too, or a session whose output was full
+    // could close with its last reply never written, and its socket never closed.
     const std::size_t before_requests = session.output().size();
-    while (std::optional<core::Request> request = session.next_request(now)) {
-      connection.routed_command = request->command;
-      connection.routed_at = now;
-      loop_.router().submit(now, session.id(), *request);
+    core::PortEffects effects = connection.port.pump(now);
+    if (effects.request) {
+      loop_.router().submit(now, session.id(), *effects.request);
       progress = true;
     }
     if (session.output().size() != before_requests) progress = true;
-    // The router's events for this connection are applied by settle(), which services it again.
-  }
-
-  if (session.closed() && !connection.close_notified) {
-    connection.close_notified = true;
-    if (session.close_reason() == core::CloseReason::kSlowConsumer) {
-      log_event(
-          LogLevel::kInfo, "slow_consumer",
-          "session " + std::to_string(session.id().value) + ": closed, a slow signal consumer",
-          {{"transport", "tcp"},
-           {"session", session.id().value},
-           {"peer", connection.peer_ip},
-           {"reason", "signal_queue"}});
-      shared_.signals.note_slow_consumer();
-    } else if (session.close_reason() == core::CloseReason::kAuthFailed) {
-      shared_.auth_failures.fetch_add(1, std::memory_order_relaxed);
-      if (const auto suppressed = auth_failure_log_limit().admit(now.ns())) {
-        log_event(
-            LogLevel::kWarn, "auth_failure",
-            "session " + std::to_string(session.id().value) + ": auth failed from " +
-                connection.peer_ip,
-            {{"transport", "tcp"}, {"peer", connection.peer_ip}, {"suppressed", *suppressed}});
-      }
+    if (effects.close) notify_close(connection, now);
+    if (effects.frames_written != 0) {
+      loop_.router().signals_written(session.id(), effects.frames_written);
     }
-    loop_.router().close(now, session.id());
+    next_deadline = effects.next_deadline;
+    // The router's events for this connection are applied by settle(), which services it again.
   }
 
   if (connection.bev != nullptr && session.closed()) {
@@ -631,7 +593,29 @@ void TcpConnections::service(Connection& connection, core::Instant now) {
     }
   }
 
-  connection.timer.arm(session.next_deadline(), now);
+  connection.timer.arm(next_deadline, now);
+}
+
+void TcpConnections::notify_close(Connection& connection, core::Instant now) {
+  const core::Session& session = connection.session;
+  if (session.close_reason() == core::CloseReason::kSlowConsumer) {
+    log_event(LogLevel::kInfo, "slow_consumer",
+              "session " + std::to_string(session.id().value) + ": closed, a slow signal consumer",
+              {{"transport", "tcp"},
+               {"session", session.id().value},
+               {"peer", connection.peer_ip},
+               {"reason", "signal_queue"}});
+    shared_.signals.note_slow_consumer();
+  } else if (session.close_reason() == core::CloseReason::kAuthFailed) {
+    shared_.auth_failures.fetch_add(1, std::memory_order_relaxed);
+    if (const auto suppressed = auth_failure_log_limit().admit(now.ns())) {
+      log_event(LogLevel::kWarn, "auth_failure",
+                "session " + std::to_string(session.id().value) + ": auth failed from " +
+                    connection.peer_ip,
+                {{"transport", "tcp"}, {"peer", connection.peer_ip}, {"suppressed", *suppressed}});
+    }
+  }
+  loop_.router().close(now, session.id());
 }
 
 void TcpConnections::close_socket(Connection& connection) {

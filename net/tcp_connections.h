@@ -1,4 +1,4 @@
-// TcpConnections: a shard's TCP (and TLS) connections, each a core::Session over a bufferevent.
+// TcpConnections: a shard's TCP (and TLS) connections, each a core::SessionPort over a bufferevent.
 //
 // It moves bytes and time into the sessions and their replies out: plain TCP reads into one
 // shard-wide buffer and writes straight from a session's output at the end of the loop turn; TLS
@@ -23,6 +23,7 @@
 
 #include "core/router.h"
 #include "core/session.h"
+#include "core/session_port.h"
 #include "net/session_host.h"
 #include "net/shared_state.h"
 
@@ -71,6 +72,8 @@ class TcpConnections final : public SessionHost {
 
   Connection* find(core::SessionId session) const;
   void service(Connection& connection, core::Instant now);
+  // The session closed: logs and counts why, and tells the router (once, as the port asks).
+  void notify_close(Connection& connection, core::Instant now);
   void feed_input(Connection& connection, core::Instant now);
   // Plain TCP: starts or stops reading the socket (Connection::on_readable).
   void watch_reads(Connection& connection, bool on);

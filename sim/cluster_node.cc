@@ -67,7 +67,7 @@ void NodeProcess::applied(const core::LogEntry& entry, const core::AppliedEntry&
 core::SessionId NodeProcess::connect(core::Instant now) {
   const core::SessionId id = router_.new_session_id();
   Connection& connection = connections_[id.value];
-  connection.session = std::make_unique<core::Session>(id, session_config(), now);
+  connection.port = std::make_unique<core::SessionPort>(id, session_config(), now);
   return id;
 }
 
@@ -82,7 +82,7 @@ void NodeProcess::disconnect(core::Instant now, core::SessionId session) {
   auto it = connections_.find(session.value);
   if (it == connections_.end()) return;
   it->second.input.clear();
-  it->second.session->on_peer_closed(now);
+  it->second.port->session().on_peer_closed(now);
   pump(now);
 }
 
@@ -112,7 +112,7 @@ bool NodeProcess::pump_once(core::Instant now) {
   for (auto it = connections_.begin(); it != connections_.end();) {
     const core::SessionId id{it->first};
     Connection& connection = it->second;
-    core::Session& session = *connection.session;
+    core::Session& session = connection.port->session();
     if (!connection.input.empty()) {
       const std::size_t used = session.on_bytes(now, connection.input);
       if (used > 0) {
@@ -120,28 +120,22 @@ bool NodeProcess::pump_once(core::Instant now) {
         progress = true;
       }
     }
-    if (session.closed() && !connection.router_closed) {
-      connection.router_closed = true;
+    const core::PortEffects effects = connection.port->pump(now);
+    if (effects.request) {
+      router_.submit(now, id, *effects.request);
+      progress = true;
+    }
+    if (effects.close) {
       router_.close(now, id);
       closed_.push_back(id);
       progress = true;
     }
-    while (std::optional<core::Request> request = session.next_request(now)) {
-      progress = true;
-      if (core::is_routed_command(request->command)) {
-        router_.submit(now, id, *request);
-      } else {
-        anomalies_.push_back("session " + std::to_string(id.value) +
-                             " routed a request it should answer itself");
-        session.on_reply(now, core::Reply::of(core::Status::kError));
-      }
-    }
+    if (effects.frames_written != 0) router_.signals_written(id, effects.frames_written);
     if (!session.output().empty()) {
-      connection.output.append(session.output());
-      session.consume_output(session.output().size());
+      connection.output.append(connection.port->take_output());
       progress = true;
     }
-    if (session.finished() && connection.router_closed) {
+    if (effects.finished) {
       it = connections_.erase(it);
       progress = true;
       continue;
@@ -172,43 +166,15 @@ void NodeProcess::on_event(core::Instant now, core::SessionEvent& event) {
                          std::to_string(event.session.value));
     return;
   }
-  Connection& connection = it->second;
-  core::Session& session = *connection.session;
-  if (core::apply_push_event(event, session)) return;
-  if (!session.in_flight()) {
-    anomalies_.push_back("a router event with nothing in flight, session " +
-                         std::to_string(event.session.value));
-    return;
+  (void)it->second.port->deliver(now, event, open_sessions());
+}
+
+std::int64_t NodeProcess::open_sessions() const {
+  std::int64_t open = 0;
+  for (const auto& [id, connection] : connections_) {
+    open += connection.port->session().closed() ? 0 : 1;
   }
-  switch (event.kind) {
-    case core::SessionEvent::Kind::kParked:
-      connection.awaiting_delivery = true;
-      session.on_parked();
-      return;
-    case core::SessionEvent::Kind::kCancelled:
-      if (!connection.awaiting_delivery) {
-        anomalies_.push_back("a cancellation of nothing parked, session " +
-                             std::to_string(event.session.value));
-        return;
-      }
-      connection.awaiting_delivery = false;
-      session.on_cancelled();
-      return;
-    case core::SessionEvent::Kind::kReply:
-      connection.awaiting_delivery = false;
-      session.on_reply(now, event.reply);
-      return;
-    case core::SessionEvent::Kind::kStats: {
-      std::int64_t open = 0;
-      for (const auto& [id, other] : connections_) open += other.session->closed() ? 0 : 1;
-      session.on_reply(now, core::Reply::stats(core::encode_stats_json(open, event.stats)));
-      return;
-    }
-    case core::SessionEvent::Kind::kSignal:
-    case core::SessionEvent::Kind::kSlowConsumer:
-    case core::SessionEvent::Kind::kLost:
-      return;  // handled above
-  }
+  return open;
 }
 
 }  // namespace turnstile::sim

@@ -26,6 +26,7 @@
 #include "core/replica.h"
 #include "core/router.h"
 #include "core/session.h"
+#include "core/session_port.h"
 #include "core/time.h"
 #include "core/types.h"
 
@@ -68,22 +69,22 @@ class NodeProcess {
 
   // Moves every message between the sessions, the router and the leader until nothing moves.
   void pump(core::Instant now);
-  // Driver-contract violations seen (events for unknown sessions and the like): empty when well.
+  // Driver-contract violations only this driver sees (events for unknown sessions, a loop that
+  // does not settle): empty when well. core::SessionPort asserts the rest.
   const std::vector<std::string>& anomalies() const { return anomalies_; }
   // Sessions not forgotten yet.
   std::size_t sessions() const { return connections_.size(); }
 
  private:
   struct Connection {
-    std::unique_ptr<core::Session> session;
+    std::unique_ptr<core::SessionPort> port;
     std::string input;   // bytes the session did not take yet
     std::string output;  // reply bytes the client did not take yet
-    bool router_closed = false;
-    bool awaiting_delivery = false;  // the request in flight is parked
   };
 
   bool pump_once(core::Instant now);
   void on_event(core::Instant now, core::SessionEvent& event);
+  std::int64_t open_sessions() const;
 
   core::Router router_;
   core::ClusterLeader leader_;

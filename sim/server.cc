@@ -14,6 +14,7 @@
 #include "core/http_session_router.h"
 #include "core/protocol.h"
 #include "core/session.h"
+#include "core/session_port.h"
 #include "core/stats.h"
 #include "core/types.h"
 #include "sim/signal_checker.h"
@@ -84,14 +85,12 @@ struct ServerProcess::Hop {
 };
 
 struct ServerProcess::ServerSession {
-  std::unique_ptr<core::Session> session;
+  std::unique_ptr<core::SessionPort> port;
   std::uint64_t connection = 0;
   std::size_t owner = 0;
   std::string input;                  // bytes the session has not taken yet
-  bool notified = false;              // the router was told of the close
   int close_notices = 0;              // its close notices still on their way to other shards
   std::set<std::size_t> shards_used;  // for the coverage only (the router keeps its own)
-  bool awaiting_delivery = false;     // the request in flight is parked in an engine
   bool socket_open = true;            // false after a reset or once the server closed the socket
   bool fin_sent = false;
   std::string inflight_key;  // key of the engine request in flight (namespace in inflight_ns)
@@ -195,14 +194,14 @@ void ServerProcess::on_net_to_server(std::uint64_t connection_id) {
       break;
     case SegmentKind::kFin:
       // Bytes the session has not taken yet come first (the kernel buffer holds them).
-      if (!ss.input.empty()) ss.session->on_bytes(server_now(), ss.input);
+      if (!ss.input.empty()) ss.port->session().on_bytes(server_now(), ss.input);
       ss.input.clear();
-      ss.session->on_peer_eof(server_now());
+      ss.port->session().on_peer_eof(server_now());
       break;
     case SegmentKind::kReset:
       ss.socket_open = false;
       ss.input.clear();
-      ss.session->on_peer_closed(server_now());
+      ss.port->session().on_peer_closed(server_now());
       break;
   }
   pump();
@@ -445,7 +444,7 @@ std::optional<Listener::Accepted> ServerProcess::accept(std::uint64_t connection
   const std::uint64_t id = p.routers[owner]->new_session_id().value;
   ServerSession& ss = p.sessions[id];
   core::SessionConfig config;
-  ss.session = std::make_unique<core::Session>(SessionId{id}, config, server_now());
+  ss.port = std::make_unique<core::SessionPort>(SessionId{id}, config, server_now());
   ss.connection = connection_id;
   ss.owner = owner;
   losses_.tcp_session(id);
@@ -461,7 +460,7 @@ void ServerProcess::post(std::size_t from, std::size_t to, Hop hop) {
 }
 
 void ServerProcess::route(std::uint64_t id, ServerSession& ss, const core::Request& request) {
-  if (ss.session->closed()) ++run_.result.coverage["give-back"];
+  if (ss.port->session().closed()) ++run_.result.coverage["give-back"];
   if (core::is_engine_command(request.command)) {
     ss.inflight_key = request.key;
     ss.inflight_ns = core::command_namespace(request.command);
@@ -677,74 +676,40 @@ void ServerProcess::on_session_event(std::size_t shard, core::SessionEvent& even
     return;
   }
   ServerSession& ss = it->second;
-  core::Session& session = *ss.session;
   if (event.kind == core::SessionEvent::Kind::kLost) {
     // Pushed into an open session that asked for them: its connection must read it.
-    if (!session.closed() && ss.socket_open && losses_.is_opted_in(ss.connection)) {
+    if (!ss.port->session().closed() && ss.socket_open && losses_.is_opted_in(ss.connection)) {
       losses_.owe(ss.connection, *event.frame);
     }
 #ifdef TURNSTILE_CANARY_DROP_LOST
     return;  // the canary: the line never reaches the connection
 #endif
   }
-  if (core::apply_push_event(event, session)) {
-    switch (event.kind) {
-      case core::SessionEvent::Kind::kSignal:
-        ++run_.result.coverage["signal-frame"];
-        break;
-      case core::SessionEvent::Kind::kSlowConsumer:
-        ++run_.result.coverage["slow-consumer"];
-        break;
-      default:
-        break;
-    }
-    return;
-  }
-  if (!session.in_flight()) {
-    run_.fail("driver-contract",
-              "router event with nothing in flight, session " + std::to_string(id));
-    return;
-  }
-  switch (event.kind) {
-    case core::SessionEvent::Kind::kParked:
-      if (ss.awaiting_delivery)
-        run_.fail("driver-contract", "parked twice, session " + std::to_string(id));
-      ss.awaiting_delivery = true;
-      session.on_parked();
+  const core::Delivered delivered = ss.port->deliver(server_now(), event, open_sessions());
+  switch (delivered.kind) {
+    case core::SessionEvent::Kind::kSignal:
+      ++run_.result.coverage["signal-frame"];
+      break;
+    case core::SessionEvent::Kind::kSlowConsumer:
+      ++run_.result.coverage["slow-consumer"];
       break;
     case core::SessionEvent::Kind::kCancelled:
-      if (!ss.awaiting_delivery) {
-        run_.fail("driver-contract",
-                  "a cancellation of nothing parked, session " + std::to_string(id));
-        return;
-      }
-      ss.awaiting_delivery = false;
-      session.on_cancelled();
       ++run_.result.coverage["cancelled"];
       break;
     case core::SessionEvent::Kind::kReply:
-      if (event.reply.status == core::Status::kParked) {
-        run_.fail("driver-contract", "a reply of Reply::parked, session " + std::to_string(id));
-        return;
-      }
-      if (ss.awaiting_delivery) ++run_.result.coverage["delivery"];
-      ss.awaiting_delivery = false;
-      session.on_reply(server_now(), event.reply);
+      if (delivered.after_park) ++run_.result.coverage["delivery"];
       break;
-    case core::SessionEvent::Kind::kStats: {
-      std::int64_t open = 0;
-      for (const auto& [other_id, other] : process_->sessions) {
-        if (!other.session->closed()) ++open;
-      }
-      session.on_reply(server_now(),
-                       core::Reply::stats(core::encode_stats_json(open, event.stats)));
+    default:
       break;
-    }
-    case core::SessionEvent::Kind::kSignal:
-    case core::SessionEvent::Kind::kSlowConsumer:
-    case core::SessionEvent::Kind::kLost:
-      break;  // handled above
   }
+}
+
+std::int64_t ServerProcess::open_sessions() const {
+  std::int64_t open = 0;
+  for (const auto& [id, ss] : process_->sessions) {
+    if (!ss.port->session().closed()) ++open;
+  }
+  return open;
 }
 
 void ServerProcess::on_hop(std::uint64_t life, std::size_t from, std::size_t to) {
@@ -792,7 +757,8 @@ void ServerProcess::on_hop(std::uint64_t life, std::size_t from, std::size_t to)
     process_->arriving_lost = nullptr;
     // The owner's router drops a loss only for a session it has forgotten (closed there).
     auto it = process_->sessions.find(lost_session);
-    if (!process_->arrived_lost && it != process_->sessions.end() && !it->second.notified) {
+    if (!process_->arrived_lost && it != process_->sessions.end() &&
+        !it->second.port->close_told()) {
       run_.fail("lost-notify", "the owner of open session " + std::to_string(lost_session) +
                                    " dropped `" + lost_line->substr(0, lost_line->size() - 1) +
                                    "`");
@@ -804,7 +770,7 @@ void ServerProcess::on_hop(std::uint64_t life, std::size_t from, std::size_t to)
 
 bool ServerProcess::pump_session(std::uint64_t id, ServerSession& ss) {
   bool progress = false;
-  core::Session& session = *ss.session;
+  core::Session& session = ss.port->session();
   if (!ss.input.empty()) {
     const std::size_t used = session.on_bytes(server_now(), ss.input);
     if (used > 0) {
@@ -812,30 +778,23 @@ bool ServerProcess::pump_session(std::uint64_t id, ServerSession& ss) {
       progress = true;
     }
   }
-  if (session.closed() && !ss.notified) {
-    ss.notified = true;
+  const core::PortEffects effects = ss.port->pump(server_now());
+  core::Router& router = *process_->routers[ss.owner];
+  if (effects.request) {
+    progress = true;
+    route(id, ss, *effects.request);
+  }
+  if (effects.close) {
     history_.connection_closed(ss.connection, run_.now);
     progress = true;
     losses_.session_closed_at(ss.owner, id);
-    process_->routers[ss.owner]->close(server_now(), SessionId{id});
+    router.close(server_now(), SessionId{id});
     drain_router(ss.owner);
   }
-  while (!run_.failed) {
-    std::optional<core::Request> request = session.next_request(server_now());
-    if (!request) break;
-    progress = true;
-    if (core::is_routed_command(request->command)) {
-      route(id, ss, *request);
-    } else {
-      run_.fail("driver-contract", "session routed a request it should answer itself");
-    }
-  }
+  if (effects.frames_written != 0) router.signals_written(SessionId{id}, effects.frames_written);
   if (ss.socket_open && !session.output().empty()) {
-    const std::string bytes(session.output());
-    session.consume_output(bytes.size());
-    session.after_write();  // the simulated socket takes everything: never a backlog
-    process_->routers[ss.owner]->signals_written(SessionId{id}, session.take_frames_written());
-    network_.send_to_client(ss.connection, SegmentKind::kData, bytes);
+    // The simulated socket takes everything: never a backlog.
+    network_.send_to_client(ss.connection, SegmentKind::kData, ss.port->take_output());
     progress = true;
   }
   if (session.closed() && ss.socket_open && !ss.fin_sent && session.output().empty()) {
@@ -854,7 +813,9 @@ void ServerProcess::pump() {
     std::vector<std::uint64_t> forget;
     for (auto& [id, ss] : process_->sessions) {
       if (pump_session(id, ss)) progress = true;
-      if (ss.session->finished() && ss.notified && ss.close_notices == 0) forget.push_back(id);
+      if (ss.port->close_told() && ss.port->session().finished() && ss.close_notices == 0) {
+        forget.push_back(id);
+      }
     }
     for (std::uint64_t id : forget) {
       process_->sessions.erase(id);
@@ -877,7 +838,7 @@ void ServerProcess::on_server_timer() {
     if (wake && *wake <= p.engines[shard]->now()) ++run_.result.coverage["deadlines-left-behind"];
     drain_router(shard);
   }
-  for (auto& [id, ss] : p.sessions) ss.session->on_timer(server_now());
+  for (auto& [id, ss] : p.sessions) ss.port->session().on_timer(server_now());
   // The HTTP session sweep (HttpSessions::reap), on every shard in turn.
   if (p.next_sweep && *p.next_sweep <= server_now()) {
     for (std::size_t shard = 0; shard < p.desks.size(); ++shard) {
@@ -898,7 +859,7 @@ void ServerProcess::arm_timer() {
     if (!next || virtual_at < *next) next = virtual_at;
   };
   for (const auto& engine : p.engines) consider(engine->next_wake());
-  for (const auto& [id, ss] : p.sessions) consider(ss.session->next_deadline());
+  for (const auto& [id, ss] : p.sessions) consider(ss.port->session().next_deadline());
   consider(p.next_sweep);
   if (next && (!p.timer_at || *next < *p.timer_at)) {
     p.timer_at = next;
@@ -957,10 +918,10 @@ std::string ServerProcess::describe_session(std::uint64_t session) const {
   if (it == process_->sessions.end()) return ", server session forgotten";
   const ServerSession& ss = it->second;
   std::string text =
-      ", session " + std::to_string(session) + (ss.session->closed() ? " closed" : " open") +
-      (ss.session->in_flight() ? " in-flight" : "") + (ss.awaiting_delivery ? " parked" : "") +
-      " queued " + std::to_string(ss.session->queued_requests()) + " buffered " +
-      std::to_string(ss.session->buffered_input_bytes()) + " input " +
+      ", session " + std::to_string(session) + (ss.port->session().closed() ? " closed" : " open") +
+      (ss.port->session().in_flight() ? " in-flight" : "") + (ss.port->parked() ? " parked" : "") +
+      " queued " + std::to_string(ss.port->session().queued_requests()) + " buffered " +
+      std::to_string(ss.port->session().buffered_input_bytes()) + " input " +
       std::to_string(ss.input.size()) + (ss.socket_open ? " socket-open" : " socket-closed");
   for (std::size_t shard = 0; shard < run_.settings.shards; ++shard) {
     const core::Engine& engine = *process_->engines[shard];

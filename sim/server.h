@@ -105,6 +105,8 @@ class ServerProcess final : public core::EngineObserver, public Listener {
   // Sends the router's messages on their way and hands its events to the sessions.
   void drain_router(std::size_t shard);
   void on_session_event(std::size_t shard, core::SessionEvent& event);
+  // Sessions not closed: the `connections` a stats reply reports.
+  std::int64_t open_sessions() const;
   // Carries the shard's HttpSessionRouter's effects out; true when anything moved (or its
   // router has work again).
   bool drain_desk(std::size_t shard);

@@ -49,7 +49,7 @@ core::SessionId Loopback::connect() {
   next_shard_ = (next_shard_ + 1) % routers_.size();
   const core::SessionId id = routers_[shard]->new_session_id();
   Connection& connection = connections_[id.value];
-  connection.session = std::make_unique<core::Session>(id, config_.session, now_);
+  connection.port = std::make_unique<core::SessionPort>(id, config_.session, now_);
   connection.shard = shard;
   route();
   return id;
@@ -57,7 +57,7 @@ core::SessionId Loopback::connect() {
 
 void Loopback::send(core::SessionId id, std::string_view bytes) {
   Connection* connection = find(id);
-  if (connection == nullptr || !connection->session) return;
+  if (connection == nullptr || !connection->port) return;
   connection->input.append(bytes);
   route();
 }
@@ -67,11 +67,10 @@ std::string Loopback::read(core::SessionId id) {
   if (connection == nullptr) return {};
   std::string text = std::move(connection->leftover_output);
   connection->leftover_output.clear();
-  if (connection->session) {
-    const std::string_view output = connection->session->output();
-    text.append(output);
-    connection->session->consume_output(output.size());
-    routers_[connection->shard]->signals_written(id, connection->session->take_frames_written());
+  if (connection->port) {
+    core::Session& session = connection->port->session();
+    text.append(session.output());
+    session.consume_output(session.output().size());
     route();  // room in the output buffer may let queued requests start
   }
   return text;
@@ -79,28 +78,28 @@ std::string Loopback::read(core::SessionId id) {
 
 void Loopback::disconnect(core::SessionId id) {
   Connection* connection = find(id);
-  if (connection == nullptr || !connection->session) return;
-  connection->session->on_peer_closed(now_);
+  if (connection == nullptr || !connection->port) return;
+  connection->port->session().on_peer_closed(now_);
   route();
 }
 
 void Loopback::half_close(core::SessionId id) {
   Connection* connection = find(id);
-  if (connection == nullptr || !connection->session) return;
-  connection->session->on_peer_eof(now_);
+  if (connection == nullptr || !connection->port) return;
+  connection->port->session().on_peer_eof(now_);
   route();
 }
 
 void Loopback::close(core::SessionId id, core::CloseReason reason) {
   Connection* connection = find(id);
-  if (connection == nullptr || !connection->session) return;
-  connection->session->close(reason);
+  if (connection == nullptr || !connection->port) return;
+  connection->port->session().close(reason);
   route();
 }
 
 void Loopback::begin_drain() {
   for (auto& [value, connection] : connections_) {
-    if (connection.session) connection.session->begin_drain(now_);
+    if (connection.port) connection.port->session().begin_drain(now_);
   }
   route();
 }
@@ -124,7 +123,7 @@ void Loopback::hold_close_notices(bool hold) {
 
 const core::Session* Loopback::session(core::SessionId id) const {
   const Connection* connection = find(id);
-  return connection == nullptr ? nullptr : connection->session.get();
+  return connection == nullptr || !connection->port ? nullptr : &connection->port->session();
 }
 
 bool Loopback::is_open(core::SessionId id) const {
@@ -134,7 +133,7 @@ bool Loopback::is_open(core::SessionId id) const {
 
 bool Loopback::forgotten(core::SessionId id) const {
   const Connection* connection = find(id);
-  return connection != nullptr && !connection->session;
+  return connection != nullptr && !connection->port;
 }
 
 std::size_t Loopback::pending_input(core::SessionId id) const {
@@ -145,7 +144,7 @@ std::size_t Loopback::pending_input(core::SessionId id) const {
 std::int64_t Loopback::open_sessions() const {
   std::int64_t count = 0;
   for (const auto& [value, connection] : connections_) {
-    if (connection.session && !connection.session->closed()) ++count;
+    if (connection.port && !connection.port->session().closed()) ++count;
   }
   return count;
 }
@@ -176,8 +175,8 @@ void Loopback::route() {
 bool Loopback::route_once() {
   bool progress = false;
   for (auto& [value, connection] : connections_) {
-    if (!connection.session) continue;
-    core::Session& session = *connection.session;
+    if (!connection.port) continue;
+    core::Session& session = connection.port->session();
     const core::SessionId id{value};
     core::Router& router = *routers_[connection.shard];
 
@@ -194,7 +193,15 @@ bool Loopback::route_once() {
 
     // A peer that did not read is a socket that took nothing: the signal backlog is checked.
     session.after_write();
-    if (session.closed() && !connection.router_notified && !hold_close_notices_) {
+    core::PortEffects effects = connection.port->pump(now_);
+    if (effects.request) {
+      progress = true;
+      connection.routed.push_back(*effects.request);
+      router.submit(now_, id, *effects.request);
+    }
+    if (effects.close) connection.close_pending = true;
+    if (connection.close_pending && !hold_close_notices_) {
+      connection.close_pending = false;
       connection.router_notified = true;
       progress = true;
       if (session.close_reason() == core::CloseReason::kSlowConsumer) {
@@ -202,21 +209,11 @@ bool Loopback::route_once() {
       }
       router.close(now_, id);
     }
+    if (effects.frames_written != 0) router.signals_written(id, effects.frames_written);
 
-    while (std::optional<core::Request> request = session.next_request(now_)) {
-      progress = true;
-      connection.routed.push_back(*request);
-      if (core::is_routed_command(request->command)) {
-        router.submit(now_, id, *request);
-      } else {
-        anomalies_.push_back(describe(id, "session routed a request it should answer itself"));
-        session.on_reply(now_, core::Reply::of(core::Status::kError));
-      }
-    }
-
-    if (session.finished() && connection.router_notified) {
+    if (effects.finished && connection.router_notified) {
       connection.leftover_output.append(session.output());
-      connection.session.reset();
+      connection.port.reset();
       connection.input.clear();
       progress = true;
     }
@@ -249,46 +246,11 @@ bool Loopback::move_messages() {
 
 void Loopback::apply(core::SessionEvent& event) {
   Connection* connection = find(event.session);
-  if (connection == nullptr || !connection->session) {
+  if (connection == nullptr || !connection->port) {
     anomalies_.push_back(describe(event.session, "router event for a forgotten session"));
     return;
   }
-  core::Session& session = *connection->session;
-  if (core::apply_push_event(event, session)) return;
-  if (!session.in_flight()) {
-    anomalies_.push_back(describe(event.session, "router event with nothing in flight"));
-    return;
-  }
-  switch (event.kind) {
-    case core::SessionEvent::Kind::kParked:
-      connection->awaiting_delivery = true;
-      session.on_parked();
-      return;
-    case core::SessionEvent::Kind::kCancelled:
-      if (!connection->awaiting_delivery) {
-        anomalies_.push_back(describe(event.session, "a cancellation of nothing parked"));
-        return;
-      }
-      connection->awaiting_delivery = false;
-      session.on_cancelled();
-      return;
-    case core::SessionEvent::Kind::kReply:
-      if (event.reply.status == core::Status::kParked) {
-        anomalies_.push_back(describe(event.session, "a reply of Reply::parked"));
-        return;
-      }
-      connection->awaiting_delivery = false;
-      session.on_reply(now_, event.reply);
-      return;
-    case core::SessionEvent::Kind::kStats:
-      session.on_reply(now_,
-                       core::Reply::stats(core::encode_stats_json(open_sessions(), event.stats)));
-      return;
-    case core::SessionEvent::Kind::kSignal:
-    case core::SessionEvent::Kind::kSlowConsumer:
-    case core::SessionEvent::Kind::kLost:
-      return;  // handled above
-  }
+  (void)connection->port->deliver(now_, event, open_sessions());
 }
 
 void Loopback::fire_timers() {
@@ -296,14 +258,14 @@ void Loopback::fire_timers() {
     for (auto& router : routers_) router->tick(now_);
     move_messages();
     for (auto& [value, connection] : connections_) {
-      if (connection.session) connection.session->on_timer(now_);
+      if (connection.port) connection.port->session().on_timer(now_);
     }
     route();
 
     bool stale = false;
     for (const auto& [value, connection] : connections_) {
-      if (!connection.session) continue;
-      const std::optional<core::Instant> deadline = connection.session->next_deadline();
+      if (!connection.port) continue;
+      const std::optional<core::Instant> deadline = connection.port->session().next_deadline();
       if (deadline && *deadline <= now_) stale = true;
     }
     for (const auto& router : routers_) {
@@ -321,7 +283,7 @@ std::optional<core::Instant> Loopback::next_event_after_now() {
     if (at && *at > now_ && (!earliest || *at < *earliest)) earliest = at;
   };
   for (const auto& [value, connection] : connections_) {
-    if (connection.session) consider(connection.session->next_deadline());
+    if (connection.port) consider(connection.port->session().next_deadline());
   }
   for (const auto& router : routers_) consider(router->next_wake());
   return earliest;

@@ -21,9 +21,10 @@
 // hold_close_notices(false), so a grant can reach a session that has already closed (the
 // "grant raced the close, give it back" path of core/session.h).
 //
-// Anything that breaks the driver contract (an event for an unknown session, a reply with
-// nothing in flight, a cancellation of nothing parked, a deadline that on_timer/tick did not
-// clear) is recorded in anomalies() instead of crashing, so a test can assert it is empty.
+// The router's contract with each session is checked by core::SessionPort (an assertion). What
+// only this driver can see (an event for a forgotten session, input the session took more of
+// than offered, a deadline that on_timer/tick did not clear, a loop that does not settle) is
+// recorded in anomalies() instead of crashing, so a test can assert it is empty.
 //
 // Thread affinity: single-threaded test helper.
 #pragma once
@@ -41,6 +42,7 @@
 #include "core/random.h"
 #include "core/router.h"
 #include "core/session.h"
+#include "core/session_port.h"
 #include "core/signal_hub.h"
 #include "core/time.h"
 #include "core/types.h"
@@ -107,12 +109,12 @@ class Loopback {
 
  private:
   struct Connection {
-    std::unique_ptr<core::Session> session;  // null once forgotten
+    std::unique_ptr<core::SessionPort> port;  // null once forgotten
     std::size_t shard = 0;
-    std::string input;               // bytes not yet taken by the session
-    std::string leftover_output;     // unread output of a forgotten session
-    bool router_notified = false;    // Router::close was called
-    bool awaiting_delivery = false;  // the request in flight is parked in an engine
+    std::string input;             // bytes not yet taken by the session
+    std::string leftover_output;   // unread output of a forgotten session
+    bool close_pending = false;    // the port asked for Router::close; held back while held
+    bool router_notified = false;  // Router::close was called
     std::vector<core::Request> routed;
   };
 
