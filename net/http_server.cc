@@ -27,6 +27,7 @@
 #include "net/cluster_node.h"
 #include "net/guard.h"
 #include "net/log.h"
+#include "net/metrics_text.h"
 
 namespace turnstile::net {
 namespace {
@@ -95,81 +96,6 @@ std::string address_text(const sockaddr_storage& address) {
   return std::string(text) + ":" + std::to_string(port);
 }
 
-std::string prometheus_escape(std::string_view value) {
-  std::string out;
-  for (char c : value) {
-    if (c == '\\' || c == '"') out += '\\';
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out += c;
-  }
-  return out;
-}
-
-// One histogram's lines in the request-latency buckets (cumulative counts). `labels`: the
-// series' labels, escaped and joined (`path="/v1/stats"`), or empty.
-void append_histogram(std::string& text, const std::string& name, const std::string& labels,
-                      const std::array<std::uint64_t, kLatencyBuckets.size()>& buckets,
-                      std::uint64_t count, double sum) {
-  const std::string open = labels.empty() ? "{" : "{" + labels + ",";
-  const std::string only = labels.empty() ? "" : "{" + labels + "}";
-  char number[64];
-  for (std::size_t i = 0; i < kLatencyBuckets.size(); ++i) {
-    std::snprintf(number, sizeof number, "%g", kLatencyBuckets[i]);
-    text += name + "_bucket" + open + "le=\"" + number + "\"} " + std::to_string(buckets[i]) + "\n";
-  }
-  text += name + "_bucket" + open + "le=\"+Inf\"} " + std::to_string(count) + "\n";
-  std::snprintf(number, sizeof number, "%.9g", sum);
-  text += name + "_sum" + only + " " + number + "\n";
-  text += name + "_count" + only + " " + std::to_string(count) + "\n";
-}
-
-// Cluster mode's turnstile_raft_* families (docs/cluster.md, "Observing a cluster").
-std::string raft_metrics_text(const ClusterMetrics& metrics) {
-  std::string text;
-  const auto family = [&text](const char* name, const char* type, const char* help,
-                              std::uint64_t value) {
-    text += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" +
-            name + " " + std::to_string(value) + "\n";
-  };
-  const RaftStatus& raft = metrics.raft;
-  family("turnstile_raft_term", "gauge", "this node's current raft term", raft.term);
-  family("turnstile_raft_commit_index", "gauge", "highest log index known to be committed",
-         raft.commit_index);
-  family("turnstile_raft_last_index", "gauge", "index of the last entry in this node's log",
-         raft.last_index);
-  family("turnstile_raft_applied_index", "gauge", "highest log index applied on this node",
-         raft.applied_index);
-  family("turnstile_raft_snapshot_index", "gauge",
-         "last index covered by this node's newest snapshot (0: none)", raft.snapshot_index);
-  family("turnstile_raft_is_leader", "gauge", "1 while raft says this node leads",
-         raft.role == core::RaftRole::kLeader ? 1 : 0);
-  family("turnstile_raft_leader_known", "gauge", "1 while this node knows a leader",
-         raft.leader_id != 0 ? 1 : 0);
-  family("turnstile_raft_voters", "gauge", "voters in the current configuration",
-         raft.voters.size());
-  family("turnstile_raft_proposals_total", "counter", "commands this node handed to raft",
-         raft.proposals);
-  family("turnstile_raft_apply_calls_total", "counter",
-         "raft_apply calls that carried them (fewer than proposals: batching)",
-         raft.raft_apply_calls);
-  family("turnstile_raft_entries_applied_total", "counter",
-         "log entries of the lock service applied on this node", metrics.entries_applied);
-  family("turnstile_raft_leadership_changes_total", "counter",
-         "times this node started or stopped leading", metrics.leadership_changes);
-
-  const TcpLatencyTotals& latency = metrics.apply_latency;
-  text +=
-      "# HELP turnstile_raft_apply_latency_seconds on the leader, from proposing an entry to "
-      "applying it\n"
-      "# TYPE turnstile_raft_apply_latency_seconds histogram\n";
-  append_histogram(text, "turnstile_raft_apply_latency_seconds", "", latency.buckets, latency.count,
-                   static_cast<double>(latency.sum_ns) / 1e9);
-  return text;
-}
-
 }  // namespace
 
 struct HttpServer::Pending {
@@ -223,71 +149,6 @@ struct HttpServer::Stream {
   event* ping = nullptr;
   std::unique_ptr<std::pair<HttpServer*, std::uint64_t>> ping_arg;
 };
-
-// ---- HttpShared ------------------------------------------------------------------------------
-
-HttpShared::HttpShared(const Config& config)
-    : config_(config),
-      quota_(config.http_max_sessions, config.http_max_sessions_per_ip),
-      limiter_(config.http_rate_limit_per_ip, config.http_rate_limit_burst) {}
-
-core::HttpCreate HttpShared::Quota::take(const std::string& ip) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return caps_.take(ip);
-}
-
-void HttpShared::Quota::give_back(const std::string& ip) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  caps_.give_back(ip);
-}
-
-bool HttpShared::rate_allow(core::Instant now, const std::string& ip) {
-  std::lock_guard<std::mutex> lock(limiter_mutex_);
-  return limiter_.allow(now, ip);
-}
-
-void HttpShared::rate_sweep(core::Instant now) {
-  std::lock_guard<std::mutex> lock(limiter_mutex_);
-  limiter_.sweep(now);
-}
-
-bool HttpShared::admit_connection(const std::string& ip) {
-  std::lock_guard<std::mutex> lock(connections_mutex_);
-  std::int64_t& count = connections_per_ip_[ip];
-  if (config_.http_max_connections_per_ip > 0 && count >= config_.http_max_connections_per_ip) {
-    if (count == 0) connections_per_ip_.erase(ip);
-    return false;
-  }
-  ++count;
-  return true;
-}
-
-void HttpShared::release_connection(const std::string& ip) {
-  std::lock_guard<std::mutex> lock(connections_mutex_);
-  auto count = connections_per_ip_.find(ip);
-  if (count != connections_per_ip_.end() && --count->second <= 0) connections_per_ip_.erase(count);
-}
-
-void HttpShared::record(std::string_view method, std::string_view route, int code, double seconds) {
-  std::lock_guard<std::mutex> lock(metrics_mutex_);
-  RequestCounter& counter = requests_[std::make_tuple(method, route, code)];
-  ++counter.count;
-  counter.seconds_sum += seconds;
-  Histogram& histogram = latency_[route];
-  for (std::size_t i = 0; i < kLatencyBuckets.size(); ++i) {
-    if (seconds <= kLatencyBuckets[i]) ++histogram.buckets[i];
-  }
-  ++histogram.count;
-  histogram.sum += seconds;
-}
-
-void HttpShared::read_metrics(
-    std::map<std::tuple<std::string_view, std::string_view, int>, RequestCounter>& requests,
-    std::map<std::string_view, Histogram>& latency) {
-  std::lock_guard<std::mutex> lock(metrics_mutex_);
-  requests = requests_;
-  latency = latency_;
-}
 
 // ---- HttpServer --------------------------------------------------------------------------------
 
@@ -1216,8 +1077,10 @@ void HttpServer::finish_stats(std::uint64_t ticket, Pending& pending,
   } else {
     // The text is rendered before reply() counts this request: a scrape is not in its own
     // text, only in the next one (as Prometheus's promhttp counts its handler after it served).
-    reply(pending.request, 200, metrics_text(snapshot), pending.route, pending.method,
-          pending.started, "text/plain; version=0.0.4; charset=utf-8");
+    reply(pending.request, 200,
+          metrics_text({snapshot, shared_, http_shared_, ready(), host_.turn_now() - started_at_}),
+          pending.route, pending.method, pending.started,
+          "text/plain; version=0.0.4; charset=utf-8");
   }
   drop_pending(ticket);
 }
@@ -1689,138 +1552,6 @@ void HttpServer::drop_stream(evhttp_connection* connection) {
 bool HttpServer::ready() const {
   // A cluster node that knows no leader can take no request that changes anything.
   return !draining_ && (shared_.cluster == nullptr || shared_.cluster->leader_known());
-}
-
-std::string HttpServer::metrics_text(const core::StatsSnapshot& snapshot) {
-  std::string text;
-  auto gauge = [&text](const char* name, const char* help, double value) {
-    char line[256];
-    std::snprintf(line, sizeof line, "# HELP %s %s\n# TYPE %s gauge\n%s %.17g\n", name, help, name,
-                  name, value);
-    text += line;
-  };
-  // Over every key: the snapshot's lists stop at 10,000 entries each, its totals do not.
-  const core::StatsTotals& totals = snapshot.totals;
-  const auto sessions =
-      static_cast<double>(shared_.http_sessions_live.load(std::memory_order_relaxed));
-  const auto tcp = static_cast<double>(shared_.connections_open.load(std::memory_order_relaxed));
-  gauge("turnstile_ready",
-        shared_.cluster == nullptr
-            ? "1 while the server accepts work, 0 while draining"
-            : "1 while the server accepts work and knows a leader, 0 while draining or leaderless",
-        ready() ? 1 : 0);
-  gauge("turnstile_uptime_seconds", "seconds since start",
-        (host_.turn_now() - started_at_).seconds_double());
-  gauge("turnstile_connections", "TCP connections plus live HTTP sessions", tcp + sessions);
-  gauge("turnstile_http_sessions", "live HTTP sessions", sessions);
-  gauge("turnstile_locks_held", "locks with a holder", static_cast<double>(totals.locks_held));
-  gauge("turnstile_lock_waiters", "waiters queued on locks",
-        static_cast<double>(totals.lock_waiters));
-  gauge("turnstile_semaphore_holders", "holders of semaphores (limit > 1)",
-        static_cast<double>(totals.semaphore_holders));
-  gauge("turnstile_semaphore_waiters", "waiters queued on semaphores (limit > 1)",
-        static_cast<double>(totals.semaphore_waiters));
-  gauge("turnstile_rwlock_readers", "read tokens held on read-write locks",
-        static_cast<double>(totals.rw_readers));
-  gauge("turnstile_rwlock_writers", "read-write locks held by a writer",
-        static_cast<double>(totals.rw_writers));
-  gauge("turnstile_rwlock_waiters", "readers and writers queued on read-write locks",
-        static_cast<double>(totals.rw_waiters));
-  const core::SignalCounters signals = shared_.signals.counters();
-  gauge("turnstile_signal_listeners",
-        "signal subscriptions (pattern and group) of open connections",
-        static_cast<double>(signals.subscriptions));
-  auto counter = [&text](const char* name, const char* help, std::uint64_t value) {
-    text += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " counter\n" + name +
-            " " + std::to_string(value) + "\n";
-  };
-  counter("turnstile_signals_published_total", "signal commands answered", signals.published);
-  counter("turnstile_signal_deliveries_total", "signal frames queued for listeners",
-          signals.delivered);
-  counter("turnstile_signal_slow_consumers_total",
-          "listeners closed because their signal queue was full", signals.slow_consumers);
-  text +=
-      "# HELP turnstile_signal_listens_refused_total listens refused by a subscription cap: "
-      "--max-subscriptions (connection) or --max-subscriptions-total (server)\n"
-      "# TYPE turnstile_signal_listens_refused_total counter\n"
-      "turnstile_signal_listens_refused_total{cap=\"connection\"} " +
-      std::to_string(signals.refused_per_session) +
-      "\n"
-      "turnstile_signal_listens_refused_total{cap=\"server\"} " +
-      std::to_string(signals.refused_total) + "\n";
-  if (const std::optional<SignalPeersCounters> peers = shared_.signals.peer_counters()) {
-    gauge("turnstile_signal_peer_links", "links to the other members that forward signals",
-          static_cast<double>(peers->connected));
-    counter("turnstile_signal_forwarded_total", "signal copies sent to other members",
-            peers->forwarded);
-    counter("turnstile_signal_forward_dropped_total",
-            "signal copies not sent to a member (link down, backed up, or queue full)",
-            peers->dropped);
-  }
-
-  counter("turnstile_grants_total", "grants (each mints a fence), by this node's engines",
-          snapshot.counters.grants);
-  counter("turnstile_lease_expiries_total", "holders whose lease ran out before a release",
-          snapshot.counters.lease_expiries);
-  counter("turnstile_wait_timeouts_total", "waiters whose timeout ran out before a grant",
-          snapshot.counters.wait_timeouts);
-  counter("turnstile_fence_exhausted_total",
-          "grants refused for want of a fence (the fence journal has none durable yet)",
-          snapshot.counters.fence_exhausted);
-  counter("turnstile_auth_failures_total",
-          "requests refused for a wrong or missing auth or admin token (TCP and HTTP)",
-          shared_.auth_failures.load(std::memory_order_relaxed));
-  gauge("turnstile_max_connections", "the TCP connection cap (--max-connections); 0: none",
-        static_cast<double>(shared_.config.max_connections));
-  counter("turnstile_forced_releases_total",
-          "holders freed by admin force-releases (DELETE /v1/admin/...) this server answered",
-          http_shared_.forced_releases.load(std::memory_order_relaxed));
-  text +=
-      "# HELP turnstile_http_forwarded_total HTTP requests answered by the thread that is home to "
-      "their session, not the one that read them\n"
-      "# TYPE turnstile_http_forwarded_total counter\n"
-      "turnstile_http_forwarded_total " +
-      std::to_string(http_shared_.forwarded.load(std::memory_order_relaxed)) + "\n";
-  text +=
-      "# HELP turnstile_http_requests_total HTTP requests by method, route pattern and status\n"
-      "# TYPE turnstile_http_requests_total counter\n";
-  std::map<std::tuple<std::string_view, std::string_view, int>, HttpShared::RequestCounter>
-      requests;
-  std::map<std::string_view, HttpShared::Histogram> http_latency;
-  http_shared_.read_metrics(requests, http_latency);
-  for (const auto& [labels, requests_of] : requests) {
-    const auto& [method, route, code] = labels;
-    text += "turnstile_http_requests_total{method=\"" + prometheus_escape(method) + "\",path=\"" +
-            prometheus_escape(route) + "\",status=\"" + std::to_string(code) + "\"} " +
-            std::to_string(requests_of.count) + "\n";
-  }
-  auto histogram_text = [&text](const std::string& name, const std::string& label,
-                                std::string_view value, const auto& buckets, std::uint64_t count,
-                                double sum) {
-    append_histogram(text, name, label + "=\"" + prometheus_escape(value) + "\"", buckets, count,
-                     sum);
-  };
-  text +=
-      "# HELP turnstile_http_request_duration_seconds HTTP request latency by route pattern "
-      "(long polls included)\n"
-      "# TYPE turnstile_http_request_duration_seconds histogram\n";
-  for (const auto& [route, histogram] : http_latency) {
-    histogram_text("turnstile_http_request_duration_seconds", "path", route, histogram.buckets,
-                   histogram.count, histogram.sum);
-  }
-  text +=
-      "# HELP turnstile_tcp_request_duration_seconds TCP request latency by command, from the "
-      "request being routed to its reply (blocking acquires included)\n"
-      "# TYPE turnstile_tcp_request_duration_seconds histogram\n";
-  for (std::size_t command = 0; command < SharedState::kCommands; ++command) {
-    const TcpLatencyTotals latency = shared_.tcp_latency(static_cast<core::Command>(command));
-    if (latency.count == 0) continue;
-    histogram_text("turnstile_tcp_request_duration_seconds", "command",
-                   std::string(core::command_name(static_cast<core::Command>(command))),
-                   latency.buckets, latency.count, static_cast<double>(latency.sum_ns) / 1e9);
-  }
-  if (shared_.cluster != nullptr) text += raft_metrics_text(shared_.cluster->metrics());
-  return text;
 }
 
 }  // namespace turnstile::net
