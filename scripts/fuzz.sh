@@ -24,31 +24,51 @@ mkdir -p "$artifacts"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-failed=()
-for harness in "${harnesses[@]}"; do
-  # A copy of the corpus: what the run discovers stays out of the committed seeds.
-  corpus="$work/$harness"
+# One harness: its corpus copied, run for $seconds, its verdict in $work/$harness.status and a
+# summary in $work/$harness.out (printed in harness order once all have run).
+run_harness() {
+  local harness=$1 corpus="$work/$1" log="$work/$1.log" out="$work/$1.out" status=0
   mkdir -p "$corpus"
   cp fuzz/corpus/"$harness"/* "$corpus"/
-  log="$work/$harness.log"
-  echo "fuzz: $harness for ${seconds}s"
-  status=0
-  # A harness's own dictionary if it has one (fuzz/<harness>.dict), else the protocol's.
-  dict=fuzz/protocol.dict
+  local dict=fuzz/protocol.dict
   [ -f "fuzz/$harness.dict" ] && dict="fuzz/$harness.dict"
   "$build_dir/fuzz/$harness" "$corpus" -dict="$dict" -max_total_time="$seconds" \
     -print_final_stats=1 -artifact_prefix="$artifacts/$harness-" -close_fd_mask=1 \
     >"$log" 2>&1 || status=$?
+  local execs rate
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
   rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log")
   if [ "$status" -ne 0 ]; then
-    failed+=("$harness")
-    echo "fuzz: $harness FAILED (exit $status); last lines of its log:"
-    tail -n 60 "$log"
-    ls -1 "$artifacts"/"$harness"-* 2>/dev/null | sed 's/^/fuzz:   crash input: /'
+    {
+      echo "fuzz: $harness FAILED (exit $status); last lines of its log:"
+      tail -n 60 "$log"
+      ls -1 "$artifacts"/"$harness"-* 2>/dev/null | sed 's/^/fuzz:   crash input: /'
+    } >"$out"
   else
-    echo "fuzz: $harness ok: ${execs:-?} runs, ${rate:-?} execs/s, corpus $(ls "$corpus" | wc -l) inputs"
+    echo "fuzz: $harness ok: ${execs:-?} runs, ${rate:-?} execs/s, corpus $(ls "$corpus" | wc -l) inputs" >"$out"
   fi
+  echo "$status" >"$work/$harness.status"
+}
+
+# As many harnesses at once as there are cores: each is single-threaded, and each still gets its
+# full $seconds.
+parallel=${TURNSTILE_FUZZ_JOBS:-$(nproc)}
+running=0
+for harness in "${harnesses[@]}"; do
+  echo "fuzz: $harness for ${seconds}s"
+  run_harness "$harness" &
+  running=$((running + 1))
+  if [ "$running" -ge "$parallel" ]; then
+    wait -n || true
+    running=$((running - 1))
+  fi
+done
+wait
+
+failed=()
+for harness in "${harnesses[@]}"; do
+  cat "$work/$harness.out"
+  [ "$(cat "$work/$harness.status")" -eq 0 ] || failed+=("$harness")
 done
 
 if [ "${#failed[@]}" -ne 0 ]; then

@@ -1008,6 +1008,51 @@ TEST_F(TwoPhaseTest, WaitWithoutEnqueueIsNotEnqueued) {
   EXPECT_EQ(net.read(b), "error_not_enqueued\n");
 }
 
+// A two-phase record's lease runs on the engine's clock: injected time, no real second.
+TEST_F(TwoPhaseTest, WaitAfterTheTwoPhaseLeaseEndedIsLeaseExpired) {
+  Loopback& net = start();
+  const SessionId a = net.connect();
+  net.send(a, request("e", "k", "1"));
+  EXPECT_TRUE(is_grant_line(lines_of(net.read(a)).at(0), "acquired", 1));
+  net.advance(Duration::milliseconds(1200));
+  net.send(a, request("w", "k", "1"));
+  EXPECT_EQ(net.read(a), "error_lease_expired\n");
+  // The expired record is gone: the key is free and `e` works again.
+  net.send(a, request("e", "k", "1"));
+  EXPECT_TRUE(is_grant_line(lines_of(net.read(a)).at(0), "acquired", 1));
+}
+
+TEST_F(TwoPhaseTest, APromotedWaiterThatNeverWaitedCanEnqueueAgainAfterExpiry) {
+  // Reference edge case 22: the promoted record follows its token, so it does not block `e`.
+  Loopback& net = start();
+  const SessionId holder = net.connect();
+  const SessionId a = net.connect();
+  const std::string token = acquire(holder, "k");
+  net.send(a, request("e", "k", "1"));
+  EXPECT_EQ(net.read(a), "queued\n");
+  net.send(holder, "r\nk\n" + token + "\n");  // promoted, lease 1 s running
+  EXPECT_EQ(net.read(holder), "ok\n");
+  net.advance(Duration::milliseconds(1200));
+  net.send(a, request("e", "k", "1"));
+  EXPECT_TRUE(is_grant_line(lines_of(net.read(a)).at(0), "acquired", 1));
+}
+
+TEST_F(TwoPhaseTest, WaitAfterAPromotedGrantExpiredIsLeaseExpiredThenNotEnqueued) {
+  Loopback& net = start();
+  const SessionId holder = net.connect();
+  const SessionId a = net.connect();
+  const std::string token = acquire(holder, "k");
+  net.send(a, request("e", "k", "1"));
+  EXPECT_EQ(net.read(a), "queued\n");
+  net.send(holder, "r\nk\n" + token + "\n");
+  EXPECT_EQ(net.read(holder), "ok\n");
+  net.advance(Duration::milliseconds(1200));
+  net.send(a, request("w", "k", "1"));
+  EXPECT_EQ(net.read(a), "error_lease_expired\n");
+  net.send(a, request("w", "k", "1"));
+  EXPECT_EQ(net.read(a), "error_not_enqueued\n");
+}
+
 // ---- a grant racing a close (core/session.h, edge cases 19 and 35) ---------------------------
 
 TEST_F(GrantRaceTest, ParkedLockGrantedAfterCloseIsGivenBackToTheNextWaiter) {

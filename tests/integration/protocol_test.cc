@@ -252,16 +252,6 @@ TEST(Protocol, WaitWithoutEnqueueIsNotEnqueued) {
   EXPECT_EQ(client.request("sw", "k", "1"), "error_not_enqueued");
 }
 
-TEST(Protocol, WaitAfterTheTwoPhaseLeaseEndedIsLeaseExpired) {
-  Daemon daemon;
-  Client client(daemon.port());
-  parse_grant(client.request("e", "k", "1"), "acquired");
-  std::this_thread::sleep_for(1200ms);
-  EXPECT_EQ(client.request("w", "k", "1"), "error_lease_expired");
-  // The expired record is gone: the key is free and `e` works again.
-  parse_grant(client.request("e", "k", "1"), "acquired");
-}
-
 TEST(Protocol, ReleasingTheTokenOfAGrantedRecordMakesWaitNotEnqueued) {
   Daemon daemon;
   Client client(daemon.port());
@@ -975,30 +965,6 @@ TEST(Protocol, ConcurrentConnectionsRespectMaxConnectionsExactly) {
   int total = 0;
   for (int value : answered) total += value;
   EXPECT_EQ(total, 5);
-}
-
-TEST(Protocol, TwoPhaseWaiterPromotedButNeverWaitingCanEnqueueAgainAfterExpiry) {
-  // Reference edge case 22: the promoted record follows its token, so it does not block `e`.
-  Daemon daemon;
-  Client holder(daemon.port());
-  Client client(daemon.port());
-  const Grant held = parse_grant(holder.request("l", "k", "0"));
-  EXPECT_EQ(client.request("e", "k", "1"), "queued");
-  EXPECT_EQ(holder.request("r", "k", held.token), "ok");  // promoted, lease 1 s running
-  std::this_thread::sleep_for(1200ms);
-  parse_grant(client.request("e", "k", "1"), "acquired");
-}
-
-TEST(Protocol, WaitAfterAPromotedGrantExpiredIsLeaseExpired) {
-  Daemon daemon;
-  Client holder(daemon.port());
-  Client client(daemon.port());
-  const Grant held = parse_grant(holder.request("l", "k", "0"));
-  EXPECT_EQ(client.request("e", "k", "1"), "queued");
-  EXPECT_EQ(holder.request("r", "k", held.token), "ok");
-  std::this_thread::sleep_for(1200ms);
-  EXPECT_EQ(client.request("w", "k", "1"), "error_lease_expired");
-  EXPECT_EQ(client.request("w", "k", "1"), "error_not_enqueued");
 }
 
 // ---- ordering within one connection
