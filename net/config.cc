@@ -78,12 +78,9 @@ std::string quoted_name(const std::string& message) {
 
 std::string dashed(const std::string& name) { return (name.size() == 1 ? "-" : "--") + name; }
 
-ConfigResult parse_checked(const std::vector<std::string>& args, const EnvLookup& env, int cores) {
-  Config config;
-  config.threads = static_cast<int>(std::clamp<std::int64_t>(cores, 1, kMaxThreads));
-  const Config defaults = config;
-
-  cxxopts::Options options{std::string(kProgram)};
+// Every setting is a flag taking text (a boolean one takes "true" when it has no value), so
+// that each value is converted by apply, whether it came from a flag or from the environment.
+void add_flags(cxxopts::Options& options) {
   auto adder = options.add_options();
   for (const Setting& setting : settings()) {
     auto value = cxxopts::value<std::string>();
@@ -92,14 +89,19 @@ ConfigResult parse_checked(const std::vector<std::string>& args, const EnvLookup
   }
   adder("h,help", "print help", cxxopts::value<std::string>()->implicit_value("true"));
   adder("version", "print version", cxxopts::value<std::string>()->implicit_value("true"));
+}
 
+cxxopts::ParseResult parse_flags(cxxopts::Options& options, const std::vector<std::string>& args) {
   const std::vector<std::string> normalized = normalize_dashes(args);
   std::vector<const char*> argv;
   argv.reserve(normalized.size() + 1);
   argv.push_back(kProgram.data());
   for (const std::string& arg : normalized) argv.push_back(arg.c_str());
-  const cxxopts::ParseResult parsed = options.parse(static_cast<int>(argv.size()), argv.data());
+  return options.parse(static_cast<int>(argv.size()), argv.data());
+}
 
+// A stray argument is an error; --help and --version answer and exit. nullopt: go on.
+std::optional<ConfigExit> exit_early(const cxxopts::ParseResult& parsed, const Config& defaults) {
   if (!parsed.unmatched().empty()) {
     const std::string& arg = parsed.unmatched().front();
     const bool looks_bool = parse_bool(arg, /*from_env=*/false).has_value();
@@ -118,8 +120,13 @@ ConfigResult parse_checked(const std::vector<std::string>& args, const EnvLookup
                         std::string_view(name) == "help" ? usage_text(defaults) : version_string()};
     }
   }
+  return std::nullopt;
+}
 
-  std::vector<Given> given;
+// Every setting but the secrets, from its flag, else from the environment; each one given joins
+// `given`.
+std::optional<ConfigExit> apply_settings(const cxxopts::ParseResult& parsed, const EnvLookup& env,
+                                         Config& config, std::vector<Given>& given) {
   for (const Setting& setting : settings()) {
     if (setting.kind == Kind::kSecret || setting.kind == Kind::kSecretFile) continue;
     std::optional<Source> source;
@@ -129,9 +136,24 @@ ConfigResult parse_checked(const std::vector<std::string>& args, const EnvLookup
       source = from_environment(setting, env, /*empty_is_value=*/false);
     }
     if (!source) continue;
-    if (auto error = apply(setting, *source, config)) return std::move(*error);
+    if (auto error = apply(setting, *source, config)) return error;
     given.push_back(Given{&setting, source->env_name});
   }
+  return std::nullopt;
+}
+
+ConfigResult parse_checked(const std::vector<std::string>& args, const EnvLookup& env, int cores) {
+  Config config;
+  config.threads = static_cast<int>(std::clamp<std::int64_t>(cores, 1, kMaxThreads));
+  const Config defaults = config;
+
+  cxxopts::Options options{std::string(kProgram)};
+  add_flags(options);
+  const cxxopts::ParseResult parsed = parse_flags(options, args);
+  if (auto exit = exit_early(parsed, defaults)) return std::move(*exit);
+
+  std::vector<Given> given;
+  if (auto error = apply_settings(parsed, env, config, given)) return std::move(*error);
   if (auto error = resolve_secrets(parsed, env, config, given)) return std::move(*error);
 
   // Edge 11: a certificate without its key (or the reverse) is a start-up error.

@@ -285,82 +285,99 @@ void store_integer(const Setting& setting, std::int64_t value, Config& config) {
       setting.target);
 }
 
+std::optional<ConfigExit> apply_text(const Setting& setting, const Source& source, Config& config) {
+  std::string& field = text_field(setting, config);
+  field = source.value;
+  if ((setting.flag == "host" || setting.flag == "http-host") && field.empty()) {
+    return invalid_value(setting, source, "empty (use 0.0.0.0 or :: to listen on every address)");
+  }
+  // The words net/log.h parses (parse_log_format, parse_log_level), in lower case.
+  if (setting.flag == "log-format") {
+    field = lowercase(field);
+    if (field != "text" && field != "json") {
+      return invalid_value(setting, source, "not a log format (use text or json)");
+    }
+  }
+  if (setting.flag == "log-level") {
+    field = lowercase(field);
+    if (field == "warning") field = "warn";
+    if (field != "debug" && field != "info" && field != "warn" && field != "error") {
+      return invalid_value(setting, source, "not a log level (use debug, info, warn or error)");
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<ConfigExit> apply_integer(const Setting& setting, const Source& source,
+                                        Config& config) {
+  std::int64_t value = 0;
+  switch (parse_int64(source.value, value)) {
+    case IntegerParse::kNotInteger:
+      return invalid_value(setting, source, "not an integer");
+    case IntegerParse::kTooSmall:
+    case IntegerParse::kTooLarge:
+      return invalid_value(setting, source, bounds_text(setting));
+    case IntegerParse::kOk:
+      break;
+  }
+  if (value < setting.min || value > setting.max) {
+    return invalid_value(setting, source, bounds_text(setting));
+  }
+  store_integer(setting, value, config);
+  return std::nullopt;
+}
+
+std::optional<ConfigExit> apply_bool(const Setting& setting, const Source& source, Config& config) {
+  const bool from_env = !source.env_name.empty();
+  const std::optional<bool> value = parse_bool(source.value, from_env);
+  if (!value) {
+    return invalid_value(setting, source,
+                         from_env ? "not a boolean (use 1/yes/true or 0/no/false)"
+                                  : "not a boolean (use --" + std::string(setting.flag) +
+                                        "=true or --" + std::string(setting.flag) + "=false)");
+  }
+  bool_field(setting, config) = *value;
+  return std::nullopt;
+}
+
+std::optional<ConfigExit> apply_address(const Setting& setting, const Source& source,
+                                        Config& config) {
+  std::string& field = text_field(setting, config);
+  field.clear();  // empty = unset
+  if (source.value.empty()) return std::nullopt;
+  auto address = parse_reachable_address(source.value);
+  if (const auto* problem = std::get_if<std::string>(&address)) {
+    return invalid_value(setting, source, *problem);
+  }
+  field = std::get<HostPort>(address).text;
+  return std::nullopt;
+}
+
+std::optional<ConfigExit> apply_peers(const Setting& setting, const Source& source,
+                                      Config& config) {
+  auto peers = parse_peers(source.value);
+  if (const auto* problem = std::get_if<std::string>(&peers)) {
+    // The entry at fault is quoted in the reason; the whole list would be cut anyway.
+    return invalid_value(setting, source, *problem, /*show_value=*/false);
+  }
+  config.cluster.peers = std::move(std::get<0>(peers));
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::optional<ConfigExit> apply(const Setting& setting, const Source& source, Config& config) {
   switch (setting.kind) {
-    case Kind::kText: {
-      std::string& field = text_field(setting, config);
-      field = source.value;
-      if ((setting.flag == "host" || setting.flag == "http-host") && field.empty()) {
-        return invalid_value(setting, source,
-                             "empty (use 0.0.0.0 or :: to listen on every address)");
-      }
-      // The words net/log.h parses (parse_log_format, parse_log_level), in lower case.
-      if (setting.flag == "log-format") {
-        field = lowercase(field);
-        if (field != "text" && field != "json") {
-          return invalid_value(setting, source, "not a log format (use text or json)");
-        }
-      }
-      if (setting.flag == "log-level") {
-        field = lowercase(field);
-        if (field == "warning") field = "warn";
-        if (field != "debug" && field != "info" && field != "warn" && field != "error") {
-          return invalid_value(setting, source, "not a log level (use debug, info, warn or error)");
-        }
-      }
-      return std::nullopt;
-    }
-    case Kind::kInteger: {
-      std::int64_t value = 0;
-      switch (parse_int64(source.value, value)) {
-        case IntegerParse::kNotInteger:
-          return invalid_value(setting, source, "not an integer");
-        case IntegerParse::kTooSmall:
-        case IntegerParse::kTooLarge:
-          return invalid_value(setting, source, bounds_text(setting));
-        case IntegerParse::kOk:
-          break;
-      }
-      if (value < setting.min || value > setting.max) {
-        return invalid_value(setting, source, bounds_text(setting));
-      }
-      store_integer(setting, value, config);
-      return std::nullopt;
-    }
-    case Kind::kBool: {
-      const bool from_env = !source.env_name.empty();
-      const std::optional<bool> value = parse_bool(source.value, from_env);
-      if (!value) {
-        return invalid_value(setting, source,
-                             from_env ? "not a boolean (use 1/yes/true or 0/no/false)"
-                                      : "not a boolean (use --" + std::string(setting.flag) +
-                                            "=true or --" + std::string(setting.flag) + "=false)");
-      }
-      bool_field(setting, config) = *value;
-      return std::nullopt;
-    }
-    case Kind::kAddress: {
-      std::string& field = text_field(setting, config);
-      field.clear();  // empty = unset
-      if (source.value.empty()) return std::nullopt;
-      auto address = parse_reachable_address(source.value);
-      if (const auto* problem = std::get_if<std::string>(&address)) {
-        return invalid_value(setting, source, *problem);
-      }
-      field = std::get<HostPort>(address).text;
-      return std::nullopt;
-    }
-    case Kind::kPeers: {
-      auto peers = parse_peers(source.value);
-      if (const auto* problem = std::get_if<std::string>(&peers)) {
-        // The entry at fault is quoted in the reason; the whole list would be cut anyway.
-        return invalid_value(setting, source, *problem, /*show_value=*/false);
-      }
-      config.cluster.peers = std::move(std::get<0>(peers));
-      return std::nullopt;
-    }
+    case Kind::kText:
+      return apply_text(setting, source, config);
+    case Kind::kInteger:
+      return apply_integer(setting, source, config);
+    case Kind::kBool:
+      return apply_bool(setting, source, config);
+    case Kind::kAddress:
+      return apply_address(setting, source, config);
+    case Kind::kPeers:
+      return apply_peers(setting, source, config);
     case Kind::kSecret:
     case Kind::kSecretFile:
       break;
