@@ -2,7 +2,6 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <openssl/err.h>
@@ -11,10 +10,10 @@
 #include <unistd.h>
 
 #include <csignal>
-#include <cstring>
 
 #include "net/clock.h"
 #include "net/crypto_random.h"
+#include "net/listener.h"
 #include "net/log.h"
 #include "net/openssl_error.h"
 #include "net/sd_notify.h"
@@ -37,15 +36,6 @@ std::string ip_of(const sockaddr* address) {
     return "unknown";
   }
   return text;
-}
-
-std::string address_text(const sockaddr_storage& address) {
-  const auto* generic = reinterpret_cast<const sockaddr*>(&address);
-  const std::string ip = ip_of(generic);
-  const int port = address.ss_family == AF_INET6
-                       ? ntohs(reinterpret_cast<const sockaddr_in6*>(&address)->sin6_port)
-                       : ntohs(reinterpret_cast<const sockaddr_in*>(&address)->sin_port);
-  return (address.ss_family == AF_INET6 ? "[" + ip + "]" : ip) + ":" + std::to_string(port);
 }
 
 }  // namespace
@@ -129,44 +119,27 @@ bool Server::set_up_tls() {
 }
 
 bool Server::listen() {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* found = nullptr;
-  const std::string port = std::to_string(config_.port);
-  const int error = getaddrinfo(config_.host.c_str(), port.c_str(), &hints, &found);
-  if (error != 0 || found == nullptr) {
-    log_event(LogLevel::kError, "listen_failed",
-              "cannot resolve --host " + config_.host + ": " + gai_strerror(error),
-              {{"protocol", "tcp"},
-               {"host", config_.host},
-               {"port", config_.port},
-               {"error", gai_strerror(error)}});
-    return false;
-  }
-  listener_ = evconnlistener_new_bind(base_, &Server::on_accept, this,
-                                      LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE, 1024,
-                                      found->ai_addr, static_cast<int>(found->ai_addrlen));
-  freeaddrinfo(found);
+  ListenerSpec spec;
+  spec.host_flag = "--host";
+  spec.protocol = "tcp";
+  spec.host = config_.host;
+  spec.port = config_.port;
+  spec.keepalive = true;
+  const std::optional<ListeningSocket> listening = open_listening_socket(spec);
+  if (!listening) return false;
+  listener_ = evconnlistener_new(base_, &Server::on_accept, this, LEV_OPT_CLOSE_ON_FREE,
+                                 /*backlog=*/0, listening->fd);  // 0: it listens already
   if (listener_ == nullptr) {
-    const std::string why = std::strerror(errno);
-    log_event(
-        LogLevel::kError, "listen_failed",
-        "cannot listen on " + config_.host + " port " + std::to_string(config_.port) + ": " + why,
-        {{"protocol", "tcp"}, {"host", config_.host}, {"port", config_.port}, {"error", why}});
+    logf(LogLevel::kError, "cannot accept connections on %s", listening->address.c_str());
+    ::close(listening->fd);
     return false;
   }
   evconnlistener_set_error_cb(listener_, &Server::on_accept_error);
-  sockaddr_storage bound{};
-  socklen_t length = sizeof bound;
-  getsockname(evconnlistener_get_fd(listener_), reinterpret_cast<sockaddr*>(&bound), &length);
-  const std::string address = address_text(bound);
   const char* protocol = shared_.tls != nullptr ? "tls" : "tcp";
   log_event(LogLevel::kInfo, "listen",
-            "listening on " + address + " (" + protocol + ", " + std::to_string(config_.threads) +
-                " shards)",
-            {{"protocol", protocol}, {"address", address}, {"shards", config_.threads}});
+            "listening on " + listening->address + " (" + protocol + ", " +
+                std::to_string(config_.threads) + " shards)",
+            {{"protocol", protocol}, {"address", listening->address}, {"shards", config_.threads}});
   return true;
 }
 
