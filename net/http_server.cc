@@ -1,13 +1,9 @@
 #include "net/http_server.h"
 
-#include <arpa/inet.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/bufferevent_ssl.h>
 #include <event2/keyvalq_struct.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -26,6 +22,7 @@
 #include "net/clock.h"
 #include "net/cluster_node.h"
 #include "net/guard.h"
+#include "net/listener.h"
 #include "net/log.h"
 #include "net/metrics_text.h"
 
@@ -79,21 +76,6 @@ std::string_view method_name(evhttp_cmd_type type) {
     default:
       return "OTHER";
   }
-}
-
-std::string address_text(const sockaddr_storage& address) {
-  char text[INET6_ADDRSTRLEN] = {};
-  int port = 0;
-  if (address.ss_family == AF_INET6) {
-    const auto* v6 = reinterpret_cast<const sockaddr_in6*>(&address);
-    inet_ntop(AF_INET6, &v6->sin6_addr, text, sizeof text);
-    port = ntohs(v6->sin6_port);
-    return "[" + std::string(text) + "]:" + std::to_string(port);
-  }
-  const auto* v4 = reinterpret_cast<const sockaddr_in*>(&address);
-  inet_ntop(AF_INET, &v4->sin_addr, text, sizeof text);
-  port = ntohs(v4->sin_port);
-  return std::string(text) + ":" + std::to_string(port);
 }
 
 }  // namespace
@@ -188,47 +170,19 @@ bufferevent* HttpServer::make_tls_bufferevent(event_base* base, void* self) {
 }
 
 int HttpServer::open_listener(const Config& config, bool tls) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* found = nullptr;
-  const std::string port = std::to_string(config.http_port);
-  const int error = getaddrinfo(config.http_host.c_str(), port.c_str(), &hints, &found);
-  if (error != 0 || found == nullptr) {
-    log_event(LogLevel::kError, "listen_failed",
-              "cannot resolve --http-host " + config.http_host + ": " + gai_strerror(error),
-              {{"protocol", "http"},
-               {"host", config.http_host},
-               {"port", config.http_port},
-               {"error", gai_strerror(error)}});
-    return -1;
-  }
-  const int fd = ::socket(found->ai_family, found->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  const int one = 1;
-  const bool ok = fd >= 0 && setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) == 0 &&
-                  ::bind(fd, found->ai_addr, found->ai_addrlen) == 0 && ::listen(fd, 1024) == 0;
-  freeaddrinfo(found);
-  if (!ok) {
-    const std::string why = std::strerror(errno);
-    log_event(LogLevel::kError, "listen_failed",
-              "cannot listen for HTTP on " + config.http_host + " port " +
-                  std::to_string(config.http_port) + ": " + why,
-              {{"protocol", "http"},
-               {"host", config.http_host},
-               {"port", config.http_port},
-               {"error", why}});
-    if (fd >= 0) ::close(fd);
-    return -1;
-  }
-  sockaddr_storage bound{};
-  socklen_t length = sizeof bound;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length);
-  const std::string address = address_text(bound);
+  ListenerSpec spec;
+  spec.host_flag = "--http-host";
+  spec.protocol = "http";
+  spec.purpose = "for HTTP ";
+  spec.host = config.http_host;
+  spec.port = config.http_port;
+  const std::optional<ListeningSocket> listening = open_listening_socket(spec);
+  if (!listening) return -1;
   const char* protocol = tls ? "https" : "http";
-  log_event(LogLevel::kInfo, "listen", "HTTP API listening on " + address + " (" + protocol + ")",
-            {{"protocol", protocol}, {"address", address}, {"shards", config.threads}});
-  return fd;
+  log_event(LogLevel::kInfo, "listen",
+            "HTTP API listening on " + listening->address + " (" + protocol + ")",
+            {{"protocol", protocol}, {"address", listening->address}, {"shards", config.threads}});
+  return listening->fd;
 }
 
 bool HttpServer::listen(int fd) {

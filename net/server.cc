@@ -2,7 +2,6 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <openssl/err.h>
@@ -11,10 +10,10 @@
 #include <unistd.h>
 
 #include <csignal>
-#include <cstring>
 
 #include "net/clock.h"
 #include "net/crypto_random.h"
+#include "net/listener.h"
 #include "net/log.h"
 #include "net/openssl_error.h"
 #include "net/sd_notify.h"
@@ -37,15 +36,6 @@ std::string ip_of(const sockaddr* address) {
     return "unknown";
   }
   return text;
-}
-
-std::string address_text(const sockaddr_storage& address) {
-  const auto* generic = reinterpret_cast<const sockaddr*>(&address);
-  const std::string ip = ip_of(generic);
-  const int port = address.ss_family == AF_INET6
-                       ? ntohs(reinterpret_cast<const sockaddr_in6*>(&address)->sin6_port)
-                       : ntohs(reinterpret_cast<const sockaddr_in*>(&address)->sin_port);
-  return (address.ss_family == AF_INET6 ? "[" + ip + "]" : ip) + ":" + std::to_string(port);
 }
 
 }  // namespace
@@ -129,94 +119,78 @@ bool Server::set_up_tls() {
 }
 
 bool Server::listen() {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* found = nullptr;
-  const std::string port = std::to_string(config_.port);
-  const int error = getaddrinfo(config_.host.c_str(), port.c_str(), &hints, &found);
-  if (error != 0 || found == nullptr) {
-    log_event(LogLevel::kError, "listen_failed",
-              "cannot resolve --host " + config_.host + ": " + gai_strerror(error),
-              {{"protocol", "tcp"},
-               {"host", config_.host},
-               {"port", config_.port},
-               {"error", gai_strerror(error)}});
-    return false;
-  }
-  listener_ = evconnlistener_new_bind(base_, &Server::on_accept, this,
-                                      LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE, 1024,
-                                      found->ai_addr, static_cast<int>(found->ai_addrlen));
-  freeaddrinfo(found);
+  ListenerSpec spec;
+  spec.host_flag = "--host";
+  spec.protocol = "tcp";
+  spec.host = config_.host;
+  spec.port = config_.port;
+  spec.keepalive = true;
+  const std::optional<ListeningSocket> listening = open_listening_socket(spec);
+  if (!listening) return false;
+  listener_ = evconnlistener_new(base_, &Server::on_accept, this, LEV_OPT_CLOSE_ON_FREE,
+                                 /*backlog=*/0, listening->fd);  // 0: it listens already
   if (listener_ == nullptr) {
-    const std::string why = std::strerror(errno);
-    log_event(
-        LogLevel::kError, "listen_failed",
-        "cannot listen on " + config_.host + " port " + std::to_string(config_.port) + ": " + why,
-        {{"protocol", "tcp"}, {"host", config_.host}, {"port", config_.port}, {"error", why}});
+    logf(LogLevel::kError, "cannot accept connections on %s", listening->address.c_str());
+    ::close(listening->fd);
     return false;
   }
   evconnlistener_set_error_cb(listener_, &Server::on_accept_error);
-  sockaddr_storage bound{};
-  socklen_t length = sizeof bound;
-  getsockname(evconnlistener_get_fd(listener_), reinterpret_cast<sockaddr*>(&bound), &length);
-  const std::string address = address_text(bound);
   const char* protocol = shared_.tls != nullptr ? "tls" : "tcp";
   log_event(LogLevel::kInfo, "listen",
-            "listening on " + address + " (" + protocol + ", " + std::to_string(config_.threads) +
-                " shards)",
-            {{"protocol", protocol}, {"address", address}, {"shards", config_.threads}});
+            "listening on " + listening->address + " (" + protocol + ", " +
+                std::to_string(config_.threads) + " shards)",
+            {{"protocol", protocol}, {"address", listening->address}, {"shards", config_.threads}});
   return true;
 }
 
-int Server::run() {
-  std::signal(SIGPIPE, SIG_IGN);
-  if (!open_fence_file()) return 1;
-  if (config_.cluster.enabled()) {
-    // Session ids carry a random tag of this process, so that they stay unique across the
-    // cluster's processes and restarts (core::RouterConfig::session_tag).
-    CryptoRandom random;
-    do {
-      shared_.session_tag = static_cast<std::uint32_t>(random.next_u64() & 0xffffff);
-    } while (shared_.session_tag == 0);
-    cluster_ = std::make_unique<ClusterNode>(config_, shared_, shared_.session_tag);
-    // The way out an operator's SIGTERM takes (leadership handed over, connections drained),
-    // taken from the raft thread: the signal reaches the main loop through libevent's own pipe.
-    cluster_->on_fatal([this] {
-      fatal_ = true;
-      ::kill(::getpid(), SIGTERM);
-    });
-    shared_.cluster = cluster_.get();
-    shared_.cluster_node = cluster_.get();
+// Cluster mode: the node (its raft thread starts later, in start_cluster).
+void Server::create_cluster_node() {
+  // Session ids carry a random tag of this process, so that they stay unique across the
+  // cluster's processes and restarts (core::RouterConfig::session_tag).
+  CryptoRandom random;
+  do {
+    shared_.session_tag = static_cast<std::uint32_t>(random.next_u64() & 0xffffff);
+  } while (shared_.session_tag == 0);
+  cluster_ = std::make_unique<ClusterNode>(config_, shared_, shared_.session_tag);
+  // The way out an operator's SIGTERM takes (leadership handed over, connections drained),
+  // taken from the raft thread: the signal reaches the main loop through libevent's own pipe.
+  cluster_->on_fatal([this] {
+    fatal_ = true;
+    ::kill(::getpid(), SIGTERM);
+  });
+  shared_.cluster = cluster_.get();
+  shared_.cluster_node = cluster_.get();
+}
+
+bool Server::start_signal_peers() {
+  if (cluster_ == nullptr) return true;
+  // Signals do not go through raft: each member sends the others what its clients publish
+  // (docs/cluster.md, "Signals in a cluster").
+  signal_peers_ =
+      std::make_unique<SignalPeers>(signal_peers_options(config_, shared_.tls != nullptr));
+  if (std::optional<std::string> error = signal_peers_->start()) {
+    logf(LogLevel::kError, "signals: %s", error->c_str());
+    return false;
   }
-  create_shards();
-  if (!set_up_tls() || !listen()) return 1;
-  if (cluster_ != nullptr) {
-    // Signals do not go through raft: each member sends the others what its clients publish
-    // (docs/cluster.md, "Signals in a cluster").
-    signal_peers_ =
-        std::make_unique<SignalPeers>(signal_peers_options(config_, shared_.tls != nullptr));
-    if (std::optional<std::string> error = signal_peers_->start()) {
-      logf(LogLevel::kError, "signals: %s", error->c_str());
-      return 1;
-    }
-    shared_.signals.set_peers(signal_peers_.get());
+  shared_.signals.set_peers(signal_peers_.get());
+  return true;
+}
+
+bool Server::open_http() {
+  if (config_.http_port == 0) return true;
+  // The HTTP API runs on every shard's thread; it binds before they start.
+  const int fd = HttpServer::open_listener(config_, shared_.tls != nullptr);
+  if (fd < 0) return false;
+  http_shared_ = std::make_unique<HttpShared>(config_);
+  for (auto& shard : shards_) {
+    const int own = shard->index() == 0 ? fd : ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    http_.push_back(std::make_unique<HttpServer>(*shard, shared_, *http_shared_));
+    if (own < 0 || !http_.back()->listen(own)) return false;
   }
-  if (config_.http_port != 0) {
-    // The HTTP API runs on every shard's thread; it binds before they start.
-    const int fd = HttpServer::open_listener(config_, shared_.tls != nullptr);
-    if (fd < 0) return 1;
-    http_shared_ = std::make_unique<HttpShared>(config_);
-    for (auto& shard : shards_) {
-      const int own = shard->index() == 0 ? fd : ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
-      http_.push_back(std::make_unique<HttpServer>(*shard, shared_, *http_shared_));
-      if (own < 0 || !http_.back()->listen(own)) return 1;
-    }
-  }
-  for (const std::string& warning : config_warnings(config_)) {
-    log_event(LogLevel::kWarn, "config_warning", warning, {});
-  }
+  return true;
+}
+
+void Server::add_events() {
   for (int signal_number : {SIGTERM, SIGINT}) {
     event* signal_event = evsignal_new(base_, signal_number, &Server::on_signal, this);
     event_add(signal_event, nullptr);
@@ -225,25 +199,42 @@ int Server::run() {
   accept_resume_ = evtimer_new(base_, &Server::on_accept_resume, this);
   drain_poll_ = evtimer_new(base_, &Server::on_drain_poll, this);
   transfer_poll_ = evtimer_new(base_, &Server::on_transfer_poll, this);
+}
+
+std::optional<int> Server::start_cluster() {
+  if (std::optional<std::string> error = cluster_->start()) {
+    const int code = cluster_->start_failure_exit_code();
+    logf(LogLevel::kError, "cluster: %s (exit %d)", error->c_str(), code);
+    stop_shards();
+    if (code == kExitStartTimedOut) (void)cluster_.release();  // its raft thread still runs
+    return code;
+  }
+  shared_.starting.store(false);
+  log_event(LogLevel::kInfo, "cluster_start",
+            "cluster: node " + std::to_string(config_.cluster.node_id) + " started (raft on " +
+                config_.cluster.raft_addr + ", clients told " + config_.cluster.advertise_addr +
+                ")",
+            {{"node_id", config_.cluster.node_id},
+             {"raft_address", config_.cluster.raft_addr},
+             {"advertise_address", config_.cluster.advertise_addr}});
+  return std::nullopt;
+}
+
+int Server::run() {
+  std::signal(SIGPIPE, SIG_IGN);
+  if (!open_fence_file()) return 1;
+  if (config_.cluster.enabled()) create_cluster_node();
+  create_shards();
+  if (!set_up_tls() || !listen() || !start_signal_peers() || !open_http()) return 1;
+  for (const std::string& warning : config_warnings(config_)) {
+    log_event(LogLevel::kWarn, "config_warning", warning, {});
+  }
+  add_events();
   if (fence_file_ != nullptr) fence_file_->start_writer();
   if (cluster_ != nullptr) shared_.starting.store(true);
   for (auto& shard : shards_) shard->start();
   if (cluster_ != nullptr) {
-    if (std::optional<std::string> error = cluster_->start()) {
-      const int code = cluster_->start_failure_exit_code();
-      logf(LogLevel::kError, "cluster: %s (exit %d)", error->c_str(), code);
-      stop_shards();
-      if (code == kExitStartTimedOut) (void)cluster_.release();  // its raft thread still runs
-      return code;
-    }
-    shared_.starting.store(false);
-    log_event(LogLevel::kInfo, "cluster_start",
-              "cluster: node " + std::to_string(config_.cluster.node_id) + " started (raft on " +
-                  config_.cluster.raft_addr + ", clients told " + config_.cluster.advertise_addr +
-                  ")",
-              {{"node_id", config_.cluster.node_id},
-               {"raft_address", config_.cluster.raft_addr},
-               {"advertise_address", config_.cluster.advertise_addr}});
+    if (const std::optional<int> code = start_cluster()) return *code;
   }
   // Listeners bound, journal open, raft started: a Type=notify unit is ready (net/sd_notify.h).
   notify_service_manager("READY=1\nSTATUS=serving");

@@ -42,9 +42,15 @@ class Server {
 
  private:
   bool open_fence_file();
+  void create_cluster_node();
   void create_shards();
   bool listen();
   bool set_up_tls();
+  bool start_signal_peers();  // cluster mode
+  bool open_http();           // with --http-port
+  void add_events();
+  // Cluster mode, once the shards run: starts raft. nullopt, or the exit code when it cannot.
+  std::optional<int> start_cluster();
   static void on_accept(evconnlistener*, evutil_socket_t fd, sockaddr* address, int length,
                         void* self);
   static void on_accept_error(evconnlistener*, void* self);
