@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <cxxopts.hpp>
 #include <fstream>
 #include <iostream>

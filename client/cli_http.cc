@@ -19,10 +19,10 @@
 namespace turnstile::client::cli {
 namespace {
 
-// A socket that closes itself.
-struct Socket {
+// A socket descriptor that closes itself.
+struct OwnedFd {
   int fd = -1;
-  ~Socket() {
+  ~OwnedFd() {
     if (fd >= 0) ::close(fd);
   }
 };
@@ -33,7 +33,7 @@ bool wait_for(int fd, short events, Milliseconds wait) {
 }
 
 // Connects `socket` to `server` (its first address), waiting at most `connect_timeout`.
-Result<void> connect_to(Socket& socket, const Endpoint& server, Milliseconds connect_timeout) {
+Result<void> connect_to(OwnedFd& socket, const Endpoint& server, Milliseconds connect_timeout) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -102,7 +102,7 @@ Result<HttpAnswer> http_call(const Endpoint& server, const std::string& method,
                              const std::string& path, const std::string& token,
                              const std::string& body, Milliseconds connect_timeout,
                              Milliseconds timeout) {
-  Socket socket;
+  OwnedFd socket;
   if (auto connected = connect_to(socket, server, connect_timeout); !connected) {
     return connected.error();
   }
