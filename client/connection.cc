@@ -1,25 +1,12 @@
 #include "client/connection.h"
 
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <openssl/err.h>
-#include <openssl/ssl.h>
-#include <openssl/x509v3.h>
 #include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <charconv>
-#include <cstring>
 #include <utility>
-#include <variant>
 
-#include "core/address.h"
+#include "client/socket.h"
 #include "core/http_codec.h"
 #include "core/protocol.h"
 #include "core/wire.h"
@@ -27,50 +14,13 @@
 namespace turnstile::client {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using detail::Clock;
+using detail::wait_fd;
 
 // A reply line longer than this is not something a server of ours sends (stats stays under
 // 1,000,000 bytes, docs/protocol.md).
 constexpr std::size_t kReplyLineMax = 2 * 1024 * 1024;
 constexpr std::size_t kAuthSecretMax = 64 * 1024;
-
-std::string errno_text(int error_number) { return std::strerror(error_number); }
-
-std::string openssl_errors() {
-  std::string text;
-  while (const unsigned long code = ERR_get_error()) {
-    char buffer[256];
-    ERR_error_string_n(code, buffer, sizeof buffer);
-    if (!text.empty()) text += "; ";
-    text += buffer;
-  }
-  return text.empty() ? std::string("unknown TLS error") : text;
-}
-
-bool is_ip_literal(const std::string& host) {
-  in6_addr v6{};
-  in_addr v4{};
-  return inet_pton(AF_INET, host.c_str(), &v4) == 1 || inet_pton(AF_INET6, host.c_str(), &v6) == 1;
-}
-
-// Milliseconds left until `deadline`, clamped to [0, INT_MAX] for poll().
-int poll_timeout(Clock::time_point deadline) {
-  const auto left = std::chrono::duration_cast<Milliseconds>(deadline - Clock::now()).count() + 1;
-  if (left <= 0) return 0;
-  return left > 1'000'000'000 ? 1'000'000'000 : static_cast<int>(left);
-}
-
-// Waits for `events` on fd until the deadline; false on timeout.
-bool wait_fd(int fd, short events, Clock::time_point deadline) {
-  while (true) {
-    pollfd entry{fd, events, 0};
-    const int ready = ::poll(&entry, 1, poll_timeout(deadline));
-    if (ready > 0) return true;
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready == 0 && Clock::now() < deadline) continue;
-    return false;
-  }
-}
 
 // The error a reply's status means, or nullopt when it is no error (ok, acquired, queued).
 std::optional<Error> status_error(core::Status status) {
@@ -156,44 +106,13 @@ Result<void> validate_limit(std::int64_t limit) {
   return {};
 }
 
-// --- endpoints
-// ------------------------------------------------------------------------------------
-
-std::string Endpoint::to_string() const {
-  const bool v6 = host.find(':') != std::string::npos;
-  return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
-}
-
-std::optional<Endpoint> parse_leader_address(std::string_view text) {
-  // A server's address is at most 120 bytes (docs/http-api.md); anything longer is not one, and
-  // is not handed to the resolver. The port is required: a server always names it.
-  constexpr std::size_t kMaxAddress = 255;
-  if (text.size() > kMaxAddress) return std::nullopt;
-  const auto parsed = core::parse_host_port(text);
-  const auto* address = std::get_if<core::HostPort>(&parsed);
-  if (address == nullptr) return std::nullopt;
-  return Endpoint{address->host, address->port};
-}
-
-Result<Endpoint> parse_endpoint(std::string_view text) {
-  auto parsed = core::parse_host_port(text, core::AddressOptions{kDefaultPort});
-  if (const auto* why = std::get_if<std::string>(&parsed)) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      "bad server address '" + std::string(text) + "': " + *why);
-  }
-  core::HostPort& address = std::get<core::HostPort>(parsed);
-  return Endpoint{std::move(address.host), address.port};
-}
-
 // --- the connection
 // -------------------------------------------------------------------------------
 
 struct Connection::Impl {
   Endpoint endpoint;
   ConnectOptions options;
-  int fd = -1;
-  SSL_CTX* tls_context = nullptr;
-  SSL* tls = nullptr;
+  detail::Socket socket;
   std::string buffer;                   // received bytes not yet returned as a line
   std::optional<Endpoint> leader_hint;  // from the last `error_not_leader <addr>`
   bool lost_notify = false;             // `lost-notify on` was sent: `lost` lines are pushes
@@ -204,194 +123,8 @@ struct Connection::Impl {
   ~Impl() { close(); }
 
   void close() {
-    if (tls != nullptr) {
-      SSL_free(tls);
-      tls = nullptr;
-    }
-    if (tls_context != nullptr) {
-      SSL_CTX_free(tls_context);
-      tls_context = nullptr;
-    }
-    if (fd >= 0) {
-      ::close(fd);
-      fd = -1;
-    }
+    socket.close();
     buffer.clear();
-  }
-
-  Result<void> connect_tcp(Clock::time_point deadline) {
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_NUMERICSERV;
-    addrinfo* addresses = nullptr;
-    const std::string port = std::to_string(endpoint.port);
-    const int resolved = ::getaddrinfo(endpoint.host.c_str(), port.c_str(), &hints, &addresses);
-    if (resolved != 0) {
-      return make_error(ErrorCode::kConnect,
-                        "resolve " + endpoint.host + ": " + ::gai_strerror(resolved));
-    }
-    std::string last_error = "no address";
-    for (addrinfo* address = addresses; address != nullptr; address = address->ai_next) {
-      const int socket_fd =
-          ::socket(address->ai_family, address->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                   address->ai_protocol);
-      if (socket_fd < 0) {
-        last_error = errno_text(errno);
-        continue;
-      }
-      int result = ::connect(socket_fd, address->ai_addr, address->ai_addrlen);
-      if (result != 0 && errno == EINPROGRESS) {
-        if (wait_fd(socket_fd, POLLOUT, deadline)) {
-          int socket_error = 0;
-          socklen_t length = sizeof socket_error;
-          ::getsockopt(socket_fd, SOL_SOCKET, SO_ERROR, &socket_error, &length);
-          result = socket_error == 0 ? 0 : -1;
-          errno = socket_error;
-        } else {
-          errno = ETIMEDOUT;
-          result = -1;
-        }
-      }
-      if (result == 0) {
-        const int one = 1;
-        ::setsockopt(socket_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        fd = socket_fd;
-        break;
-      }
-      last_error = errno_text(errno);
-      ::close(socket_fd);
-    }
-    ::freeaddrinfo(addresses);
-    if (fd < 0) {
-      return make_error(ErrorCode::kConnect, "connect " + endpoint.to_string() + ": " + last_error);
-    }
-    return {};
-  }
-
-  Result<void> handshake(const TlsOptions& tls_options, Clock::time_point deadline) {
-    ERR_clear_error();
-    tls_context = SSL_CTX_new(TLS_client_method());
-    if (tls_context == nullptr) return make_error(ErrorCode::kTls, openssl_errors());
-    SSL_CTX_set_min_proto_version(tls_context, TLS1_2_VERSION);
-    SSL_CTX_set_verify(tls_context, SSL_VERIFY_PEER, nullptr);
-    const int loaded =
-        tls_options.ca_file.empty()
-            ? SSL_CTX_set_default_verify_paths(tls_context)
-            : SSL_CTX_load_verify_locations(tls_context, tls_options.ca_file.c_str(), nullptr);
-    if (loaded != 1) {
-      return make_error(ErrorCode::kTls,
-                        "load CA certificates '" + tls_options.ca_file + "': " + openssl_errors());
-    }
-    tls = SSL_new(tls_context);
-    if (tls == nullptr || SSL_set_fd(tls, fd) != 1) {
-      return make_error(ErrorCode::kTls, openssl_errors());
-    }
-    const std::string name =
-        tls_options.server_name.empty() ? endpoint.host : tls_options.server_name;
-    if (is_ip_literal(name)) {
-      if (X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(tls), name.c_str()) != 1) {
-        return make_error(ErrorCode::kTls, "bad IP for verification: " + name);
-      }
-    } else {
-      SSL_set_tlsext_host_name(tls, name.c_str());
-      if (SSL_set1_host(tls, name.c_str()) != 1) {
-        return make_error(ErrorCode::kTls, "bad host name for verification: " + name);
-      }
-    }
-    while (true) {
-      const int result = SSL_connect(tls);
-      if (result == 1) return {};
-      const int error = SSL_get_error(tls, result);
-      if (error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE) {
-        const short events = error == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT;
-        if (!wait_fd(fd, events, deadline)) {
-          return make_error(ErrorCode::kTls, "TLS handshake timed out");
-        }
-        continue;
-      }
-      const long verify = SSL_get_verify_result(tls);
-      if (verify != X509_V_OK) {
-        return make_error(ErrorCode::kTls, std::string("certificate verification failed: ") +
-                                               X509_verify_cert_error_string(verify));
-      }
-      return make_error(ErrorCode::kTls, "TLS handshake failed: " + openssl_errors());
-    }
-  }
-
-  Result<void> send_all(std::string_view bytes, Clock::time_point deadline) {
-    std::size_t sent = 0;
-    while (sent < bytes.size()) {
-      const std::size_t chunk = bytes.size() - sent;
-      short want = POLLOUT;
-      if (tls != nullptr) {
-        ERR_clear_error();
-        const int written = SSL_write(tls, bytes.data() + sent,
-                                      static_cast<int>(chunk > 1U << 30 ? 1U << 30 : chunk));
-        if (written > 0) {
-          sent += static_cast<std::size_t>(written);
-          continue;
-        }
-        const int error = SSL_get_error(tls, written);
-        if (error == SSL_ERROR_WANT_READ) {
-          want = POLLIN;
-        } else if (error != SSL_ERROR_WANT_WRITE) {
-          return make_error(ErrorCode::kIo, "TLS write failed: " + openssl_errors());
-        }
-      } else {
-        const ssize_t written = ::send(fd, bytes.data() + sent, chunk, MSG_NOSIGNAL);
-        if (written > 0) {
-          sent += static_cast<std::size_t>(written);
-          continue;
-        }
-        if (written < 0 && errno == EINTR) continue;
-        if (written < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
-          return make_error(ErrorCode::kIo, "send: " + errno_text(errno));
-        }
-      }
-      if (!wait_fd(fd, want, deadline)) return make_error(ErrorCode::kIo, "send timed out");
-    }
-    return {};
-  }
-
-  // Reads into buffer_ at least one more byte; an error on EOF, failure or deadline.
-  Result<void> fill(Clock::time_point deadline, bool* timed_out = nullptr) {
-    char chunk[16384];
-    while (true) {
-      short want = POLLIN;
-      if (tls != nullptr) {
-        ERR_clear_error();
-        const int received = SSL_read(tls, chunk, sizeof chunk);
-        if (received > 0) {
-          buffer.append(chunk, static_cast<std::size_t>(received));
-          return {};
-        }
-        const int error = SSL_get_error(tls, received);
-        if (error == SSL_ERROR_ZERO_RETURN) {
-          return make_error(ErrorCode::kIo, "connection closed by the server");
-        }
-        if (error == SSL_ERROR_WANT_WRITE) {
-          want = POLLOUT;
-        } else if (error != SSL_ERROR_WANT_READ) {
-          return make_error(ErrorCode::kIo, "connection closed or failed (TLS)");
-        }
-      } else {
-        const ssize_t received = ::recv(fd, chunk, sizeof chunk, 0);
-        if (received > 0) {
-          buffer.append(chunk, static_cast<std::size_t>(received));
-          return {};
-        }
-        if (received == 0) return make_error(ErrorCode::kIo, "connection closed by the server");
-        if (errno == EINTR) continue;
-        if (errno != EAGAIN && errno != EWOULDBLOCK) {
-          return make_error(ErrorCode::kIo, "recv: " + errno_text(errno));
-        }
-      }
-      if (!wait_fd(fd, want, deadline)) {
-        if (timed_out != nullptr) *timed_out = true;
-        return make_error(ErrorCode::kIo, "no reply from the server in time");
-      }
-    }
   }
 
   Result<std::string> read_line(Clock::time_point deadline) {
@@ -408,7 +141,7 @@ struct Connection::Impl {
       if (buffer.size() > kReplyLineMax) {
         return make_error(ErrorCode::kBadReply, "reply line too long");
       }
-      if (auto filled = fill(deadline); !filled) return filled.error();
+      if (auto filled = socket.fill(buffer, deadline); !filled) return filled.error();
     }
   }
 
@@ -442,11 +175,11 @@ struct Connection::Impl {
   Result<void> check_unsolicited() {
     while (true) {
       if (buffer.find('\n') == std::string::npos) {
-        pollfd entry{fd, POLLIN, 0};
-        if (::poll(&entry, 1, 0) <= 0 && (tls == nullptr || SSL_pending(tls) <= 0)) return {};
+        pollfd entry{socket.fd, POLLIN, 0};
+        if (::poll(&entry, 1, 0) <= 0 && !socket.tls_pending()) return {};
         bool timed_out = false;
         // Readable may be only TLS records without data (a TLS 1.3 session ticket): no error.
-        if (auto filled = fill(Clock::now(), &timed_out); !filled && !timed_out) {
+        if (auto filled = socket.fill(buffer, Clock::now(), &timed_out); !filled && !timed_out) {
           return filled.error();
         }
         if (buffer.find('\n') == std::string::npos) return {};
@@ -465,12 +198,12 @@ struct Connection::Impl {
 
   // Sends `bytes`, reads one reply line. Closes the connection on any failure.
   Result<std::string> exchange(std::string_view bytes, Clock::time_point deadline) {
-    if (fd < 0) return make_error(ErrorCode::kIo, "connection is closed");
+    if (socket.fd < 0) return make_error(ErrorCode::kIo, "connection is closed");
     if (auto early = check_unsolicited(); !early) {
       close();
       return early.error();
     }
-    if (auto sent = send_all(bytes, deadline); !sent) {
+    if (auto sent = socket.send_all(bytes, deadline); !sent) {
       close();
       return sent.error();
     }
@@ -526,9 +259,8 @@ Result<Connection> Connection::connect(const Endpoint& endpoint, const ConnectOp
   impl->endpoint = endpoint;
   impl->options = options;
   const auto deadline = Clock::now() + options.connect_timeout;
-  if (auto connected = impl->connect_tcp(deadline); !connected) return connected.error();
-  if (options.tls) {
-    if (auto shaken = impl->handshake(*options.tls, deadline); !shaken) return shaken.error();
+  if (auto opened = detail::open_socket(impl->socket, endpoint, options, deadline); !opened) {
+    return opened.error();
   }
   if (!options.auth_token.empty()) {
     core::Request request;
@@ -546,7 +278,7 @@ Result<Connection> Connection::connect(const Endpoint& endpoint, const ConnectOp
   return Connection(std::move(impl));
 }
 
-bool Connection::is_open() const { return impl_ != nullptr && impl_->fd >= 0; }
+bool Connection::is_open() const { return impl_ != nullptr && impl_->socket.fd >= 0; }
 
 const Endpoint& Connection::endpoint() const {
   static const Endpoint kNone{};
@@ -856,7 +588,8 @@ std::vector<LostNotice> Connection::take_lost_notices() {
 
 Result<std::size_t> Connection::poll_lost_notices(Milliseconds wait) {
   Impl* impl = open_impl();
-  if (impl == nullptr || impl->fd < 0) return make_error(ErrorCode::kIo, "connection is closed");
+  if (impl == nullptr || impl->socket.fd < 0)
+    return make_error(ErrorCode::kIo, "connection is closed");
   const Clock::time_point deadline = Clock::now() + wait;
   const std::uint64_t before = impl->pushes_read;
   while (true) {
@@ -865,32 +598,35 @@ Result<std::size_t> Connection::poll_lost_notices(Milliseconds wait) {
       return early.error();
     }
     if (impl->pushes_read != before) return static_cast<std::size_t>(impl->pushes_read - before);
-    if (Clock::now() >= deadline || !wait_fd(impl->fd, POLLIN, deadline)) return std::size_t{0};
+    if (Clock::now() >= deadline || !wait_fd(impl->socket.fd, POLLIN, deadline))
+      return std::size_t{0};
   }
 }
 
-int Connection::native_handle() const { return impl_ != nullptr ? impl_->fd : -1; }
+int Connection::native_handle() const { return impl_ != nullptr ? impl_->socket.fd : -1; }
 
 Result<void> Connection::send_bytes(std::string_view bytes, Milliseconds timeout) {
   Impl* impl = open_impl();
-  if (impl == nullptr || impl->fd < 0) return make_error(ErrorCode::kIo, "connection is closed");
-  auto sent = impl->send_all(bytes, Clock::now() + timeout);
+  if (impl == nullptr || impl->socket.fd < 0)
+    return make_error(ErrorCode::kIo, "connection is closed");
+  auto sent = impl->socket.send_all(bytes, Clock::now() + timeout);
   if (!sent) impl->close();
   return sent;
 }
 
 Result<void> Connection::read_lines(Milliseconds wait, std::vector<std::string>& lines) {
   Impl* impl = open_impl();
-  if (impl == nullptr || impl->fd < 0) return make_error(ErrorCode::kIo, "connection is closed");
+  if (impl == nullptr || impl->socket.fd < 0)
+    return make_error(ErrorCode::kIo, "connection is closed");
   bool timed_out = false;
-  auto filled = impl->fill(Clock::now() + wait, &timed_out);
+  auto filled = impl->socket.fill(impl->buffer, Clock::now() + wait, &timed_out);
   if (!filled && !timed_out) {
     impl->close();
     return filled.error();
   }
   // Plaintext that TLS already took off the socket is not seen by poll(): read it now.
-  while (filled && impl->tls != nullptr && SSL_pending(impl->tls) > 0) {
-    filled = impl->fill(Clock::now() + wait);
+  while (filled && impl->socket.tls_pending()) {
+    filled = impl->socket.fill(impl->buffer, Clock::now() + wait);
     if (!filled) {
       impl->close();
       return filled.error();

@@ -261,6 +261,37 @@ struct Guard::State {
                  "the lease ended before a leader renewed it (" + last.to_string() + ")"};
   }
 
+  // Bounds the wait for the reply to a renew sent at `sent_at` by the end of the lease
+  // (`deadline`), no longer: past it the lock may be someone else's whatever the server says
+  // later. Rounded up, so that a reply that never comes is noticed at or after the deadline and
+  // reported as the lease expiring (truncating made it end up to a millisecond early, and read as
+  // a connection failure). With failover riding, half of it: the other half is for finding the
+  // next leader.
+  void bound_reply_wait(Clock::time_point sent_at, Clock::time_point deadline) {
+    const auto reply_wait =
+        std::max(Milliseconds{1}, std::chrono::ceil<Milliseconds>(deadline - sent_at));
+    connection.set_reply_timeout(options.reconnect ? std::max(Milliseconds{1}, reply_wait / 2)
+                                                   : reply_wait);
+  }
+
+  // After a renew failed with `error`, its lease ending at `deadline`: the guard is lost, for the
+  // reason the server pushed if it did, else the one the failure shows.
+  void end_after_failed_renew(const Error& error, Clock::time_point deadline) {
+    {
+      // Released meanwhile (release() stops this thread first): release() owns the end of
+      // the guard now, and nothing was lost.
+      std::lock_guard guard(mutex);
+      if (stopping) return;
+    }
+    if (report_pushed_loss()) return;  // the reason the server gave, not its refusal
+    LossReason reason = LossReason::kConnectionFailed;
+    if (error.code == ErrorCode::kProtocol || error.code == ErrorCode::kLeaseExpired) {
+      reason = LossReason::kRenewRefused;  // `error`, or `error_lease_expired` (forced out)
+    }
+    if (Clock::now() >= deadline) reason = LossReason::kLeaseExpired;
+    declare_lost(reason, error);
+  }
+
   void renew_loop() {
     std::mt19937_64 random{std::random_device{}()};
     std::unique_lock lock(mutex);
@@ -293,15 +324,7 @@ struct Guard::State {
       const Clock::time_point deadline = lease_deadline;
       lock.unlock();
 
-      // Wait for the reply until the lease ends, no longer: past it the lock may be someone
-      // else's whatever the server says later. Rounded up, so that a reply that never comes is
-      // noticed at or after the deadline and reported as the lease expiring (truncating made it
-      // end up to a millisecond early, and read as a connection failure).
-      // With failover riding, half of it: the other half is for finding the next leader.
-      const auto reply_wait =
-          std::max(Milliseconds{1}, std::chrono::ceil<Milliseconds>(deadline - sent_at));
-      connection.set_reply_timeout(options.reconnect ? std::max(Milliseconds{1}, reply_wait / 2)
-                                                     : reply_wait);
+      bound_reply_wait(sent_at, deadline);
       auto renewed = renew_on(connection);
       if (!renewed && options.reconnect && node_could_not_answer(renewed.error().code)) {
         auto moved = renew_after_failover(deadline);
@@ -314,20 +337,7 @@ struct Guard::State {
         renewed = moved.error();
       }
       if (!renewed) {
-        {
-          // Released meanwhile (release() stops this thread first): release() owns the end of
-          // the guard now, and nothing was lost.
-          std::lock_guard guard(mutex);
-          if (stopping) return;
-        }
-        if (report_pushed_loss()) return;  // the reason the server gave, not its refusal
-        const Error& error = renewed.error();
-        LossReason reason = LossReason::kConnectionFailed;
-        if (error.code == ErrorCode::kProtocol || error.code == ErrorCode::kLeaseExpired) {
-          reason = LossReason::kRenewRefused;  // `error`, or `error_lease_expired` (forced out)
-        }
-        if (Clock::now() >= deadline) reason = LossReason::kLeaseExpired;
-        declare_lost(reason, error);
+        end_after_failed_renew(renewed.error(), deadline);
         return;
       }
       lock.lock();

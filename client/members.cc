@@ -53,31 +53,57 @@ struct Members::Shared {
     return connection;
   }
 
+  // The order of one round: the last leader first, then the members; those that did not answer
+  // in the last round (a stopped or unreachable node costs a whole probe_timeout) after the
+  // others.
+  std::vector<Endpoint> round_order() const {
+    std::optional<Endpoint> last_leader;
+    std::vector<Endpoint> silent_before;
+    {
+      std::lock_guard lock(mutex);
+      last_leader = leader;
+      silent_before = silent;
+    }
+    auto was_silent = [&](const Endpoint& node) {
+      return std::find(silent_before.begin(), silent_before.end(), node) != silent_before.end();
+    };
+    std::vector<Endpoint> order;
+    auto add = [&order](const Endpoint& node) {
+      if (std::find(order.begin(), order.end(), node) == order.end()) order.push_back(node);
+    };
+    if (last_leader && !was_silent(*last_leader)) add(*last_leader);
+    for (const Endpoint& member : members) {
+      if (!was_silent(member)) add(member);
+    }
+    for (const Endpoint& node : silent_before) add(node);
+    return order;
+  }
+
+  // Puts the leader `hint` that order[i] named next in the round. A hint to a node tried already
+  // in this round is not followed: a follower that has not seen the election yet names the old,
+  // stopped leader, and a node that names itself (or two that name each other) would keep the
+  // round from ever reaching the rest.
+  static void follow_hint(std::vector<Endpoint>& order, std::size_t i,
+                          std::optional<Endpoint> hint) {
+    if (hint && std::find(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(i) + 1,
+                          *hint) != order.begin() + static_cast<std::ptrdiff_t>(i) + 1) {
+      hint.reset();
+    }
+    if (hint && std::find(order.begin() + static_cast<std::ptrdiff_t>(i) + 1, order.end(), *hint) ==
+                    order.end()) {
+      order.insert(order.begin() + static_cast<std::ptrdiff_t>(i) + 1, *hint);
+    } else if (hint) {
+      // Already due later in this round: move it next.
+      auto at = std::find(order.begin() + static_cast<std::ptrdiff_t>(i) + 1, order.end(), *hint);
+      std::rotate(order.begin() + static_cast<std::ptrdiff_t>(i) + 1, at, at + 1);
+    }
+  }
+
   Result<Connection> connect_leader(Clock::time_point deadline) {
     Error last = make_error(ErrorCode::kConnect, "no member was tried");
     Milliseconds backoff = failover.first_backoff;
     for (;;) {
-      // The last leader first, then the members; those that did not answer in the last round
-      // (a stopped or unreachable node costs a whole probe_timeout) after the others.
-      std::optional<Endpoint> last_leader;
-      std::vector<Endpoint> silent_before;
-      {
-        std::lock_guard lock(mutex);
-        last_leader = leader;
-        silent_before = silent;
-      }
-      auto was_silent = [&](const Endpoint& node) {
-        return std::find(silent_before.begin(), silent_before.end(), node) != silent_before.end();
-      };
-      std::vector<Endpoint> order;
-      auto add = [&order](const Endpoint& node) {
-        if (std::find(order.begin(), order.end(), node) == order.end()) order.push_back(node);
-      };
-      if (last_leader && !was_silent(*last_leader)) add(*last_leader);
-      for (const Endpoint& member : members) {
-        if (!was_silent(member)) add(member);
-      }
-      for (const Endpoint& node : silent_before) add(node);
+      std::vector<Endpoint> order = round_order();
       std::vector<Endpoint> silent_now;  // did not answer in this round
       for (std::size_t i = 0; i < order.size() && Clock::now() < deadline; ++i) {
         std::optional<Endpoint> hint;
@@ -90,22 +116,7 @@ struct Members::Shared {
         }
         last = connection.error();
         if (connection.error().code != ErrorCode::kNotLeader) silent_now.push_back(order[i]);
-        // A hint to a node tried already in this round is not followed: a follower that has not
-        // seen the election yet names the old, stopped leader, and a node that names itself (or
-        // two that name each other) would keep the round from ever reaching the rest.
-        if (hint && std::find(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(i) + 1,
-                              *hint) != order.begin() + static_cast<std::ptrdiff_t>(i) + 1) {
-          hint.reset();
-        }
-        if (hint && std::find(order.begin() + static_cast<std::ptrdiff_t>(i) + 1, order.end(),
-                              *hint) == order.end()) {
-          order.insert(order.begin() + static_cast<std::ptrdiff_t>(i) + 1, *hint);
-        } else if (hint) {
-          // Already due later in this round: move it next.
-          auto at =
-              std::find(order.begin() + static_cast<std::ptrdiff_t>(i) + 1, order.end(), *hint);
-          std::rotate(order.begin() + static_cast<std::ptrdiff_t>(i) + 1, at, at + 1);
-        }
+        follow_hint(order, i, hint);
       }
       const Clock::time_point now = Clock::now();
       {

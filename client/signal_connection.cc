@@ -221,6 +221,53 @@ struct SignalConnection::State {
     return closing;
   }
 
+  // Sends the calls taken from the outbox, in order; `last_sent` gets when the last one went. On a
+  // failure the call that was not sent is put back in `unsent`, and the error returned.
+  std::optional<Error> send_unsent(std::deque<Pending>& pending,
+                                   std::deque<std::shared_ptr<Call>>& unsent,
+                                   Clock::time_point& last_sent, Milliseconds reply_timeout) {
+    while (!unsent.empty()) {
+      const std::shared_ptr<Call> call = unsent.front();
+      unsent.pop_front();
+      if (auto sent = connection.send_bytes(call->bytes, reply_timeout); !sent) {
+        unsent.push_front(call);
+        return sent.error();
+      }
+      last_sent = Clock::now();
+      pending.push_back(Pending{call, last_sent});
+    }
+    return std::nullopt;
+  }
+
+  // How long the I/O thread may sleep in poll() at `now`: until the oldest request's reply is
+  // overdue, else until the next heartbeat is due, else (-1) until something happens.
+  static int poll_wait_ms(const std::deque<Pending>& pending, Clock::time_point last_sent,
+                          Clock::time_point now, Milliseconds reply_timeout,
+                          Milliseconds heartbeat) {
+    Clock::time_point wake_at = Clock::time_point::max();
+    if (!pending.empty()) {
+      wake_at = pending.front().sent_at + reply_timeout;
+    } else if (heartbeat.count() > 0) {
+      wake_at = last_sent + heartbeat;
+    }
+    if (wake_at == Clock::time_point::max()) return -1;
+    const auto left = std::chrono::duration_cast<Milliseconds>(wake_at - now).count() + 1;
+    return static_cast<int>(std::clamp<std::int64_t>(left, 0, 1'000'000'000));
+  }
+
+  // Reads the lines that have arrived (into `lines`, emptied first) and dispatches each; the
+  // error that ends the connection, if one does.
+  std::optional<Error> read_and_dispatch(std::vector<std::string>& lines,
+                                         std::deque<Pending>& pending) {
+    lines.clear();
+    auto read = connection.read_lines(Milliseconds{0}, lines);
+    for (std::string& line : lines) {
+      if (auto error = dispatch(line, pending)) return error;
+    }
+    if (!read) return read.error();
+    return std::nullopt;
+  }
+
   // The I/O thread: sends requests and heartbeats, reads every line, until stop() or a failure.
   void run() {
     const Milliseconds reply_timeout = capped(options.connect.reply_timeout);
@@ -245,16 +292,9 @@ struct SignalConnection::State {
         fail(make_error(ErrorCode::kIo, "connection is closed"), pending, unsent);
         return;
       }
-      while (!unsent.empty()) {
-        const std::shared_ptr<Call> call = unsent.front();
-        unsent.pop_front();
-        if (auto sent = connection.send_bytes(call->bytes, reply_timeout); !sent) {
-          unsent.push_front(call);
-          fail(sent.error(), pending, unsent);
-          return;
-        }
-        last_sent = Clock::now();
-        pending.push_back(Pending{call, last_sent});
+      if (auto error = send_unsent(pending, unsent, last_sent, reply_timeout)) {
+        fail(*error, pending, unsent);
+        return;
       }
       Clock::time_point now = Clock::now();
       if (heartbeat.count() > 0 && pending.empty() && now - last_sent >= heartbeat) {
@@ -272,17 +312,7 @@ struct SignalConnection::State {
              pending, unsent);
         return;
       }
-      Clock::time_point wake_at = Clock::time_point::max();
-      if (!pending.empty()) {
-        wake_at = pending.front().sent_at + reply_timeout;
-      } else if (heartbeat.count() > 0) {
-        wake_at = last_sent + heartbeat;
-      }
-      int wait_ms = -1;
-      if (wake_at != Clock::time_point::max()) {
-        const auto left = std::chrono::duration_cast<Milliseconds>(wake_at - now).count() + 1;
-        wait_ms = static_cast<int>(std::clamp<std::int64_t>(left, 0, 1'000'000'000));
-      }
+      const int wait_ms = poll_wait_ms(pending, last_sent, now, reply_timeout, heartbeat);
       pollfd fds[2] = {{fd, POLLIN, 0}, {wake_fd, POLLIN, 0}};
       if (::poll(fds, 2, wait_ms) < 0 && errno != EINTR) {
         fail(make_error(ErrorCode::kIo, "poll failed"), pending, unsent);
@@ -293,16 +323,8 @@ struct SignalConnection::State {
         [[maybe_unused]] const ssize_t got = ::read(wake_fd, &count, sizeof count);
       }
       if ((fds[0].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
-      lines.clear();
-      auto read = connection.read_lines(Milliseconds{0}, lines);
-      for (std::string& line : lines) {
-        if (auto error = dispatch(line, pending)) {
-          fail(*error, pending, unsent);
-          return;
-        }
-      }
-      if (!read) {
-        fail(read.error(), pending, unsent);
+      if (auto error = read_and_dispatch(lines, pending)) {
+        fail(*error, pending, unsent);
         return;
       }
     }
