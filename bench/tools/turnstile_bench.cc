@@ -103,69 +103,17 @@
 
 #include "bench/tools/bench_options.h"
 #include "bench/tools/bench_protocol.h"
+#include "bench/tools/http_session.h"
 #include "bench/tools/log_histogram.h"
 #include "bench/tools/loopback.h"
+#include "bench/tools/run_common.h"
+#include "bench/tools/socket_steps.h"
 
 namespace turnstile::bench {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-using TimePoint = Clock::time_point;
 using std::chrono::duration_cast;
 using std::chrono::nanoseconds;
-
-// Loopback only (bench/tools/loopback.h): the address, or a usage error.
-sockaddr_storage resolve_loopback(const std::string& host, int port, socklen_t& length) {
-  LoopbackAddress resolved;
-  std::string error;
-  if (!loopback_address(host, port, resolved, error)) usage_error(error);
-  length = resolved.length;
-  return resolved.address;
-}
-
-// ---- non-blocking socket steps shared by the workers and the publishers ------------------------
-
-// Sends `out` from `sent` on until the socket refuses more. An error text on failure, else "".
-std::string send_pending(int fd, std::string_view out, std::size_t& sent) {
-  while (sent < out.size()) {
-    const ssize_t written = ::send(fd, out.data() + sent, out.size() - sent, MSG_NOSIGNAL);
-    if (written < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-      return std::string("send: ") + std::strerror(errno);
-    }
-    sent += static_cast<std::size_t>(written);
-  }
-  return {};
-}
-
-// Watches `fd` for writability in `epoll_fd` exactly while `pending` (`watching` tracks it).
-void watch_writes(int epoll_fd, int fd, std::uint64_t tag, bool pending, bool& watching) {
-  if (pending == watching) return;
-  watching = pending;
-  epoll_event event{};
-  event.events = EPOLLIN | (pending ? EPOLLOUT : 0u);
-  event.data.u64 = tag;
-  epoll_ctl(epoll_fd, EPOLL_CTL_MOD, fd, &event);
-}
-
-// Appends what the socket has to `in`, until it would block. An error text on failure or when
-// the server closed the connection, else "".
-std::string receive_available(int fd, std::string& in) {
-  char buffer[65536];
-  for (;;) {
-    const ssize_t got = ::recv(fd, buffer, sizeof buffer, 0);
-    if (got > 0) {
-      in.append(buffer, static_cast<std::size_t>(got));
-      if (static_cast<std::size_t>(got) < sizeof buffer) return {};
-      continue;
-    }
-    if (got == 0) return "server closed the connection";
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) return {};
-    return std::string("recv: ") + std::strerror(errno);
-  }
-}
 
 // Fence bookkeeping for one key; shared by every worker using the key.
 struct KeyState {
@@ -180,22 +128,6 @@ struct KeyState {
 struct KeySet {
   std::vector<std::string> names;
   KeyState* states = nullptr;
-};
-
-// Counters and first messages shared by all threads.
-struct Shared {
-  std::atomic<std::uint64_t> errors{0};
-  std::atomic<std::uint64_t> fence_violations{0};
-  std::atomic<bool> stop{false};
-  std::mutex messages_mutex;
-  std::vector<std::string> messages;  // the first kMessagesMax problems, for the report
-  static constexpr std::size_t kMessagesMax = 10;
-
-  void report(std::atomic<std::uint64_t>& counter, const std::string& message) {
-    counter.fetch_add(1, std::memory_order_relaxed);
-    std::lock_guard lock(messages_mutex);
-    if (messages.size() < kMessagesMax) messages.push_back(message);
-  }
 };
 
 struct Slot {
@@ -274,15 +206,9 @@ class Worker {
     epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
     timer_fd_ = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
     if (epoll_fd_ < 0 || timer_fd_ < 0) fatal("epoll/timerfd");
-    epoll_event timer_event{};
-    timer_event.events = EPOLLIN;
-    timer_event.data.u64 = kTimerTag;
-    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, timer_fd_, &timer_event);
+    epoll_add(epoll_fd_, timer_fd_, kTimerTag);
     for (std::size_t i = 0; i < connections_.size(); ++i) {
-      epoll_event event{};
-      event.events = EPOLLIN;
-      event.data.u64 = i;
-      epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, connections_[i].fd, &event);
+      epoll_add(epoll_fd_, connections_[i].fd, i);
     }
     const double interval_s =
         options_.rate > 0 ? static_cast<double>(options_.workers) / options_.rate : 0;
@@ -338,11 +264,6 @@ class Worker {
 
  private:
   static constexpr std::uint64_t kTimerTag = UINT64_MAX;
-
-  [[noreturn]] static void fatal(const char* what) {
-    std::fprintf(stderr, "turnstile-bench: %s: %s\n", what, std::strerror(errno));
-    std::exit(1);
-  }
 
   bool closed_loop() const { return options_.rate <= 0; }
   bool pipelined() const { return options_.mode == Mode::kPipelined; }
@@ -654,128 +575,6 @@ class Worker {
   std::priority_queue<Timer, std::vector<Timer>, std::greater<>> timers_;
 };
 
-int connect_to(const sockaddr_storage& address, socklen_t length) {
-  const int fd = ::socket(address.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  if (::connect(fd, reinterpret_cast<const sockaddr*>(&address), length) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  const int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  const int flags = fcntl(fd, F_GETFL);
-  fcntl(fd, F_SETFL, flags | O_NONBLOCK);
-  return fd;
-}
-
-// One request and its whole response on a non-blocking socket, outside the load loop (HTTP
-// session create and delete); waits at most 10 s.
-struct Exchange {
-  int status = 0;
-  std::string body;
-  std::string error;  // not empty: no usable response
-};
-
-Exchange http_exchange(int fd, const std::string& request) {
-  Exchange result;
-  std::size_t sent = 0;
-  std::string in;
-  const TimePoint deadline = Clock::now() + std::chrono::seconds(10);
-  for (;;) {
-    const bool sending = sent < request.size();
-    char buffer[4096];
-    const ssize_t n = sending
-                          ? ::send(fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL)
-                          : ::recv(fd, buffer, sizeof buffer, 0);
-    if (n > 0 && !sending) in.append(buffer, static_cast<std::size_t>(n));
-    if (n > 0 && sending) {
-      sent += static_cast<std::size_t>(n);
-      continue;
-    }
-    if (n > 0) {
-      const HttpResponse response = parse_http_response(in);
-      if (response.state == HttpResponse::State::kMalformed) {
-        result.error = "malformed HTTP response: " + in.substr(0, 200);
-        return result;
-      }
-      if (response.state == HttpResponse::State::kComplete) {
-        result.status = response.status;
-        result.body = std::string(response.body);
-        if (response.size != in.size()) result.error = "bytes after the response";
-        return result;
-      }
-      continue;
-    }
-    if (n == 0) {
-      result.error = "server closed the connection";
-      return result;
-    }
-    if (errno == EINTR) continue;
-    if (errno != EAGAIN && errno != EWOULDBLOCK) {
-      result.error = std::string(sending ? "send: " : "recv: ") + std::strerror(errno);
-      return result;
-    }
-    const auto left = duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    if (left <= 0) {
-      result.error = "no response within 10 s";
-      return result;
-    }
-    pollfd waiting{fd, static_cast<short>(sending ? POLLOUT : POLLIN), 0};
-    ::poll(&waiting, 1, static_cast<int>(left));
-  }
-}
-
-std::string host_header(const Options& options) {
-  const bool v6 = options.host.find(':') != std::string::npos;
-  return (v6 ? "[" + options.host + "]" : options.host) + ":" + std::to_string(options.port);
-}
-
-// POST /v1/sessions on the worker's connection; returns the session id, or "" after printing why.
-std::string create_session(int fd, const Options& options) {
-  const Exchange exchange =
-      http_exchange(fd, "POST /v1/sessions HTTP/1.1\r\nHost: " + host_header(options) +
-                            "\r\nContent-Length: 0\r\n\r\n");
-  std::string error = exchange.error;
-  if (error.empty()) {
-    const nlohmann::json json = nlohmann::json::parse(exchange.body, nullptr, false);
-    if (exchange.status == 200 && json.is_object() && json.contains("session_id") &&
-        json["session_id"].is_string() && !json["session_id"].get<std::string>().empty()) {
-      return json["session_id"].get<std::string>();
-    }
-    error = "answered " + std::to_string(exchange.status) + " " + exchange.body;
-  }
-  std::fprintf(stderr, "turnstile-bench: POST /v1/sessions: %s\n", error.c_str());
-  return "";
-}
-
-// DELETE /v1/sessions/{id} for every worker's session, on one keep-alive connection of its own
-// (the workers' connections may still owe a reply). Every delete must be answered 204.
-void delete_sessions(const std::vector<std::string>& ids, const Options& options,
-                     const sockaddr_storage& address, socklen_t length, Shared& shared) {
-  if (ids.empty()) return;
-  int fd = -1;
-  for (const std::string& id : ids) {
-    if (fd < 0) fd = connect_to(address, length);
-    if (fd < 0) {
-      shared.report(shared.errors, std::string("session delete: connect: ") + std::strerror(errno));
-      return;
-    }
-    const Exchange exchange = http_exchange(fd, "DELETE /v1/sessions/" + id +
-                                                    " HTTP/1.1\r\nHost: " + host_header(options) +
-                                                    "\r\nContent-Length: 0\r\n\r\n");
-    if (!exchange.error.empty() || exchange.status != 204) {
-      shared.report(shared.errors,
-                    "DELETE /v1/sessions/" + id + ": " +
-                        (exchange.error.empty()
-                             ? "answered " + std::to_string(exchange.status) + " " + exchange.body
-                             : exchange.error));
-      ::close(fd);
-      fd = -1;
-    }
-  }
-  if (fd >= 0) ::close(fd);
-}
-
 double to_us(std::uint64_t ns) { return static_cast<double>(ns) / 1000.0; }
 
 // The rwlock modes: the load's parameters and, over the measured ops, the reads and writes with
@@ -853,8 +652,7 @@ void print_read_write_result(const nlohmann::json& out) {
 // The lock and semaphore modes: one run, its result in `out` (printed as text unless --json).
 // The exit status.
 int run(const Options& options, nlohmann::json& out) {
-  socklen_t address_length = 0;
-  const sockaddr_storage address = resolve_loopback(options.host, options.port, address_length);
+  const LoopbackAddress address = resolve_loopback(options.host, options.port);
 
   // Keys are unique per run so a run never meets locks left behind by an earlier one.
   std::random_device random_device;
@@ -893,17 +691,17 @@ int run(const Options& options, nlohmann::json& out) {
   for (int w = 0; w < options.workers; ++w) {
     Connection connection;
     connection.index = w;
-    connection.fd = connect_to(address, address_length);
+    connection.fd = connect_to(address);
     if (connection.fd < 0) {
       std::fprintf(stderr, "turnstile-bench: connect to %s:%d: %s\n", options.host.c_str(),
                    options.port, std::strerror(errno));
-      delete_sessions(sessions, options, address, address_length, shared);
+      delete_sessions(sessions, options, address, shared);
       return 1;
     }
     if (http) {
       connection.session_id = create_session(connection.fd, options);
       if (connection.session_id.empty()) {
-        delete_sessions(sessions, options, address, address_length, shared);
+        delete_sessions(sessions, options, address, shared);
         return 1;
       }
       sessions.push_back(connection.session_id);
@@ -979,7 +777,7 @@ int run(const Options& options, nlohmann::json& out) {
   for (auto& worker : workers) worker->close_connections();
   done.store(true);
   progress.join();
-  delete_sessions(sessions, options, address, address_length, shared);
+  delete_sessions(sessions, options, address, shared);
 
   LogHistogram histogram;
   std::uint64_t measured_ops = 0;
@@ -1067,26 +865,6 @@ int run(const Options& options, nlohmann::json& out) {
 // received as many frames as the replies counted deliveries (or until 1 s passes without a
 // frame): the two totals must agree.
 
-// Raises the soft limit on open descriptors to what `needed` connections take, up to the hard
-// limit; warns when that is not enough (the connects then fail and say so).
-void raise_descriptor_limit(std::uint64_t needed) {
-  rlimit limit{};
-  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= needed) return;
-  const rlim_t wanted =
-      limit.rlim_max == RLIM_INFINITY ? needed : std::min<rlim_t>(needed, limit.rlim_max);
-  if (wanted > limit.rlim_cur) {
-    limit.rlim_cur = wanted;
-    (void)setrlimit(RLIMIT_NOFILE, &limit);
-  }
-  if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < needed) {
-    std::fprintf(
-        stderr,
-        "turnstile-bench: warning: %llu descriptors needed, the limit is %llu (hard %llu)\n",
-        static_cast<unsigned long long>(needed), static_cast<unsigned long long>(limit.rlim_cur),
-        static_cast<unsigned long long>(limit.rlim_max));
-  }
-}
-
 // One signalling connection: one signal in flight at a time.
 struct Emitter {
   int fd = -1;
@@ -1125,12 +903,7 @@ class Publisher {
     end_ = end;
     epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
     if (epoll_fd_ < 0) fatal("epoll_create1");
-    for (std::size_t i = 0; i < emitters_.size(); ++i) {
-      epoll_event event{};
-      event.events = EPOLLIN;
-      event.data.u64 = i;
-      epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, emitters_[i].fd, &event);
-    }
+    for (std::size_t i = 0; i < emitters_.size(); ++i) epoll_add(epoll_fd_, emitters_[i].fd, i);
     active_ = emitters_.size();
     TimePoint now = Clock::now();
     for (Emitter& emitter : emitters_) next(emitter, now);
@@ -1175,11 +948,6 @@ class Publisher {
 
  private:
   static constexpr auto kCheckEvery = std::chrono::milliseconds(100);
-
-  [[noreturn]] static void fatal(const char* what) {
-    std::fprintf(stderr, "turnstile-bench: %s: %s\n", what, std::strerror(errno));
-    std::exit(1);
-  }
 
   // Sends the next signal, or retires the emitter when it is done.
   void next(Emitter& emitter, TimePoint now) {
@@ -1300,24 +1068,13 @@ class ListenerReader {
 
   void run(TimePoint warmup_end, std::optional<TimePoint> end, const std::atomic<bool>& stop) {
     const int epoll_fd = epoll_create1(EPOLL_CLOEXEC);
-    if (epoll_fd < 0) {
-      std::fprintf(stderr, "turnstile-bench: epoll_create1: %s\n", std::strerror(errno));
-      std::exit(1);
-    }
-    for (std::size_t i = 0; i < listeners_.size(); ++i) {
-      epoll_event event{};
-      event.events = EPOLLIN;
-      event.data.u64 = i;
-      epoll_ctl(epoll_fd, EPOLL_CTL_ADD, listeners_[i].first, &event);
-    }
+    if (epoll_fd < 0) fatal("epoll_create1");
+    for (std::size_t i = 0; i < listeners_.size(); ++i) epoll_add(epoll_fd, listeners_[i].first, i);
     std::vector<char> buffer(1 << 16);
     std::vector<epoll_event> events(512);
     while (!stop.load(std::memory_order_relaxed)) {
       const int count = epoll_wait(epoll_fd, events.data(), static_cast<int>(events.size()), 50);
-      if (count < 0 && errno != EINTR) {
-        std::fprintf(stderr, "turnstile-bench: epoll_wait: %s\n", std::strerror(errno));
-        std::exit(1);
-      }
+      if (count < 0 && errno != EINTR) fatal("epoll_wait");
       std::uint64_t frames = 0;
       for (int i = 0; i < count; ++i) {
         const std::size_t at = events[static_cast<std::size_t>(i)].data.u64;
@@ -1395,22 +1152,9 @@ bool exchange_line(int fd, const std::string& request, TimePoint deadline, std::
       if (line.size() < 200) line += byte;
       continue;
     }
-    if (n == 0) {
-      error = "server closed the connection";
-      return false;
-    }
-    if (errno == EINTR) continue;
-    if (errno != EAGAIN && errno != EWOULDBLOCK) {
-      error = std::string(sending ? "send: " : "recv: ") + std::strerror(errno);
-      return false;
-    }
-    const auto left = duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    if (left <= 0) {
-      error = "no reply within 10 s";
-      return false;
-    }
-    pollfd waiting{fd, static_cast<short>(sending ? POLLOUT : POLLIN), 0};
-    ::poll(&waiting, 1, static_cast<int>(left));
+    error = n == 0 ? "server closed the connection"
+                   : await_ready(fd, sending, deadline, "no reply within 10 s");
+    if (!error.empty()) return false;
   }
 }
 
@@ -1420,8 +1164,7 @@ void close_all(const std::vector<int>& fds) {
 
 // A signal mode: one run, its result in `out` (printed as text unless --json). The exit status.
 int run_signals(const Options& options, nlohmann::json& out) {
-  socklen_t address_length = 0;
-  const sockaddr_storage address = resolve_loopback(options.host, options.port, address_length);
+  const LoopbackAddress address = resolve_loopback(options.host, options.port);
   // Names are unique per run: no other run's listener or signal meets this one's.
   std::random_device random_device;
   const std::string prefix = "tb-" + std::to_string(getpid()) + "-" +
@@ -1435,7 +1178,7 @@ int run_signals(const Options& options, nlohmann::json& out) {
   std::vector<int> listener_fds;
   std::vector<int> emitter_fds;
   const auto connect_or_fail = [&](const char* what) {
-    const int fd = connect_to(address, address_length);
+    const int fd = connect_to(address);
     if (fd < 0) {
       std::fprintf(stderr, "turnstile-bench: connect %s to %s:%d: %s\n", what, options.host.c_str(),
                    options.port, std::strerror(errno));
