@@ -2,8 +2,6 @@
 // rwlock-plain; run_common.h): the run's keys and protocols, a connection (and with --transport
 // http a session) per worker, the generator threads, then the totals, the "unique" check over
 // every fence received, and the report.
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>

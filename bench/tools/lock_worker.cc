@@ -52,7 +52,7 @@ void Worker::run(TimePoint start, TimePoint warmup_end, std::optional<TimePoint>
 
   std::vector<epoll_event> events(256);
   active_ = connections_.size();
-  while (active_ > 0 && !shared_.stop.load(std::memory_order_relaxed)) {
+  while (active_ > 0) {
     if (end && Clock::now() >= *end) break;
     const int count = epoll_wait(epoll_fd_, events.data(), static_cast<int>(events.size()), 50);
     if (count < 0) {

@@ -28,7 +28,6 @@ namespace turnstile::bench {
 struct Shared {
   std::atomic<std::uint64_t> errors{0};
   std::atomic<std::uint64_t> fence_violations{0};
-  std::atomic<bool> stop{false};
   std::mutex messages_mutex;
   std::vector<std::string> messages;  // the first kMessagesMax problems, for the report
   static constexpr std::size_t kMessagesMax = 10;
