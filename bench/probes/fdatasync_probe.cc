@@ -234,124 +234,160 @@ void usage() {
                "later finish. Prints p50/p99/mean/min/max in microseconds.\n");
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// The command line.
+struct Probe {
   std::vector<std::string> dirs;
   long count = 1000, block = 4096, warmup = 20, rtt_count = 0;
   bool json = false, preallocate = false;
+};
+
+// The options of argv; --help exits 0 and a usage error 2, both after printing the usage.
+Probe parse_options(int argc, char** argv) {
+  Probe probe;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--help" || flag == "-h") {
       usage();
-      return 0;
+      std::exit(0);
     }
     if (flag == "--json") {
-      json = true;
+      probe.json = true;
       continue;
     }
     if (flag == "--preallocate") {
-      preallocate = true;
+      probe.preallocate = true;
       continue;
     }
-    if (i + 1 >= argc) {
-      usage();
-      return 2;
-    }
-    const char* value = argv[++i];
-    if (flag == "--dir") {
-      dirs.emplace_back(value);
-    } else if (flag == "--count") {
-      count = parse("--count", value, 1);
-    } else if (flag == "--block-bytes") {
-      block = parse("--block-bytes", value, 1);
-    } else if (flag == "--warmup") {
-      warmup = parse("--warmup", value, 0);
-    } else if (flag == "--loopback-rtt") {
-      rtt_count = parse("--loopback-rtt", value, 0);
+    const char* value = i + 1 < argc ? argv[++i] : nullptr;
+    if (value != nullptr && flag == "--dir") {
+      probe.dirs.emplace_back(value);
+    } else if (value != nullptr && flag == "--count") {
+      probe.count = parse("--count", value, 1);
+    } else if (value != nullptr && flag == "--block-bytes") {
+      probe.block = parse("--block-bytes", value, 1);
+    } else if (value != nullptr && flag == "--warmup") {
+      probe.warmup = parse("--warmup", value, 0);
+    } else if (value != nullptr && flag == "--loopback-rtt") {
+      probe.rtt_count = parse("--loopback-rtt", value, 0);
     } else {
       usage();
-      return 2;
+      std::exit(2);
     }
   }
-  if (dirs.empty() || dirs.size() > 2) {
+  if (probe.dirs.empty() || probe.dirs.size() > 2) {
     usage();
-    return 2;
+    std::exit(2);
   }
+  return probe;
+}
 
-  std::vector<Writer> writers(dirs.size());
-  const auto total = static_cast<std::size_t>(warmup + count);
+// A writer per --dir, its file open, with room for `total` rounds of timestamps.
+std::vector<Writer> open_writers(const Probe& probe, std::size_t total) {
+  std::vector<Writer> writers(probe.dirs.size());
   for (std::size_t w = 0; w < writers.size(); ++w) {
-    writers[w].dir = dirs[w];
-    writers[w].preallocate = preallocate;
-    writers[w].block = static_cast<std::size_t>(block);
+    writers[w].dir = probe.dirs[w];
+    writers[w].preallocate = probe.preallocate;
+    writers[w].block = static_cast<std::size_t>(probe.block);
     writers[w].starts.resize(total);
     writers[w].ends.resize(total);
     writers[w].open_file(w, total);
   }
+  return writers;
+}
 
+// `total` rounds of one append+fdatasync per writer.
+void run_rounds(std::vector<Writer>& writers, std::size_t total) {
   if (writers.size() == 1) {
     for (std::size_t r = 0; r < total; ++r) {
       writers[0].starts[r] = Clock::now();
       writers[0].append_one();
       writers[0].ends[r] = Clock::now();
     }
-  } else {
-    // Both threads wait at the barrier, then each appends and syncs; the next round begins
-    // when both have finished.
-    std::barrier round_start(2);
-    auto run = [&](Writer& w) {
-      for (std::size_t r = 0; r < total; ++r) {
-        round_start.arrive_and_wait();
-        w.starts[r] = Clock::now();
-        w.append_one();
-        w.ends[r] = Clock::now();
-      }
-    };
-    std::thread other([&] { run(writers[1]); });
-    run(writers[0]);
-    other.join();
+    return;
   }
+  // Both threads wait at the barrier, then each appends and syncs; the next round begins
+  // when both have finished.
+  std::barrier round_start(2);
+  auto run = [&](Writer& w) {
+    for (std::size_t r = 0; r < total; ++r) {
+      round_start.arrive_and_wait();
+      w.starts[r] = Clock::now();
+      w.append_one();
+      w.ends[r] = Clock::now();
+    }
+  };
+  std::thread other([&] { run(writers[1]); });
+  run(writers[0]);
+  other.join();
+}
 
-  std::vector<std::vector<double>> each(writers.size());
+// The measured rounds' times: each writer's, and each round's from the earlier start to the
+// later finish.
+struct Samples {
+  std::vector<std::vector<double>> each;
   std::vector<double> rounds;
-  for (std::size_t r = static_cast<std::size_t>(warmup); r < total; ++r) {
+};
+
+Samples samples_of(const std::vector<Writer>& writers, std::size_t warmup, std::size_t total) {
+  Samples samples;
+  samples.each.resize(writers.size());
+  for (std::size_t r = warmup; r < total; ++r) {
     Clock::time_point first = writers[0].starts[r], last = writers[0].ends[r];
     for (std::size_t w = 0; w < writers.size(); ++w) {
-      each[w].push_back(us_between(writers[w].starts[r], writers[w].ends[r]));
+      samples.each[w].push_back(us_between(writers[w].starts[r], writers[w].ends[r]));
       first = std::min(first, writers[w].starts[r]);
       last = std::max(last, writers[w].ends[r]);
     }
-    rounds.push_back(us_between(first, last));
+    samples.rounds.push_back(us_between(first, last));
   }
+  return samples;
+}
+
+// `rtt` is printed when --loopback-rtt asked for it.
+void print_json(const Probe& probe, const Samples& samples, const Stats& round, const Stats& rtt) {
+  std::string out = "{\"block_bytes\":" + std::to_string(probe.block) +
+                    ",\"count\":" + std::to_string(probe.count) +
+                    ",\"preallocate\":" + (probe.preallocate ? "true" : "false") + ",\"writers\":[";
+  for (std::size_t w = 0; w < probe.dirs.size(); ++w) {
+    if (w) out += ",";
+    std::string s = json_of(stats_of(samples.each[w]));
+    out += "{\"dir\":" + json_string(probe.dirs[w]) + "," + s.substr(1);
+  }
+  out += "],\"round\":" + json_of(round);
+  if (probe.rtt_count > 0) out += ",\"loopback_rtt\":" + json_of(rtt);
+  out += "}";
+  std::printf("%s\n", out.c_str());
+}
+
+void print_text(const Probe& probe, const Samples& samples, const Stats& round, const Stats& rtt) {
+  const std::size_t writers = probe.dirs.size();
+  std::printf("%ld x (%ld-byte %s + fdatasync), %zu writer%s\n", probe.count, probe.block,
+              probe.preallocate ? "overwrite of a preallocated file" : "append", writers,
+              writers == 1 ? "" : "s in parallel");
+  for (std::size_t w = 0; w < writers; ++w) {
+    std::printf("writer %s: %s\n", probe.dirs[w].c_str(),
+                text_of(stats_of(samples.each[w])).c_str());
+  }
+  if (writers > 1) std::printf("round (later finish): %s\n", text_of(round).c_str());
+  if (probe.rtt_count > 0) std::printf("loopback TCP round trip: %s\n", text_of(rtt).c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Probe probe = parse_options(argc, argv);
+  const auto total = static_cast<std::size_t>(probe.warmup + probe.count);
+  std::vector<Writer> writers = open_writers(probe, total);
+  run_rounds(writers, total);
+  const Samples samples = samples_of(writers, static_cast<std::size_t>(probe.warmup), total);
   for (Writer& w : writers) w.close_file();
 
-  const Stats round = stats_of(rounds);
-  const bool have_rtt = rtt_count > 0;
-  const Stats rtt = have_rtt ? loopback_rtt(rtt_count) : Stats{};
-
-  if (json) {
-    std::string out = "{\"block_bytes\":" + std::to_string(block) +
-                      ",\"count\":" + std::to_string(count) +
-                      ",\"preallocate\":" + (preallocate ? "true" : "false") + ",\"writers\":[";
-    for (std::size_t w = 0; w < writers.size(); ++w) {
-      if (w) out += ",";
-      std::string s = json_of(stats_of(each[w]));
-      out += "{\"dir\":" + json_string(writers[w].dir) + "," + s.substr(1);
-    }
-    out += "],\"round\":" + json_of(round);
-    if (have_rtt) out += ",\"loopback_rtt\":" + json_of(rtt);
-    out += "}";
-    std::printf("%s\n", out.c_str());
+  const Stats round = stats_of(samples.rounds);
+  const Stats rtt = probe.rtt_count > 0 ? loopback_rtt(probe.rtt_count) : Stats{};
+  if (probe.json) {
+    print_json(probe, samples, round, rtt);
   } else {
-    std::printf("%ld x (%ld-byte %s + fdatasync), %zu writer%s\n", count, block,
-                preallocate ? "overwrite of a preallocated file" : "append", writers.size(),
-                writers.size() == 1 ? "" : "s in parallel");
-    for (std::size_t w = 0; w < writers.size(); ++w) {
-      std::printf("writer %s: %s\n", writers[w].dir.c_str(), text_of(stats_of(each[w])).c_str());
-    }
-    if (writers.size() > 1) std::printf("round (later finish): %s\n", text_of(round).c_str());
-    if (have_rtt) std::printf("loopback TCP round trip: %s\n", text_of(rtt).c_str());
+    print_text(probe, samples, round, rtt);
   }
   return 0;
 }

@@ -1,5 +1,5 @@
 // How turnstile-bench frames an acquire and a release and reads their replies. The load loop in
-// turnstile_bench.cc only sees this interface: LineProtocol is the TCP wire protocol, and
+// lock_worker.cc only sees this interface: LineProtocol is the TCP wire protocol, and
 // HttpProtocol the HTTP REST API (docs/http-api.md); nothing in the loop assumes lines. The signal
 // modes' requests, their reply and the frame counter of their listeners are at the end.
 //

@@ -1,10 +1,13 @@
 // The load tools (turnstile-bench, turnstile-renew-load) aim only at loopback: they generate
-// enough load to hurt, so they refuse any other address.
+// enough load to hurt, so they refuse any other address. connect_to() opens their connections.
 #pragma once
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <string>
@@ -45,6 +48,22 @@ inline bool loopback_address(const std::string& host, int port, LoopbackAddress&
     return false;
   }
   return true;
+}
+
+// A TCP connection to `address` with TCP_NODELAY, non-blocking once connected; -1 (errno set)
+// when it cannot connect.
+inline int connect_to(const LoopbackAddress& address) {
+  const int fd = ::socket(address.address.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&address.address), address.length) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  const int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  const int flags = fcntl(fd, F_GETFL);
+  fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+  return fd;
 }
 
 }  // namespace turnstile::bench

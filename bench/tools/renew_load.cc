@@ -12,9 +12,6 @@
 // until SIGINT or SIGTERM. --rate 0 only holds. It then prints one JSON line:
 //   {"connections":N,"renewals_sent":..,"renewals_ok":..,"renewals_failed":..,"seconds":..}
 // and exits 0 when every renewal sent was answered `ok`, 1 otherwise, 2 on a usage error.
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -114,50 +111,129 @@ bool send_all(int fd, std::string_view data) {
   return true;
 }
 
-int run(const Options& options) {
-  LoopbackAddress loopback;
-  std::string error;
-  if (!loopback_address(options.host, options.port, loopback, error)) usage_error(error);
-  const sockaddr_storage& address = loopback.address;
-  const socklen_t length = loopback.length;
-  struct sigaction action {};
-  action.sa_handler = on_signal;  // no SA_RESTART: epoll_wait returns EINTR
-  sigaction(SIGINT, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
+// The load: the connections, their grants, then the renewals until SIGINT or SIGTERM.
+class RenewLoad {
+ public:
+  explicit RenewLoad(const Options& options)
+      : options_(options), connections_(static_cast<std::size_t>(options.connections)) {}
 
-  const int epoll = epoll_create1(EPOLL_CLOEXEC);
-  std::vector<Connection> connections(static_cast<std::size_t>(options.connections));
-  const LineProtocol protocol(0, 0);
-  std::string out;
-  for (std::size_t i = 0; i < connections.size(); ++i) {
-    Connection& c = connections[i];
-    c.key = options.key_prefix + std::to_string(i);
-    c.fd = ::socket(address.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (c.fd < 0 || ::connect(c.fd, reinterpret_cast<const sockaddr*>(&address), length) != 0) {
-      std::fprintf(stderr, "turnstile-renew-load: connection %zu: %s\n", i, std::strerror(errno));
-      return 1;
+  // The exit status.
+  int run() {
+    const LoopbackAddress address = resolve(options_);
+    struct sigaction action {};
+    action.sa_handler = on_signal;  // no SA_RESTART: epoll_wait returns EINTR
+    sigaction(SIGINT, &action, nullptr);
+    sigaction(SIGTERM, &action, nullptr);
+    epoll_ = epoll_create1(EPOLL_CLOEXEC);
+    if (!connect_all(address) || !await_grants()) return 1;
+    std::printf("holding %zu\n", granted_);
+    std::fflush(stdout);
+    const Clock::time_point start = Clock::now();
+    renew_until_stopped(start);
+    drain();
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    std::printf(
+        "{\"connections\":%zu,\"renewals_sent\":%llu,\"renewals_ok\":%llu,"
+        "\"renewals_failed\":%llu,\"seconds\":%.3f}\n",
+        connections_.size(), static_cast<unsigned long long>(sent_),
+        static_cast<unsigned long long>(ok_), static_cast<unsigned long long>(failed_), seconds);
+    if (!first_failure_.empty()) {
+      std::fprintf(stderr, "turnstile-renew-load: first failure: %s\n", first_failure_.c_str());
     }
-    const int one = 1;
-    setsockopt(c.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    fcntl(c.fd, F_SETFL, fcntl(c.fd, F_GETFL) | O_NONBLOCK);
-    epoll_event event{};
-    event.events = EPOLLIN;
-    event.data.u64 = i;
-    epoll_ctl(epoll, EPOLL_CTL_ADD, c.fd, &event);
-    out.clear();
-    out += "l\n" + c.key + "\n0 " + std::to_string(options.lease_s) + "\n";
-    if (!send_all(c.fd, out)) {
-      std::fprintf(stderr, "turnstile-renew-load: cannot send on connection %zu\n", i);
-      return 1;
+    for (Connection& c : connections_) ::close(c.fd);
+    ::close(epoll_);
+    return failed_ == 0 && ok_ == sent_ ? 0 : 1;
+  }
+
+ private:
+  static LoopbackAddress resolve(const Options& options) {
+    LoopbackAddress address;
+    std::string error;
+    if (!loopback_address(options.host, options.port, address, error)) usage_error(error);
+    return address;
+  }
+
+  // Connects every connection and sends its acquire; false after printing why not.
+  bool connect_all(const LoopbackAddress& address) {
+    for (std::size_t i = 0; i < connections_.size(); ++i) {
+      Connection& c = connections_[i];
+      c.key = options_.key_prefix + std::to_string(i);
+      c.fd = connect_to(address);
+      if (c.fd < 0) {
+        std::fprintf(stderr, "turnstile-renew-load: connection %zu: %s\n", i, std::strerror(errno));
+        return false;
+      }
+      epoll_event event{};
+      event.events = EPOLLIN;
+      event.data.u64 = i;
+      epoll_ctl(epoll_, EPOLL_CTL_ADD, c.fd, &event);
+      out_.clear();
+      out_ += "l\n" + c.key + "\n0 " + std::to_string(options_.lease_s) + "\n";
+      if (!send_all(c.fd, out_)) {
+        std::fprintf(stderr, "turnstile-renew-load: cannot send on connection %zu\n", i);
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // Until every grant has arrived (or a signal stops the wait); false after 10 s without a reply.
+  bool await_grants() {
+    while (granted_ < connections_.size() && !g_stop.load()) {
+      const int n = epoll_wait(epoll_, events_, kEvents, 10000);
+      if (n == 0) {
+        std::fprintf(stderr, "turnstile-renew-load: %zu of %zu grants after 10 s\n", granted_,
+                     connections_.size());
+        return false;
+      }
+      take_events(n);
+    }
+    return true;
+  }
+
+  // Open loop: the k-th renewal is due k / rate seconds after the start.
+  void renew_until_stopped(Clock::time_point start) {
+    const std::string lease = std::to_string(options_.lease_s);
+    while (!g_stop.load()) {
+      const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+      const auto due = options_.rate > 0 ? static_cast<std::uint64_t>(elapsed * options_.rate) : 0;
+      for (; sent_ < due; ++sent_) {
+        Connection& c = connections_[sent_ % connections_.size()];
+        out_.clear();
+        out_ += "n\n" + c.key + "\n";
+        out_.append(c.token.data(), c.token.size());
+        out_ += " " + lease + "\n";
+        if (!send_all(c.fd, out_)) {
+          ++failed_;
+          if (first_failure_.empty()) first_failure_ = "cannot send on " + c.key;
+        }
+      }
+      // Sleep until the next renewal is due (whole milliseconds: epoll_wait's resolution), or
+      // until replies arrive.
+      int timeout_ms = 100;
+      if (options_.rate > 0) {
+        const double next = static_cast<double>(sent_ + 1) / options_.rate - elapsed;
+        timeout_ms = next <= 0 ? 0 : static_cast<int>(next * 1000) + 1;
+      }
+      take_events(epoll_wait(epoll_, events_, kEvents, timeout_ms));
     }
   }
 
-  std::uint64_t sent = 0, ok = 0, failed = 0;
-  std::size_t granted = 0;
-  std::string first_failure;
+  // Collects the replies still in flight, for at most a second.
+  void drain() {
+    const Clock::time_point drain_end = Clock::now() + std::chrono::seconds(1);
+    while (ok_ + failed_ < sent_ && Clock::now() < drain_end) {
+      take_events(epoll_wait(epoll_, events_, kEvents, 50));
+    }
+  }
+
+  void take_events(int n) {
+    for (int e = 0; e < n; ++e) on_readable(events_[e].data.u64);
+  }
+
   // Reads what connection i has and takes every whole reply line from it.
-  auto on_readable = [&](std::size_t i) {
-    Connection& c = connections[i];
+  void on_readable(std::size_t i) {
+    Connection& c = connections_[i];
     char buffer[4096];
     for (;;) {
       const ssize_t n = ::recv(c.fd, buffer, sizeof buffer, 0);
@@ -166,98 +242,56 @@ int run(const Options& options) {
         continue;
       }
       if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
-        if (first_failure.empty()) first_failure = "connection " + c.key + " closed";
-        ++failed;
-        epoll_ctl(epoll, EPOLL_CTL_DEL, c.fd, nullptr);
+        if (first_failure_.empty()) first_failure_ = "connection " + c.key + " closed";
+        ++failed_;
+        epoll_ctl(epoll_, EPOLL_CTL_DEL, c.fd, nullptr);
       }
       break;
     }
     std::size_t end;
     while ((end = c.in.find('\n')) != std::string::npos) {
-      if (!c.granted) {
-        Reply reply;
-        protocol.parse_grant(c.in, reply);
-        if (!reply.ok) {
-          std::fprintf(stderr, "turnstile-renew-load: acquire of %s: %.*s\n", c.key.c_str(),
-                       static_cast<int>(reply.line.size()), reply.line.data());
-          std::exit(1);
-        }
-        c.token = reply.token;
-        c.granted = true;
-        ++granted;
-      } else if (std::string_view(c.in.data(), end).substr(0, 3) == "ok ") {
-        ++ok;
-      } else {
-        ++failed;
-        if (first_failure.empty()) first_failure = c.key + ": " + c.in.substr(0, end);
-      }
+      take_line(c, end);
       c.in.erase(0, end + 1);
     }
-  };
-
-  epoll_event events[256];
-  while (granted < connections.size() && !g_stop.load()) {
-    const int n = epoll_wait(epoll, events, 256, 10000);
-    if (n == 0) {
-      std::fprintf(stderr, "turnstile-renew-load: %zu of %zu grants after 10 s\n", granted,
-                   connections.size());
-      return 1;
-    }
-    for (int e = 0; e < n; ++e) on_readable(events[e].data.u64);
   }
-  std::printf("holding %zu\n", granted);
-  std::fflush(stdout);
 
-  // Open loop: the k-th renewal is due k / rate seconds after the start.
-  const Clock::time_point start = Clock::now();
-  const std::string lease = std::to_string(options.lease_s);
-  while (!g_stop.load()) {
-    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-    const auto due = options.rate > 0 ? static_cast<std::uint64_t>(elapsed * options.rate) : 0;
-    for (; sent < due; ++sent) {
-      Connection& c = connections[sent % connections.size()];
-      out.clear();
-      out += "n\n" + c.key + "\n";
-      out.append(c.token.data(), c.token.size());
-      out += " " + lease + "\n";
-      if (!send_all(c.fd, out)) {
-        ++failed;
-        if (first_failure.empty()) first_failure = "cannot send on " + c.key;
+  // The reply line c.in[0, end): the grant of the acquire, then the renewals' `ok <lease>`.
+  void take_line(Connection& c, std::size_t end) {
+    if (!c.granted) {
+      Reply reply;
+      protocol_.parse_grant(c.in, reply);
+      if (!reply.ok) {
+        std::fprintf(stderr, "turnstile-renew-load: acquire of %s: %.*s\n", c.key.c_str(),
+                     static_cast<int>(reply.line.size()), reply.line.data());
+        std::exit(1);
       }
+      c.token = reply.token;
+      c.granted = true;
+      ++granted_;
+    } else if (std::string_view(c.in.data(), end).substr(0, 3) == "ok ") {
+      ++ok_;
+    } else {
+      ++failed_;
+      if (first_failure_.empty()) first_failure_ = c.key + ": " + c.in.substr(0, end);
     }
-    // Sleep until the next renewal is due (whole milliseconds: epoll_wait's resolution), or
-    // until replies arrive.
-    int timeout_ms = 100;
-    if (options.rate > 0) {
-      const double next = static_cast<double>(sent + 1) / options.rate - elapsed;
-      timeout_ms = next <= 0 ? 0 : static_cast<int>(next * 1000) + 1;
-    }
-    const int n = epoll_wait(epoll, events, 256, timeout_ms);
-    for (int e = 0; e < n; ++e) on_readable(events[e].data.u64);
   }
-  // Collect the replies still in flight, for at most a second.
-  const Clock::time_point drain_end = Clock::now() + std::chrono::seconds(1);
-  while (ok + failed < sent && Clock::now() < drain_end) {
-    const int n = epoll_wait(epoll, events, 256, 50);
-    for (int e = 0; e < n; ++e) on_readable(events[e].data.u64);
-  }
-  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  std::printf(
-      "{\"connections\":%zu,\"renewals_sent\":%llu,\"renewals_ok\":%llu,"
-      "\"renewals_failed\":%llu,\"seconds\":%.3f}\n",
-      connections.size(), static_cast<unsigned long long>(sent),
-      static_cast<unsigned long long>(ok), static_cast<unsigned long long>(failed), seconds);
-  if (!first_failure.empty()) {
-    std::fprintf(stderr, "turnstile-renew-load: first failure: %s\n", first_failure.c_str());
-  }
-  for (Connection& c : connections) ::close(c.fd);
-  ::close(epoll);
-  return failed == 0 && ok == sent ? 0 : 1;
-}
+
+  static constexpr int kEvents = 256;
+  const Options& options_;
+  std::vector<Connection> connections_;
+  const LineProtocol protocol_{0, 0};
+  int epoll_ = -1;
+  std::string out_;
+  std::uint64_t sent_ = 0, ok_ = 0, failed_ = 0;
+  std::size_t granted_ = 0;
+  std::string first_failure_;
+  epoll_event events_[kEvents];
+};
 
 }  // namespace
 }  // namespace turnstile::bench
 
 int main(int argc, char** argv) {
-  return turnstile::bench::run(turnstile::bench::parse_options(argc, argv));
+  const turnstile::bench::Options options = turnstile::bench::parse_options(argc, argv);
+  return turnstile::bench::RenewLoad(options).run();
 }
