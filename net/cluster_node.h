@@ -46,7 +46,7 @@ namespace turnstile::net {
 inline constexpr int kExitDamagedDirectory = 65;
 inline constexpr int kExitStartTimedOut = 74;
 
-class ClusterNode final : public RaftStateMachine, public ReplicatedEndpoint {
+class ClusterNode final : public RaftStateMachine, public ClusterService {
  public:
   // `session_tag`: the tag of this process's session ids (core::RouterConfig::session_tag).
   ClusterNode(const Config& config, SharedState& shared, std::uint32_t session_tag);
@@ -61,30 +61,29 @@ class ClusterNode final : public RaftStateMachine, public ReplicatedEndpoint {
   int start_failure_exit_code() const;
   void stop();
 
-  // Any thread: messages of a shard's router for the replicated endpoint (ReplicatedEndpoint).
+  // Any thread: messages of a shard's router for the replicated endpoint (ClusterService).
   void post(std::vector<core::RouterMessage>& messages) override;
 
-  RaftStatus status() const { return raft_->status(); }
+  RaftStatus status() const override { return raft_->status(); }
   ClusterMetrics metrics() const override;
   bool leader_known() const override { return raft_->status().leader_id != 0; }
   // The client address of the leader (this node's advertise address when it leads), empty when
   // no leader is known. It comes from the raft configuration when the leader was added with its
   // client address (POST /v1/admin/voters), else from --cluster-peers.
-  std::string leader_client_address() const;
+  std::string leader_client_address() const override;
 
   // Any thread: a membership change of the admin routes. One at a time on this node (a second one
   // while one is pending is kPending), and only on the leader (kNotLeader, with the leader's
   // client address). `done` runs once, on the raft thread or, when refused at once, on the
   // calling thread. An added node's client address is stored with its raft address in raft's
   // configuration ("raft@client"), so that every node can send clients to it.
-  using AdminDone = std::function<void(core::AdminChangeOutcome)>;
-  void add_voter(const core::AdminVoterAdd& voter, AdminDone done);
-  void remove_voter(std::uint64_t id, AdminDone done);
+  void add_voter(const core::AdminVoterAdd& voter, AdminDone done) override;
+  void remove_voter(std::uint64_t id, AdminDone done) override;
 
   // Any thread: hands leadership to another voter (SIGTERM on the leader). `done(true)` once
   // another node leads; false when this node does not lead or the transfer did not happen within
   // an election timeout. Runs on the raft thread.
-  void transfer_leadership(std::function<void(bool)> done);
+  void transfer_leadership(std::function<void(bool)> done) override;
 
   // Before start(): what to do when this node cannot go on (its raft log stopped being written).
   // Called once, on the raft thread.

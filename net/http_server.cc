@@ -20,8 +20,8 @@
 #include "core/http_codec.h"
 #include "core/routing.h"
 #include "net/clock.h"
-#include "net/cluster_node.h"
 #include "net/guard.h"
+#include "net/http_server_internal.h"
 #include "net/listener.h"
 #include "net/log.h"
 #include "net/metrics_text.h"
@@ -29,33 +29,17 @@
 namespace turnstile::net {
 namespace {
 
-// The request's body, contiguous (at most kBodyReadMax bytes: evhttp refuses longer ones itself).
-std::string_view request_body(evhttp_request* request) {
-  evbuffer* input = evhttp_request_get_input_buffer(request);
-  const std::size_t length = evbuffer_get_length(input);
-  if (length == 0) return {};
-  return {reinterpret_cast<const char*>(evbuffer_pullup(input, -1)), length};
-}
-
 #include "net/openapi_json.inc"  // kOpenApiJson: docs/openapi.json, embedded at configure time
 
 constexpr const char* kJsonType = "application/json";
 // Bodies up to this are read (and answered 400 when over core::kHttpBodyMax, as dflockd); beyond
 // it libevent refuses the request itself (413) before reading it.
 constexpr std::size_t kBodyReadMax = 2 * core::kHttpBodyMax;
-constexpr core::Duration kAuthFailureDelay = core::Duration::milliseconds(100);
 constexpr core::Duration kRateSweepInterval = core::Duration::seconds(300);
 // How often the sockets of requests waiting for an engine are checked for EOF (libevent 2.1's
 // evhttp does not read a connection while its request is being answered, so it would not notice
 // a client that left; dflockd's watcher polls every 50 ms too).
 constexpr core::Duration kProbeInterval = core::Duration::milliseconds(50);
-// A signal stream whose connection takes no bytes for this long while some wait is closed
-// (dflockd's deadline on every SSE write), checked this often.
-constexpr core::Duration kStreamWriteDeadline = core::Duration::seconds(30);
-constexpr core::Duration kStreamWatchInterval = core::Duration::seconds(1);
-// A backstop beside the hub's --signal-queue: a stream with more than this waiting in its
-// connection's output buffer is closed as a slow consumer.
-constexpr std::size_t kStreamOutputMax = 16 * 1024 * 1024;  // bytes
 
 std::string_view method_name(evhttp_cmd_type type) {
   switch (type) {
@@ -79,58 +63,6 @@ std::string_view method_name(evhttp_cmd_type type) {
 }
 
 }  // namespace
-
-struct HttpServer::Pending {
-  enum class Kind { kSession, kStats, kMetrics, kReadIndex, kAuthDelay, kAdmin, kSignal, kKey };
-  Kind kind = Kind::kSession;
-  evhttp_request* request = nullptr;
-  evhttp_connection* connection = nullptr;
-  std::string_view method;  // static strings, as for reply()
-  std::string_view route;
-  core::Instant started;
-  event* timer = nullptr;  // kAuthDelay
-  std::unique_ptr<std::pair<HttpServer*, std::uint64_t>> timer_arg;
-  // kStats, kMetrics, kReadIndex, kSignal, kKey: the request's own session
-  core::SessionId stats_session;
-
-  static Pending of(Kind kind, std::string_view method, std::string_view route,
-                    core::Instant started) {
-    Pending pending;
-    pending.kind = kind;
-    pending.method = method;
-    pending.route = route;
-    pending.started = started;
-    return pending;
-  }
-};
-
-// A GET /v1/signals stream: one router session, one subscription, one chunked response. Or a
-// GET /v1/sessions/{id}/events stream: a watch of the desk (`watch`), with an id of the router's
-// that the router never hears of.
-struct HttpServer::Stream {
-  core::SessionId session;
-  core::HttpTicket watch = 0;  // a session event stream: its watch ticket
-  bool watch_over = false;     // the desk ended or refused the watch, or was told it ended
-  evhttp_request* request = nullptr;
-  evhttp_connection* connection = nullptr;
-  std::string_view method;  // static strings, as for reply()
-  std::string_view route;
-  core::Instant started;
-  bool open = false;           // the 200 head and `:ok` are sent
-  bool listening = false;      // its listen was `ok`: the router must hear of its close, once
-  bool ending = false;         // in streams_ending_
-  bool abort = false;          // ending by closing the connection (not a clean end of the reply)
-  std::size_t unreported = 0;  // frames handed to the connection, not yet reported written
-  // The write deadline: bytes handed to the connection's output buffer so far, how many of them
-  // had left it at the last check, and when that last grew (or the buffer was empty).
-  std::size_t handed = 0;
-  std::size_t drained = 0;
-  core::Instant last_progress;
-  std::string backlog;  // events for it before it opened (the listen answers first)
-  std::size_t backlog_frames = 0;
-  event* ping = nullptr;
-  std::unique_ptr<std::pair<HttpServer*, std::uint64_t>> ping_arg;
-};
 
 // ---- HttpServer --------------------------------------------------------------------------------
 
@@ -470,49 +402,54 @@ void HttpServer::fail(evhttp_request* request) {
   });
 }
 
+std::optional<std::string> HttpServer::admit_peer(evhttp_request* request, std::string_view method,
+                                                  core::Instant started) {
+  evhttp_connection* connection = evhttp_request_get_connection(request);
+  if (connection == nullptr) return std::string("unknown");
+  // Per-IP transport cap, counted per connection on its first request.
+  auto known = connection_ip_.find(connection);
+  if (known != connection_ip_.end()) return known->second;
+  std::string ip = peer_of(connection).address;
+  if (!http_shared_.admit_connection(ip)) {
+    evhttp_add_header(evhttp_request_get_output_headers(request), "Connection", "close");
+    reply_error(request, 503, "max_connections_per_ip", "", "unmatched", method, started);
+    return std::nullopt;
+  }
+  connection_ip_.emplace(connection, ip);
+  evhttp_connection_set_closecb(connection, &HttpServer::on_connection_closed, this);
+  return ip;
+}
+
+bool HttpServer::answer_cors(evhttp_request* request, std::string_view method,
+                             core::Instant started) {
+  // CORS (reference 3.2): before everything else.
+  evkeyvalq* in = evhttp_request_get_input_headers(request);
+  const char* origin = evhttp_find_header(in, "Origin");
+  if (!cors_.enabled() || origin == nullptr) return false;
+  evkeyvalq* out = evhttp_request_get_output_headers(request);
+  for (const auto& [name, value] : cors_.headers_for(origin)) {
+    evhttp_add_header(out, std::string(name).c_str(), value.c_str());
+  }
+  if (method == "OPTIONS" && evhttp_find_header(in, "Access-Control-Request-Method") != nullptr) {
+    reply(request, 204, "", "preflight", method, started);
+    return true;
+  }
+  return false;
+}
+
 void HttpServer::handle(evhttp_request* request) {
   const core::Instant started = host_.turn_now();
   const std::string_view method = method_name(evhttp_request_get_command(request));
   evkeyvalq* in = evhttp_request_get_input_headers(request);
   evkeyvalq* out = evhttp_request_get_output_headers(request);
-  evhttp_connection* connection = evhttp_request_get_connection(request);
-
-  // Per-IP transport cap, counted per connection on its first request.
-  std::string ip = "unknown";
-  if (connection != nullptr) {
-    auto known = connection_ip_.find(connection);
-    if (known != connection_ip_.end()) {
-      ip = known->second;
-    } else {
-      char* address = nullptr;
-      ev_uint16_t port = 0;
-      evhttp_connection_get_peer(connection, &address, &port);
-      ip = address != nullptr ? address : "unknown";
-      if (!http_shared_.admit_connection(ip)) {
-        evhttp_add_header(out, "Connection", "close");
-        reply_error(request, 503, "max_connections_per_ip", "", "unmatched", method, started);
-        return;
-      }
-      connection_ip_.emplace(connection, ip);
-      evhttp_connection_set_closecb(connection, &HttpServer::on_connection_closed, this);
-    }
-  }
+  const std::optional<std::string> ip = admit_peer(request, method, started);
+  if (!ip) return;  // over the per-IP connection cap: answered
 
   const evhttp_uri* uri = evhttp_request_get_evhttp_uri(request);
   const char* raw_path = uri != nullptr ? evhttp_uri_get_path(uri) : nullptr;
   const std::string path = raw_path != nullptr ? raw_path : "/";
 
-  // CORS (reference 3.2): before everything else.
-  const char* origin = evhttp_find_header(in, "Origin");
-  if (cors_.enabled() && origin != nullptr) {
-    for (const auto& [name, value] : cors_.headers_for(origin)) {
-      evhttp_add_header(out, std::string(name).c_str(), value.c_str());
-    }
-    if (method == "OPTIONS" && evhttp_find_header(in, "Access-Control-Request-Method") != nullptr) {
-      reply(request, 204, "", "preflight", method, started);
-      return;
-    }
-  }
+  if (answer_cors(request, method, started)) return;  // a preflight
 
   // Route lookup: 404 for an unknown path, 405 (with Allow) for a known path and another method.
   core::HttpRouteMatch matched = core::match_http_route(method, path);
@@ -522,7 +459,7 @@ void HttpServer::handle(evhttp_request* request) {
 
   // Rate limit, then auth, then the router's 404/405 (reference 3.1's handler order).
   const bool exempt = spec != nullptr && !spec->rate_limited;
-  if (!exempt && !http_shared_.rate_allow(started, ip)) {
+  if (!exempt && !http_shared_.rate_allow(started, *ip)) {
     reply_error(request, 429, "rate_limited", "", route, method, started);
     return;
   }
@@ -547,129 +484,27 @@ void HttpServer::handle(evhttp_request* request) {
   dispatch_route(request, *spec, matched.params, method, started);
 }
 
-void HttpServer::reply_unauthorized_later(evhttp_request* request, std::string_view route,
-                                          std::string_view method, core::Instant started) {
-  shared_.auth_failures.fetch_add(1, std::memory_order_relaxed);
-  if (const auto suppressed = auth_failure_log_limit().admit(started.ns())) {
-    char* address = nullptr;
-    ev_uint16_t port = 0;
-    evhttp_connection* connection = evhttp_request_get_connection(request);
-    if (connection != nullptr) evhttp_connection_get_peer(connection, &address, &port);
-    const std::string peer = address != nullptr ? address : "unknown";
-    log_event(
-        LogLevel::kWarn, "auth_failure",
-        "HTTP: " + std::string(method) + " " + std::string(route) + ": unauthorized from " + peer,
-        {{"transport", "http"},
-         {"peer", peer},
-         {"route", route},
-         {"method", method},
-         {"suppressed", *suppressed}});
-  }
-  Pending pending = Pending::of(Pending::Kind::kAuthDelay, method, route, started);
-  const std::uint64_t ticket = add_pending(request, std::move(pending));
-  Pending& added = *pending_[ticket];
-  added.timer_arg = std::make_unique<std::pair<HttpServer*, std::uint64_t>>(this, ticket);
-  event* timer = evtimer_new(host_.base(), &HttpServer::on_auth_delay, added.timer_arg.get());
-  added.timer = timer;
-  const timeval delay = to_timeval(kAuthFailureDelay);
-  evtimer_add(timer, &delay);
-}
-
 void HttpServer::dispatch_route(evhttp_request* request, const core::HttpEndpointSpec& spec,
                                 const std::vector<std::string>& params, std::string_view method,
                                 core::Instant started) {
-  const std::string_view route = spec.pattern;
-  const core::Instant now = started;
   switch (spec.endpoint) {
     case core::HttpEndpoint::kHealth:
-      if (shared_.starting.load(std::memory_order_relaxed)) {
-        reply(request, 503, core::http_status_body("starting"), route, method, started);
-      } else {
-        reply(request, 200, core::http_status_body("ok"), route, method, started);
-      }
-      return;
     case core::HttpEndpoint::kReady:
-      if (draining_) {
-        reply(request, 503, core::http_status_body("draining"), route, method, started);
-      } else if (!ready()) {
-        reply(request, 503, core::http_status_body("no_leader"), route, method, started);
-      } else {
-        reply(request, 200, core::http_status_body("ok"), route, method, started);
-      }
-      return;
     case core::HttpEndpoint::kOpenApi:
-      evhttp_add_header(evhttp_request_get_output_headers(request), "Cache-Control",
-                        "public, max-age=60");
-      reply(request, 200, std::string(kOpenApiJson), route, method, started);
+      reply_probe(request, spec, method, started);
       return;
     case core::HttpEndpoint::kStats:
-    case core::HttpEndpoint::kMetrics: {
-      Pending pending =
-          Pending::of(spec.endpoint == core::HttpEndpoint::kStats ? Pending::Kind::kStats
-                                                                  : Pending::Kind::kMetrics,
-                      method, route, started);
-      pending.stats_session = host_.router().new_session_id();
-      const core::SessionId stats_session = pending.stats_session;
-      const std::uint64_t ticket = add_pending(request, std::move(pending));
-      stats_tickets_[stats_session.value] = ticket;
-      core::Request stats;
-      stats.command = core::Command::kStats;
-      host_.router().submit(now, stats_session, stats);
+    case core::HttpEndpoint::kMetrics:
+    case core::HttpEndpoint::kReadIndex:
+      run_one_shot(request, spec, method, started);
       return;
-    }
-    case core::HttpEndpoint::kReadIndex: {
-      // A linearizable read point: a barrier through the log, answered once it is applied.
-      if (!shared_.config.cluster.enabled()) {
-        reply_error(request, 404, "cluster_disabled", "readindex needs cluster mode", route, method,
-                    started);
-        return;
-      }
-      Pending pending = Pending::of(Pending::Kind::kReadIndex, method, route, started);
-      pending.stats_session = host_.router().new_session_id();
-      const core::SessionId session = pending.stats_session;
-      stats_tickets_[session.value] = add_pending(request, std::move(pending));
-      core::Request barrier;
-      barrier.command = core::Command::kBarrier;
-      host_.router().submit(now, session, barrier);
+    case core::HttpEndpoint::kSessionCreate:
+      create_session(request, spec, method, started);
       return;
-    }
-    case core::HttpEndpoint::kSessionCreate: {
-      const std::string_view body = request_body(request);
-      std::variant<core::HttpBadRequest, std::string> stable_ref =
-          core::decode_http_session_create(body);
-      if (const auto* bad = std::get_if<core::HttpBadRequest>(&stable_ref)) {
-        reply_error(request, 400, "bad_request", bad->detail, route, method, started);
-        return;
-      }
-      char* address = nullptr;
-      ev_uint16_t port = 0;
-      evhttp_connection* connection = evhttp_request_get_connection(request);
-      if (connection != nullptr) evhttp_connection_get_peer(connection, &address, &port);
-      const core::HttpOutcome outcome =
-          desk_.create(now, random_, address != nullptr ? address : "unknown",
-                       std::get<std::string>(stable_ref));
-      flush();  // counts the new session before the client can see it
-      reply(request, outcome.code, outcome.body, route, method, started);
-      return;
-    }
     case core::HttpEndpoint::kSessionDelete:
-    case core::HttpEndpoint::kSessionPing: {
-      const std::string& handle = params.at(0);
-      if (!core::is_session_handle(handle)) {
-        reply_error(request, 400, "bad_request", "session id must be 32 lowercase hex characters",
-                    route, method, started);
-        return;
-      }
-      const bool remove = spec.endpoint == core::HttpEndpoint::kSessionDelete;
-      run_session_request(request, route, method, started, [&](core::HttpTicket ticket) {
-        if (remove) {
-          desk_.remove(now, ticket, handle);
-        } else {
-          desk_.ping(now, ticket, handle);
-        }
-      });
+    case core::HttpEndpoint::kSessionPing:
+      delete_or_ping_session(request, spec, params.at(0), method, started);
       return;
-    }
     case core::HttpEndpoint::kSessionEvents:
       open_watch(request, spec, params.at(0), method, started);
       return;
@@ -701,220 +536,83 @@ void HttpServer::dispatch_route(evhttp_request* request, const core::HttpEndpoin
   }
 }
 
-void HttpServer::handle_admin(evhttp_request* request, const core::HttpEndpointSpec& spec,
-                              const std::vector<std::string>& params, std::string_view method,
-                              core::Instant started) {
+void HttpServer::reply_probe(evhttp_request* request, const core::HttpEndpointSpec& spec,
+                             std::string_view method, core::Instant started) {
   const std::string_view route = spec.pattern;
-  const char* header =
-      evhttp_find_header(evhttp_request_get_input_headers(request), "Authorization");
-  ClusterNode* node = shared_.cluster_node;
-  // A force-release works on one node too; the membership routes need cluster mode.
-  const std::optional<core::HttpKeyCommand> force_release = core::http_key_command(spec.endpoint);
-  const core::AdminAccess access =
-      node == nullptr && !force_release
-          ? core::AdminAccess::kDisabled
-          : core::admin_access(config_.cluster.admin_token, header != nullptr ? header : "");
-  if (access == core::AdminAccess::kDisabled) {
-    reply_error(request, 403, "admin_disabled",
-                force_release ? "the admin routes are off: they need --admin-token"
-                              : "the membership routes are off: they need cluster mode and "
-                                "--admin-token",
-                route, method, started);
+  if (spec.endpoint == core::HttpEndpoint::kOpenApi) {
+    evhttp_add_header(evhttp_request_get_output_headers(request), "Cache-Control",
+                      "public, max-age=60");
+    reply(request, 200, std::string(kOpenApiJson), route, method, started);
     return;
   }
-  if (access == core::AdminAccess::kUnauthorized) {
-    reply_unauthorized_later(request, route, method, started);
-    return;
+  std::string_view status = "ok";
+  if (spec.endpoint == core::HttpEndpoint::kHealth) {
+    if (shared_.starting.load(std::memory_order_relaxed)) status = "starting";
+  } else if (draining_) {
+    status = "draining";
+  } else if (!ready()) {
+    status = "no_leader";
   }
-  if (force_release) {
-    char* address = nullptr;
-    ev_uint16_t port = 0;
-    evhttp_connection* connection = evhttp_request_get_connection(request);
-    if (connection != nullptr) evhttp_connection_get_peer(connection, &address, &port);
-    std::string peer = address != nullptr ? address : "unknown";
-    if (peer.find(':') != std::string::npos) peer = "[" + peer + "]";
-    run_key_request(request, spec, params.at(0), method, started,
-                    peer + ":" + std::to_string(port));
-    return;
-  }
-  std::optional<core::AdminVoterAdd> add;
-  std::uint64_t remove_id = 0;
-  const bool transfer = spec.endpoint == core::HttpEndpoint::kAdminLeaderTransfer;
-  if (transfer) {
-    // No body to read: the leader picks the most up-to-date voter.
-  } else if (spec.endpoint == core::HttpEndpoint::kAdminVoterAdd) {
-    const std::string_view body = request_body(request);
-    auto decoded = core::decode_admin_voter_add(body);
-    if (const auto* bad = std::get_if<core::HttpBadRequest>(&decoded)) {
-      reply_error(request, 400, "bad_request", bad->detail, route, method, started);
-      return;
-    }
-    add = std::get<core::AdminVoterAdd>(decoded);
-  } else {
-    auto decoded = core::decode_admin_voter_id(params.at(0));
-    if (const auto* bad = std::get_if<core::HttpBadRequest>(&decoded)) {
-      reply_error(request, 400, "bad_request", bad->detail, route, method, started);
-      return;
-    }
-    remove_id = std::get<std::uint64_t>(decoded);
-  }
-  Pending pending = Pending::of(Pending::Kind::kAdmin, method, route, started);
-  const std::uint64_t ticket = add_pending(request, std::move(pending));
-  // The answer comes on the raft thread (or at once): it is brought back to this shard's thread.
-  // The server outlives the raft node (Server::run stops it before the shards are destroyed).
-  Shard* host = &host_;
-  auto done = [this, host, ticket](core::AdminChangeOutcome outcome) {
-    host->post(message::Run{[this, ticket, outcome = std::move(outcome)] {
-      guarded("HTTP admin reply", [&] {
-        finish_admin(ticket, outcome);
-        flush();
-        host_.settle();
-      });
-    }});
-  };
-  if (transfer) {
-    log_event(LogLevel::kInfo, "admin_cluster_request",
-              "cluster: admin request: hand leadership to another voter",
-              {{"action", "leader_transfer"}});
-    if (node->status().role != core::RaftRole::kLeader) {
-      done(core::AdminChangeOutcome{
-          core::AdminChangeOutcome::Kind::kNotLeader, "", node->leader_client_address(), {}});
-      return;
-    }
-    node->transfer_leadership([node, done](bool ok) {
-      if (ok) {
-        done(core::AdminChangeOutcome{
-            core::AdminChangeOutcome::Kind::kTransferred, "", node->leader_client_address(), {}});
-      } else {
-        done(core::AdminChangeOutcome{
-            core::AdminChangeOutcome::Kind::kFailed,
-            "no other voter took over within an election timeout; this node still leads",
-            "",
-            {}});
-      }
-    });
-  } else if (add) {
-    log_event(LogLevel::kInfo, "admin_cluster_request",
-              "cluster: admin request: add voter " + std::to_string(add->id) + " (raft " +
-                  add->raft_address + ", clients " + add->client_address + ")",
-              {{"action", "add_voter"},
-               {"node_id", add->id},
-               {"raft_address", add->raft_address},
-               {"client_address", add->client_address}});
-    node->add_voter(*add, std::move(done));
-  } else {
-    log_event(LogLevel::kInfo, "admin_cluster_request",
-              "cluster: admin request: remove voter " + std::to_string(remove_id),
-              {{"action", "remove_voter"}, {"node_id", remove_id}});
-    node->remove_voter(remove_id, std::move(done));
-  }
+  reply(request, status == "ok" ? 200 : 503, core::http_status_body(status), route, method,
+        started);
 }
 
-void HttpServer::finish_admin(std::uint64_t ticket, const core::AdminChangeOutcome& outcome) {
-  auto it = pending_.find(ticket);
-  if (it == pending_.end() || stopped_) return;  // its client left
-  Pending& pending = *it->second;
-  const core::HttpResponse response = core::render_admin_outcome(outcome);
-  if (!response.leader.empty()) {
-    evhttp_add_header(evhttp_request_get_output_headers(pending.request), "X-Dflockd-Leader",
-                      response.leader.c_str());
-  }
-  reply(pending.request, response.code, response.body, pending.route, pending.method,
-        pending.started);
-  drop_pending(ticket);
-}
-
-namespace {
-
-// A key as a log line shows it: bytes outside printable ASCII as \xNN (a key has no whitespace,
-// but may hold any other byte).
-std::string printable_key(std::string_view key) {
-  std::string out;
-  for (const char c : key) {
-    const auto byte = static_cast<unsigned char>(c);
-    if (byte >= 0x21 && byte <= 0x7e && c != '\\') {
-      out += c;
-    } else {
-      char escaped[5];
-      std::snprintf(escaped, sizeof escaped, "\\x%02x", byte);
-      out += escaped;
+void HttpServer::run_one_shot(evhttp_request* request, const core::HttpEndpointSpec& spec,
+                              std::string_view method, core::Instant started) {
+  core::Request one_shot;
+  Pending::Kind kind = Pending::Kind::kStats;
+  one_shot.command = core::Command::kStats;
+  if (spec.endpoint == core::HttpEndpoint::kMetrics) {
+    kind = Pending::Kind::kMetrics;
+  } else if (spec.endpoint == core::HttpEndpoint::kReadIndex) {
+    // A linearizable read point: a barrier through the log, answered once it is applied.
+    if (!shared_.config.cluster.enabled()) {
+      reply_error(request, 404, "cluster_disabled", "readindex needs cluster mode", spec.pattern,
+                  method, started);
+      return;
     }
+    kind = Pending::Kind::kReadIndex;
+    one_shot.command = core::Command::kBarrier;
   }
-  return out;
-}
-
-}  // namespace
-
-void HttpServer::run_key_request(evhttp_request* request, const core::HttpEndpointSpec& spec,
-                                 const std::string& key, std::string_view method,
-                                 core::Instant started, std::string admin_peer) {
-  const std::string_view route = spec.pattern;
-  const evhttp_uri* uri = evhttp_request_get_evhttp_uri(request);
-  const char* query = uri != nullptr ? evhttp_uri_get_query(uri) : nullptr;
-  std::variant<core::HttpBadRequest, core::Request> decoded = core::decode_http_key_request(
-      spec.endpoint, key, request_body(request), query != nullptr ? query : "");
-  if (const auto* bad = std::get_if<core::HttpBadRequest>(&decoded)) {
-    reply_error(request, 400, "bad_request", bad->detail, route, method, started);
-    return;
-  }
-  const core::Request engine_request = std::get<core::Request>(std::move(decoded));
-  Pending pending = Pending::of(Pending::Kind::kKey, method, route, started);
+  // A session of its own, answered by the router's reply (or stats event) for it.
+  Pending pending = Pending::of(kind, method, spec.pattern, started);
   pending.stats_session = host_.router().new_session_id();
   const core::SessionId session = pending.stats_session;
-  const std::uint64_t ticket = add_pending(request, std::move(pending));
-  key_requests_[session.value] = KeyRequest{ticket, engine_request, std::move(admin_peer)};
-  host_.router().submit(started, session, engine_request);
+  stats_tickets_[session.value] = add_pending(request, std::move(pending));
+  host_.router().submit(started, session, one_shot);
 }
 
-void HttpServer::finish_key(KeyRequest& key, const core::Reply& reply) {
-  const core::Request& request = key.request;
-  if (!key.admin_peer.empty()) {
-    const std::string what =
-        (request.fence == 0 ? std::string("every holder")
-                            : "the holder with fence " + std::to_string(request.fence)) +
-        (request.clear_delay ? ", clearing the lock-delay" : "");
-    const std::string kind(core::namespace_word(request.space));
-    const std::string name = printable_key(request.key);
-    if (reply.status == core::Status::kOk) {
-      http_shared_.forced_releases.fetch_add(
-          static_cast<std::uint64_t>(std::max<std::int64_t>(reply.seconds, 0)),
-          std::memory_order_relaxed);
-      log_event(LogLevel::kWarn, "admin_force_release",
-                "admin: force-release of " + kind + " " + name + " (" + what + ") asked by " +
-                    key.admin_peer + " with the admin token: " + std::to_string(reply.seconds) +
-                    " freed" + (reply.delay_cleared ? ", lock-delay cleared" : ""),
-                {{"peer", key.admin_peer},
-                 {"kind", kind},
-                 {"key", name},
-                 {"fence", request.fence},
-                 {"clear_delay", request.clear_delay},
-                 {"outcome", "ok"},
-                 {"freed", reply.seconds},
-                 {"delay_cleared", reply.delay_cleared}});
+void HttpServer::create_session(evhttp_request* request, const core::HttpEndpointSpec& spec,
+                                std::string_view method, core::Instant started) {
+  std::variant<core::HttpBadRequest, std::string> stable_ref =
+      core::decode_http_session_create(request_body(request));
+  if (const auto* bad = std::get_if<core::HttpBadRequest>(&stable_ref)) {
+    reply_error(request, 400, "bad_request", bad->detail, spec.pattern, method, started);
+    return;
+  }
+  const HttpPeer peer = peer_of(evhttp_request_get_connection(request));
+  const core::HttpOutcome outcome =
+      desk_.create(started, random_, peer.address, std::get<std::string>(stable_ref));
+  flush();  // counts the new session before the client can see it
+  reply(request, outcome.code, outcome.body, spec.pattern, method, started);
+}
+
+void HttpServer::delete_or_ping_session(evhttp_request* request, const core::HttpEndpointSpec& spec,
+                                        const std::string& handle, std::string_view method,
+                                        core::Instant started) {
+  if (!core::is_session_handle(handle)) {
+    reply_error(request, 400, "bad_request", "session id must be 32 lowercase hex characters",
+                spec.pattern, method, started);
+    return;
+  }
+  const bool remove = spec.endpoint == core::HttpEndpoint::kSessionDelete;
+  run_session_request(request, spec.pattern, method, started, [&](core::HttpTicket ticket) {
+    if (remove) {
+      desk_.remove(started, ticket, handle);
     } else {
-      const std::string status(core::status_name(reply.status));
-      log_event(LogLevel::kWarn, "admin_force_release",
-                "admin: force-release of " + kind + " " + name + " (" + what + ") asked by " +
-                    key.admin_peer + " with the admin token: not done (" + status + ")",
-                {{"peer", key.admin_peer},
-                 {"kind", kind},
-                 {"key", name},
-                 {"fence", request.fence},
-                 {"outcome", status},
-                 {"freed", 0}});
+      desk_.ping(started, ticket, handle);
     }
-  }
-  if (key.ticket == 0) return;  // its client left
-  auto found = pending_.find(key.ticket);
-  if (found == pending_.end()) return;
-  Pending& pending = *found->second;
-  const core::HttpResponse response = core::render_http_key_reply(request, reply);
-  if (!response.leader.empty()) {
-    evhttp_add_header(evhttp_request_get_output_headers(pending.request), "X-Dflockd-Leader",
-                      response.leader.c_str());
-  }
-  reply_to(pending, response.code, response.body);
-  drop_pending(key.ticket);
+  });
 }
 
 void HttpServer::handle_session_request(evhttp_request* request, const core::HttpEndpointSpec& spec,
@@ -1082,423 +780,6 @@ void HttpServer::flush() {
   const auto live = static_cast<std::int64_t>(desk_.live());
   shared_.http_sessions_live.fetch_add(live - live_reported_, std::memory_order_relaxed);
   live_reported_ = live;
-}
-
-// ---- signals -----------------------------------------------------------------------------------
-
-void HttpServer::publish_signal(evhttp_request* request, const core::HttpEndpointSpec& spec,
-                                const std::string& channel, std::string_view method,
-                                core::Instant started) {
-  const std::string_view route = spec.pattern;
-  const std::string_view body = request_body(request);
-  std::variant<core::HttpBadRequest, core::Request> decoded =
-      core::decode_http_signal(channel, body);
-  if (const auto* bad = std::get_if<core::HttpBadRequest>(&decoded)) {
-    reply_error(request, 400, "bad_request", bad->detail, route, method, started);
-    return;
-  }
-  if (draining_) {
-    reply_error(request, 503, "draining", "", route, method, started);
-    return;
-  }
-  // A session of its own that only signals: the router keeps no state for it (nothing to close).
-  Pending pending = Pending::of(Pending::Kind::kSignal, method, route, started);
-  pending.stats_session = host_.router().new_session_id();
-  const core::SessionId session = pending.stats_session;
-  stats_tickets_[session.value] = add_pending(request, std::move(pending));
-  host_.router().submit(started, session, std::get<core::Request>(decoded));
-}
-
-void HttpServer::open_stream(evhttp_request* request, const core::HttpEndpointSpec& spec,
-                             std::string_view method, core::Instant started) {
-  const std::string_view route = spec.pattern;
-  const evhttp_uri* uri = evhttp_request_get_evhttp_uri(request);
-  const char* query = uri != nullptr ? evhttp_uri_get_query(uri) : nullptr;
-  std::variant<core::HttpBadRequest, core::Request> decoded =
-      core::decode_http_listen(query != nullptr ? query : "");
-  if (const auto* bad = std::get_if<core::HttpBadRequest>(&decoded)) {
-    reply_error(request, 400, "bad_request", bad->detail, route, method, started);
-    return;
-  }
-  evhttp_connection* connection = evhttp_request_get_connection(request);
-  if (draining_ || connection == nullptr) {
-    reply_error(request, 503, "draining", "", route, method, started);
-    return;
-  }
-  if (!core::http_reply_has_body(method)) {
-    reply_stream_head(request, route, method, started);
-    return;
-  }
-  auto stream = std::make_unique<Stream>();
-  stream->session = host_.router().new_session_id();
-  stream->request = request;
-  stream->connection = connection;
-  stream->method = method;
-  stream->route = route;
-  stream->started = started;
-  const core::SessionId session = stream->session;
-  if (request == unanswered_) unanswered_ = nullptr;  // answered from streams_
-  stream_of_connection_[connection] = session.value;
-  streams_.emplace(session.value, std::move(stream));
-  // Answered at once by the hub; the reply comes to on_stream_event in this turn's settle().
-  host_.router().submit(started, session, std::get<core::Request>(decoded));
-}
-
-void HttpServer::open_watch(evhttp_request* request, const core::HttpEndpointSpec& spec,
-                            const std::string& handle, std::string_view method,
-                            core::Instant started) {
-  const std::string_view route = spec.pattern;
-  if (!core::is_session_handle(handle)) {
-    reply_error(request, 400, "bad_request", "session id must be 32 lowercase hex characters",
-                route, method, started);
-    return;
-  }
-  evhttp_connection* connection = evhttp_request_get_connection(request);
-  if (draining_ || connection == nullptr) {
-    reply_error(request, 503, "draining", "", route, method, started);
-    return;
-  }
-  // A HEAD waits for the desk too: the session's shard says whether its GET would open (200,
-  // kOpen below) or be refused (410), and the HEAD answers the same without a body.
-  auto stream = std::make_unique<Stream>();
-  stream->session = host_.router().new_session_id();  // its id here; the router never sees it
-  stream->watch = desk_.new_ticket();
-  stream->request = request;
-  stream->connection = connection;
-  stream->method = method;
-  stream->route = route;
-  stream->started = started;
-  const std::uint64_t id = stream->session.value;
-  const core::HttpTicket ticket = stream->watch;
-  if (request == unanswered_) unanswered_ = nullptr;  // answered from streams_
-  stream_of_connection_[connection] = id;
-  stream_of_watch_[ticket] = id;
-  streams_.emplace(id, std::move(stream));
-  // The session may live on another shard: the answer (a refusal, or kOpen) comes in a flush.
-  desk_.watch(started, ticket, handle);
-  flush();
-}
-
-void HttpServer::refuse_watch(Stream& stream, const core::HttpOutcome& outcome) {
-  stream_of_watch_.erase(stream.watch);
-  stream.watch_over = true;
-  if (stream.open || stream.ending) return;  // a stream the desk already opened is not refused
-  reply(stream.request, outcome.code, outcome.body, stream.route, stream.method, stream.started);
-  const std::uint64_t id = stream.session.value;
-  stream_of_connection_.erase(stream.connection);
-  streams_.erase(id);  // destroys `stream`
-}
-
-void HttpServer::on_watch_event(core::HttpWatchEvent& event) {
-  auto watch = stream_of_watch_.find(event.ticket);
-  if (watch == stream_of_watch_.end()) return;  // its stream ended meanwhile
-  Stream& stream = *streams_.at(watch->second);
-  switch (event.kind) {
-    case core::HttpWatchEvent::Kind::kOpen: {
-      if (stream.open || stream.ending) return;
-      if (core::http_reply_has_body(stream.method)) {
-        start_stream(stream);
-        return;
-      }
-      // A HEAD: the stream's head, and the watch goes again at once.
-      stream_of_watch_.erase(watch);
-      stream.watch_over = true;
-      desk_.abandon(host_.turn_now(), stream.watch);
-      reply_stream_head(stream.request, stream.route, stream.method, stream.started);
-      const std::uint64_t id = stream.session.value;
-      stream_of_connection_.erase(stream.connection);
-      streams_.erase(id);  // destroys `stream`
-      return;
-    }
-    case core::HttpWatchEvent::Kind::kLost:
-      if (stream.open && !stream.ending) {
-        (void)write_stream(stream.session, core::http_lost_event(event.slot), 0);
-      }
-      return;
-    case core::HttpWatchEvent::Kind::kEnd: {
-      stream_of_watch_.erase(watch);
-      stream.watch_over = true;
-      const std::uint64_t id = stream.session.value;
-      if (stream.open && !stream.ending &&
-          !write_stream(stream.session, core::http_stream_end_event(event.reason), 0)) {
-        return;  // the write ended it
-      }
-      auto still = streams_.find(id);
-      if (still != streams_.end()) end_stream(*still->second, /*abort=*/false);
-      return;
-    }
-  }
-}
-
-void HttpServer::on_stream_event(core::Instant, Stream& stream, core::SessionEvent& event) {
-  switch (event.kind) {
-    case core::SessionEvent::Kind::kReply: {
-      if (stream.open || stream.ending) return;
-      if (event.reply.status == core::Status::kOk) {
-        stream.listening = true;
-        start_stream(stream);
-        return;
-      }
-      // The hub refused the subscription. A stream holds one, which --max-subscriptions (a cap
-      // per session, at least 1 when set) always allows; --max-subscriptions-total may not.
-      const core::HttpResponse refused = core::render_http_listen_refusal(event.reply.status);
-      reply(stream.request, refused.code, refused.body, stream.route, stream.method,
-            stream.started);
-      const std::uint64_t id = stream.session.value;
-      stream_of_connection_.erase(stream.connection);
-      streams_.erase(id);  // destroys `stream`
-      return;
-    }
-    case core::SessionEvent::Kind::kSignal: {
-      if (stream.ending) return;  // the router has forgotten it
-      if (event.frame != sse_frame_ || sse_event_ == nullptr) {
-        sse_frame_ = event.frame;
-        sse_event_ = std::make_shared<const std::string>(core::http_signal_event(*event.frame));
-      }
-      const std::shared_ptr<const std::string> held = sse_event_;  // kept while it is written
-      const std::string& sse = *held;
-      if (sse.empty()) {
-        host_.router().signals_written(stream.session, 1);  // not a frame: nothing to write
-        return;
-      }
-      if (!stream.open) {
-        stream.backlog += sse;
-        ++stream.backlog_frames;
-        return;
-      }
-      (void)write_stream(stream.session, sse, 1);
-      return;
-    }
-    case core::SessionEvent::Kind::kSlowConsumer:
-      log_event(
-          LogLevel::kInfo, "slow_consumer",
-          "HTTP: signal stream " + std::to_string(stream.session.value) +
-              " closed, a slow signal consumer",
-          {{"transport", "http"}, {"session", stream.session.value}, {"reason", "signal_queue"}});
-      end_stream(stream, /*abort=*/true);
-      return;
-    default:
-      return;  // a stream sends nothing else
-  }
-}
-
-void HttpServer::reply_stream_head(evhttp_request* request, std::string_view route,
-                                   std::string_view method, core::Instant started) {
-  evkeyvalq* headers = evhttp_request_get_output_headers(request);
-  evhttp_add_header(headers, "Content-Type", "text/event-stream");
-  evhttp_add_header(headers, "Cache-Control", "no-cache");
-  evhttp_add_header(headers, "X-Content-Type-Options", "nosniff");
-  if (request == unanswered_) unanswered_ = nullptr;
-  http_shared_.record(method, route, 200, (host_.turn_now() - started).seconds_double());
-  evhttp_send_reply(request, 200, "OK", nullptr);
-}
-
-void HttpServer::start_stream(Stream& stream) {
-  evkeyvalq* headers = evhttp_request_get_output_headers(stream.request);
-  evhttp_remove_header(headers, "Content-Type");
-  evhttp_add_header(headers, "Content-Type", "text/event-stream");
-  evhttp_add_header(headers, "Cache-Control", "no-cache");
-  evhttp_add_header(headers, "X-Content-Type-Options", "nosniff");
-  http_shared_.record(stream.method, stream.route, 200,
-                      (host_.turn_now() - stream.started).seconds_double());
-  bufferevent* bev = evhttp_connection_get_bufferevent(stream.connection);
-  const std::size_t before = bev != nullptr ? evbuffer_get_length(bufferevent_get_output(bev)) : 0;
-  evhttp_send_reply_start(stream.request, 200, "OK");
-  stream.open = true;
-  stream.last_progress = host_.turn_now();
-  if (bev != nullptr) {
-    const std::size_t after = evbuffer_get_length(bufferevent_get_output(bev));
-    stream.handed += after > before ? after - before : 0;
-    // evhttp's timeouts would end the stream after --read-timeout without a byte from the
-    // client (it sends nothing more; its leaving is still seen), and every chunk would restart
-    // its write timeout: none. on_stream_watch keeps the write deadline.
-    bufferevent_set_timeouts(bev, nullptr, nullptr);
-  }
-  stream.ping_arg =
-      std::make_unique<std::pair<HttpServer*, std::uint64_t>>(this, stream.session.value);
-  stream.ping =
-      event_new(host_.base(), -1, EV_PERSIST, &HttpServer::on_stream_ping, stream.ping_arg.get());
-  const timeval interval = to_timeval(core::Duration::seconds(config_.http_sse_ping_interval_s));
-  event_add(stream.ping, &interval);
-  std::string first = ":ok\n\n";
-  first += stream.backlog;
-  const std::size_t frames = stream.backlog_frames;
-  stream.backlog.clear();
-  stream.backlog_frames = 0;
-  (void)write_stream(stream.session, first, frames);
-}
-
-bool HttpServer::write_stream(core::SessionId id, std::string_view bytes, std::size_t frames) {
-  auto it = streams_.find(id.value);
-  if (it == streams_.end()) return false;
-  Stream& stream = *it->second;
-  if (!stream.open || stream.ending) return false;
-  bufferevent* bev = evhttp_connection_get_bufferevent(stream.connection);
-  if (bev != nullptr && evbuffer_get_length(bufferevent_get_output(bev)) > kStreamOutputMax) {
-    log_event(
-        LogLevel::kInfo, "slow_consumer",
-        "HTTP: event stream " + std::to_string(id.value) + " closed, its client does not read",
-        {{"transport", "http"}, {"session", id.value}, {"reason", "output_full"}});
-    end_stream(stream, /*abort=*/true);
-    return false;
-  }
-  // Counted first: the drained callback can run inside the write (a TLS write goes out at once).
-  stream.unreported += frames;
-  evbuffer* chunk = evbuffer_new();
-  if (chunk == nullptr) throw std::bad_alloc();
-  evbuffer_add(chunk, bytes.data(), bytes.size());
-  const std::size_t before = bev != nullptr ? evbuffer_get_length(bufferevent_get_output(bev)) : 0;
-  evhttp_send_reply_chunk_with_cb(stream.request, chunk, &HttpServer::on_stream_drained, this);
-  evbuffer_free(chunk);
-  it = streams_.find(id.value);
-  if (it == streams_.end()) return false;  // the write failed its connection
-  // The chunk with its framing (a part written out at once is not counted: progress is then
-  // seen later, never early).
-  const std::size_t after = bev != nullptr ? evbuffer_get_length(bufferevent_get_output(bev)) : 0;
-  it->second->handed += after > before ? after - before : 0;
-  return true;
-}
-
-void HttpServer::on_stream_watch(evutil_socket_t, short, void* self) {
-  auto* server = static_cast<HttpServer*>(self);
-  guarded("HTTP signal stream watch", [server] {
-    if (server->watch_streams(server->host_.turn_now())) {
-      server->flush();
-      server->host_.settle();
-    }
-  });
-}
-
-bool HttpServer::watch_streams(core::Instant now) {
-  bool ended = false;
-  for (auto& [id, stream] : streams_) {
-    if (!stream->open || stream->ending) continue;
-    bufferevent* bev = evhttp_connection_get_bufferevent(stream->connection);
-    if (bev == nullptr) continue;
-    const std::size_t waiting = evbuffer_get_length(bufferevent_get_output(bev));
-    const std::size_t drained = stream->handed > waiting ? stream->handed - waiting : 0;
-    if (waiting == 0 || drained > stream->drained) {
-      stream->drained = std::max(stream->drained, drained);
-      stream->last_progress = now;
-      continue;
-    }
-    if (now - stream->last_progress >= kStreamWriteDeadline) {
-      log_event(LogLevel::kInfo, "slow_consumer",
-                "HTTP: event stream " + std::to_string(id) + " closed, no write progress for 30 s",
-                {{"transport", "http"}, {"session", id}, {"reason", "no_write_progress"}});
-      end_stream(*stream, /*abort=*/true);
-      ended = true;
-    }
-  }
-  return ended;
-}
-
-// Every byte handed to the connection has left it: the frames among them are written.
-void HttpServer::on_stream_drained(evhttp_connection* connection, void* self) {
-  auto* server = static_cast<HttpServer*>(self);
-  guarded("HTTP signal stream", [&] {
-    auto it = server->stream_of_connection_.find(connection);
-    if (it == server->stream_of_connection_.end()) return;
-    Stream& stream = *server->streams_.at(it->second);
-    if (!stream.listening || stream.unreported == 0) return;
-    server->host_.router().signals_written(stream.session, stream.unreported);
-    stream.unreported = 0;
-  });
-}
-
-void HttpServer::on_stream_ping(evutil_socket_t, short, void* arg) {
-  const auto [server, id] = *static_cast<std::pair<HttpServer*, std::uint64_t>*>(arg);
-  guarded("HTTP signal stream ping", [server, id] {
-    auto it = server->streams_.find(id);
-    if (it == server->streams_.end()) return;
-    // Whatever the client sent since is not a request (evhttp reads no more on this connection):
-    // dropped, so that it cannot pile up.
-    if (bufferevent* bev = evhttp_connection_get_bufferevent(it->second->connection);
-        bev != nullptr) {
-      evbuffer* input = bufferevent_get_input(bev);
-      evbuffer_drain(input, evbuffer_get_length(input));
-    }
-    (void)server->write_stream(core::SessionId{id}, ":ping\n\n", 0);
-    server->flush();
-    server->host_.settle();
-  });
-}
-
-void HttpServer::end_stream(Stream& stream, bool abort) {
-  stream.abort = stream.abort || abort;
-  if (stream.ending) return;
-  stream.ending = true;
-  if (stream.listening) {
-    host_.router().close(host_.turn_now(), stream.session);
-    stream.listening = false;
-  }
-  if (stream.watch != 0 && !stream.watch_over) {
-    // The desk stops the watch; the caller flushes what that produced.
-    stream.watch_over = true;
-    stream_of_watch_.erase(stream.watch);
-    desk_.abandon(host_.turn_now(), stream.watch);
-  }
-  if (stream.ping != nullptr) event_free(stream.ping);
-  stream.ping = nullptr;
-  streams_ending_.push_back(stream.session.value);
-  if (end_streams_ != nullptr) event_active(end_streams_, EV_TIMEOUT, 0);
-}
-
-void HttpServer::on_end_streams(evutil_socket_t, short, void* self) {
-  auto* server = static_cast<HttpServer*>(self);
-  guarded("HTTP signal stream end", [server] {
-    server->finish_ending_streams();
-    server->flush();
-    server->host_.settle();
-  });
-}
-
-void HttpServer::finish_ending_streams() {
-  std::vector<std::uint64_t> ending;
-  ending.swap(streams_ending_);
-  for (const std::uint64_t id : ending) {
-    auto it = streams_.find(id);
-    if (it == streams_.end()) continue;  // its connection closed meanwhile
-    const std::unique_ptr<Stream> stream = std::move(it->second);
-    streams_.erase(it);
-    stream_of_connection_.erase(stream->connection);
-    if (!stream->open) {
-      reply_error(stream->request, 503, "draining", "", stream->route, stream->method,
-                  stream->started);
-    } else if (stream->abort) {
-      // Frees the request too; the close callback finds no stream.
-      evhttp_connection_free(stream->connection);
-    } else {
-      // The last chunk; the connection may stay, with evhttp's timeout back for what follows.
-      evhttp_connection_set_timeout(stream->connection, static_cast<int>(std::min<std::int64_t>(
-                                                            config_.read_timeout_s, 120)));
-      evhttp_send_reply_end(stream->request);
-    }
-  }
-}
-
-void HttpServer::drop_stream(evhttp_connection* connection) {
-  auto it = stream_of_connection_.find(connection);
-  if (it == stream_of_connection_.end()) return;
-  const std::uint64_t id = it->second;
-  stream_of_connection_.erase(it);
-  auto found = streams_.find(id);
-  if (found == streams_.end()) return;
-  const std::unique_ptr<Stream> stream = std::move(found->second);
-  streams_.erase(found);
-  if (stream->listening) host_.router().close(host_.turn_now(), stream->session);
-  if (stream->watch != 0 && !stream->watch_over) {
-    stream_of_watch_.erase(stream->watch);
-    desk_.abandon(host_.turn_now(), stream->watch);
-  }
-  if (stream->ping != nullptr) event_free(stream->ping);
-  // libevent detaches a reply in progress from a connection it fails (the client left): that
-  // request is ours to free. One still attached goes with the connection.
-  if (evhttp_request_get_connection(stream->request) == nullptr) {
-    evhttp_request_free(stream->request);
-  }
-  logf(LogLevel::kDebug, "HTTP: event stream %llu ended, its connection closed",
-       static_cast<unsigned long long>(id));
 }
 
 // ---- metrics -----------------------------------------------------------------------------------

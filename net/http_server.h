@@ -43,6 +43,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -89,6 +90,12 @@ class HttpServer final : public ShardService {
   static bufferevent* make_tls_bufferevent(event_base* base, void* self);
 
   void handle(evhttp_request* request);
+  // The peer's IP, counted against --http-max-connections-per-ip on a connection's first request;
+  // nullopt once the request is answered 503 for being over it.
+  std::optional<std::string> admit_peer(evhttp_request* request, std::string_view method,
+                                        core::Instant started);
+  // CORS headers for an allowed Origin; true when the request was a preflight, answered 204.
+  bool answer_cors(evhttp_request* request, std::string_view method, core::Instant started);
   void fail(evhttp_request* request);
   void probe();
   void connection_closed(evhttp_connection* connection);
@@ -100,6 +107,23 @@ class HttpServer final : public ShardService {
   void handle_admin(evhttp_request* request, const core::HttpEndpointSpec& spec,
                     const std::vector<std::string>& params, std::string_view method,
                     core::Instant started);
+  // The admin token: true when it is right; otherwise the request is answered (403 with the
+  // routes off, 401 after the delay).
+  bool admin_allowed(evhttp_request* request, const core::HttpEndpointSpec& spec,
+                     std::string_view method, core::Instant started);
+  // A membership change: hand leadership over, add a voter or remove one.
+  struct MembershipChange {
+    bool transfer = false;
+    std::optional<core::AdminVoterAdd> add;
+    std::uint64_t remove_id = 0;
+  };
+  // The change a request asks for, or nullopt once it is answered 400.
+  std::optional<MembershipChange> decode_membership_change(evhttp_request* request,
+                                                           const core::HttpEndpointSpec& spec,
+                                                           const std::vector<std::string>& params,
+                                                           std::string_view method,
+                                                           core::Instant started);
+  void run_membership_change(const MembershipChange& change, ClusterService::AdminDone done);
   void finish_admin(std::uint64_t ticket, const core::AdminChangeOutcome& outcome);
   // A fence check, an inspect or (`admin_peer` not empty: who asked) a force-release: the engine
   // request under a session of its own, answered from finish_key.
@@ -116,6 +140,18 @@ class HttpServer final : public ShardService {
   void dispatch_route(evhttp_request* request, const core::HttpEndpointSpec& spec,
                       const std::vector<std::string>& params, std::string_view method,
                       core::Instant started);
+  // GET /health, /ready, /openapi.json: answered at once.
+  void reply_probe(evhttp_request* request, const core::HttpEndpointSpec& spec,
+                   std::string_view method, core::Instant started);
+  // GET /v1/stats, /metrics, /v1/readindex: one request under a session of its own (stats to
+  // every engine, a barrier through the log), answered by its reply.
+  void run_one_shot(evhttp_request* request, const core::HttpEndpointSpec& spec,
+                    std::string_view method, core::Instant started);
+  void create_session(evhttp_request* request, const core::HttpEndpointSpec& spec,
+                      std::string_view method, core::Instant started);
+  void delete_or_ping_session(evhttp_request* request, const core::HttpEndpointSpec& spec,
+                              const std::string& handle, std::string_view method,
+                              core::Instant started);
   void handle_session_request(evhttp_request* request, const core::HttpEndpointSpec& spec,
                               const std::string& key, std::string_view method,
                               core::Instant started);

@@ -159,7 +159,6 @@ void Server::create_cluster_node() {
     ::kill(::getpid(), SIGTERM);
   });
   shared_.cluster = cluster_.get();
-  shared_.cluster_node = cluster_.get();
 }
 
 bool Server::start_signal_peers() {

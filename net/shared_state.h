@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "core/engine.h"
+#include "core/http_codec.h"
 #include "core/protocol.h"
 #include "core/router.h"
 #include "core/time.h"
@@ -65,18 +67,29 @@ struct ClusterMetrics {
   TcpLatencyTotals apply_latency = {};
 };
 
-// Where the shards' routers send what is for the replicated endpoint in cluster mode (a
-// core::Router in replicated mode): the node's ClusterNode (net/cluster_node.h). Both calls come
-// from any shard's thread.
-class ReplicatedEndpoint {
+// The node in cluster mode (net/cluster_node.h), as the rest of the daemon sees it: where the
+// shards' routers send what is for the replicated endpoint (a core::Router in replicated mode),
+// what /metrics and /ready read, and the admin routes' membership changes. Every call may come
+// from any shard's thread; the admin calls answer through `done` on the raft thread (or at once).
+class ClusterService {
  public:
-  virtual ~ReplicatedEndpoint() = default;
+  virtual ~ClusterService() = default;
   // Takes every message of `messages` (left empty), in order: one lock, and at most one wake-up
   // of the endpoint's thread, for all of them.
   virtual void post(std::vector<core::RouterMessage>& messages) = 0;
   virtual ClusterMetrics metrics() const = 0;
   // A leader is known (RaftStatus::leader_id != 0): what /ready asks.
   virtual bool leader_known() const = 0;
+
+  // ---- the admin routes (docs/cluster.md, "Changing the membership")
+  virtual RaftStatus status() const = 0;
+  // The leader's client address, as the X-Dflockd-Leader header names it ("" when unknown).
+  virtual std::string leader_client_address() const = 0;
+  using AdminDone = std::function<void(core::AdminChangeOutcome)>;
+  virtual void add_voter(const core::AdminVoterAdd& voter, AdminDone done) = 0;
+  virtual void remove_voter(std::uint64_t id, AdminDone done) = 0;
+  // True once another voter leads; false when none took over within an election timeout.
+  virtual void transfer_leadership(std::function<void(bool)> done) = 0;
 };
 
 // What all shards share. Counters are atomics; the per-IP table is behind a mutex (touched only
@@ -91,9 +104,7 @@ struct SharedState {
   std::vector<Shard*> shards;  // filled by the server as it creates them
   // Cluster mode (docs/cluster.md): the node's replicated end, where the shards' routers send
   // their engine requests; null on one node. Set before the shards start.
-  ReplicatedEndpoint* cluster = nullptr;
-  // The same node, for the admin routes (membership changes); null on one node.
-  ClusterNode* cluster_node = nullptr;
+  ClusterService* cluster = nullptr;
   // The top bits of this process's session ids (core::RouterConfig::session_tag): random and
   // non-zero in cluster mode, 0 on one node.
   std::uint32_t session_tag = 0;
