@@ -193,31 +193,13 @@ namespace {
 Instant at_ms(std::int64_t ms) { return Instant::from_ns(1'000'000'000'000 + ms * 1'000'000); }
 SessionId session(std::uint64_t id) { return SessionId{id}; }
 
+using test::enqueue_request;
 using test::lock_request;
 using test::release_request;
 using test::renew_request;
+using test::sem_enqueue_request;
 using test::sem_lock_request;
-
-Request enqueue(const std::string& key, std::int64_t lease_s = 0) {
-  Request request;
-  request.command = Command::kEnqueue;
-  request.key = key;
-  request.lease_s = lease_s;
-  return request;
-}
-Request sem_enqueue(const std::string& key, std::int64_t limit, std::int64_t lease_s = 0) {
-  Request request = enqueue(key, lease_s);
-  request.command = Command::kSemEnqueue;
-  request.limit = limit;
-  return request;
-}
-Request wait(const std::string& key, std::int64_t timeout_s, Command command = Command::kWait) {
-  Request request;
-  request.command = command;
-  request.key = key;
-  request.timeout_s = timeout_s;
-  return request;
-}
+using test::wait_request;
 
 EngineConfig small_config() {
   EngineConfig config;
@@ -366,7 +348,7 @@ TEST(ReferenceModel, LimitsMaxLocksAndMaxWaiters) {
             Status::kParked);
   EXPECT_EQ(model.handle(at_ms(0), session(4), sem_lock_request("a", 1, 2), out).status,
             Status::kErrorMaxWaiters);
-  EXPECT_EQ(model.handle(at_ms(0), session(4), sem_enqueue("a", 2), out).status,
+  EXPECT_EQ(model.handle(at_ms(0), session(4), sem_enqueue_request("a", 2), out).status,
             Status::kErrorMaxWaiters);
   EXPECT_EQ(model.resources_count(), 2u);
 }
@@ -374,64 +356,70 @@ TEST(ReferenceModel, LimitsMaxLocksAndMaxWaiters) {
 TEST(ReferenceModel, TwoPhaseAcquireWaitAndExpiredRecord) {
   ReferenceModel model(small_config(), 7);
   std::vector<Delivery> out;
-  Reply acquired = model.handle(at_ms(0), session(1), enqueue("a", 5), out);
+  Reply acquired = model.handle(at_ms(0), session(1), enqueue_request("a", 5), out);
   ASSERT_EQ(acquired.status, Status::kAcquired);
-  EXPECT_EQ(model.handle(at_ms(0), session(1), enqueue("a", 5), out).status,
+  EXPECT_EQ(model.handle(at_ms(0), session(1), enqueue_request("a", 5), out).status,
             Status::kErrorAlreadyEnqueued);
-  Reply waited = model.handle(at_ms(3000), session(1), wait("a", 0), out);
+  Reply waited = model.handle(at_ms(3000), session(1), wait_request("a", 0), out);
   EXPECT_EQ(waited.status, Status::kOk);
   EXPECT_EQ(waited.token, acquired.token);
   EXPECT_EQ(waited.seconds, 5);
   // `w` restarted the lease.
   EXPECT_EQ(holders_of(model, Namespace::kLock, "a"),
             (std::vector<std::pair<SessionId, Instant>>{{session(1), at_ms(8000)}}));
-  EXPECT_EQ(model.handle(at_ms(3000), session(1), wait("a", 0), out).status,
+  EXPECT_EQ(model.handle(at_ms(3000), session(1), wait_request("a", 0), out).status,
             Status::kErrorNotEnqueued);
 
   // Queued, then w with timeout 0 gives up and forgets the record.
-  EXPECT_EQ(model.handle(at_ms(3000), session(2), enqueue("a"), out).status, Status::kQueued);
-  EXPECT_EQ(model.handle(at_ms(3000), session(2), wait("a", 0), out).status, Status::kTimeout);
-  EXPECT_EQ(model.handle(at_ms(3000), session(2), wait("a", 1), out).status,
+  EXPECT_EQ(model.handle(at_ms(3000), session(2), enqueue_request("a"), out).status,
+            Status::kQueued);
+  EXPECT_EQ(model.handle(at_ms(3000), session(2), wait_request("a", 0), out).status,
+            Status::kTimeout);
+  EXPECT_EQ(model.handle(at_ms(3000), session(2), wait_request("a", 1), out).status,
             Status::kErrorNotEnqueued);
 
   // Queued, granted silently on release, lease runs out before w: error_lease_expired, once.
-  EXPECT_EQ(model.handle(at_ms(3000), session(3), enqueue("a", 2), out).status, Status::kQueued);
+  EXPECT_EQ(model.handle(at_ms(3000), session(3), enqueue_request("a", 2), out).status,
+            Status::kQueued);
   EXPECT_EQ(model.handle(at_ms(4000), session(1), release_request("a", acquired.token), out).status,
             Status::kOk);
   EXPECT_TRUE(out.empty());  // nothing is parked: the grant waits for w
   EXPECT_EQ(holders_of(model, Namespace::kLock, "a"),
             (std::vector<std::pair<SessionId, Instant>>{{session(3), at_ms(6000)}}));
-  EXPECT_EQ(model.handle(at_ms(6000), session(3), wait("a", 1), out).status,
+  EXPECT_EQ(model.handle(at_ms(6000), session(3), wait_request("a", 1), out).status,
             Status::kErrorLeaseExpired);
-  EXPECT_EQ(model.handle(at_ms(6000), session(3), wait("a", 1), out).status,
+  EXPECT_EQ(model.handle(at_ms(6000), session(3), wait_request("a", 1), out).status,
             Status::kErrorNotEnqueued);
-  EXPECT_EQ(model.handle(at_ms(6000), session(3), enqueue("a"), out).status, Status::kAcquired);
+  EXPECT_EQ(model.handle(at_ms(6000), session(3), enqueue_request("a"), out).status,
+            Status::kAcquired);
 
   // Queued and parked on w: the grant is delivered to w.
   Reply held = model.handle(at_ms(7000), session(4), lock_request("b", 0), out);
-  EXPECT_EQ(model.handle(at_ms(7000), session(5), enqueue("b", 3), out).status, Status::kQueued);
-  EXPECT_EQ(model.handle(at_ms(7000), session(5), wait("b", 9), out).status, Status::kParked);
+  EXPECT_EQ(model.handle(at_ms(7000), session(5), enqueue_request("b", 3), out).status,
+            Status::kQueued);
+  EXPECT_EQ(model.handle(at_ms(7000), session(5), wait_request("b", 9), out).status,
+            Status::kParked);
   EXPECT_EQ(model.handle(at_ms(8000), session(4), release_request("b", held.token), out).status,
             Status::kOk);
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].session, session(5));
   EXPECT_EQ(out[0].reply.seconds, 3);
   out.clear();
-  EXPECT_EQ(model.handle(at_ms(8000), session(5), wait("b", 0), out).status,
+  EXPECT_EQ(model.handle(at_ms(8000), session(5), wait_request("b", 0), out).status,
             Status::kErrorNotEnqueued);
 }
 
 TEST(ReferenceModel, ReleaseByAnyoneDropsAGrantedRecord) {
   ReferenceModel model(small_config(), 7);
   std::vector<Delivery> out;
-  Reply acquired = model.handle(at_ms(0), session(1), sem_enqueue("a", 2), out);
+  Reply acquired = model.handle(at_ms(0), session(1), sem_enqueue_request("a", 2), out);
   ASSERT_EQ(acquired.status, Status::kAcquired);
   EXPECT_EQ(model
                 .handle(at_ms(0), session(2),
                         release_request("a", acquired.token, Command::kSemRelease), out)
                 .status,
             Status::kOk);
-  EXPECT_EQ(model.handle(at_ms(0), session(1), wait("a", 0, Command::kSemWait), out).status,
+  EXPECT_EQ(model.handle(at_ms(0), session(1), wait_request("a", 0, Command::kSemWait), out).status,
             Status::kErrorNotEnqueued);
 }
 
@@ -440,19 +428,20 @@ TEST(ReferenceModel, ReleaseByAnyoneDropsAGrantedRecord) {
 TEST(ReferenceModel, RejectedEnqueueKeepsAnExpiredRecord) {
   ReferenceModel model(small_config(), 7);
   std::vector<Delivery> out;
-  ASSERT_EQ(model.handle(at_ms(0), session(1), sem_enqueue("b", 2, 1), out).status,
+  ASSERT_EQ(model.handle(at_ms(0), session(1), sem_enqueue_request("b", 2, 1), out).status,
             Status::kAcquired);
   model.tick(at_ms(1000), out);  // the lease ends before sw: the record is expired
-  EXPECT_EQ(model.handle(at_ms(1000), session(1), sem_enqueue("b", 1), out).status,
+  EXPECT_EQ(model.handle(at_ms(1000), session(1), sem_enqueue_request("b", 1), out).status,
             Status::kErrorLimitMismatch);
-  EXPECT_EQ(model.handle(at_ms(1000), session(1), wait("b", 0, Command::kSemWait), out).status,
-            Status::kErrorLeaseExpired);
+  EXPECT_EQ(
+      model.handle(at_ms(1000), session(1), wait_request("b", 0, Command::kSemWait), out).status,
+      Status::kErrorLeaseExpired);
   // Accepted, the next se discards it and starts afresh.
   model.tick(at_ms(2000), out);
-  ASSERT_EQ(model.handle(at_ms(2000), session(2), sem_enqueue("c", 2, 1), out).status,
+  ASSERT_EQ(model.handle(at_ms(2000), session(2), sem_enqueue_request("c", 2, 1), out).status,
             Status::kAcquired);
   model.tick(at_ms(3000), out);
-  EXPECT_EQ(model.handle(at_ms(3000), session(2), sem_enqueue("c", 2), out).status,
+  EXPECT_EQ(model.handle(at_ms(3000), session(2), sem_enqueue_request("c", 2), out).status,
             Status::kAcquired);
 }
 
@@ -466,14 +455,15 @@ TEST(ReferenceModel, WaitTouchesOnlyWithARecord) {
   Reply held = model.handle(at_ms(0), session(1), lock_request("a", 0, 10), out);
   ASSERT_EQ(model.handle(at_ms(0), session(1), release_request("a", held.token), out).status,
             Status::kOk);
-  EXPECT_EQ(model.handle(at_ms(900), session(2), wait("a", 0), out).status,
+  EXPECT_EQ(model.handle(at_ms(900), session(2), wait_request("a", 0), out).status,
             Status::kErrorNotEnqueued);
   model.tick(at_ms(1000) + Duration::nanoseconds(1), out);
   EXPECT_EQ(model.resources_count(), 0u);
 
-  ASSERT_EQ(model.handle(at_ms(2000), session(1), enqueue("b", 1), out).status, Status::kAcquired);
+  ASSERT_EQ(model.handle(at_ms(2000), session(1), enqueue_request("b", 1), out).status,
+            Status::kAcquired);
   model.tick(at_ms(3000), out);  // expired record: b stays
-  EXPECT_EQ(model.handle(at_ms(3500), session(1), wait("b", 0), out).status,
+  EXPECT_EQ(model.handle(at_ms(3500), session(1), wait_request("b", 0), out).status,
             Status::kErrorLeaseExpired);
   model.tick(at_ms(4500), out);
   EXPECT_EQ(model.resources_count(), 1u);  // touched at 3.5 s
@@ -490,7 +480,7 @@ TEST(ReferenceModel, FenceExhaustion) {
   ASSERT_EQ(last.status, Status::kOk);
   EXPECT_EQ(last.token->fence, Fence{kMaxFence});
   EXPECT_EQ(model.handle(at_ms(0), session(2), lock_request("a", 5), out).status, Status::kParked);
-  EXPECT_EQ(model.handle(at_ms(0), session(3), enqueue("a"), out).status, Status::kQueued);
+  EXPECT_EQ(model.handle(at_ms(0), session(3), enqueue_request("a"), out).status, Status::kQueued);
   // A new key could never be granted, so it is not created.
   EXPECT_EQ(model.handle(at_ms(0), session(4), lock_request("b", 5), out).status, Status::kError);
   EXPECT_EQ(model.resources_count(), 1u);
@@ -501,7 +491,7 @@ TEST(ReferenceModel, FenceExhaustion) {
   EXPECT_EQ(out[0].session, session(2));
   EXPECT_EQ(out[0].reply.status, Status::kError);
   EXPECT_TRUE(queue_of(model, Namespace::kLock, "a").empty());
-  EXPECT_EQ(model.handle(at_ms(1000), session(3), wait("a", 1), out).status,
+  EXPECT_EQ(model.handle(at_ms(1000), session(3), wait_request("a", 1), out).status,
             Status::kErrorNotEnqueued);
   EXPECT_EQ(model.counters().fence_exhausted, 3u);
   EXPECT_EQ(model.last_fence(), Fence{kMaxFence});
@@ -550,7 +540,7 @@ TEST(ReferenceModel, ClosedSessionLeavesQueuesAndReleasesOnlyWithAutoRelease) {
   ASSERT_EQ(held_a.status, Status::kOk);
   ASSERT_EQ(held_b.status, Status::kOk);
   EXPECT_EQ(model.handle(at_ms(0), session(2), lock_request("a", 5), out).status, Status::kParked);
-  EXPECT_EQ(model.handle(at_ms(0), session(3), enqueue("a"), out).status, Status::kQueued);
+  EXPECT_EQ(model.handle(at_ms(0), session(3), enqueue_request("a"), out).status, Status::kQueued);
   EXPECT_EQ(model.handle(at_ms(0), session(4), lock_request("b", 9), out).status, Status::kParked);
   model.close_session(at_ms(1000), session(2), true, out);
   EXPECT_TRUE(out.empty());  // a dropped parked request gets no reply
@@ -572,7 +562,7 @@ TEST(ReferenceModel, ClosedSessionLeavesQueuesAndReleasesOnlyWithAutoRelease) {
   EXPECT_EQ(out[0].session, session(4));
   EXPECT_EQ(holders_of(model, Namespace::kLock, "a"),
             (std::vector<std::pair<SessionId, Instant>>{{session(3), at_ms(34'000)}}));
-  EXPECT_EQ(model.handle(at_ms(1000), session(3), wait("a", 0), out).status, Status::kOk);
+  EXPECT_EQ(model.handle(at_ms(1000), session(3), wait_request("a", 0), out).status, Status::kOk);
 }
 
 TEST(ReferenceModel, StatsClassifiesByLimitAndSortsByKey) {

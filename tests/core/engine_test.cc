@@ -20,6 +20,8 @@
 #include <utility>
 #include <vector>
 
+#include "testing/requests.h"
+
 namespace turnstile::core {
 
 // Readable failure messages: GoogleTest finds these by argument-dependent lookup.
@@ -118,13 +120,6 @@ Token with_salt(Token token, std::uint64_t salt) {
   return token;
 }
 
-Request make_request(Command command, std::string_view key) {
-  Request request;
-  request.command = command;
-  request.key = std::string(key);
-  return request;
-}
-
 class EngineTest : public ::testing::Test {
  protected:
   EngineTest() { configure(EngineConfig{}); }
@@ -156,66 +151,42 @@ class EngineTest : public ::testing::Test {
   // --- lock namespace ---
   Reply lock(SessionId session, std::string_view key, std::int64_t timeout_s,
              std::int64_t lease_s = 0) {
-    Request request = make_request(Command::kLock, key);
-    request.timeout_s = timeout_s;
-    request.lease_s = lease_s;
-    return send(session, request);
+    return send(session, test::lock_request(std::string(key), timeout_s, lease_s));
   }
   Reply release(SessionId session, std::string_view key, std::optional<Token> token) {
-    Request request = make_request(Command::kRelease, key);
-    request.token = token;
-    return send(session, request);
+    return send(session, test::release_request(std::string(key), token));
   }
   Reply renew(SessionId session, std::string_view key, std::optional<Token> token,
               std::int64_t lease_s = 0) {
-    Request request = make_request(Command::kRenew, key);
-    request.token = token;
-    request.lease_s = lease_s;
-    return send(session, request);
+    return send(session, test::renew_request(std::string(key), token, lease_s));
   }
   Reply enqueue(SessionId session, std::string_view key, std::int64_t lease_s = 0) {
-    Request request = make_request(Command::kEnqueue, key);
-    request.lease_s = lease_s;
-    return send(session, request);
+    return send(session, test::enqueue_request(std::string(key), lease_s));
   }
   Reply wait(SessionId session, std::string_view key, std::int64_t timeout_s) {
-    Request request = make_request(Command::kWait, key);
-    request.timeout_s = timeout_s;
-    return send(session, request);
+    return send(session, test::wait_request(std::string(key), timeout_s));
   }
 
   // --- semaphore namespace ---
   Reply sem_lock(SessionId session, std::string_view key, std::int64_t timeout_s,
                  std::int64_t limit, std::int64_t lease_s = 0) {
-    Request request = make_request(Command::kSemLock, key);
-    request.timeout_s = timeout_s;
-    request.limit = limit;
-    request.lease_s = lease_s;
-    return send(session, request);
+    return send(session, test::sem_lock_request(std::string(key), timeout_s, limit, lease_s));
   }
   Reply sem_release(SessionId session, std::string_view key, std::optional<Token> token) {
-    Request request = make_request(Command::kSemRelease, key);
-    request.token = token;
-    return send(session, request);
+    return send(session, test::release_request(std::string(key), token, Command::kSemRelease));
   }
   Reply sem_renew(SessionId session, std::string_view key, std::optional<Token> token,
                   std::int64_t lease_s = 0) {
-    Request request = make_request(Command::kSemRenew, key);
-    request.token = token;
+    Request request = test::release_request(std::string(key), token, Command::kSemRenew);
     request.lease_s = lease_s;
     return send(session, request);
   }
   Reply sem_enqueue(SessionId session, std::string_view key, std::int64_t limit,
                     std::int64_t lease_s = 0) {
-    Request request = make_request(Command::kSemEnqueue, key);
-    request.limit = limit;
-    request.lease_s = lease_s;
-    return send(session, request);
+    return send(session, test::sem_enqueue_request(std::string(key), limit, lease_s));
   }
   Reply sem_wait(SessionId session, std::string_view key, std::int64_t timeout_s) {
-    Request request = make_request(Command::kSemWait, key);
-    request.timeout_s = timeout_s;
-    return send(session, request);
+    return send(session, test::wait_request(std::string(key), timeout_s, Command::kSemWait));
   }
 
   // --- other inputs ---
@@ -1987,7 +1958,7 @@ std::vector<std::string> run_script(std::uint64_t seed) {
   auto request = [&](std::int64_t at_ms, std::uint64_t session, Command command, std::string key,
                      std::int64_t timeout_s, std::int64_t limit, std::int64_t lease_s,
                      std::optional<Token> token = std::nullopt) {
-    Request r = make_request(command, key);
+    Request r = test::keyed_request(command, key);
     r.timeout_s = timeout_s;
     r.limit = limit;
     r.lease_s = lease_s;

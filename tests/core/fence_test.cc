@@ -14,6 +14,7 @@
 
 #include "core/engine.h"
 #include "core/random.h"
+#include "testing/requests.h"
 
 namespace turnstile::core {
 namespace {
@@ -53,23 +54,6 @@ void sync(FenceJournal& journal, MemoryFile& file) {
   ASSERT_TRUE(write.has_value());
   file.apply(*write);
   journal.end_write(write->seq, true);
-}
-
-Request lock_request(std::int64_t timeout_s) {
-  Request request;
-  request.command = Command::kLock;
-  request.key = "k";
-  request.timeout_s = timeout_s;
-  request.lease_s = 10;
-  return request;
-}
-
-Request release_request(const std::optional<Token>& token) {
-  Request request;
-  request.command = Command::kRelease;
-  request.key = "k";
-  request.token = token;
-  return request;
 }
 
 // A journal with `range` started on a new file at `wall`, its first reservation durable.
@@ -428,11 +412,12 @@ TEST(FenceEngine, EnginesSharingASourceNeverRepeatAndEachIncreases) {
   const Instant now = Instant::from_ns(0);
   for (int i = 0; i < 10; ++i) {
     for (auto [engine, fences] : {std::pair{&a, &fences_a}, std::pair{&b, &fences_b}}) {
-      const Reply reply = engine->handle(now, SessionId{1}, lock_request(0), out);
+      const Reply reply = engine->handle(now, SessionId{1}, test::lock_request("k", 0, 10), out);
       ASSERT_EQ(reply.status, Status::kOk);
       fences->push_back(reply.token->fence.value);
-      ASSERT_EQ(engine->handle(now, SessionId{1}, release_request(reply.token), out).status,
-                Status::kOk);
+      ASSERT_EQ(
+          engine->handle(now, SessionId{1}, test::release_request("k", reply.token), out).status,
+          Status::kOk);
     }
   }
   EXPECT_TRUE(std::is_sorted(fences_a.begin(), fences_a.end()));
@@ -455,7 +440,7 @@ TEST(FenceEngine, NoDurableFenceFailsTheGrantAndAnswersTheWaiter) {
   Engine engine(engine_config, salts, nullptr, &journal);
   std::vector<Delivery> out;
   const Instant now = Instant::from_ns(0);
-  Request lock = lock_request(0);
+  Request lock = test::lock_request("k", 0, 10);
   // Nothing durable yet: the grant fails with error and leaves no resource behind.
   EXPECT_EQ(engine.handle(now, SessionId{1}, lock, out).status, Status::kError);
   EXPECT_EQ(engine.resources_count(), 0u);
@@ -467,7 +452,7 @@ TEST(FenceEngine, NoDurableFenceFailsTheGrantAndAnswersTheWaiter) {
   lock.timeout_s = 10;
   EXPECT_EQ(engine.handle(now, SessionId{2}, lock, out).status, Status::kParked);
   journal.take(3);  // another engine drains the durable range
-  EXPECT_EQ(engine.handle(now, SessionId{1}, release_request(first.token), out).status,
+  EXPECT_EQ(engine.handle(now, SessionId{1}, test::release_request("k", first.token), out).status,
             Status::kOk);
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].session, SessionId{2});

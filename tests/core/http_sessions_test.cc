@@ -22,14 +22,8 @@ constexpr Instant millis(std::int64_t ms) {
   return Instant::from_ns(0) + Duration::milliseconds(ms);
 }
 
+using test::enqueue_request;
 using test::lock_request;
-
-Request enqueue_request(std::string key) {
-  Request request;
-  request.command = Command::kEnqueue;
-  request.key = std::move(key);
-  return request;
-}
 
 Token token(std::uint64_t fence) { return Token{Fence{fence}, 7}; }
 

@@ -13,6 +13,7 @@
 #include "core/engine.h"
 #include "core/protocol.h"
 #include "core/random.h"
+#include "testing/requests.h"
 
 namespace turnstile::core {
 namespace {
@@ -25,30 +26,8 @@ constexpr Instant millis(std::int64_t milliseconds) {
 }
 SessionId s(std::uint64_t id) { return SessionId{id}; }
 
-Request keyed(Command command, std::string key = "k") {
-  Request request;
-  request.command = command;
-  request.key = std::move(key);
-  return request;
-}
-Request acquire(Command command, std::int64_t timeout_s, std::int64_t lease_s = 10) {
-  Request request = keyed(command);
-  request.timeout_s = timeout_s;
-  request.lease_s = lease_s;
-  return request;
-}
-Request with_token(Command command, std::optional<Token> token) {
-  Request request = keyed(command);
-  request.token = token;
-  return request;
-}
-Request wait(Command command, std::int64_t timeout_s) {
-  Request request = keyed(command);
-  request.timeout_s = timeout_s;
-  return request;
-}
 Request of_space(Command command, Namespace space) {
-  Request request = keyed(command);
+  Request request = test::keyed_request(command, "k");
   request.space = space;
   return request;
 }
@@ -103,8 +82,8 @@ class EngineWithLockDelay : public EngineExtras {
 // ---- read-write locks ---------------------------------------------------------------------------
 
 TEST_F(EngineExtras, ReadersShareAndEachGetsAHigherFence) {
-  const Reply a = send(secs(0), s(1), acquire(Command::kReadLock, 0));
-  const Reply b = send(secs(0), s(2), acquire(Command::kReadLock, 0));
+  const Reply a = send(secs(0), s(1), test::lock_request("k", 0, 10, Command::kReadLock));
+  const Reply b = send(secs(0), s(2), test::lock_request("k", 0, 10, Command::kReadLock));
   ASSERT_EQ(a.status, Status::kOk);
   ASSERT_EQ(b.status, Status::kOk);
   EXPECT_GT(b.token->fence, a.token->fence);
@@ -112,36 +91,48 @@ TEST_F(EngineExtras, ReadersShareAndEachGetsAHigherFence) {
 }
 
 TEST_F(EngineExtras, AWriterWaitsForTheReadersAndIsAloneWhenGranted) {
-  const Reply a = send(secs(0), s(1), acquire(Command::kReadLock, 0));
-  const Reply b = send(secs(0), s(2), acquire(Command::kReadLock, 0));
-  EXPECT_EQ(send(secs(0), s(3), acquire(Command::kWriteLock, 0)).status, Status::kTimeout);
-  EXPECT_EQ(send(secs(0), s(3), acquire(Command::kWriteLock, 5)).status, Status::kParked);
-  EXPECT_EQ(send(secs(1), s(1), with_token(Command::kReadRelease, a.token)).status, Status::kOk);
+  const Reply a = send(secs(0), s(1), test::lock_request("k", 0, 10, Command::kReadLock));
+  const Reply b = send(secs(0), s(2), test::lock_request("k", 0, 10, Command::kReadLock));
+  EXPECT_EQ(send(secs(0), s(3), test::lock_request("k", 0, 10, Command::kWriteLock)).status,
+            Status::kTimeout);
+  EXPECT_EQ(send(secs(0), s(3), test::lock_request("k", 5, 10, Command::kWriteLock)).status,
+            Status::kParked);
+  EXPECT_EQ(send(secs(1), s(1), test::release_request("k", a.token, Command::kReadRelease)).status,
+            Status::kOk);
   EXPECT_FALSE(delivered_to(s(3)));  // one reader still holds it
-  EXPECT_EQ(send(secs(1), s(2), with_token(Command::kReadRelease, b.token)).status, Status::kOk);
+  EXPECT_EQ(send(secs(1), s(2), test::release_request("k", b.token, Command::kReadRelease)).status,
+            Status::kOk);
   const std::optional<Reply> writer = delivered_to(s(3));
   ASSERT_TRUE(writer);
   EXPECT_EQ(writer->status, Status::kOk);
   EXPECT_GT(writer->token->fence, b.token->fence);
   // Nobody else while the writer holds it, readers included.
-  EXPECT_EQ(send(secs(1), s(4), acquire(Command::kReadLock, 0)).status, Status::kTimeout);
-  EXPECT_EQ(send(secs(1), s(5), acquire(Command::kWriteLock, 0)).status, Status::kTimeout);
+  EXPECT_EQ(send(secs(1), s(4), test::lock_request("k", 0, 10, Command::kReadLock)).status,
+            Status::kTimeout);
+  EXPECT_EQ(send(secs(1), s(5), test::lock_request("k", 0, 10, Command::kWriteLock)).status,
+            Status::kTimeout);
 }
 
 TEST_F(EngineExtras, AReaderNeverOvertakesAQueuedWriter) {
-  const Reply a = send(secs(0), s(1), acquire(Command::kReadLock, 0));
-  EXPECT_EQ(send(secs(0), s(2), acquire(Command::kWriteLock, 30)).status, Status::kParked);
+  const Reply a = send(secs(0), s(1), test::lock_request("k", 0, 10, Command::kReadLock));
+  EXPECT_EQ(send(secs(0), s(2), test::lock_request("k", 30, 10, Command::kWriteLock)).status,
+            Status::kParked);
   // The lock is held by a reader only, but a writer waits: the new reader queues behind it.
-  EXPECT_EQ(send(secs(0), s(3), acquire(Command::kReadLock, 0)).status, Status::kTimeout);
-  EXPECT_EQ(send(secs(0), s(3), acquire(Command::kReadLock, 30)).status, Status::kParked);
-  EXPECT_EQ(send(secs(0), s(4), acquire(Command::kReadLock, 30)).status, Status::kParked);
-  EXPECT_EQ(send(secs(1), s(1), with_token(Command::kReadRelease, a.token)).status, Status::kOk);
+  EXPECT_EQ(send(secs(0), s(3), test::lock_request("k", 0, 10, Command::kReadLock)).status,
+            Status::kTimeout);
+  EXPECT_EQ(send(secs(0), s(3), test::lock_request("k", 30, 10, Command::kReadLock)).status,
+            Status::kParked);
+  EXPECT_EQ(send(secs(0), s(4), test::lock_request("k", 30, 10, Command::kReadLock)).status,
+            Status::kParked);
+  EXPECT_EQ(send(secs(1), s(1), test::release_request("k", a.token, Command::kReadRelease)).status,
+            Status::kOk);
   const std::optional<Reply> writer = delivered_to(s(2));
   ASSERT_TRUE(writer && writer->is_grant());
   EXPECT_TRUE(out_.empty());
   // The writer leaves: both readers behind it are granted together, in queue order.
-  EXPECT_EQ(send(secs(2), s(2), with_token(Command::kWriteRelease, writer->token)).status,
-            Status::kOk);
+  EXPECT_EQ(
+      send(secs(2), s(2), test::release_request("k", writer->token, Command::kWriteRelease)).status,
+      Status::kOk);
   const std::optional<Reply> r3 = delivered_to(s(3));
   const std::optional<Reply> r4 = delivered_to(s(4));
   ASSERT_TRUE(r3 && r3->is_grant() && r4 && r4->is_grant());
@@ -150,47 +141,60 @@ TEST_F(EngineExtras, AReaderNeverOvertakesAQueuedWriter) {
 }
 
 TEST_F(EngineExtras, ReadersAfterAWriterInTheQueueWaitForIt) {
-  const Reply w = send(secs(0), s(1), acquire(Command::kWriteLock, 0));
-  EXPECT_EQ(send(secs(0), s(2), acquire(Command::kReadLock, 30)).status, Status::kParked);
-  EXPECT_EQ(send(secs(0), s(3), acquire(Command::kWriteLock, 30)).status, Status::kParked);
-  EXPECT_EQ(send(secs(0), s(4), acquire(Command::kReadLock, 30)).status, Status::kParked);
-  EXPECT_EQ(send(secs(1), s(1), with_token(Command::kWriteRelease, w.token)).status, Status::kOk);
+  const Reply w = send(secs(0), s(1), test::lock_request("k", 0, 10, Command::kWriteLock));
+  EXPECT_EQ(send(secs(0), s(2), test::lock_request("k", 30, 10, Command::kReadLock)).status,
+            Status::kParked);
+  EXPECT_EQ(send(secs(0), s(3), test::lock_request("k", 30, 10, Command::kWriteLock)).status,
+            Status::kParked);
+  EXPECT_EQ(send(secs(0), s(4), test::lock_request("k", 30, 10, Command::kReadLock)).status,
+            Status::kParked);
+  EXPECT_EQ(send(secs(1), s(1), test::release_request("k", w.token, Command::kWriteRelease)).status,
+            Status::kOk);
   // Only the head reader: the writer behind it blocks the reader after it.
   ASSERT_TRUE(delivered_to(s(2)));
   EXPECT_TRUE(out_.empty());
 }
 
 TEST_F(EngineExtras, ReleaseAndRenewAcceptOnlyTheirKindOfToken) {
-  const Reply r = send(secs(0), s(1), acquire(Command::kReadLock, 0));
-  EXPECT_EQ(send(secs(0), s(1), with_token(Command::kWriteRelease, r.token)).status,
+  const Reply r = send(secs(0), s(1), test::lock_request("k", 0, 10, Command::kReadLock));
+  EXPECT_EQ(send(secs(0), s(1), test::release_request("k", r.token, Command::kWriteRelease)).status,
             Status::kError);
-  EXPECT_EQ(send(secs(0), s(1), with_token(Command::kWriteRenew, r.token)).status, Status::kError);
-  const Reply renewed = send(secs(0), s(1), with_token(Command::kReadRenew, r.token));
+  EXPECT_EQ(send(secs(0), s(1), test::release_request("k", r.token, Command::kWriteRenew)).status,
+            Status::kError);
+  const Reply renewed =
+      send(secs(0), s(1), test::release_request("k", r.token, Command::kReadRenew));
   EXPECT_EQ(renewed.status, Status::kOk);
   EXPECT_EQ(renewed.seconds, config_.default_lease_s);
-  EXPECT_EQ(send(secs(0), s(1), with_token(Command::kReadRelease, r.token)).status, Status::kOk);
+  EXPECT_EQ(send(secs(0), s(1), test::release_request("k", r.token, Command::kReadRelease)).status,
+            Status::kOk);
   // A lock token of the same key does not release the read-write lock, nor the reverse.
-  const Reply lock = send(secs(0), s(2), acquire(Command::kLock, 0));
-  EXPECT_EQ(send(secs(0), s(2), with_token(Command::kReadRelease, lock.token)).status,
-            Status::kError);
+  const Reply lock = send(secs(0), s(2), test::lock_request("k", 0, 10, Command::kLock));
+  EXPECT_EQ(
+      send(secs(0), s(2), test::release_request("k", lock.token, Command::kReadRelease)).status,
+      Status::kError);
 }
 
 TEST_F(EngineExtras, TwoPhaseReadAndWriteWaitOnlyForWhatTheyEnqueued) {
-  const Reply w = send(secs(0), s(1), acquire(Command::kWriteLock, 0));
-  EXPECT_EQ(send(secs(0), s(2), keyed(Command::kReadEnqueue)).status, Status::kQueued);
-  EXPECT_EQ(send(secs(0), s(2), keyed(Command::kWriteEnqueue)).status,
+  const Reply w = send(secs(0), s(1), test::lock_request("k", 0, 10, Command::kWriteLock));
+  EXPECT_EQ(send(secs(0), s(2), test::keyed_request(Command::kReadEnqueue, "k")).status,
+            Status::kQueued);
+  EXPECT_EQ(send(secs(0), s(2), test::keyed_request(Command::kWriteEnqueue, "k")).status,
             Status::kErrorAlreadyEnqueued);
-  EXPECT_EQ(send(secs(0), s(2), wait(Command::kWriteWait, 0)).status, Status::kErrorNotEnqueued);
-  EXPECT_EQ(send(secs(0), s(2), wait(Command::kReadWait, 5)).status, Status::kParked);
-  EXPECT_EQ(send(secs(1), s(1), with_token(Command::kWriteRelease, w.token)).status, Status::kOk);
+  EXPECT_EQ(send(secs(0), s(2), test::wait_request("k", 0, Command::kWriteWait)).status,
+            Status::kErrorNotEnqueued);
+  EXPECT_EQ(send(secs(0), s(2), test::wait_request("k", 5, Command::kReadWait)).status,
+            Status::kParked);
+  EXPECT_EQ(send(secs(1), s(1), test::release_request("k", w.token, Command::kWriteRelease)).status,
+            Status::kOk);
   const std::optional<Reply> granted = delivered_to(s(2));
   ASSERT_TRUE(granted && granted->is_grant());
-  EXPECT_EQ(send(secs(1), s(2), with_token(Command::kReadRelease, granted->token)).status,
-            Status::kOk);
+  EXPECT_EQ(
+      send(secs(1), s(2), test::release_request("k", granted->token, Command::kReadRelease)).status,
+      Status::kOk);
   // A writer's enqueue that is granted at once answers `acquired`; ww takes it.
-  const Reply acquired = send(secs(2), s(3), keyed(Command::kWriteEnqueue));
+  const Reply acquired = send(secs(2), s(3), test::keyed_request(Command::kWriteEnqueue, "k"));
   EXPECT_EQ(acquired.status, Status::kAcquired);
-  const Reply taken = send(secs(2), s(3), wait(Command::kWriteWait, 0));
+  const Reply taken = send(secs(2), s(3), test::wait_request("k", 0, Command::kWriteWait));
   EXPECT_EQ(taken.status, Status::kOk);
   EXPECT_EQ(taken.token, acquired.token);
 }
@@ -199,9 +203,9 @@ TEST_F(EngineExtras, StatsListReadWriteLocksOnlyWhenThereAreSome) {
   StatsSnapshot empty = engine_->stats(secs(0), out_);
   EXPECT_TRUE(empty.rw_locks.empty());
   EXPECT_TRUE(empty.idle_rw_locks.empty());
-  send(secs(0), s(1), acquire(Command::kReadLock, 0));
-  send(secs(0), s(2), acquire(Command::kReadLock, 0));
-  send(secs(0), s(3), acquire(Command::kWriteLock, 9));
+  send(secs(0), s(1), test::lock_request("k", 0, 10, Command::kReadLock));
+  send(secs(0), s(2), test::lock_request("k", 0, 10, Command::kReadLock));
+  send(secs(0), s(3), test::lock_request("k", 9, 10, Command::kWriteLock));
   const StatsSnapshot busy = engine_->stats(secs(1), out_);
   ASSERT_EQ(busy.rw_locks.size(), 1u);
   EXPECT_EQ(busy.rw_locks[0].key, "k");
@@ -215,11 +219,13 @@ TEST_F(EngineExtras, StatsListReadWriteLocksOnlyWhenThereAreSome) {
 // ---- lock-delay ---------------------------------------------------------------------------------
 
 TEST_F(EngineWithLockDelay, AnExpiredLeaseHoldsTheKeyForTheDelay) {
-  send(secs(0), s(1), acquire(Command::kLock, 0, 5));
-  EXPECT_EQ(send(secs(0), s(2), acquire(Command::kLock, 30)).status, Status::kParked);
+  send(secs(0), s(1), test::lock_request("k", 0, 5, Command::kLock));
+  EXPECT_EQ(send(secs(0), s(2), test::lock_request("k", 30, 10, Command::kLock)).status,
+            Status::kParked);
   tick(secs(5));  // the lease ends; nobody is granted for 3 s
   EXPECT_FALSE(delivered_to(s(2)));
-  EXPECT_EQ(send(secs(6), s(3), acquire(Command::kLock, 0)).status, Status::kTimeout);
+  EXPECT_EQ(send(secs(6), s(3), test::lock_request("k", 0, 10, Command::kLock)).status,
+            Status::kTimeout);
   tick(millis(7999));
   EXPECT_FALSE(delivered_to(s(2)));
   tick(secs(8));
@@ -228,22 +234,27 @@ TEST_F(EngineWithLockDelay, AnExpiredLeaseHoldsTheKeyForTheDelay) {
 }
 
 TEST_F(EngineWithLockDelay, ACleanReleaseGrantsAtOnce) {
-  const Reply held = send(secs(0), s(1), acquire(Command::kLock, 0, 5));
-  EXPECT_EQ(send(secs(0), s(2), acquire(Command::kLock, 30)).status, Status::kParked);
-  EXPECT_EQ(send(secs(1), s(1), with_token(Command::kRelease, held.token)).status, Status::kOk);
+  const Reply held = send(secs(0), s(1), test::lock_request("k", 0, 5, Command::kLock));
+  EXPECT_EQ(send(secs(0), s(2), test::lock_request("k", 30, 10, Command::kLock)).status,
+            Status::kParked);
+  EXPECT_EQ(send(secs(1), s(1), test::release_request("k", held.token, Command::kRelease)).status,
+            Status::kOk);
   ASSERT_TRUE(delivered_to(s(2)));
 }
 
 TEST_F(EngineWithLockDelay, ADisconnectThatReleasesStartsTheDelayAndWithoutReleaseTheLeaseDoes) {
-  send(secs(0), s(1), acquire(Command::kLock, 0, 5));
+  send(secs(0), s(1), test::lock_request("k", 0, 5, Command::kLock));
   engine_->close_session(secs(1), s(1), /*auto_release=*/true, out_);
-  EXPECT_EQ(send(secs(1), s(2), acquire(Command::kLock, 0)).status, Status::kTimeout);
-  EXPECT_EQ(send(secs(4), s(2), acquire(Command::kLock, 0)).status, Status::kOk);
+  EXPECT_EQ(send(secs(1), s(2), test::lock_request("k", 0, 10, Command::kLock)).status,
+            Status::kTimeout);
+  EXPECT_EQ(send(secs(4), s(2), test::lock_request("k", 0, 10, Command::kLock)).status,
+            Status::kOk);
 }
 
 TEST_F(EngineWithLockDelay, AWaiterWhoseTimeoutIsTheDelaysEndIsGranted) {
-  send(secs(0), s(1), acquire(Command::kLock, 0, 2));
-  EXPECT_EQ(send(secs(0), s(2), acquire(Command::kLock, 5)).status, Status::kParked);
+  send(secs(0), s(1), test::lock_request("k", 0, 2, Command::kLock));
+  EXPECT_EQ(send(secs(0), s(2), test::lock_request("k", 5, 10, Command::kLock)).status,
+            Status::kParked);
   tick(secs(2));  // the lease ends; the delay runs to 5
   EXPECT_FALSE(delivered_to(s(2)));
   tick(secs(5));  // the delay ends at 5 and the wait times out at 5: the grant wins
@@ -253,7 +264,7 @@ TEST_F(EngineWithLockDelay, AWaiterWhoseTimeoutIsTheDelaysEndIsGranted) {
 }
 
 TEST_F(EngineWithLockDelay, ADelayedKeyIsNotCollectedAndInspectShowsTheDelay) {
-  send(secs(0), s(1), acquire(Command::kReadLock, 0, 1));
+  send(secs(0), s(1), test::lock_request("k", 0, 1, Command::kReadLock));
   tick(secs(1));
   const nlohmann::json shown = inspect(secs(2), Namespace::kReadWrite);
   EXPECT_TRUE(shown["exists"]);
@@ -264,14 +275,14 @@ TEST_F(EngineWithLockDelay, ADelayedKeyIsNotCollectedAndInspectShowsTheDelay) {
 // ---- check, inspect, force-release, losses -----------------------------------------------------
 
 TEST_F(EngineExtras, CheckAnswersWhetherTheTokenHoldsTheKeyNow) {
-  const Reply held = send(secs(0), s(1), acquire(Command::kLock, 0, 10));
-  Request check = with_token(Command::kCheck, held.token);
+  const Reply held = send(secs(0), s(1), test::lock_request("k", 0, 10, Command::kLock));
+  Request check = test::release_request("k", held.token, Command::kCheck);
   const Reply yes = send(millis(2500), s(7), check);
   EXPECT_EQ(yes.status, Status::kOk);
   EXPECT_EQ(yes.seconds, 8);  // 7.5 s left, rounded up
   Token forged = *held.token;
   forged.salt ^= 1;
-  EXPECT_EQ(send(secs(3), s(7), with_token(Command::kCheck, forged)).status,
+  EXPECT_EQ(send(secs(3), s(7), test::release_request("k", forged, Command::kCheck)).status,
             Status::kErrorLeaseExpired);
   // The same key in another namespace is another resource.
   check.space = Namespace::kSemaphore;
@@ -282,18 +293,19 @@ TEST_F(EngineExtras, CheckAnswersWhetherTheTokenHoldsTheKeyNow) {
 }
 
 TEST_F(EngineExtras, CheckOfAReaderAndAWriter) {
-  const Reply r = send(secs(0), s(1), acquire(Command::kReadLock, 0));
-  Request check = with_token(Command::kCheck, r.token);
+  const Reply r = send(secs(0), s(1), test::lock_request("k", 0, 10, Command::kReadLock));
+  Request check = test::release_request("k", r.token, Command::kCheck);
   check.space = Namespace::kReadWrite;
   EXPECT_EQ(send(secs(0), s(2), check).status, Status::kOk);
-  EXPECT_EQ(send(secs(0), s(1), with_token(Command::kReadRelease, r.token)).status, Status::kOk);
+  EXPECT_EQ(send(secs(0), s(1), test::release_request("k", r.token, Command::kReadRelease)).status,
+            Status::kOk);
   EXPECT_EQ(send(secs(0), s(2), check).status, Status::kErrorLeaseExpired);
 }
 
 TEST_F(EngineExtras, InspectListsHoldersByFenceAndWaitersInOrderWithTheirWait) {
-  const Reply a = send(secs(0), s(1), acquire(Command::kReadLock, 0, 10));
-  send(secs(1), s(2), acquire(Command::kWriteLock, 30));
-  send(secs(2), s(3), acquire(Command::kReadLock, 30));
+  const Reply a = send(secs(0), s(1), test::lock_request("k", 0, 10, Command::kReadLock));
+  send(secs(1), s(2), test::lock_request("k", 30, 10, Command::kWriteLock));
+  send(secs(2), s(3), test::lock_request("k", 30, 10, Command::kReadLock));
   const nlohmann::json shown = inspect(secs(4), Namespace::kReadWrite);
   EXPECT_EQ(shown["kind"], "rw");
   ASSERT_EQ(shown["holders"].size(), 1u);
@@ -315,8 +327,9 @@ TEST_F(EngineExtras, InspectListsHoldersByFenceAndWaitersInOrderWithTheirWait) {
 }
 
 TEST_F(EngineExtras, ForceReleaseFreesTheHolderTellsItsSessionAndPromotes) {
-  const Reply held = send(secs(0), s(1), acquire(Command::kLock, 0));
-  EXPECT_EQ(send(secs(0), s(2), acquire(Command::kLock, 30)).status, Status::kParked);
+  const Reply held = send(secs(0), s(1), test::lock_request("k", 0, 10, Command::kLock));
+  EXPECT_EQ(send(secs(0), s(2), test::lock_request("k", 30, 10, Command::kLock)).status,
+            Status::kParked);
   const Reply forced = send(secs(1), s(99), of_space(Command::kForceRelease, Namespace::kLock));
   EXPECT_EQ(forced.status, Status::kOk);
   EXPECT_EQ(forced.seconds, 1);
@@ -329,24 +342,25 @@ TEST_F(EngineExtras, ForceReleaseFreesTheHolderTellsItsSessionAndPromotes) {
   ASSERT_TRUE(next && next->is_grant());
   EXPECT_GT(next->token->fence, held.token->fence);
   // The forced-out token is dead: renew and release say so.
-  EXPECT_EQ(send(secs(2), s(1), with_token(Command::kRenew, held.token)).status,
+  EXPECT_EQ(send(secs(2), s(1), test::release_request("k", held.token, Command::kRenew)).status,
             Status::kErrorLeaseExpired);
-  EXPECT_EQ(send(secs(2), s(1), with_token(Command::kRelease, held.token)).status,
+  EXPECT_EQ(send(secs(2), s(1), test::release_request("k", held.token, Command::kRelease)).status,
             Status::kErrorLeaseExpired);
   // A token that never held anything still gets dflockd's plain error.
   Token never = *held.token;
   never.fence.value += 100;
-  EXPECT_EQ(send(secs(2), s(1), with_token(Command::kRelease, never)).status, Status::kError);
+  EXPECT_EQ(send(secs(2), s(1), test::release_request("k", never, Command::kRelease)).status,
+            Status::kError);
   EXPECT_EQ(engine_->counters().forced_releases, 1u);
 }
 
 TEST_F(EngineExtras, ForceReleaseOfOneFenceLeavesTheOtherHolders) {
-  const Reply a = send(secs(0), s(1), acquire(Command::kReadLock, 0));
-  const Reply b = send(secs(0), s(2), acquire(Command::kReadLock, 0));
+  const Reply a = send(secs(0), s(1), test::lock_request("k", 0, 10, Command::kReadLock));
+  const Reply b = send(secs(0), s(2), test::lock_request("k", 0, 10, Command::kReadLock));
   Request force = of_space(Command::kForceRelease, Namespace::kReadWrite);
   force.fence = b.token->fence.value;
   EXPECT_EQ(send(secs(1), s(99), force).seconds, 1);
-  Request check = with_token(Command::kCheck, a.token);
+  Request check = test::release_request("k", a.token, Command::kCheck);
   check.space = Namespace::kReadWrite;
   EXPECT_EQ(send(secs(1), s(99), check).status, Status::kOk);
   force.fence = 12345;  // nobody
@@ -359,8 +373,9 @@ TEST_F(EngineExtras, ForceReleaseOfOneFenceLeavesTheOtherHolders) {
 // A lock-delay running on a key nobody holds (its lease ran out): a force-release with
 // clear_delay ends it, and the waiter is granted at the same clock time, with a higher fence.
 TEST_F(EngineWithLockDelay, ForceReleaseWithClearDelayEndsARunningDelayAndGrantsAtOnce) {
-  const Reply held = send(secs(0), s(1), acquire(Command::kLock, 0, 2));
-  EXPECT_EQ(send(secs(0), s(2), acquire(Command::kLock, 30)).status, Status::kParked);
+  const Reply held = send(secs(0), s(1), test::lock_request("k", 0, 2, Command::kLock));
+  EXPECT_EQ(send(secs(0), s(2), test::lock_request("k", 30, 10, Command::kLock)).status,
+            Status::kParked);
   tick(secs(2));  // the lease ends: the delay runs to 5
   EXPECT_FALSE(delivered_to(s(2)));
   Request force = of_space(Command::kForceRelease, Namespace::kLock);
@@ -380,8 +395,9 @@ TEST_F(EngineWithLockDelay, ForceReleaseWithClearDelayEndsARunningDelayAndGrants
 // Without clear_delay a force-release starts the lock-delay; with it, the holders it frees start
 // none and the queue moves on at once. A fence naming nobody still clears a running delay.
 TEST_F(EngineWithLockDelay, ForceReleaseWithClearDelayStartsNoDelayForWhomItFrees) {
-  const Reply a = send(secs(0), s(1), acquire(Command::kReadLock, 0));
-  EXPECT_EQ(send(secs(0), s(2), acquire(Command::kWriteLock, 30)).status, Status::kParked);
+  const Reply a = send(secs(0), s(1), test::lock_request("k", 0, 10, Command::kReadLock));
+  EXPECT_EQ(send(secs(0), s(2), test::lock_request("k", 30, 10, Command::kWriteLock)).status,
+            Status::kParked);
   Request force = of_space(Command::kForceRelease, Namespace::kReadWrite);
   force.fence = a.token->fence.value;
   EXPECT_EQ(send(secs(1), s(99), force), Reply::force_released(1, false));
@@ -391,7 +407,8 @@ TEST_F(EngineWithLockDelay, ForceReleaseWithClearDelayStartsNoDelayForWhomItFree
   EXPECT_EQ(send(secs(1), s(99), force), Reply::force_released(0, true));
   const std::optional<Reply> writer = delivered_to(s(2));
   ASSERT_TRUE(writer && writer->is_grant());
-  EXPECT_EQ(send(secs(1), s(3), acquire(Command::kWriteLock, 30)).status, Status::kParked);
+  EXPECT_EQ(send(secs(1), s(3), test::lock_request("k", 30, 10, Command::kWriteLock)).status,
+            Status::kParked);
   force.fence = 0;
   EXPECT_EQ(send(secs(1), s(99), force), Reply::force_released(1, false));
   const std::optional<Reply> third = delivered_to(s(3));
@@ -404,8 +421,8 @@ TEST_F(EngineWithLockDelay, ForceReleaseWithClearDelayStartsNoDelayForWhomItFree
 }
 
 TEST_F(EngineExtras, AnExpiredLeaseIsALossOfAnOpenSessionOnly) {
-  const Reply a = send(secs(0), s(1), acquire(Command::kLock, 0, 2));
-  const Reply b = send(secs(0), s(2), acquire(Command::kSemLock, 0, 2));
+  const Reply a = send(secs(0), s(1), test::lock_request("k", 0, 2, Command::kLock));
+  const Reply b = send(secs(0), s(2), test::lock_request("k", 0, 2, Command::kSemLock));
   (void)b;
   engine_->close_session(secs(1), s(2), /*auto_release=*/false, out_);  // b lives on, unowned
   tick(secs(2));
@@ -417,21 +434,22 @@ TEST_F(EngineExtras, AnExpiredLeaseIsALossOfAnOpenSessionOnly) {
 }
 
 TEST_F(EngineExtras, AReleasedOrRenewedSlotIsNoLoss) {
-  const Reply a = send(secs(0), s(1), acquire(Command::kLock, 0, 2));
-  send(secs(1), s(1), with_token(Command::kRenew, a.token));
+  const Reply a = send(secs(0), s(1), test::lock_request("k", 0, 2, Command::kLock));
+  send(secs(1), s(1), test::release_request("k", a.token, Command::kRenew));
   tick(secs(2));
-  EXPECT_EQ(send(secs(2), s(1), with_token(Command::kRelease, a.token)).status, Status::kOk);
+  EXPECT_EQ(send(secs(2), s(1), test::release_request("k", a.token, Command::kRelease)).status,
+            Status::kOk);
   tick(secs(40));
   EXPECT_TRUE(engine_->take_losses().empty());
 }
 
 TEST_F(EngineExtras, AnOrphanRunningOutIsReclaimedFromTheOpenSessionsWithItsRef) {
-  Request held = acquire(Command::kLock, 0, 20);
+  Request held = test::lock_request("k", 0, 20, Command::kLock);
   held.ref = "worker-1";
   const Reply a = send(secs(0), s(1), held);
   engine_->close_session(secs(0), s(1), /*auto_release=*/true, out_, Duration::seconds(5));
   // The client is back under the same ref, waiting on another key, when the orphan time ends.
-  Request other = acquire(Command::kLock, 0);
+  Request other = test::lock_request("k", 0, 10, Command::kLock);
   other.key = "other";
   other.ref = "worker-1";
   send(secs(1), s(3), other);
@@ -445,10 +463,10 @@ TEST_F(EngineExtras, AnOrphanRunningOutIsReclaimedFromTheOpenSessionsWithItsRef)
 // ---- snapshots ----------------------------------------------------------------------------------
 
 TEST_F(EngineWithLockDelay, ASnapshotKeepsModesDelaysAndForcedTokens) {
-  const Reply r = send(secs(0), s(1), acquire(Command::kReadLock, 0, 20));
-  send(secs(1), s(2), acquire(Command::kWriteLock, 30));
-  send(secs(2), s(3), acquire(Command::kReadLock, 30));
-  const Reply l = send(secs(0), s(4), acquire(Command::kLock, 0, 2));
+  const Reply r = send(secs(0), s(1), test::lock_request("k", 0, 20, Command::kReadLock));
+  send(secs(1), s(2), test::lock_request("k", 30, 10, Command::kWriteLock));
+  send(secs(2), s(3), test::lock_request("k", 30, 10, Command::kReadLock));
+  const Reply l = send(secs(0), s(4), test::lock_request("k", 0, 2, Command::kLock));
   tick(secs(2));  // l expires: a 3 s lock-delay on lock:k
   Request force = of_space(Command::kForceRelease, Namespace::kReadWrite);
   const std::string before_force = engine_->save();
@@ -467,9 +485,11 @@ TEST_F(EngineWithLockDelay, ASnapshotKeepsModesDelaysAndForcedTokens) {
   engine_->tick(secs(5), later_here);
   restored.tick(secs(5), later_there);
   EXPECT_EQ(engine_->save(), restored.save());
-  EXPECT_EQ(
-      restored.handle(secs(5), s(1), with_token(Command::kReadRenew, r.token), restored_out).status,
-      Status::kErrorLeaseExpired);
+  EXPECT_EQ(restored
+                .handle(secs(5), s(1), test::release_request("k", r.token, Command::kReadRenew),
+                        restored_out)
+                .status,
+            Status::kErrorLeaseExpired);
   (void)l;
 }
 

@@ -19,6 +19,7 @@
 #include "core/protocol.h"
 #include "core/stats.h"
 #include "core/types.h"
+#include "testing/requests.h"
 
 namespace turnstile::core {
 
@@ -94,13 +95,6 @@ Request parsed(std::string_view command, std::string_view key, std::string_view 
   return result.request;
 }
 
-Request make(Command command, std::string key = {}) {
-  Request request;
-  request.command = command;
-  request.key = std::move(key);
-  return request;
-}
-
 bool same_results(const std::vector<ParseResult>& a, const std::vector<ParseResult>& b) {
   if (a.size() != b.size()) return false;
   for (std::size_t i = 0; i < a.size(); ++i) {
@@ -112,7 +106,7 @@ bool same_results(const std::vector<ParseResult>& a, const std::vector<ParseResu
 // ---- Framing (1.1) ------------------------------------------------------------------------------
 
 TEST(WireFraming, ParsesAThreeLineRequest) {
-  Request expected = make(Command::kLock, "k");
+  Request expected = test::keyed_request(Command::kLock, "k");
   expected.timeout_s = 10;
   expected.lease_s = 33;
   EXPECT_EQ(parsed("l", "k", "10 33"), expected);
@@ -223,15 +217,15 @@ TEST(WireFraming, ReusedResultIsOverwrittenCompletely) {
   ASSERT_TRUE(out && out->ok());
   (void)parser.parse(request_text("ping", "_", ""), out);
   ASSERT_TRUE(out && out->ok());
-  EXPECT_EQ(out->request, make(Command::kPing));
+  EXPECT_EQ(out->request, test::keyed_request(Command::kPing));
 }
 
 TEST(WireFraming, CrlfIsAccepted) {
-  Request expected = make(Command::kLock, "k");
+  Request expected = test::keyed_request(Command::kLock, "k");
   expected.timeout_s = 10;
   expected.lease_s = 33;
   EXPECT_EQ(parse_one("l\r\nk\r\n10 33\r\n").request, expected);
-  EXPECT_EQ(parse_one("ping\r\n_\r\n\r\n").request, make(Command::kPing));
+  EXPECT_EQ(parse_one("ping\r\n_\r\n\r\n").request, test::keyed_request(Command::kPing));
 }
 
 TEST(WireFraming, OnlyOneTrailingCarriageReturnIsStripped) {
@@ -615,10 +609,10 @@ TEST(WireErrors, KeyMayHoldOtherBytes) {
 }
 
 TEST(WireErrors, KeyLineIsIgnoredForPingStatsAndAuth) {
-  EXPECT_EQ(parsed("ping", "", ""), make(Command::kPing));
-  EXPECT_EQ(parsed("ping", "any key at all", "and args"), make(Command::kPing));
-  EXPECT_EQ(parsed("stats", "with space", "x y z"), make(Command::kStats));
-  Request auth = make(Command::kAuth);
+  EXPECT_EQ(parsed("ping", "", ""), test::keyed_request(Command::kPing));
+  EXPECT_EQ(parsed("ping", "any key at all", "and args"), test::keyed_request(Command::kPing));
+  EXPECT_EQ(parsed("stats", "with space", "x y z"), test::keyed_request(Command::kStats));
+  Request auth = test::keyed_request(Command::kAuth);
   auth.secret = "s";
   EXPECT_EQ(parsed("auth", "\t", "s"), auth);
 }
@@ -705,7 +699,7 @@ TEST(WireErrors, FieldCountsOfRenew) {
 }
 
 TEST(WireErrors, FieldCountsOfEnqueue) {
-  EXPECT_EQ(parsed("e", "k", ""), make(Command::kEnqueue, "k"));
+  EXPECT_EQ(parsed("e", "k", ""), test::keyed_request(Command::kEnqueue, "k"));
   EXPECT_EQ(parsed("e", "k", " ").lease_s, 0);
   EXPECT_EQ(parsed("e", "k", "5").lease_s, 5);
   EXPECT_EQ(error_of("e", "k", "5 6"), Error::kBadArguments);  // rejected since v2.0
@@ -849,8 +843,8 @@ TEST(WireArguments, AuthSecretIsTrimmed) {
 }
 
 TEST(WireArguments, PingAndStatsIgnoreTheirArgument) {
-  EXPECT_EQ(parsed("ping", "_", "1 2 3 4"), make(Command::kPing));
-  EXPECT_EQ(parsed("stats", "_", "_"), make(Command::kStats));
+  EXPECT_EQ(parsed("ping", "_", "1 2 3 4"), test::keyed_request(Command::kPing));
+  EXPECT_EQ(parsed("stats", "_", "_"), test::keyed_request(Command::kStats));
 }
 
 // ---- Encoders -----------------------------------------------------------------------------------
@@ -909,13 +903,13 @@ TEST(WireEncodeDeathTest, ParkedIsNeverEncoded) {
 }
 
 TEST(WireEncode, CanonicalRequestForms) {
-  Request lock = make(Command::kLock, "k");
+  Request lock = test::keyed_request(Command::kLock, "k");
   lock.timeout_s = 10;
   EXPECT_EQ(request_wire(lock), "l\nk\n10\n");
   lock.lease_s = 33;
   EXPECT_EQ(request_wire(lock), "l\nk\n10 33\n");
 
-  Request sem_lock = make(Command::kSemLock, "s");
+  Request sem_lock = test::keyed_request(Command::kSemLock, "s");
   sem_lock.timeout_s = 0;
   sem_lock.limit = 3;
   EXPECT_EQ(request_wire(sem_lock), "sl\ns\n0 3\n");
@@ -923,7 +917,7 @@ TEST(WireEncode, CanonicalRequestForms) {
   EXPECT_EQ(request_wire(sem_lock), "sl\ns\n0 3 5\n");
 
   for (Command command : {Command::kRenew, Command::kSemRenew}) {
-    Request renew = make(command, "k");
+    Request renew = test::keyed_request(command, "k");
     renew.token = kToken;
     EXPECT_EQ(request_wire(renew),
               std::string(command_name(command)) + "\nk\n" + std::string(kHex) + "\n");
@@ -932,33 +926,33 @@ TEST(WireEncode, CanonicalRequestForms) {
               std::string(command_name(command)) + "\nk\n" + std::string(kHex) + " 60\n");
   }
   for (Command command : {Command::kRelease, Command::kSemRelease}) {
-    Request release = make(command, "k");
+    Request release = test::keyed_request(command, "k");
     release.token = kToken;
     release.lease_s = 60;  // not part of a release
     EXPECT_EQ(request_wire(release),
               std::string(command_name(command)) + "\nk\n" + std::string(kHex) + "\n");
   }
 
-  Request enqueue = make(Command::kEnqueue, "k");
+  Request enqueue = test::keyed_request(Command::kEnqueue, "k");
   EXPECT_EQ(request_wire(enqueue), "e\nk\n\n");
   enqueue.lease_s = 7;
   EXPECT_EQ(request_wire(enqueue), "e\nk\n7\n");
 
-  Request sem_enqueue = make(Command::kSemEnqueue, "k");
+  Request sem_enqueue = test::keyed_request(Command::kSemEnqueue, "k");
   sem_enqueue.limit = 4;
   EXPECT_EQ(request_wire(sem_enqueue), "se\nk\n4\n");
   sem_enqueue.lease_s = 8;
   EXPECT_EQ(request_wire(sem_enqueue), "se\nk\n4 8\n");
 
   for (Command command : {Command::kWait, Command::kSemWait}) {
-    Request wait = make(command, "k");
+    Request wait = test::keyed_request(command, "k");
     wait.timeout_s = 12;
     EXPECT_EQ(request_wire(wait), std::string(command_name(command)) + "\nk\n12\n");
   }
 
-  EXPECT_EQ(request_wire(make(Command::kPing)), "ping\n_\n\n");
-  EXPECT_EQ(request_wire(make(Command::kStats)), "stats\n_\n\n");
-  Request auth = make(Command::kAuth);
+  EXPECT_EQ(request_wire(test::keyed_request(Command::kPing)), "ping\n_\n\n");
+  EXPECT_EQ(request_wire(test::keyed_request(Command::kStats)), "stats\n_\n\n");
+  Request auth = test::keyed_request(Command::kAuth);
   auth.secret = "hunter2";
   EXPECT_EQ(request_wire(auth), "auth\n_\nhunter2\n");
 }
@@ -966,13 +960,13 @@ TEST(WireEncode, CanonicalRequestForms) {
 // The default kind (lock) is left out, so the encoding of a check or inspect that arrived under
 // a tight line cap fits under that cap again (found by fuzz_wire).
 TEST(WireEncode, CheckAndInspectLeaveOutTheDefaultKind) {
-  Request check = make(Command::kCheck, "k");
+  Request check = test::keyed_request(Command::kCheck, "k");
   check.token = Token::parse("0006a1b2c3d4e5f6a7b8c9d0e1f2a3b4");
   EXPECT_EQ(request_wire(check), "check\nk\n0006a1b2c3d4e5f6a7b8c9d0e1f2a3b4\n");
   check.space = Namespace::kSemaphore;
   EXPECT_EQ(request_wire(check), "check\nk\n0006a1b2c3d4e5f6a7b8c9d0e1f2a3b4 sem\n");
 
-  Request inspect = make(Command::kInspect, "k");
+  Request inspect = test::keyed_request(Command::kInspect, "k");
   EXPECT_EQ(request_wire(inspect), "inspect\nk\n\n");
   inspect.space = Namespace::kReadWrite;
   EXPECT_EQ(request_wire(inspect), "inspect\nk\nrw\n");
@@ -988,8 +982,10 @@ TEST(WireEncode, CheckAndInspectLeaveOutTheDefaultKind) {
 
 TEST(WireEncodeDeathTest, TokenCommandWithoutTokenIsNotEncoded) {
   std::string out;
-  EXPECT_DEATH(encode_request(make(Command::kRelease, "k"), out), "assertion failed");
-  EXPECT_DEATH(encode_request(make(Command::kSemRenew, "k"), out), "assertion failed");
+  EXPECT_DEATH(encode_request(test::keyed_request(Command::kRelease, "k"), out),
+               "assertion failed");
+  EXPECT_DEATH(encode_request(test::keyed_request(Command::kSemRenew, "k"), out),
+               "assertion failed");
 }
 
 // ---- Reference 1.9 example exchanges ------------------------------------------------------------
@@ -1013,7 +1009,7 @@ TEST(WireReference, ExampleExchanges) {
   EXPECT_EQ(release.token, kToken);
   EXPECT_EQ(reply_text(Reply::of(Status::kOk)), "ok\n");
 
-  EXPECT_EQ(parse_one("e\nk\n\n").request, make(Command::kEnqueue, "k"));
+  EXPECT_EQ(parse_one("e\nk\n\n").request, test::keyed_request(Command::kEnqueue, "k"));
   EXPECT_EQ(reply_text(Reply::of(Status::kQueued)), "queued\n");
   EXPECT_EQ(reply_text(Reply::granted(Status::kAcquired, kToken, 33)),
             "acquired 0006a1b2c3d4e5f6a7b8c9d0e1f2a3b4 33\n");
@@ -1022,7 +1018,7 @@ TEST(WireReference, ExampleExchanges) {
   EXPECT_EQ(wait.command, Command::kWait);
   EXPECT_EQ(wait.timeout_s, 10);
 
-  EXPECT_EQ(parse_one("stats\n_\n\n").request, make(Command::kStats));
+  EXPECT_EQ(parse_one("stats\n_\n\n").request, test::keyed_request(Command::kStats));
   // dflockd's line plus turnstile's "truncated" field at the end.
   EXPECT_EQ(reply_text(Reply::stats(encode_stats_json(1, StatsSnapshot{}))),
             "ok {\"connections\":1,\"locks\":[],\"semaphores\":[],\"idle_locks\":[],"
