@@ -1,26 +1,22 @@
 #include "core/cluster_leader.h"
 
+#include <memory>
+#include <unordered_map>
 #include <utility>
 
 #include "core/assert.h"
-
-#ifdef TURNSTILE_CANARY_ACK_BEFORE_COMMIT
-#include <memory>
-#include <unordered_map>
-#endif
+#include "core/canary.h"
 
 namespace turnstile::core {
 
-#ifdef TURNSTILE_CANARY_ACK_BEFORE_COMMIT
 namespace {
-// CANARY (turnstile-sim-canary-cluster): each leader's replica as it would be once the entries it
-// proposed apply, kept beside the leader (the class's layout stays the same in every build).
+// CANARY (core/canary.h, kAckBeforeCommit): each leader's replica as it would be once the entries
+// it proposed apply, kept beside the leader (the class's layout stays the same in every build).
 std::unordered_map<const void*, std::unique_ptr<Replica>>& speculations() {
   static std::unordered_map<const void*, std::unique_ptr<Replica>> replicas;
   return replicas;
 }
 }  // namespace
-#endif
 
 ClusterLeader::ClusterLeader(const ClusterLeaderConfig& config, const Replica& replica)
     : config_(config), replica_(replica) {
@@ -137,7 +133,12 @@ std::optional<LogEntry> ClusterLeader::take_entry(Instant clock, std::uint64_t s
     batch.origins.push_back(pending_.front().origin);
     pending_.pop_front();
   }
-#ifdef TURNSTILE_CANARY_ACK_BEFORE_COMMIT
+  if constexpr (canary::kAckBeforeCommit) answer_before_commit(entry, batch);
+  in_flight_.push_back(std::move(batch));
+  return entry;
+}
+
+void ClusterLeader::answer_before_commit(const LogEntry& entry, Batch& batch) {
   // CANARY: the leader answers an entry's requests as soon as it proposes it, from what applying
   // it to its own replica would give, instead of once the entry is committed and applied. While
   // it keeps leading nobody can tell; when it loses an entry that never reached a majority, a
@@ -153,9 +154,6 @@ std::optional<LogEntry> ClusterLeader::take_entry(Instant clock, std::uint64_t s
     answer(batch.origins[i], guessed.results[i]);
     batch.origins[i].kind = Origin::Kind::kTakeover;  // answered: nothing more when it applies
   }
-#endif
-  in_flight_.push_back(std::move(batch));
-  return entry;
 }
 
 std::optional<Instant> ClusterLeader::next_tick_clock() const {

@@ -135,6 +135,9 @@ class ClusterLeader {
     Instant time;
     std::vector<Origin> origins;
   };
+  // The canary kAckBeforeCommit (core/canary.h): answers the batch's requests from what applying
+  // `entry` would give, before it commits.
+  void answer_before_commit(const LogEntry& entry, Batch& batch);
   struct Pending {
     LogCommand command;
     Origin origin;

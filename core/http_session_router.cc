@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "core/assert.h"
+#include "core/canary.h"
 #include "core/http_codec.h"
 
 namespace turnstile::core {
@@ -227,10 +228,10 @@ void HttpSessionRouter::receive(Instant now, HttpMessage message) {
           [[maybe_unused]] const std::size_t origin = in->second;
           forwarded_in_.erase(in);
           sessions_.abandon(m.ticket);
-#ifndef TURNSTILE_CANARY_HTTP_SKIP_WITHDRAWN
-          // (The canary, sim/CMakeLists.txt, leaves the origin waiting: the simulator must see.)
-          send(origin, http_message::Answer{m.ticket, 0, {}, {}, std::nullopt});
-#endif
+          // (The canary, core/canary.h, leaves the origin waiting: the simulator must see.)
+          if constexpr (!canary::kHttpSkipWithdrawn) {
+            send(origin, http_message::Answer{m.ticket, 0, {}, {}, std::nullopt});
+          }
           collect(now);
         } else if constexpr (std::is_same_v<M, http_message::Watched>) {
           // Origin side: an event of a forwarded watch, for its client unless it left; a kEnd
@@ -311,12 +312,8 @@ void HttpSessionRouter::collect(Instant now) {
         // What the session lost since its previous reply rides on this one, unless it has no
         // body (a 204): then on the next. (A forwarded answer whose client left meanwhile takes
         // them along; the session's event stream has them all the same.)
-#ifndef TURNSTILE_CANARY_HTTP_DROP_LOST
-        // (The canary, sim/CMakeLists.txt, never attaches them: the simulator must see.)
-        if (!response.body.empty()) {
-#else
-        if (false) {
-#endif
+        // (The canary, core/canary.h, never attaches them: the simulator must see.)
+        if (!canary::kHttpDropLost && !response.body.empty()) {
           HttpLosses losses = sessions_.take_lost(answer.session);
           if (!losses.slots.empty() || losses.dropped > 0) {
             response.body = http_body_with_lost(response.body, losses.slots, losses.dropped);

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "core/assert.h"
+#include "core/canary.h"
 #include "core/routing.h"
 
 namespace turnstile::core {
@@ -108,19 +109,19 @@ void Router::close(Instant now, SessionId session) {
   closed_since_take_ = true;
   for (std::size_t shard = 0; shard < touched.size(); ++shard) {
     if (!touched[shard]) continue;
-#ifdef TURNSTILE_CANARY_ROUTER_SKIP_CLOSE
-    // The canary (sim/CMakeLists.txt): the close notice never reaches the last shard of a session
-    // that touched more than one. The simulator must notice.
-    std::size_t last = 0;
-    std::size_t count = 0;
-    for (std::size_t s = 0; s < touched.size(); ++s) {
-      if (touched[s]) {
-        last = s;
-        ++count;
+    if constexpr (canary::kRouterSkipClose) {
+      // The canary (core/canary.h): the close notice never reaches the last shard of a
+      // session that touched more than one. The simulator must notice.
+      std::size_t last = 0;
+      std::size_t count = 0;
+      for (std::size_t s = 0; s < touched.size(); ++s) {
+        if (touched[s]) {
+          last = s;
+          ++count;
+        }
       }
+      if (count > 1 && shard == last) continue;
     }
-    if (count > 1 && shard == last) continue;
-#endif
     if (shard == config_.index) {
       close_here(now, session);
     } else {

@@ -7,6 +7,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "core/canary.h"
 #include "core/signal_pattern.h"
 
 namespace turnstile::core {
@@ -317,13 +318,9 @@ void SignalIndex::plan(std::string_view channel, const std::function<std::size_t
   auto plain = [&](const std::vector<Subscribers>& all) {
     for (const Subscribers& subscribers : all) {
       for (const Listener who : *subscribers.members) {
-#ifdef TURNSTILE_CANARY_SIGNAL_TWICE
-        // The canary (sim/CMakeLists.txt): a plain listener gets a signal once per matching
+        // The canary (core/canary.h): a plain listener gets a signal once per matching
         // pattern. The simulator must notice.
-        (void)seen;
-#else
-        if (!seen.insert(who).second) continue;
-#endif
+        if (!canary::kSignalTwice && !seen.insert(who).second) continue;
         if (takes(who)) {
           ++planned[who];
           out.deliver.push_back(who);

@@ -9,6 +9,7 @@
 
 #include "core/acked_index.h"
 #include "core/assert.h"
+#include "core/canary.h"
 #include "core/slot_record.h"
 #include "net/raft_acked_record.h"
 #include "net/raft_commit_rule.h"
@@ -140,11 +141,9 @@ struct RaftCluster::Callbacks {
     RaftCluster& cluster = *reinterpret_cast<Fixture*>(f)->cluster;
     // The disks first: what they finish is part of this step.
     for (auto& node : cluster.nodes_) node->disk->finish_due(raft_fixture_time(f));
-#ifndef TURNSTILE_CANARY_SKIP_COMMIT_RULE
-    // CANARY: turnstile-sim-canary-raft's leaders propose their barrier only when the driver
-    // asks, once per simulation step (propose_barriers).
-    cluster.propose_barriers();
-#endif
+    // CANARY (core/canary.h): turnstile-sim-canary-raft's leaders propose their barrier only
+    // when the driver asks, once per simulation step (propose_barriers).
+    if constexpr (!core::canary::kSkipCommitRule) cluster.propose_barriers();
     if (cluster.host_ != nullptr) cluster.host_->after_step();
   }
   // raft_apply's and raft_barrier's completion: the request was ours to free.
@@ -221,19 +220,18 @@ void RaftCluster::configure(unsigned index) {
   // Snapshots often, so that logs stay short and lagging nodes catch up from snapshots.
   raft_set_snapshot_threshold(r, kSnapshotThreshold);
   raft_set_snapshot_trailing(r, kSnapshotTrailing);
-#ifndef TURNSTILE_CANARY_SKIP_COMMIT_RULE
-  // CANARY: only turnstile-sim-canary-raft runs libraft 0.15 as it is: without the commit
-  // rule, and with leaders that propose their barrier only once per simulation step (below).
-  net::install_commit_rule(r);
-#endif
+  // CANARY (core/canary.h): only turnstile-sim-canary-raft runs libraft 0.15 as it is: without
+  // the commit rule, and with leaders that propose their barrier only once per simulation step.
+  if constexpr (!core::canary::kSkipCommitRule) net::install_commit_rule(r);
   const core::SlotRecovery recovery =
       core::recover_slots(core::kAckedFormat, node.disk->record_file());
   TS_ASSERT(recovery.outcome != core::SlotRecovery::Outcome::kRefused);
   node.acked = std::make_unique<core::AckedIndex>(recovery);
-#ifndef TURNSTILE_CANARY_SKIP_ACKED_RECORD
-  // CANARY: turnstile-sim-canary-acked starts a node whose log lost acknowledged entries.
-  net::install_acked_record(r, node.acked.get(), node.disk.get());
-#endif
+  // CANARY (core/canary.h): turnstile-sim-canary-acked starts a node whose log lost acknowledged
+  // entries.
+  if constexpr (!core::canary::kSkipAckedRecord) {
+    net::install_acked_record(r, node.acked.get(), node.disk.get());
+  }
 }
 
 core::Instant RaftCluster::now() const {
@@ -265,11 +263,9 @@ std::uint64_t RaftCluster::last_index(unsigned node) const {
 }
 
 void RaftCluster::propose_barriers() {
-#ifdef TURNSTILE_CANARY_SKIP_COMMIT_RULE
-  // CANARY: a leader's barrier comes late (on one call in 24, about 3.5 s of the simulation's
-  // steps), as when a leader proposes one only when a request first needs it.
-  if (++barrier_calls_ % 24 != 0) return;
-#endif
+  // CANARY (core/canary.h): a leader's barrier comes late (on one call in 24, about 3.5 s of the
+  // simulation's steps), as when a leader proposes one only when a request first needs it.
+  if (core::canary::kSkipCommitRule && ++barrier_calls_ % 24 != 0) return;
   raft_fixture* f = &fixture_->f;
   for (auto& node : nodes_) {
     raft* r = raft_fixture_get(f, node->index);

@@ -139,7 +139,7 @@ class RaftCluster {
   Host* host_ = nullptr;
   // propose_barriers calls (the raft canary's pace). Declared in every build: the canary
   // compiles only raft_cluster.cc with its definition, so the layout must not depend on it.
-  [[maybe_unused]] std::uint64_t barrier_calls_ = 0;
+  std::uint64_t barrier_calls_ = 0;
   std::uint64_t rejected_ = 0;
   std::uint64_t snapshots_taken_ = 0;
   std::uint64_t snapshots_restored_ = 0;
