@@ -1,7 +1,7 @@
 // ClientView: what a simulated client knows from the replies it read: the tokens it holds, per
 // key, and the keys it enqueued (two-phase) and when; for read-write locks, also which of them
-// are read slots. The single-node workload (sim/workload.h) and the cluster profiles' clients
-// (sim/cluster_run.cc) both keep one and hand it every reply.
+// are read slots. Every simulated TCP client (sim/tcp_client.h), of the single-node workload and
+// of the cluster profiles, keeps one and hands it every reply.
 //
 // Thread affinity: a plain value.
 #pragma once

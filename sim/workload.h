@@ -6,10 +6,11 @@
 // or resets its connection. Every call and its reply go to the History; every choice comes from the
 // seed's workload stream.
 //
-// It owns the clients (their connections, requests in flight, tokens held, keys enqueued) and the
-// pool of tokens seen. It talks to the Network (connect, send, the segments that reach a client),
-// the History and the RunContext. It knows nothing of the server process: a connect is accepted
-// or not by whoever listens on the Network.
+// It owns the clients (their connections, requests in flight, tokens held, keys enqueued); what
+// they ask and what they make of a reply is the shared client model (sim/tcp_client.h), which
+// keeps the pool of tokens seen. It talks to the Network (connect, send, the segments that reach a
+// client), the History and the RunContext. It knows nothing of the server process: a connect is
+// accepted or not by whoever listens on the Network.
 //
 // Thread affinity: single-threaded, owned by one run.
 #pragma once
@@ -29,6 +30,7 @@
 #include "sim/loss_checker.h"
 #include "sim/network.h"
 #include "sim/prng.h"
+#include "sim/tcp_client.h"
 
 namespace turnstile::sim {
 
@@ -70,34 +72,34 @@ class Workload {
   void check_final();
 
  private:
-  struct Outstanding;
   struct Client;
 
+  // What the clients ask, and with which odds (sim/tcp_client.h).
+  RequestMix request_mix();
   void client_act(Client& client);
+  // A client without a connection connects, and asks for lost-notify first if it does.
+  void client_connect(Client& client);
+  // Now and then a client closes or resets its connection, idle or while it waits.
+  bool client_vanishes(Client& client);
   void client_send(Client& client, Outstanding outstanding, std::string bytes);
   void client_disconnect(Client& client, bool reset);
   void client_connection_lost(Client& client);
   void client_line(Client& client, std::string_view line);
   // Signals (Settings::signal_permille): a listen, an unlisten or a signal.
   void pick_signal_request(Client& client, core::Request& request);
-  // Read-write locks (Settings::rw_permille): rl wl rr wr rn wn re we rw ww, releases and
-  // renewals of the other kind now and then. `bytes` is set for a malformed request.
-  void pick_rw_request(Client& client, Outstanding& out, std::string& bytes);
   // A `sig` frame pushed to the client.
   void client_frame(Client& client, std::string_view line);
   ResourceKey pick_key(bool semaphore);
-  std::int64_t semaphore_limit(const std::string& key) const;
   std::string describe_connection(const Client& client, std::uint64_t life_now) const;
 
   RunContext& run_;
   Network& network_;
-  History& history_;
   LossChecker& losses_;
-  Prng prng_;         // the seed's workload stream
-  Prng losses_prng_;  // which clients ask for lost-notify (apart, so prng_ draws as before)
+  Prng prng_;             // the seed's workload stream
+  Prng losses_prng_;      // which clients ask for lost-notify (apart, so prng_ draws as before)
+  TcpClientModel model_;  // draws from prng_
   std::vector<Client> clients_;
-  std::vector<core::Token> token_pool_;  // tokens seen anywhere, for foreign/stale releases
-  std::uint64_t signals_sent_ = 0;       // payloads are "s<n>", n counting up
+  std::uint64_t signals_sent_ = 0;  // payloads are "s<n>", n counting up
 };
 
 }  // namespace turnstile::sim
