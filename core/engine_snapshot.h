@@ -3,7 +3,7 @@
 // decode_snapshot reads it back, refusing any bytes that break a rule the engine's own
 // operations keep. The layout, field by field, is docs/snapshot-format.md.
 //
-// Private to the engine (core/engine.cc builds an image from its state and its state from an
+// Private to the engine (core/engine_save.cc builds an image from its state and its state from an
 // image); nothing outside core/ includes it.
 //
 // Thread affinity: plain values and pure functions.
@@ -33,7 +33,7 @@ inline constexpr std::uint8_t kHolderOwned = 1, kHolderTwoPhasePending = 2, kHol
 inline constexpr std::uint8_t kWaiterTwoPhase = 1, kWaiterParked = 2, kWaiterOrphan = 4,
                               kWaiterShared = 8;
 
-// Numbered as the engine's TwoPhaseRecord::State (core/engine.cc checks it).
+// Numbered as the engine's TwoPhaseRecord::State (core/engine_save.cc checks it).
 enum class SnapshotRecordState : std::uint8_t { kWaiting = 0, kGranted = 1, kExpired = 2 };
 
 struct SnapshotImage {

@@ -122,78 +122,96 @@ void merge_stats(StatsSnapshot& total, StatsSnapshot&& part, std::size_t entries
 
 namespace {
 
-std::string encode_stats_json_whole(std::int64_t connections, const StatsSnapshot& snapshot) {
-  using Json = nlohmann::ordered_json;
+using Json = nlohmann::ordered_json;
 
-  // Built as arrays from the start so that an empty list is `[]`, never `null`.
-  Json locks = Json::array();
-  for (const LockStats& lock : snapshot.locks) {
-    locks.push_back(
+// Each list is built as an array from the start, so that an empty one is `[]`, never `null`.
+
+Json locks_json(const std::vector<LockStats>& locks) {
+  Json array = Json::array();
+  for (const LockStats& lock : locks) {
+    array.push_back(
         Json{{"key", lock.key},
              {"owner_conn_id", lock.owner.value},
              {"lease_expires_in_s", lock.lease_expires_in_s > 0 ? lock.lease_expires_in_s : 0.0},
              {"waiters", lock.waiters}});
   }
-  Json semaphores = Json::array();
-  for (const SemaphoreStats& semaphore : snapshot.semaphores) {
-    semaphores.push_back(Json{{"key", semaphore.key},
-                              {"limit", semaphore.limit},
-                              {"holders", semaphore.holders},
-                              {"waiters", semaphore.waiters}});
-  }
-  const auto idle_array = [](const std::vector<IdleStats>& entries) {
-    Json array = Json::array();
-    for (const IdleStats& idle : entries) {
-      array.push_back(Json{{"key", idle.key}, {"idle_s", idle.idle_s}});
-    }
-    return array;
-  };
+  return array;
+}
 
-  Json root = Json::object();
-  root["connections"] = connections;
-  root["locks"] = std::move(locks);
-  root["semaphores"] = std::move(semaphores);
-  root["idle_locks"] = idle_array(snapshot.idle_locks);
-  root["idle_semaphores"] = idle_array(snapshot.idle_semaphores);
-  Json channels = Json::array();
-  for (const SignalChannelStats& channel : snapshot.signal_channels) {
+Json semaphores_json(const std::vector<SemaphoreStats>& semaphores) {
+  Json array = Json::array();
+  for (const SemaphoreStats& semaphore : semaphores) {
+    array.push_back(Json{{"key", semaphore.key},
+                         {"limit", semaphore.limit},
+                         {"holders", semaphore.holders},
+                         {"waiters", semaphore.waiters}});
+  }
+  return array;
+}
+
+Json idle_json(const std::vector<IdleStats>& entries) {
+  Json array = Json::array();
+  for (const IdleStats& idle : entries) {
+    array.push_back(Json{{"key", idle.key}, {"idle_s", idle.idle_s}});
+  }
+  return array;
+}
+
+Json channels_json(const std::vector<SignalChannelStats>& channels) {
+  Json array = Json::array();
+  for (const SignalChannelStats& channel : channels) {
     Json entry = Json::object();
     entry["pattern"] = channel.pattern;
     if (!channel.group.empty()) entry["group"] = channel.group;
     entry["listeners"] = channel.listeners;
-    channels.push_back(std::move(entry));
+    array.push_back(std::move(entry));
   }
+  return array;
+}
+
+Json rw_locks_json(const std::vector<ReadWriteStats>& locks) {
+  Json array = Json::array();
+  for (const ReadWriteStats& lock : locks) {
+    array.push_back(
+        Json{{"key", lock.key},
+             {"readers", lock.readers},
+             {"writer_conn_id", lock.writer.value},
+             {"lease_expires_in_s", lock.lease_expires_in_s > 0 ? lock.lease_expires_in_s : 0.0},
+             {"waiters", lock.waiters}});
+  }
+  return array;
+}
+
+Json cluster_json(const ClusterStatus& cluster) {
+  Json voters = Json::array();
+  for (const std::uint64_t voter : cluster.voters) voters.push_back(voter);
+  return Json{{"node_id", cluster.node_id},
+              {"role", raft_role_name(cluster.role)},
+              {"term", cluster.term},
+              {"leader_id", cluster.leader_id},
+              {"leader_address", cluster.leader_address},
+              {"commit_index", cluster.commit_index},
+              {"last_index", cluster.last_index},
+              {"snapshot_index", cluster.snapshot_index},
+              {"applied_index", cluster.applied_index},
+              {"voters", std::move(voters)}};
+}
+
+std::string encode_stats_json_whole(std::int64_t connections, const StatsSnapshot& snapshot) {
+  Json root = Json::object();
+  root["connections"] = connections;
+  root["locks"] = locks_json(snapshot.locks);
+  root["semaphores"] = semaphores_json(snapshot.semaphores);
+  root["idle_locks"] = idle_json(snapshot.idle_locks);
+  root["idle_semaphores"] = idle_json(snapshot.idle_semaphores);
   // Only while something listens: a server nobody uses signals on answers dflockd v2's line.
-  if (!channels.empty()) root["signal_channels"] = std::move(channels);
+  if (!snapshot.signal_channels.empty())
+    root["signal_channels"] = channels_json(snapshot.signal_channels);
   // Likewise read-write locks: present only while there are some.
-  if (!snapshot.rw_locks.empty()) {
-    Json rw_locks = Json::array();
-    for (const ReadWriteStats& lock : snapshot.rw_locks) {
-      rw_locks.push_back(
-          Json{{"key", lock.key},
-               {"readers", lock.readers},
-               {"writer_conn_id", lock.writer.value},
-               {"lease_expires_in_s", lock.lease_expires_in_s > 0 ? lock.lease_expires_in_s : 0.0},
-               {"waiters", lock.waiters}});
-    }
-    root["rw_locks"] = std::move(rw_locks);
-  }
-  if (!snapshot.idle_rw_locks.empty()) root["idle_rw_locks"] = idle_array(snapshot.idle_rw_locks);
+  if (!snapshot.rw_locks.empty()) root["rw_locks"] = rw_locks_json(snapshot.rw_locks);
+  if (!snapshot.idle_rw_locks.empty()) root["idle_rw_locks"] = idle_json(snapshot.idle_rw_locks);
   root["truncated"] = snapshot.truncated;
-  if (const std::optional<ClusterStatus>& cluster = snapshot.cluster) {
-    Json voters = Json::array();
-    for (const std::uint64_t voter : cluster->voters) voters.push_back(voter);
-    root["cluster"] = Json{{"node_id", cluster->node_id},
-                           {"role", raft_role_name(cluster->role)},
-                           {"term", cluster->term},
-                           {"leader_id", cluster->leader_id},
-                           {"leader_address", cluster->leader_address},
-                           {"commit_index", cluster->commit_index},
-                           {"last_index", cluster->last_index},
-                           {"snapshot_index", cluster->snapshot_index},
-                           {"applied_index", cluster->applied_index},
-                           {"voters", std::move(voters)}};
-  }
+  if (snapshot.cluster) root["cluster"] = cluster_json(*snapshot.cluster);
   // Keys are client bytes and need not be UTF-8; like Go's encoding/json, replace invalid
   // sequences with U+FFFD instead of failing (nlohmann's default is to throw).
   return root.dump(-1, ' ', false, Json::error_handler_t::replace);
@@ -202,7 +220,6 @@ std::string encode_stats_json_whole(std::int64_t connections, const StatsSnapsho
 }  // namespace
 
 std::string encode_inspection_json(const KeyInspection& inspection) {
-  using Json = nlohmann::ordered_json;
   const bool read_write = inspection.kind == "rw";
   Json holders = Json::array();
   for (const KeyInspection::Holder& holder : inspection.holders) {

@@ -1,7 +1,7 @@
 # Fails when a file of core/'s protocol library includes a header of the engine side: the client
 # links the protocol library alone (core/CMakeLists.txt).
 #   cmake -DCORE_DIR=<core> -DPROTOCOL="<names>" -P check_core_layers.cmake
-set(engine_headers engine deadline_queue intrusive_list fence stats random routing router
+set(engine_headers engine engine_internal deadline_queue intrusive_list fence stats random routing router
   signal_index signal_hub)
 set(failures "")
 set(count 0)
