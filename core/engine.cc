@@ -2,9 +2,8 @@
 // head of a queue, close_session() and cancel_parked() take a session's places out of them.
 // The other members of Engine::Impl are in engine_*.cc (engine_internal.h names which file).
 //
-// The simulator's canaries (sim/CMakeLists.txt) compile this file alone with
-// TURNSTILE_CANARY_SKIP_FIFO or TURNSTILE_CANARY_SKIP_CLOSE_DELAY; the blocks they turn on must
-// stay in it.
+// Two canaries (core/canary.h: kSkipFifo, kSkipCloseDelay) compile this file alone with their
+// macro; the code that tests their flags must stay in it.
 
 #include "core/engine.h"
 
@@ -15,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/canary.h"
 #include "core/engine_internal.h"
 
 namespace turnstile::core {
@@ -58,13 +58,12 @@ Engine::Impl::~Impl() {
 void Engine::Impl::promote(Resource& resource, std::vector<Delivery>& out) {
   while (resource.head_admitted()) {
     Waiter* waiter = resource.waiters.front();
-#ifdef TURNSTILE_CANARY_SKIP_FIFO
-    // CANARY, never defined in a real build: only sim/'s turnstile-sim-canary compiles it, to
-    // prove that the simulator catches a broken FIFO. Grants the tail instead of the head.
-    while (decltype(resource.waiters)::next(waiter) != nullptr) {
-      waiter = decltype(resource.waiters)::next(waiter);
+    if constexpr (canary::kSkipFifo) {
+      // CANARY (core/canary.h): grants the tail instead of the head.
+      while (decltype(resource.waiters)::next(waiter) != nullptr) {
+        waiter = decltype(resource.waiters)::next(waiter);
+      }
     }
-#endif
     if (waiter->owner == nullptr) {
       // An orphan reaches the head: the slot is granted to it and kept for its ref, until its
       // lease or its orphan time ends, whichever comes first.
@@ -182,11 +181,7 @@ bool Engine::Impl::close_session(SessionId session, bool auto_release, Duration 
   std::sort(released.begin(), released.end(),
             [](const Resource* a, const Resource* b) { return a->serial < b->serial; });
   released.erase(std::unique(released.begin(), released.end()), released.end());
-#ifdef TURNSTILE_CANARY_SKIP_CLOSE_DELAY
-  // CANARY, never defined in a real build: only sim/'s turnstile-sim-canary-lock-delay compiles
-  // it, to prove that the simulator catches a skipped lock-delay. A close starts none.
-  released.clear();
-#endif
+  if constexpr (canary::kSkipCloseDelay) released.clear();  // CANARY (core/canary.h): no delay
   for (Resource* resource : released) start_delay(*resource);
   for (Resource* resource : touched) {
     promote(*resource, out);
@@ -194,6 +189,7 @@ bool Engine::Impl::close_session(SessionId session, bool auto_release, Duration 
   }
   return dropped_parked;
 }
+
 Engine::Engine(const EngineConfig& config, RandomSource& salt_source, ResourceBudget* budget,
                FenceSource* fences)
     : impl_(std::make_unique<Impl>(config, salt_source, budget, fences)) {}
