@@ -71,6 +71,43 @@ class Checker {
     std::vector<bool> orphaned;     // per waiter
     std::vector<std::string> refs;  // per waiter: its stable ref, if any
   };
+  // What one check_engine call works on.
+  struct Call {
+    std::map<ResourceKey, KeySnapshot> current;             // the engine as this call leaves it
+    std::map<ResourceKey, std::vector<core::Token>> fresh;  // grants not checked before
+    std::map<std::uint64_t, std::string> source;  // fence -> where the checker saw it first
+    std::map<ResourceKey, std::set<std::uint64_t>> fresh_holders;  // sessions granted this call
+    std::map<ResourceKey, std::map<std::uint64_t, std::string>> fresh_refs;  // their stable refs
+    std::set<std::pair<ResourceKey, std::pair<std::uint64_t, std::uint64_t>>> released;
+    std::set<ResourceKey> cleared;
+  };
+  // Holders that left a key without releasing in this call, and the key's limit before.
+  struct Departures {
+    std::map<ResourceKey, std::vector<HolderSnapshot>> holders;
+    std::map<ResourceKey, std::int64_t> limit;
+  };
+
+  void count(const char* name);
+  // Each check returns false once it reported a broken invariant.
+  void take_observed(Call& call);
+  bool check_resources(std::size_t shard, const core::Engine& engine, std::int64_t now, Call& call);
+  bool check_holders(const ResourceKey& key, const core::Engine::ResourceView& view,
+                     const core::Engine& engine, Call& call);
+  bool check_read_write(const ResourceKey& key, const core::Engine::ResourceView& view,
+                        std::int64_t now);
+  bool snapshot_key(const ResourceKey& key, const core::Engine::ResourceView& view, Call& call);
+  bool check_fences(std::size_t shard, std::int64_t now, Call& call);
+  bool check_lock_delay(std::size_t shard, const core::Engine& engine, Call& call);
+  void find_departures(std::size_t shard, const Call& call, Departures& left) const;
+  bool check_grants_after_departure(const ResourceKey& key, const std::vector<core::Token>& tokens,
+                                    const std::vector<HolderSnapshot>& gone, std::int64_t limit,
+                                    Call& call, std::int64_t now_ns, std::int64_t delay_ns);
+  static std::set<std::uint64_t> still_waiting(const std::vector<std::uint64_t>& w,
+                                               const std::vector<std::uint64_t>& r,
+                                               const std::set<std::uint64_t>& granted);
+  bool check_queue(const ResourceKey& key, const KeySnapshot& before, std::int64_t now, Call& call);
+  bool check_newcomers(const ResourceKey& key, const KeySnapshot& before,
+                       const std::set<std::uint64_t>& still, std::size_t first_still, Call& call);
 
   const Settings& settings_;
   const bool& failed_;

@@ -298,6 +298,19 @@ void History::force_answered(std::uint64_t id, std::int64_t now_ns, bool freed_n
   forces_[id - 1].freed_none = freed_none;
 }
 
+namespace {
+
+using TokenId = std::pair<std::uint64_t, std::uint64_t>;  // (fence, salt)
+
+TokenId token_id(const core::Token& token) { return {token.fence.value, token.salt}; }
+
+History::Partition partition_of(const History::Operation& operation) {
+  return {operation.life,
+          {core::command_namespace(operation.request.command), operation.request.key}};
+}
+
+}  // namespace
+
 bool History::adopted(
     const Operation& operation, std::size_t index,
     const std::map<std::pair<std::uint64_t, std::uint64_t>, std::size_t>& first_grant) const {
@@ -310,11 +323,6 @@ bool History::adopted(
 bool History::check_order(
     const std::map<std::pair<std::uint64_t, std::uint64_t>, std::size_t>& first_grant,
     Outcome& outcome) const {
-  using Partition = std::pair<std::uint64_t, std::pair<core::Namespace, std::string>>;
-  auto partition_of = [](const Operation& operation) {
-    return Partition{operation.life,
-                     {core::command_namespace(operation.request.command), operation.request.key}};
-  };
   struct Granted {
     std::int64_t call = 0;
     std::int64_t ret = 0;
@@ -430,25 +438,114 @@ bool History::check_order(
   return false;
 }
 
-History::Outcome History::check() const {
-  Outcome outcome;
-  using Partition = std::pair<std::uint64_t, std::pair<core::Namespace, std::string>>;
-  std::map<Partition, std::vector<LinOp>> partitions;
-  std::map<std::pair<std::uint64_t, std::uint64_t>, std::int64_t> lost_release_at;
+namespace {
+
+// The lease a request asked for (the default when it named none), in seconds.
+std::int64_t asked_lease_s(const core::Request& request) {
+  return request.lease_s > 0 ? request.lease_s : kDefaultLeaseS;
+}
+
+// The lease a grant or renew answered carries (the default when it named none), in ns.
+std::int64_t answered_lease_ns(const History::Operation& operation) {
+  return (operation.lease_s > 0 ? operation.lease_s : kDefaultLeaseS) * kNsPerS;
+}
+
+// `token` may vanish from `from` on (the earliest such instant counts).
+void may_vanish(std::map<TokenId, std::int64_t>& lost_release_at, TokenId token,
+                std::int64_t from) {
+  auto [it, inserted] = lost_release_at.emplace(token, from);
+  if (!inserted) it->second = std::min(it->second, from);
+}
+
+// The operations just before the one that broke linearizability, up to it (`bad` of them).
+std::string listing_before(const std::vector<LinOp>& ops, std::size_t bad) {
+  std::string listing;
+  for (std::size_t i = bad > 24 ? bad - 24 : 0; i < bad; ++i) {
+    const LinOp& op = ops[i];
+    static const char* const kNames[] = {"grant", "release-ok", "release-error", "renew-ok",
+                                         "renew-error"};
+    listing += "\n  op " + std::to_string(op.id) + " " + kNames[static_cast<int>(op.kind)] +
+               (op.adoption ? " (adoption)" : "") + " [" + std::to_string(op.call) + ", " +
+               std::to_string(op.ret) + "] fence " + std::to_string(op.token.fence.value) +
+               " lease_ns " + std::to_string(op.lease_ns) + " limit " + std::to_string(op.limit) +
+               " owner_closed_at " + std::to_string(op.owner_closed_at);
+  }
+  return listing;
+}
+
+// Searches one partition's operations (sorted here by call); false, with `outcome` filled in,
+// when they do not linearize.
+bool check_partition(const History::Partition& partition, std::vector<LinOp>& ops,
+                     const std::map<TokenId, std::int64_t>& lost_release_at,
+                     History::Outcome& outcome) {
+  std::stable_sort(ops.begin(), ops.end(),
+                   [](const LinOp& a, const LinOp& b) { return a.call < b.call; });
+  ++outcome.keys_checked;
+  outcome.operations += ops.size();
+  const std::size_t count = ops.size();
+  const int verdict = Search(ops, lost_release_at).run();
+  if (verdict < 0) {
+    ++outcome.inconclusive;
+  } else if (verdict == 0) {
+    // The shortest prefix (by call) that does not linearize ends at the operation that broke
+    // it: list the operations just before it, up to it.
+    std::size_t good = 0;  // a prefix that linearizes (or is undecided)
+    std::size_t bad = count;
+    while (bad - good > 1) {
+      const std::size_t middle = good + (bad - good) / 2;
+      const std::vector<LinOp> prefix(ops.begin(), ops.begin() + static_cast<long>(middle));
+      (Search(prefix, lost_release_at).run() == 0 ? bad : good) = middle;
+    }
+    outcome.violation = partition_name(partition.second.first, partition.second.second) +
+                        " in life " + std::to_string(partition.first) + ": " +
+                        std::to_string(count) + " operations do not linearize; the first " +
+                        std::to_string(bad) +
+                        " already do not, ending with:" + listing_before(ops, bad);
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+struct History::Facts {
+  std::map<TokenId, std::int64_t> lost_release_at;
   // Tokens granted per partition: a release or renew of any other token is trivially `error`.
-  std::map<Partition, std::set<std::pair<std::uint64_t, std::uint64_t>>> granted;
+  std::map<Partition, std::set<TokenId>> granted;
   // Tokens `e` answered `acquired`: the `w` that follows returns the same token and restarts its
   // lease, which is a renewal, not a second grant.
   // (Only an `e` that was the token's first grant: a later `e` that returns it adopted it.)
-  std::set<std::pair<std::uint64_t, std::uint64_t>> acquired_by_enqueue;
+  std::set<TokenId> acquired_by_enqueue;
   // The first answered acquire that returned each token. A later acquire returning the same
   // token under the same stable ref adopted the orphaned slot: a renewal with a fresh lease.
-  std::map<std::pair<std::uint64_t, std::uint64_t>, std::size_t> first_grant;
+  std::map<TokenId, std::size_t> first_grant;
+};
+
+struct History::Linearized {
+  std::map<Partition, std::vector<LinOp>> partitions;
+};
+
+History::Outcome History::check() const {
+  Outcome outcome;
+  Facts facts;
+  note_answers(facts);
+  note_forced(facts);
+  note_adoptable(facts);
+  if (check_order(facts.first_grant, outcome)) return outcome;
+  Linearized linearized;
+  for (std::size_t i = 0; i < operations_.size(); ++i) {
+    if (!add_op(i, facts, linearized, outcome)) return outcome;
+  }
+  for (auto& [partition, ops] : linearized.partitions) {
+    if (!check_partition(partition, ops, facts.lost_release_at, outcome)) return outcome;
+  }
+  return outcome;
+}
+
+void History::note_answers(Facts& facts) const {
   for (std::size_t i = 0; i < operations_.size(); ++i) {
     const Operation& operation = operations_[i];
-    const Partition partition{
-        operation.life,
-        {core::command_namespace(operation.request.command), operation.request.key}};
+    const Partition partition = partition_of(operation);
     if (!operation.return_ns) {
       // An unanswered release may have released its token from its call on; an unanswered renew
       // may have shortened its lease to what it asked for, from its call on.
@@ -456,30 +553,26 @@ History::Outcome History::check() const {
       if (is_release(operation.request.command)) {
         from = operation.call_ns;
       } else if (is_renew(operation.request.command)) {
-        const std::int64_t lease_s =
-            operation.request.lease_s > 0 ? operation.request.lease_s : kDefaultLeaseS;
-        from = saturating_add(operation.call_ns, lease_s * kNsPerS);
+        from = saturating_add(operation.call_ns, asked_lease_s(operation.request) * kNsPerS);
       }
       if (from && operation.request.token) {
-        const auto token =
-            std::pair(operation.request.token->fence.value, operation.request.token->salt);
-        auto [it, inserted] = lost_release_at.emplace(token, *from);
-        if (!inserted) it->second = std::min(it->second, *from);
+        may_vanish(facts.lost_release_at, token_id(*operation.request.token), *from);
       }
       continue;
     }
     if (is_acquire(operation.request.command) && operation.token) {
-      granted[partition].insert({operation.token->fence.value, operation.token->salt});
-      const bool first =
-          first_grant.emplace(std::pair(operation.token->fence.value, operation.token->salt), i)
-              .second;
+      facts.granted[partition].insert(token_id(*operation.token));
+      const bool first = facts.first_grant.emplace(token_id(*operation.token), i).second;
       if (first && is_enqueue(operation.request.command)) {
-        acquired_by_enqueue.insert({operation.token->fence.value, operation.token->salt});
+        facts.acquired_by_enqueue.insert(token_id(*operation.token));
       }
     }
   }
-  // A force-release may have freed a holder of its key (of its fence, when it names one) from
-  // its call on, unless its answer came before that holder's acquire was called.
+}
+
+// A force-release may have freed a holder of its key (of its fence, when it names one) from
+// its call on, unless its answer came before that holder's acquire was called.
+void History::note_forced(Facts& facts) const {
   for (const Force& force : forces_) {
     if (force.freed_none) continue;
     for (const Operation& operation : operations_) {
@@ -490,15 +583,16 @@ History::Outcome History::check() const {
           (force.return_ns && *force.return_ns < operation.call_ns)) {
         continue;
       }
-      auto [it, inserted] = lost_release_at.emplace(
-          std::pair(operation.token->fence.value, operation.token->salt), force.call_ns);
-      if (!inserted) it->second = std::min(it->second, force.call_ns);
+      may_vanish(facts.lost_release_at, token_id(*operation.token), force.call_ns);
     }
   }
-  // An unanswered acquire under a stable ref, or an enqueue answered `queued` (a close can hand
-  // its ref's slot to it for its `w`), may have adopted any slot of its ref on its key with the
-  // lease it asked for (docs/semantics.md, "Stable refs and orphans"): those holders may vanish
-  // from its call plus that lease on.
+}
+
+// An unanswered acquire under a stable ref, or an enqueue answered `queued` (a close can hand
+// its ref's slot to it for its `w`), may have adopted any slot of its ref on its key with the
+// lease it asked for (docs/semantics.md, "Stable refs and orphans"): those holders may vanish
+// from its call plus that lease on.
+void History::note_adoptable(Facts& facts) const {
   for (const Operation& unanswered : operations_) {
     const core::Command command = unanswered.request.command;
     const bool queued = is_enqueue(command) && unanswered.status == "queued";
@@ -506,10 +600,9 @@ History::Outcome History::check() const {
         !is_acquire(command)) {
       continue;
     }
-    const std::int64_t lease_s =
-        unanswered.request.lease_s > 0 ? unanswered.request.lease_s : kDefaultLeaseS;
-    const std::int64_t from = saturating_add(unanswered.call_ns, lease_s * kNsPerS);
-    for (const auto& [token, index] : first_grant) {
+    const std::int64_t from =
+        saturating_add(unanswered.call_ns, asked_lease_s(unanswered.request) * kNsPerS);
+    for (const auto& [token, index] : facts.first_grant) {
       const Operation& granted_op = operations_[index];
       if (granted_op.request.ref != unanswered.request.ref ||
           granted_op.request.key != unanswered.request.key ||
@@ -517,125 +610,95 @@ History::Outcome History::check() const {
               core::command_namespace(unanswered.request.command)) {
         continue;
       }
-      auto [it, inserted] = lost_release_at.emplace(token, from);
-      if (!inserted) it->second = std::min(it->second, from);
+      may_vanish(facts.lost_release_at, token, from);
     }
   }
-  if (check_order(first_grant, outcome)) return outcome;
-  for (std::size_t i = 0; i < operations_.size(); ++i) {
-    const Operation& operation = operations_[i];
-    if (!operation.return_ns) continue;
-    const Partition partition{
-        operation.life,
-        {core::command_namespace(operation.request.command), operation.request.key}};
-    LinOp op;
-    op.call = operation.call_ns;
-    op.ret = *operation.return_ns;
-    op.id = i + 1;
-    const core::Command command = operation.request.command;
-    const bool two_phase_wait = is_wait(command);
-    const bool read_write = core::command_namespace(command) == core::Namespace::kReadWrite;
-    if (operation.token && is_acquire(command) && adopted(operation, i, first_grant)) {
-      op.kind = Kind::kRenewOk;
-      op.adoption = true;
-      op.token = *operation.token;
-      op.lease_ns = (operation.lease_s > 0 ? operation.lease_s : kDefaultLeaseS) * kNsPerS;
-      auto closed = closed_at_.find(operation.connection);
-      if (closed != closed_at_.end()) op.owner_closed_at = closed->second;
-    } else if (two_phase_wait && operation.token &&
-               acquired_by_enqueue.count({operation.token->fence.value, operation.token->salt}) !=
-                   0) {
-      op.kind = Kind::kRenewOk;
-      op.token = *operation.token;
-      op.lease_ns = (operation.lease_s > 0 ? operation.lease_s : kDefaultLeaseS) * kNsPerS;
-    } else if (is_acquire(command)) {
-      // timeout, queued, error (also for want of a durable fence): a definite non-grant.
-      if (!operation.token) continue;
-      op.kind = Kind::kGrant;
-      op.token = *operation.token;
-      op.lease_ns = (operation.lease_s > 0 ? operation.lease_s : kDefaultLeaseS) * kNsPerS;
-      op.limit = two_phase_wait ? kNever : operation.request.limit;
-      if (read_write) {
-        op.mode = core::is_shared_command(command) ? LinOp::Mode::kRead : LinOp::Mode::kWrite;
+}
+
+bool History::add_op(std::size_t i, Facts& facts, Linearized& linearized, Outcome& outcome) const {
+  const Operation& operation = operations_[i];
+  if (!operation.return_ns) return true;
+  const Partition partition = partition_of(operation);
+  LinOp op;
+  op.call = operation.call_ns;
+  op.ret = *operation.return_ns;
+  op.id = i + 1;
+  const core::Command command = operation.request.command;
+  const bool two_phase_wait = is_wait(command);
+  const bool read_write = core::command_namespace(command) == core::Namespace::kReadWrite;
+  if (operation.token && is_acquire(command) && adopted(operation, i, facts.first_grant)) {
+    op.kind = Kind::kRenewOk;
+    op.adoption = true;
+    op.token = *operation.token;
+    op.lease_ns = answered_lease_ns(operation);
+    auto closed = closed_at_.find(operation.connection);
+    if (closed != closed_at_.end()) op.owner_closed_at = closed->second;
+  } else if (two_phase_wait && operation.token &&
+             facts.acquired_by_enqueue.count(token_id(*operation.token)) != 0) {
+    op.kind = Kind::kRenewOk;
+    op.token = *operation.token;
+    op.lease_ns = answered_lease_ns(operation);
+  } else if (is_acquire(command)) {
+    // timeout, queued, error (also for want of a durable fence): a definite non-grant.
+    if (!operation.token) return true;
+    op.kind = Kind::kGrant;
+    op.token = *operation.token;
+    op.lease_ns = answered_lease_ns(operation);
+    op.limit = two_phase_wait ? kNever : operation.request.limit;
+    if (read_write) {
+      op.mode = core::is_shared_command(command) ? LinOp::Mode::kRead : LinOp::Mode::kWrite;
+    }
+    auto closed = closed_at_.find(operation.connection);
+    if (closed != closed_at_.end()) op.owner_closed_at = closed->second;
+  } else if (is_release(command) || is_renew(command)) {
+    if (!operation.request.token) return true;
+    const core::Token token = *operation.request.token;
+    const bool ok = operation.status == "ok";
+    if (!ok && facts.granted[partition].count(token_id(token)) == 0) return true;
+    if (read_write) {
+      switch (check_kind(operation, partition, facts, outcome)) {
+        case KindCheck::kSame:
+          break;
+        case KindCheck::kOther:
+          return true;
+        case KindCheck::kBroken:
+          return false;
       }
-      auto closed = closed_at_.find(operation.connection);
-      if (closed != closed_at_.end()) op.owner_closed_at = closed->second;
-    } else if (is_release(command) || is_renew(command)) {
-      if (!operation.request.token) continue;
-      const core::Token token = *operation.request.token;
-      const bool ok = operation.status == "ok";
-      if (!ok && granted[partition].count({token.fence.value, token.salt}) == 0) continue;
-      if (read_write) {
-        // `rr`/`rn` name only read slots, `wr`/`wn` only write slots: one of the other kind is
-        // answered `error` and changes nothing, so the model skips it.
-        auto first = first_grant.find({token.fence.value, token.salt});
-        if (first != first_grant.end() &&
-            core::is_shared_command(operations_[first->second].request.command) !=
-                core::is_shared_command(command)) {
-          if (ok) {
-            outcome.invariant = "rw-kind";
-            outcome.violation =
-                partition_name(partition.second.first, partition.second.second) + ": " +
-                std::string(core::command_name(command)) + " of fence " +
-                std::to_string(token.fence.value) + ", granted by " +
-                std::string(core::command_name(operations_[first->second].request.command)) +
-                ", was answered ok";
-            return outcome;
-          }
-          continue;
-        }
-      }
-      op.token = token;
-      if (is_release(command)) {
-        op.kind = ok ? Kind::kReleaseOk : Kind::kReleaseError;
-      } else {
-        op.kind = ok ? Kind::kRenewOk : Kind::kRenewError;
-        op.lease_ns = (ok && operation.lease_s > 0 ? operation.lease_s : kDefaultLeaseS) * kNsPerS;
-      }
+    }
+    op.token = token;
+    if (is_release(command)) {
+      op.kind = ok ? Kind::kReleaseOk : Kind::kReleaseError;
     } else {
-      continue;
+      op.kind = ok ? Kind::kRenewOk : Kind::kRenewError;
+      op.lease_ns = (ok && operation.lease_s > 0 ? operation.lease_s : kDefaultLeaseS) * kNsPerS;
     }
-    partitions[partition].push_back(op);
+  } else {
+    return true;
   }
-  for (auto& [partition, ops] : partitions) {
-    std::stable_sort(ops.begin(), ops.end(),
-                     [](const LinOp& a, const LinOp& b) { return a.call < b.call; });
-    ++outcome.keys_checked;
-    outcome.operations += ops.size();
-    const std::size_t count = ops.size();
-    const int verdict = Search(ops, lost_release_at).run();
-    if (verdict < 0) {
-      ++outcome.inconclusive;
-    } else if (verdict == 0) {
-      // The shortest prefix (by call) that does not linearize ends at the operation that broke
-      // it: list the operations just before it, up to it.
-      std::size_t good = 0;  // a prefix that linearizes (or is undecided)
-      std::size_t bad = count;
-      while (bad - good > 1) {
-        const std::size_t middle = good + (bad - good) / 2;
-        const std::vector<LinOp> prefix(ops.begin(), ops.begin() + static_cast<long>(middle));
-        (Search(prefix, lost_release_at).run() == 0 ? bad : good) = middle;
-      }
-      std::string listing;
-      for (std::size_t i = bad > 24 ? bad - 24 : 0; i < bad; ++i) {
-        const LinOp& op = ops[i];
-        static const char* const kNames[] = {"grant", "release-ok", "release-error", "renew-ok",
-                                             "renew-error"};
-        listing += "\n  op " + std::to_string(op.id) + " " + kNames[static_cast<int>(op.kind)] +
-                   (op.adoption ? " (adoption)" : "") + " [" + std::to_string(op.call) + ", " +
-                   std::to_string(op.ret) + "] fence " + std::to_string(op.token.fence.value) +
-                   " lease_ns " + std::to_string(op.lease_ns) + " limit " +
-                   std::to_string(op.limit) + " owner_closed_at " +
-                   std::to_string(op.owner_closed_at);
-      }
-      outcome.violation = partition_name(partition.second.first, partition.second.second) +
-                          " in life " + std::to_string(partition.first) + ": " +
-                          std::to_string(count) + " operations do not linearize; the first " +
-                          std::to_string(bad) + " already do not, ending with:" + listing;
-      return outcome;
-    }
+  linearized.partitions[partition].push_back(op);
+  return true;
+}
+
+// `rr`/`rn` name only read slots, `wr`/`wn` only write slots: one of the other kind is
+// answered `error` and changes nothing, so the model skips it.
+History::KindCheck History::check_kind(const Operation& operation, const Partition& partition,
+                                       const Facts& facts, Outcome& outcome) const {
+  const core::Command command = operation.request.command;
+  const core::Token token = *operation.request.token;
+  auto first = facts.first_grant.find(token_id(token));
+  if (first == facts.first_grant.end() ||
+      core::is_shared_command(operations_[first->second].request.command) ==
+          core::is_shared_command(command)) {
+    return KindCheck::kSame;
   }
-  return outcome;
+  if (operation.status != "ok") return KindCheck::kOther;
+  outcome.invariant = "rw-kind";
+  outcome.violation = partition_name(partition.second.first, partition.second.second) + ": " +
+                      std::string(core::command_name(command)) + " of fence " +
+                      std::to_string(token.fence.value) + ", granted by " +
+                      std::string(core::command_name(operations_[first->second].request.command)) +
+                      ", was answered ok";
+  return KindCheck::kBroken;
 }
 
 }  // namespace turnstile::sim

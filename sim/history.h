@@ -95,7 +95,23 @@ class History {
   };
   Outcome check() const;
 
+  using Partition = std::pair<std::uint64_t, std::pair<core::Namespace, std::string>>;  // life, key
+
  private:
+  struct Facts;       // what every answered or unanswered operation tells about the tokens
+  struct Linearized;  // the operations the model searches, per partition
+  enum class KindCheck : std::uint8_t { kSame, kOther, kBroken };
+
+  void note_answers(Facts& facts) const;
+  void note_forced(Facts& facts) const;
+  void note_adoptable(Facts& facts) const;
+  // Adds the index-th operation to its partition if the model takes part in it; false, with
+  // `outcome` filled in, when it breaks rw-kind.
+  bool add_op(std::size_t i, Facts& facts, Linearized& linearized, Outcome& outcome) const;
+  // A read-write release or renew: whether it names a slot of its own kind (kSame), of the other
+  // kind and was refused (kOther: skipped), or of the other kind and answered ok (kBroken).
+  KindCheck check_kind(const Operation& operation, const Partition& partition, const Facts& facts,
+                       Outcome& outcome) const;
   // Whether `operation` (the index-th) returned a token that an earlier acquire under the same
   // stable ref was granted: it adopted that orphaned slot.
   bool adopted(

@@ -222,10 +222,6 @@ void HttpWorkload::on_result(std::uint64_t exchange) {
   const int code = result->outcome.code;
   const std::string& body = result->outcome.body;
   run_.digest.add(static_cast<std::uint64_t>(result->reset ? 1 : code));
-  auto bad = [&](const std::string& what) {
-    run_.fail("http-protocol", "HTTP client " + std::to_string(client.id) + ": " + what +
-                                   " (code " + std::to_string(code) + ", body " + body + ")");
-  };
   if (result->reset) {
     // The process died with the request: and with it every session.
     ++run_.result.coverage["http-reset"];
@@ -241,25 +237,36 @@ void HttpWorkload::on_result(std::uint64_t exchange) {
   }
   switch (call.op) {
     case HttpOp::kCreate:
-      if (code != 200) return bad("create refused");
+      if (code != 200) return bad(client, "create refused", code, body);
       client.handle = json_string(body, "session_id");
-      if (client.handle.size() != 32) return bad("no session id");
+      if (client.handle.size() != 32) return bad(client, "no session id", code, body);
       return;
     case HttpOp::kPing:
-      if (code != 204) bad("ping answered");
+      if (code != 204) bad(client, "ping answered", code, body);
       return;
     case HttpOp::kRemove:
-      if (code != 204) return bad("delete answered");
+      if (code != 204) return bad(client, "delete answered", code, body);
       if (call.handle == client.handle) session_gone(client);
       return;
     case HttpOp::kSubmit:
       break;
     case HttpOp::kAdminRelease:
-      return bad("an admin request of an HTTP client");  // the operator's (sim/operator.h)
+      // The operator's (sim/operator.h).
+      return bad(client, "an admin request of an HTTP client", code, body);
   }
   if (call.handle != client.handle) return;  // an answer for a session given up since
   if (!check_lost(client, body)) return;
-  const core::Request& request = call.request;
+  on_request_answered(client, call.request, code, body);
+}
+
+void HttpWorkload::bad(const Client& client, const std::string& what, int code,
+                       const std::string& body) {
+  run_.fail("http-protocol", "HTTP client " + std::to_string(client.id) + ": " + what + " (code " +
+                                 std::to_string(code) + ", body " + body + ")");
+}
+
+void HttpWorkload::on_request_answered(Client& client, const core::Request& request, int code,
+                                       const std::string& body) {
   const std::string key =
       (core::command_namespace(request.command) == core::Namespace::kSemaphore ? "sem:" : "") +
       request.key;
@@ -269,16 +276,18 @@ void HttpWorkload::on_result(std::uint64_t exchange) {
     case core::Command::kLock:
     case core::Command::kSemLock: {
       if (code != 200) {
-        if (code != 503 && code != 409) bad("lock answered");
+        if (code != 503 && code != 409) bad(client, "lock answered", code, body);
         return;
       }
       const std::string text = json_string(body, "token");
       if (text.empty()) {
-        if (json_string(body, "status") != "timeout") bad("lock answered without a token");
+        if (json_string(body, "status") != "timeout") {
+          bad(client, "lock answered without a token", code, body);
+        }
         return;
       }
       const std::optional<core::Token> token = core::Token::parse(text);
-      if (!token) return bad("unreadable token");
+      if (!token) return bad(client, "unreadable token", code, body);
       client.held[key] = *token;
       client.tokens.granted[text] = key;
       ++run_.result.coverage["http-grant"];
@@ -289,7 +298,7 @@ void HttpWorkload::on_result(std::uint64_t exchange) {
       // 409 lease_expired: the operator forced the slot out (sim/operator.h).
       if (code != 204 && code != 200 && code != 404 &&
           !(code == 409 && run_.settings.force_interval_ms > 0)) {
-        return bad("release answered");
+        return bad(client, "release answered", code, body);
       }
       if (code == 204 || code == 200) client.tokens.released.insert(sent_token);
       if (lease_expired) check_loss_announced(client, sent_token, body);
@@ -298,11 +307,11 @@ void HttpWorkload::on_result(std::uint64_t exchange) {
     case core::Command::kRenew:
     case core::Command::kSemRenew:
       if (code != 200) client.held.erase(key);  // the lease ended
-      if (code != 200 && code != 404 && code != 409) bad("renew answered");
+      if (code != 200 && code != 404 && code != 409) bad(client, "renew answered", code, body);
       if (lease_expired) check_loss_announced(client, sent_token, body);
       return;
     default:
-      return bad("a request the client never sends");
+      return bad(client, "a request the client never sends", code, body);
   }
 }
 

@@ -78,6 +78,11 @@ class HttpWorkload {
   bool check_lost(Client& client, const std::string& body);
   // A renew or release of `token` answered lease_expired: the session must have heard why.
   void check_loss_announced(Client& client, const std::string& token, const std::string& body);
+  // A protocol failure: `what` about a reply with `code` and `body` to `client`.
+  void bad(const Client& client, const std::string& what, int code, const std::string& body);
+  // The reply to `client`'s lock, release or renew `request` on its current session.
+  void on_request_answered(Client& client, const core::Request& request, int code,
+                           const std::string& body);
 
   RunContext& run_;
   Network& network_;

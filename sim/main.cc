@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -72,17 +73,45 @@ int usage(std::FILE* out = stderr, int code = 2) {
   return code;
 }
 
-}  // namespace
+void print_coverage(const std::map<std::string, std::uint64_t>& coverage) {
+  std::printf("coverage");
+  for (const auto& [name, count] : coverage) std::printf(" %s=%" PRIu64, name.c_str(), count);
+  std::printf("\n");
+}
 
-int main(int argc, char** argv) {
+// The command line: one seed, or the range first..last.
+struct Command {
   Options options;
+  bool many = false;
+  std::uint64_t first = 1, last = 1;
+};
+
+// The program's name as invoked, without its directory.
+void remember_program(int argc, char** argv) {
   if (argc > 0) {
     const std::string_view invoked = argv[0];
     const std::size_t slash = invoked.rfind('/');
     g_program = std::string(slash == std::string_view::npos ? invoked : invoked.substr(slash + 1));
   }
-  bool many = false;
-  std::uint64_t first = 1, last = 1;
+}
+
+// `--seeds A..B` or `--seeds N` (1..N).
+bool parse_seeds(std::string_view range, Command& command) {
+  const std::size_t dots = range.find("..");
+  if (dots == std::string_view::npos) {
+    if (!parse_u64(range, command.last) || command.last == 0) return false;
+    command.first = 1;
+  } else if (!parse_u64(range.substr(0, dots), command.first) ||
+             !parse_u64(range.substr(dots + 2), command.last) || command.last < command.first) {
+    return false;
+  }
+  return true;
+}
+
+// Fills `command` from the arguments; returns the exit code when the program ends here (--help,
+// a bad argument), nullopt to run.
+std::optional<int> parse_command(int argc, char** argv, Command& command) {
+  Options& options = command.options;
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
     const bool has_value = i + 1 < argc;
@@ -95,16 +124,8 @@ int main(int argc, char** argv) {
     } else if (arg == "--profile" && has_value) {
       options.profile = argv[++i];
     } else if (arg == "--seeds" && has_value) {
-      many = true;
-      const std::string_view range = argv[++i];
-      const std::size_t dots = range.find("..");
-      if (dots == std::string_view::npos) {
-        if (!parse_u64(range, last) || last == 0) return usage();
-        first = 1;
-      } else if (!parse_u64(range.substr(0, dots), first) ||
-                 !parse_u64(range.substr(dots + 2), last) || last < first) {
-        return usage();
-      }
+      command.many = true;
+      if (!parse_seeds(argv[++i], command)) return usage();
     } else if (arg == "--trace") {
       options.trace = true;
     } else {
@@ -113,39 +134,41 @@ int main(int argc, char** argv) {
   }
   const bool all_profiles = options.profile == "all";
   if (!all_profiles && !turnstile::sim::is_profile(options.profile)) return usage();
-  if (all_profiles && !many) return usage();
-  turnstile::core::set_assert_hook(on_assert);
+  if (all_profiles && !command.many) return usage();
+  return std::nullopt;
+}
 
-  if (!many) {
-    g_current = options;
-    const Result result = turnstile::sim::run_simulation(options);
-    std::printf("seed %" PRIu64 " profile %s events %" PRIu64 "\n", options.seed,
-                options.profile.c_str(), options.events);
-    std::printf("settings %s\n", result.settings.c_str());
-    std::printf("ran %" PRIu64 " events, %" PRIu64 " grants, %" PRIu64 " crashes\n",
-                result.events_run, result.grants_seen, result.crashes);
-    std::printf("linearizability: %" PRIu64 " key histories, %" PRIu64 " operations, %" PRIu64
-                " inconclusive\n",
-                result.keys_checked, result.operations_checked, result.inconclusive);
-    std::printf("coverage");
-    for (const auto& [name, count] : result.coverage) {
-      std::printf(" %s=%" PRIu64, name.c_str(), count);
-    }
-    std::printf("\n");
-    if (!result.ok) {
-      std::printf("FAILED: %s: %s\n", result.invariant.c_str(), result.detail.c_str());
-      print_replay(options);
-      return 1;
-    }
-    std::printf("digest %016" PRIx64 "\n", result.digest);
-    return 0;
+// One seed: its settings, what it ran, and its digest or its failure.
+int run_one(const Options& options) {
+  g_current = options;
+  const Result result = turnstile::sim::run_simulation(options);
+  std::printf("seed %" PRIu64 " profile %s events %" PRIu64 "\n", options.seed,
+              options.profile.c_str(), options.events);
+  std::printf("settings %s\n", result.settings.c_str());
+  std::printf("ran %" PRIu64 " events, %" PRIu64 " grants, %" PRIu64 " crashes\n",
+              result.events_run, result.grants_seen, result.crashes);
+  std::printf("linearizability: %" PRIu64 " key histories, %" PRIu64 " operations, %" PRIu64
+              " inconclusive\n",
+              result.keys_checked, result.operations_checked, result.inconclusive);
+  print_coverage(result.coverage);
+  if (!result.ok) {
+    std::printf("FAILED: %s: %s\n", result.invariant.c_str(), result.detail.c_str());
+    print_replay(options);
+    return 1;
   }
+  std::printf("digest %016" PRIx64 "\n", result.digest);
+  return 0;
+}
 
+// A range of seeds: a line per seed, then a summary.
+int run_many(const Command& command) {
+  const Options& options = command.options;
+  const bool all_profiles = options.profile == "all";
   const auto started = std::chrono::steady_clock::now();
   std::uint64_t seeds = 0, events = 0, grants = 0, failures = 0, inconclusive = 0;
   std::map<std::string, std::uint64_t> coverage;
   const auto& names = turnstile::sim::profile_names();
-  for (std::uint64_t seed = first; seed <= last; ++seed) {
+  for (std::uint64_t seed = command.first; seed <= command.last; ++seed) {
     Options run = options;
     run.seed = seed;
     if (all_profiles) run.profile = names[seed % names.size()];
@@ -164,7 +187,7 @@ int main(int argc, char** argv) {
       std::printf("seed %" PRIu64 " %s digest %016" PRIx64 "\n", seed, run.profile.c_str(),
                   result.digest);
     }
-    if (seed == last) break;
+    if (seed == command.last) break;
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -172,8 +195,16 @@ int main(int argc, char** argv) {
               " inconclusive-histories %" PRIu64 " wall %.2f s events/s %.0f\n",
               seeds, failures, events, grants, inconclusive, seconds,
               seconds > 0 ? static_cast<double>(events) / seconds : 0.0);
-  std::printf("coverage");
-  for (const auto& [name, count] : coverage) std::printf(" %s=%" PRIu64, name.c_str(), count);
-  std::printf("\n");
+  print_coverage(coverage);
   return failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  remember_program(argc, argv);
+  Command command;
+  if (const std::optional<int> code = parse_command(argc, argv, command)) return *code;
+  turnstile::core::set_assert_hook(on_assert);
+  return command.many ? run_many(command) : run_one(command.options);
 }

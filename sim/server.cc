@@ -1,3 +1,8 @@
+// ServerProcess, its lives and its TCP side: a life's start (engines, routers, desks), its
+// crash, the connections it accepts and their sessions, the routers' messages between the
+// shards, the timer, and the checks after every event and at the end (sim/server.h). The HTTP
+// side is in sim/server_http.cc, the fence journal in sim/server_journal.cc; the state they
+// share in sim/server_life.h.
 #include "sim/server.h"
 
 #include <algorithm>
@@ -17,6 +22,7 @@
 #include "core/session_port.h"
 #include "core/stats.h"
 #include "core/types.h"
+#include "sim/server_life.h"
 #include "sim/signal_checker.h"
 
 namespace turnstile::sim {
@@ -26,26 +32,6 @@ using core::Namespace;
 using core::SessionId;
 
 namespace {
-
-// ---- the resource budget shared by the shards of one process (--max-locks) ----------------------
-
-class Budget final : public core::ResourceBudget {
- public:
-  explicit Budget(std::int64_t max) : max_(max) {}
-  bool try_take() override {
-    if (used_ >= max_) return false;
-    ++used_;
-    return true;
-  }
-  void give_back() override {
-    TS_ASSERT(used_ > 0);
-    --used_;
-  }
-
- private:
-  std::int64_t max_;
-  std::int64_t used_ = 0;
-};
 
 // A salt source drawing from the run's salt stream.
 class SaltSource final : public core::RandomSource {
@@ -57,76 +43,7 @@ class SaltSource final : public core::RandomSource {
   Prng& prng_;
 };
 
-// The engines' FenceSource: the process's FenceJournal, with every block it hands out reported to
-// the server (which checks it against the disk and every earlier block).
-class JournalSource final : public core::FenceSource {
- public:
-  JournalSource(core::FenceJournal& journal, std::function<void(core::FenceBlock)> on_take)
-      : journal_(journal), on_take_(std::move(on_take)) {}
-  core::FenceBlock take(std::uint64_t want) override {
-    const core::FenceBlock block = journal_.take(want);
-    on_take_(block);
-    return block;
-  }
-
- private:
-  core::FenceJournal& journal_;
-  std::function<void(core::FenceBlock)> on_take_;
-};
-
 }  // namespace
-
-// ---- one process life ---------------------------------------------------------------------------
-
-// A router message on its way between two shards (core/router.h).
-struct ServerProcess::Hop {
-  std::int64_t at = 0;
-  std::variant<core::RouterMessage, core::HttpMessage> message;
-};
-
-struct ServerProcess::ServerSession {
-  std::unique_ptr<core::SessionPort> port;
-  std::uint64_t connection = 0;
-  std::size_t owner = 0;
-  std::string input;                  // bytes the session has not taken yet
-  int close_notices = 0;              // its close notices still on their way to other shards
-  std::set<std::size_t> shards_used;  // for the coverage only (the router keeps its own)
-  bool socket_open = true;            // false after a reset or once the server closed the socket
-  bool fin_sent = false;
-  std::string inflight_key;  // key of the engine request in flight (namespace in inflight_ns)
-  Namespace inflight_ns = Namespace::kLock;
-};
-
-struct ServerProcess::Process {
-  std::uint64_t life = 0;
-  std::int64_t mono_origin = 0;  // Instant = mono_origin + virtual time - mono_back
-  std::int64_t mono_back = 0;    // a monotonic clock reading behind (the clock-back fault)
-  std::unique_ptr<Budget> budget;
-  std::unique_ptr<core::FenceJournal> journal;  // null without the fence journal
-  std::unique_ptr<JournalSource> fence_source;  // the engines' view of `journal`
-  bool journal_backoff = false;                 // a failed write is retried after a pause
-  std::vector<std::unique_ptr<core::Engine>> engines;
-  // The process's listeners (core/signal_hub.h), checked on every signal: lost with the
-  // process, as the daemon's are.
-  std::unique_ptr<SignalChecker> signals;
-  std::vector<std::unique_ptr<core::Router>> routers;  // one per engine; destroyed first
-  // With HTTP clients: one per router (destroyed before it), HTTP requests being answered (by
-  // ticket, and the shard and ticket of each exchange), and the session sweep's next turn.
-  std::vector<std::unique_ptr<core::HttpSessionRouter>> desks;
-  std::map<core::HttpTicket, std::uint64_t> http_tickets;
-  std::map<std::uint64_t, std::pair<std::size_t, core::HttpTicket>> http_exchanges;
-  // Admin force-releases in the engines, by their request session: the exchange and request.
-  std::map<std::uint64_t, std::pair<std::uint64_t, core::Request>> key_requests;
-  // The line of a `Lost` message being handed to its owner's router (on_hop), and whether the
-  // router made an event of it.
-  const std::string* arriving_lost = nullptr;
-  bool arrived_lost = false;
-  std::optional<Instant> next_sweep;
-  std::map<std::uint64_t, ServerSession> sessions;
-  std::map<std::pair<std::size_t, std::size_t>, std::deque<Hop>> channels;
-  std::size_t next_owner = 0;
-  std::optional<std::int64_t> timer_at;
-};
 
 // ---- the process across lives -------------------------------------------------------------------
 
@@ -157,10 +74,6 @@ void ServerProcess::on_restart() {
 
 void ServerProcess::on_timer(std::uint64_t life) {
   if (process_ && life == life_) on_server_timer();
-}
-
-void ServerProcess::on_journal_retry(std::uint64_t life) {
-  if (process_ && life == life_) process_->journal_backoff = false;
 }
 
 void ServerProcess::pause_until(std::int64_t until) {
@@ -218,7 +131,7 @@ void ServerProcess::start() {
   process_ = std::make_unique<Process>();
   process_->life = ++life_;
   process_->mono_origin = clocks_.between(1, 1'000'000) * kS;
-  process_->budget = std::make_unique<Budget>(run_.settings.resources_max);
+  process_->budget = std::make_unique<server_life::Budget>(run_.settings.resources_max);
   core::EngineConfig config;
   config.gc_max_idle = core::Duration::milliseconds(run_.settings.gc_idle_ms);
   config.waiters_max = run_.settings.waiters_max;
@@ -227,7 +140,7 @@ void ServerProcess::start() {
   if (journal) {
     // Every engine takes its fences in blocks from the one journal of the process.
     process_->journal = std::move(journal);
-    process_->fence_source = std::make_unique<JournalSource>(
+    process_->fence_source = std::make_unique<server_life::JournalSource>(
         *process_->journal, [this](core::FenceBlock block) { on_fences_taken(block); });
     config.fence_block = run_.settings.fence_block;
   } else {
@@ -276,151 +189,6 @@ void ServerProcess::harvest_counters() {
     if (run_.settings.fence_journal)
       run_.result.coverage["grant-no-fence"] += counters.fence_exhausted;
   }
-}
-
-// ---- the fence journal and the simulated disk ---------------------------------------------------
-
-std::unique_ptr<core::FenceJournal> ServerProcess::open_journal(std::int64_t wall_ns) {
-  core::FenceJournalConfig config;
-  config.range = run_.settings.journal_range;
-  while (!run_.failed) {
-    const core::JournalRecovery recovery = core::recover_journal(disk_.bytes);
-    run_.digest.add(static_cast<std::uint64_t>(recovery.outcome) + 0x5ec0);
-    run_.digest.add(recovery.record.ceiling);
-    if (recovery.outcome == core::JournalRecovery::Outcome::kRefused) {
-      // Only a creation torn before it was ever synced may leave a file recovery refuses; nothing
-      // was handed out from it, so the operator may delete it and start afresh.
-      if (disk_.synced_writes > 0) {
-        run_.fail("fence-journal-recovery", "the fence state file " + recovery.problem + " after " +
-                                                std::to_string(disk_.synced_writes) +
-                                                " synced writes");
-        return nullptr;
-      }
-      ++run_.result.coverage["journal-refused-recreated"];
-      disk_.bytes.clear();
-      continue;
-    }
-    if (recovery.outcome == core::JournalRecovery::Outcome::kRecovered) {
-      ++run_.result.coverage["journal-recovered"];
-      if (recovery.record.ceiling < fences_handed_max_) {
-        run_.fail("fence-journal-recovery",
-                  "recovered ceiling " + std::to_string(recovery.record.ceiling) + " below fence " +
-                      std::to_string(fences_handed_max_) + " handed out before");
-        return nullptr;
-      }
-    } else if (disk_.synced_writes > 0) {
-      run_.fail("fence-journal-recovery", "the fence state file is empty after " +
-                                              std::to_string(disk_.synced_writes) +
-                                              " synced writes");
-      return nullptr;
-    }
-    auto journal =
-        std::make_unique<core::FenceJournal>(config, recovery, static_cast<std::uint64_t>(wall_ns));
-    if (journal->exhausted()) {
-      run_.fail("fence-journal", "the fence space is used up at start-up");
-      return nullptr;
-    }
-    // The daemon makes the first reservation durable before it accepts a connection; a failed
-    // write is retried, and the process may die while it writes.
-    while (!run_.failed) {
-      const std::optional<core::JournalWrite> write = journal->begin_write();
-      if (!write) {
-        run_.fail("fence-journal", "no reservation wanted at start-up");
-        return nullptr;
-      }
-      ++run_.result.coverage["journal-write"];
-      run_.digest.add(write->seq);
-      run_.digest.add(write->ceiling);
-      const bool first_start = life_ == 0;
-      if (!run_.liveness && run_.settings.fault_crash &&
-          disk_.dice().chance(first_start ? 250 : 100)) {
-        disk_.dirty = *write;
-        disk_.crash();
-        ++run_.result.coverage["crash-at-start-up"];
-        ++run_.result.crashes;
-        run_.digest.add(0xc0ffee5);
-        run_.schedule(run_.now + faults_.between(1, 500) * kMs, event::Restart{});
-        return nullptr;
-      }
-      if (!run_.liveness && disk_.dice().chance(run_.settings.journal_fail_permille)) {
-        disk_.fail(*write);
-        journal->end_write(write->seq, false);
-        continue;
-      }
-      disk_.apply(*write);
-      ++disk_.synced_writes;
-      journal->end_write(write->seq, true);
-      return journal;
-    }
-  }
-  return nullptr;
-}
-
-void ServerProcess::kick_journal() {
-  if (!process_ || !process_->journal || process_->journal_backoff || paused_until_ > run_.now)
-    return;
-  const std::optional<core::JournalWrite> write = process_->journal->begin_write();
-  if (!write) return;
-  ++run_.result.coverage["journal-write"];
-  disk_.dirty = *write;
-  run_.digest.add(write->seq);
-  run_.digest.add(write->ceiling);
-  run_.schedule(run_.now + disk_.dice().between(1, run_.settings.journal_sync_max_us) * kUs,
-                event::JournalSynced{life_, write->seq});
-}
-
-void ServerProcess::on_journal_synced(std::uint64_t life, std::uint64_t seq) {
-  if (!process_ || life != life_ || !disk_.dirty || disk_.dirty->seq != seq) return;
-  const core::JournalWrite write = *disk_.dirty;
-  disk_.dirty.reset();
-  // Faults heal in the liveness phase: every write succeeds then.
-  if (!run_.liveness && disk_.dice().chance(run_.settings.journal_fail_permille)) {
-    disk_.fail(write);
-    process_->journal->end_write(seq, false);
-    process_->journal_backoff = true;
-    run_.schedule(run_.now + disk_.dice().between(1, 200) * kMs, event::JournalRetry{life_});
-    run_.digest.add(0xfa11);
-    return;
-  }
-  disk_.apply(write);
-  ++disk_.synced_writes;
-  process_->journal->end_write(seq, true);
-  run_.digest.add(0x5ced);
-}
-
-void ServerProcess::on_fences_taken(core::FenceBlock block) {
-  run_.digest.add(block.first);
-  run_.digest.add(block.count);
-  if (block.count == 0) {
-    ++run_.result.coverage["fence-source-empty"];
-    return;
-  }
-  ++run_.result.coverage["fence-block"];
-  const std::uint64_t last = block.first + (block.count - 1);
-  if (last < block.first) {
-    run_.fail("fence-journal", "block " + std::to_string(block.first) + "+" +
-                                   std::to_string(block.count) + " wraps");
-    return;
-  }
-  if (fences_handed_max_ != 0 && block.first <= fences_handed_max_) {
-    run_.fail("fence-journal-monotonic", "block from " + std::to_string(block.first) +
-                                             " after fence " + std::to_string(fences_handed_max_) +
-                                             " was handed out (life " + std::to_string(life_) +
-                                             ")");
-    return;
-  }
-  // Only fences at or below a ceiling that is durable on the disk may be handed out.
-  const core::JournalRecovery recovery = core::recover_journal(disk_.bytes);
-  if (recovery.outcome != core::JournalRecovery::Outcome::kRecovered ||
-      recovery.record.ceiling < last) {
-    run_.fail("fence-journal-durable",
-              "block up to " + std::to_string(last) + " handed out while the disk holds " +
-                  (recovery.outcome == core::JournalRecovery::Outcome::kRecovered
-                       ? "ceiling " + std::to_string(recovery.record.ceiling)
-                       : std::string("no valid record")));
-    return;
-  }
-  fences_handed_max_ = last;
 }
 
 // ---- crashes, sessions, routers and timers ------------------------------------------------------
@@ -528,127 +296,6 @@ void ServerProcess::drain_router(std::size_t shard) {
   }
   // The HTTP sessions' effects may put more work into the router: until neither moves.
   if (!process_->desks.empty() && drain_desk(shard)) drain_router(shard);
-}
-
-bool ServerProcess::drain_desk(std::size_t shard) {
-  core::HttpSessionRouter& desk = *process_->desks[shard];
-  std::vector<core::HttpEnvelope> outbox = desk.take_outbox();
-  std::vector<core::HttpReply> replies = desk.take_replies();
-  const bool moved = !outbox.empty() || !replies.empty() || !process_->routers[shard]->idle();
-  for (core::HttpEnvelope& envelope : outbox) {
-    post(shard, envelope.to, Hop{0, std::move(envelope.message)});
-  }
-  for (core::HttpReply& reply : replies) {
-    auto it = process_->http_tickets.find(reply.ticket);
-    if (it == process_->http_tickets.end()) {
-      run_.fail("driver-contract",
-                "an HTTP reply for unknown ticket " + std::to_string(reply.ticket));
-      return false;
-    }
-    const std::uint64_t exchange = it->second;
-    process_->http_tickets.erase(it);
-    process_->http_exchanges.erase(exchange);
-    run_.digest.add(static_cast<std::uint64_t>(reply.outcome.code));
-    network_.http_respond(exchange, HttpResult{false, std::move(reply.outcome)});
-  }
-  return moved;
-}
-
-// ---- HTTP requests ------------------------------------------------------------------------------
-
-void ServerProcess::on_http_to_server(std::uint64_t exchange) {
-  const HttpCall* found = network_.http_call(exchange);
-  if (found == nullptr) return;
-  const HttpCall call = *found;
-  run_.digest.add(exchange);
-  run_.digest.add(static_cast<std::uint64_t>(call.op));
-  if (!process_) {  // nothing listens: the connection is refused
-    network_.http_respond(exchange, HttpResult{true, {}});
-    return;
-  }
-  network_.http_taken(exchange, life_);
-  if (call.op == HttpOp::kAdminRelease) {
-    admin_release(exchange, call);
-    return;
-  }
-  Process& p = *process_;
-  const std::size_t shard = call.shard % run_.settings.shards;
-  core::HttpSessionRouter& desk = *p.desks[shard];
-  const Instant now = server_now();
-  if (call.op == HttpOp::kCreate) {
-    ++run_.result.coverage["http-create"];
-    core::HttpOutcome outcome = desk.create(now, *salts_, "10.0.0." + std::to_string(call.client));
-    run_.digest.add(static_cast<std::uint64_t>(outcome.code));
-    network_.http_respond(exchange, HttpResult{false, std::move(outcome)});
-    return;
-  }
-  if (core::HttpSessionRouter::home_of(call.handle, run_.settings.shards) != shard) {
-    ++run_.result.coverage["http-forwarded"];
-  }
-  const core::HttpTicket ticket = desk.new_ticket();
-  p.http_tickets[ticket] = exchange;
-  p.http_exchanges[exchange] = {shard, ticket};
-  switch (call.op) {
-    case HttpOp::kSubmit:
-      desk.submit(now, ticket, call.handle, call.request);
-      break;
-    case HttpOp::kPing:
-      desk.ping(now, ticket, call.handle);
-      break;
-    case HttpOp::kRemove:
-      ++run_.result.coverage["http-delete"];
-      desk.remove(now, ticket, call.handle);
-      break;
-    case HttpOp::kCreate:
-    case HttpOp::kAdminRelease:
-      break;
-  }
-  drain_router(shard);
-  pump();
-}
-
-void ServerProcess::admin_release(std::uint64_t exchange, const HttpCall& call) {
-  ++run_.result.coverage["admin-request"];
-  auto respond = [&](core::HttpOutcome outcome) {
-    run_.digest.add(static_cast<std::uint64_t>(outcome.code));
-    network_.http_respond(exchange, HttpResult{false, std::move(outcome)});
-  };
-  const core::AdminAccess access =
-      core::admin_access(std::optional<std::string>(kAdminToken), call.authorization);
-  if (access != core::AdminAccess::kAllowed) {
-    respond(core::HttpOutcome{401, core::http_error_body("unauthorized")});
-    return;
-  }
-  std::variant<core::HttpBadRequest, core::Request> decoded =
-      core::decode_http_key_request(call.endpoint, call.key, "", call.query);
-  if (const auto* bad = std::get_if<core::HttpBadRequest>(&decoded)) {
-    respond(core::HttpOutcome{400, core::http_error_body("bad_request", bad->detail)});
-    return;
-  }
-  core::Request request = std::get<core::Request>(std::move(decoded));
-  const std::size_t shard = call.shard % run_.settings.shards;
-  const SessionId session = process_->routers[shard]->new_session_id();
-  run_.digest.add(session.value);
-  process_->key_requests[session.value] = {exchange, request};
-  process_->routers[shard]->submit(server_now(), session, request);
-  drain_router(shard);
-  pump();
-}
-
-void ServerProcess::on_http_gone(std::uint64_t exchange) {
-  if (process_) {
-    auto it = process_->http_exchanges.find(exchange);
-    if (it != process_->http_exchanges.end()) {
-      const auto [shard, ticket] = it->second;
-      process_->http_exchanges.erase(it);
-      process_->http_tickets.erase(ticket);
-      ++run_.result.coverage["http-abandon"];
-      process_->desks[shard]->abandon(server_now(), ticket);
-      drain_router(shard);
-      pump();
-    }
-  }
-  network_.http_forget(exchange);
 }
 
 void ServerProcess::on_session_event(std::size_t shard, core::SessionEvent& event) {

@@ -126,6 +126,12 @@ class ServerProcess final : public core::EngineObserver, public Listener {
   // does before it accepts anything; null if the process died during that write (a restart is
   // scheduled) or an invariant broke.
   std::unique_ptr<core::FenceJournal> open_journal(std::int64_t wall_ns);
+  // Its parts; each false once the life cannot start: a refused file may be recreated only
+  // before any write was synced, a recovered ceiling must cover every fence handed out, and the
+  // start-up reservation must become durable before the process dies.
+  bool recreate_refused(const core::JournalRecovery& recovery);
+  bool check_recovered(const core::JournalRecovery& recovery);
+  bool reserve_at_start_up(core::FenceJournal& journal);
   void on_fences_taken(core::FenceBlock block);
 
   RunContext& run_;

@@ -56,9 +56,13 @@ std::string Settings::describe() const {
   return text;
 }
 
-Settings choose_settings(std::uint64_t seed, const std::string& profile) {
-  Prng prng(seed, kSwarm);
-  Settings s;
+namespace {
+
+// Each part draws from `prng` in the order it always did: the order of the parts and of the draws
+// in each is what makes a seed mean the same run.
+
+// How big the world is, and how the engines are configured.
+void choose_shape(Prng& prng, Settings& s) {
   s.shards = static_cast<std::size_t>(prng.between(1, 4));
   s.clients = static_cast<std::size_t>(prng.between(2, 8));
   s.hot_keys = static_cast<std::size_t>(prng.between(1, 3));
@@ -68,6 +72,10 @@ Settings choose_settings(std::uint64_t seed, const std::string& profile) {
   s.resources_max = prng.chance(150) ? prng.between(2, 12) : 1'048'576;
   const std::int64_t gc_choices[] = {0, 1, 500, 5'000, 60'000};
   s.gc_idle_ms = gc_choices[prng.below(5)];
+}
+
+// Which faults strike, how often, and how the network behaves.
+void choose_faults(Prng& prng, Settings& s) {
   s.fault_crash = prng.chance(400);
   s.fault_pause = prng.chance(400);
   s.fault_wall_step = prng.chance(100);
@@ -81,6 +89,10 @@ Settings choose_settings(std::uint64_t seed, const std::string& profile) {
   s.hot_permille = static_cast<std::uint64_t>(prng.between(300, 900));
   s.net_delay_max_us = prng.between(10, 5'000);
   s.hop_delay_max_us = prng.between(0, 500);
+}
+
+// What the profile forces or draws anew.
+void apply_profile(Prng& prng, Settings& s, const std::string& profile) {
   if (profile == "crash-heavy") {
     s.fault_crash = true;
     s.fault_interval_ms = prng.between(300, 1'500);
@@ -100,6 +112,10 @@ Settings choose_settings(std::uint64_t seed, const std::string& profile) {
     s.hot_permille = 950;
     s.pipelining = true;
   }
+}
+
+// The fence journal and its disk.
+void choose_journal(Prng& prng, Settings& s, const std::string& profile) {
   // Small ranges and blocks, so that reservations, run-outs and block hand-offs happen often.
   s.fence_journal = prng.chance(750) || profile == "crash-heavy" || profile == "clock-chaos";
   s.journal_range =
@@ -109,6 +125,11 @@ Settings choose_settings(std::uint64_t seed, const std::string& profile) {
   // Some disks are slow (up to 300 ms per fsync): grants then run out of durable fences.
   s.journal_sync_max_us =
       prng.chance(300) ? prng.between(10'000, 300'000) : prng.between(50, 20'000);
+}
+
+// What came later: each drawn after everything before it, so that earlier choices stay what they
+// were for every seed.
+void choose_later_features(Prng& prng, Settings& s, const std::string& profile) {
   // Drawn last, so that the choices above stay what they were for every seed. One or two per
   // call leave deadlines behind at almost every expiry.
   const std::size_t per_call_choices[] = {8, 8, 1, 2};
@@ -134,6 +155,18 @@ Settings choose_settings(std::uint64_t seed, const std::string& profile) {
       s.lost_notify_permille = static_cast<std::uint64_t>(prng.between(200, 1000));
     if (prng.chance(500)) s.force_interval_ms = prng.between(200, 3'000);
   }
+}
+
+}  // namespace
+
+Settings choose_settings(std::uint64_t seed, const std::string& profile) {
+  Prng prng(seed, kSwarm);
+  Settings s;
+  choose_shape(prng, s);
+  choose_faults(prng, s);
+  apply_profile(prng, s, profile);
+  choose_journal(prng, s, profile);
+  choose_later_features(prng, s, profile);
   return s;
 }
 

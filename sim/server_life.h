@@ -1,0 +1,123 @@
+// The state of one life of the simulated turnstiled (ServerProcess's Process, its sessions and
+// the messages between its shards), and the engines' resource budget and fence source: what the
+// files of ServerProcess share (sim/server.cc: lives, TCP sessions, routers and timers;
+// sim/server_http.cc: the HTTP side; sim/server_journal.cc: the fence journal on its disk). Only
+// those files include it.
+//
+// Thread affinity: single-threaded, owned by one run.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "core/assert.h"
+#include "core/engine.h"
+#include "core/fence.h"
+#include "core/http_session_router.h"
+#include "core/router.h"
+#include "core/session_port.h"
+#include "sim/server.h"
+#include "sim/signal_checker.h"
+
+namespace turnstile::sim {
+namespace server_life {
+
+// The resource budget shared by the shards of one process (--max-locks).
+class Budget final : public core::ResourceBudget {
+ public:
+  explicit Budget(std::int64_t max) : max_(max) {}
+  bool try_take() override {
+    if (used_ >= max_) return false;
+    ++used_;
+    return true;
+  }
+  void give_back() override {
+    TS_ASSERT(used_ > 0);
+    --used_;
+  }
+
+ private:
+  std::int64_t max_;
+  std::int64_t used_ = 0;
+};
+
+// The engines' FenceSource: the process's FenceJournal, with every block it hands out reported to
+// the server (which checks it against the disk and every earlier block).
+class JournalSource final : public core::FenceSource {
+ public:
+  JournalSource(core::FenceJournal& journal, std::function<void(core::FenceBlock)> on_take)
+      : journal_(journal), on_take_(std::move(on_take)) {}
+  core::FenceBlock take(std::uint64_t want) override {
+    const core::FenceBlock block = journal_.take(want);
+    on_take_(block);
+    return block;
+  }
+
+ private:
+  core::FenceJournal& journal_;
+  std::function<void(core::FenceBlock)> on_take_;
+};
+
+}  // namespace server_life
+
+// A router message on its way between two shards (core/router.h).
+struct ServerProcess::Hop {
+  std::int64_t at = 0;
+  std::variant<core::RouterMessage, core::HttpMessage> message;
+};
+
+struct ServerProcess::ServerSession {
+  std::unique_ptr<core::SessionPort> port;
+  std::uint64_t connection = 0;
+  std::size_t owner = 0;
+  std::string input;                  // bytes the session has not taken yet
+  int close_notices = 0;              // its close notices still on their way to other shards
+  std::set<std::size_t> shards_used;  // for the coverage only (the router keeps its own)
+  bool socket_open = true;            // false after a reset or once the server closed the socket
+  bool fin_sent = false;
+  std::string inflight_key;  // key of the engine request in flight (namespace in inflight_ns)
+  core::Namespace inflight_ns = core::Namespace::kLock;
+};
+
+struct ServerProcess::Process {
+  std::uint64_t life = 0;
+  std::int64_t mono_origin = 0;  // Instant = mono_origin + virtual time - mono_back
+  std::int64_t mono_back = 0;    // a monotonic clock reading behind (the clock-back fault)
+  std::unique_ptr<server_life::Budget> budget;
+  std::unique_ptr<core::FenceJournal> journal;               // null without the fence journal
+  std::unique_ptr<server_life::JournalSource> fence_source;  // the engines' view of `journal`
+  bool journal_backoff = false;  // a failed write is retried after a pause
+  std::vector<std::unique_ptr<core::Engine>> engines;
+  // The process's listeners (core/signal_hub.h), checked on every signal: lost with the
+  // process, as the daemon's are.
+  std::unique_ptr<SignalChecker> signals;
+  std::vector<std::unique_ptr<core::Router>> routers;  // one per engine; destroyed first
+  // With HTTP clients: one per router (destroyed before it), HTTP requests being answered (by
+  // ticket, and the shard and ticket of each exchange), and the session sweep's next turn.
+  std::vector<std::unique_ptr<core::HttpSessionRouter>> desks;
+  std::map<core::HttpTicket, std::uint64_t> http_tickets;
+  std::map<std::uint64_t, std::pair<std::size_t, core::HttpTicket>> http_exchanges;
+  // Admin force-releases in the engines, by their request session: the exchange and request.
+  std::map<std::uint64_t, std::pair<std::uint64_t, core::Request>> key_requests;
+  // The line of a `Lost` message being handed to its owner's router (on_hop), and whether the
+  // router made an event of it.
+  const std::string* arriving_lost = nullptr;
+  bool arrived_lost = false;
+  std::optional<core::Instant> next_sweep;
+  std::map<std::uint64_t, ServerSession> sessions;
+  std::map<std::pair<std::size_t, std::size_t>, std::deque<Hop>> channels;
+  std::size_t next_owner = 0;
+  std::optional<std::int64_t> timer_at;
+};
+
+}  // namespace turnstile::sim
