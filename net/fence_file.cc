@@ -44,84 +44,112 @@ struct FdGuard {
 
 }  // namespace
 
-std::variant<std::unique_ptr<FenceFile>, std::string> FenceFile::open(const std::string& path,
-                                                                      const TestOptions& test) {
-  using Result = std::variant<std::unique_ptr<FenceFile>, std::string>;
-  const std::string name = "fence state file " + path;
-  const auto refuse = [&](const std::string& what) {
-    return Result(std::in_place_index<1>,
-                  name + " " + what + "; refusing to start (" + kSeeDocs + ")");
-  };
+namespace {
 
-  FdGuard fd{::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600)};
-  if (fd.fd < 0) return refuse(errno_text("cannot be opened", errno));
-  if (::flock(fd.fd, LOCK_EX | LOCK_NB) != 0) {
+std::string refusal(const std::string& name, const std::string& what) {
+  return name + " " + what + "; refusing to start (" + kSeeDocs + ")";
+}
+
+// Locks the open file and checks that it may be read: a regular file no longer than a journal.
+// nullopt, or why start-up is refused.
+std::optional<std::string> lock_and_check(int fd, const std::string& name) {
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     if (errno == EWOULDBLOCK) {
-      return Result(std::in_place_index<1>,
-                    name + " is locked by another process (is another turnstiled using it?)");
+      return name + " is locked by another process (is another turnstiled using it?)";
     }
-    return refuse(errno_text("cannot be locked", errno));
+    return refusal(name, errno_text("cannot be locked", errno));
   }
   struct stat info {};
-  if (::fstat(fd.fd, &info) != 0) return refuse(errno_text("cannot be examined (fstat)", errno));
-  if (!S_ISREG(info.st_mode)) return refuse("is not a regular file");
+  if (::fstat(fd, &info) != 0)
+    return refusal(name, errno_text("cannot be examined (fstat)", errno));
+  if (!S_ISREG(info.st_mode)) return refusal(name, "is not a regular file");
   // A bigger file is not ours to interpret (and may be huge): refuse without reading it.
   if (info.st_size > static_cast<off_t>(core::kJournalFileBytes)) {
-    return refuse("is " + std::to_string(info.st_size) +
-                  " bytes long, but a fence state file is empty or exactly " +
-                  std::to_string(core::kJournalFileBytes) + " bytes");
+    return refusal(name, "is " + std::to_string(info.st_size) +
+                             " bytes long, but a fence state file is empty or exactly " +
+                             std::to_string(core::kJournalFileBytes) + " bytes");
   }
+  return std::nullopt;
+}
 
+// Reads the file (one byte more than a journal at most) and recovers the journal from it; or why
+// start-up is refused.
+std::variant<core::JournalRecovery, std::string> read_journal(int fd, const std::string& name) {
   std::array<std::uint8_t, core::kJournalFileBytes + 1> bytes{};
   std::size_t size = 0;
   while (size < bytes.size()) {
     const ssize_t got =
-        ::pread(fd.fd, bytes.data() + size, bytes.size() - size, static_cast<off_t>(size));
+        ::pread(fd, bytes.data() + size, bytes.size() - size, static_cast<off_t>(size));
     if (got < 0 && errno == EINTR) continue;
-    if (got < 0) return refuse(errno_text("cannot be read", errno));
+    if (got < 0) return refusal(name, errno_text("cannot be read", errno));
     if (got == 0) break;
     size += static_cast<std::size_t>(got);
   }
-  const core::JournalRecovery recovery =
+  core::JournalRecovery recovery =
       core::recover_journal(std::span<const std::uint8_t>(bytes.data(), size));
   if (recovery.outcome == core::JournalRecovery::Outcome::kRefused) {
-    return refuse(recovery.problem);
+    return refusal(name, recovery.problem);
   }
+  return recovery;
+}
+
+}  // namespace
+
+std::variant<std::unique_ptr<FenceFile>, std::string> FenceFile::open(const std::string& path,
+                                                                      const TestOptions& test) {
+  using Result = std::variant<std::unique_ptr<FenceFile>, std::string>;
+  const std::string name = "fence state file " + path;
+  const auto refuse = [&](const std::string& why) { return Result(std::in_place_index<1>, why); };
+
+  FdGuard fd{::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600)};
+  if (fd.fd < 0) return refuse(refusal(name, errno_text("cannot be opened", errno)));
+  if (std::optional<std::string> why = lock_and_check(fd.fd, name)) return refuse(*why);
+  std::variant<core::JournalRecovery, std::string> read = read_journal(fd.fd, name);
+  if (auto* why = std::get_if<std::string>(&read)) return refuse(*why);
+  const core::JournalRecovery& recovery = std::get<core::JournalRecovery>(read);
 
   std::unique_ptr<FenceFile> file(new FenceFile(
       path, fd.release(), recovery, shifted_wall_clock_ns(test.wall_clock_offset_s), test));
   if (file->journal_.exhausted()) {
-    return refuse(
-        "has no fence left: fence space exhausted (the counter is at the top of the 64-bit space)");
+    return refuse(refusal(name,
+                          "has no fence left: fence space exhausted (the counter is at the top of "
+                          "the 64-bit space)"));
   }
   const std::uint64_t first_fence = file->journal_.last_handed_out() + 1;
+  if (std::optional<std::string> why = file->reserve_first()) return refuse(refusal(name, *why));
+  file->log_startup(name, recovery, first_fence);
+  return Result(std::in_place_index<0>, std::move(file));
+}
 
-  // The first reservation is durable before anything is granted: no thread runs yet.
-  const std::optional<core::JournalWrite> write = file->journal_.begin_write();
-  if (!write) return refuse("has no fence left to reserve: fence space exhausted");
+// The first reservation is durable before anything is granted: no thread runs yet.
+std::optional<std::string> FenceFile::reserve_first() {
+  const std::optional<core::JournalWrite> write = journal_.begin_write();
+  if (!write) return "has no fence left to reserve: fence space exhausted";
   std::string error;
-  if (!file->write_durably(*write, error)) {
-    file->journal_.end_write(write->seq, false);
-    return refuse("cannot be written, so no fence can be reserved: " + error);
+  if (!write_durably(*write, error)) {
+    journal_.end_write(write->seq, false);
+    return "cannot be written, so no fence can be reserved: " + error;
   }
-  file->journal_.end_write(write->seq, true);
+  journal_.end_write(write->seq, true);
+  return std::nullopt;
+}
 
+void FenceFile::log_startup(const std::string& name, const core::JournalRecovery& recovery,
+                            std::uint64_t first_fence) {
   const bool recovered = recovery.outcome == core::JournalRecovery::Outcome::kRecovered;
-  file->startup_summary_ =
-      name + ": " +
-      (recovered ? "recovered (seq " + std::to_string(recovery.record.seq) + ", ceiling " +
-                       std::to_string(recovery.record.ceiling) + ")"
-                 : std::string("fresh")) +
-      "; fences start at " + std::to_string(first_fence) + "; durable ceiling " +
-      std::to_string(file->journal_.durable_ceiling());
-  log_event(LogLevel::kInfo, "fence_journal_open", file->startup_summary_,
-            {{"path", path},
+  startup_summary_ = name + ": " +
+                     (recovered ? "recovered (seq " + std::to_string(recovery.record.seq) +
+                                      ", ceiling " + std::to_string(recovery.record.ceiling) + ")"
+                                : std::string("fresh")) +
+                     "; fences start at " + std::to_string(first_fence) + "; durable ceiling " +
+                     std::to_string(journal_.durable_ceiling());
+  log_event(LogLevel::kInfo, "fence_journal_open", startup_summary_,
+            {{"path", path_},
              {"recovered", recovered},
              {"recovered_seq", recovered ? recovery.record.seq : 0},
              {"recovered_ceiling", recovered ? recovery.record.ceiling : 0},
              {"first_fence", first_fence},
-             {"durable_ceiling", file->journal_.durable_ceiling()}});
-  return Result(std::in_place_index<0>, std::move(file));
+             {"durable_ceiling", journal_.durable_ceiling()}});
 }
 
 namespace {

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <variant>
@@ -68,6 +69,11 @@ class FenceFile final : public core::FenceSource {
   // pwrite of every byte, fsync, and (creates_file) fsync of the parent directory. False with
   // `error` (the step and strerror) on failure.
   bool write_durably(const core::JournalWrite& write, std::string& error) const;
+  // open()'s last steps: the first reservation made durable (nullopt, or why not, to follow the
+  // file's name), then the start-up summary made and logged.
+  std::optional<std::string> reserve_first();
+  void log_startup(const std::string& name, const core::JournalRecovery& recovery,
+                   std::uint64_t first_fence);
   void writer_loop();
 
   const std::string path_;

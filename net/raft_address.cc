@@ -22,6 +22,12 @@ std::string_view dial_address(std::string_view configured) {
   return configured.substr(0, configured.find('@'));
 }
 
+bool valid_configured_address(std::string_view configured) {
+  const std::size_t at = configured.find('@');
+  return split_host_port(dial_address(configured)) &&
+         (at == std::string_view::npos || split_host_port(configured.substr(at + 1)));
+}
+
 bool parse_numeric(const HostPort& hp, sockaddr_storage* out) {
   const int port = std::stoi(hp.port);
   std::memset(out, 0, sizeof *out);

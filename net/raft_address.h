@@ -25,6 +25,9 @@ std::optional<HostPort> split_host_port(std::string_view address);
 // The transport dials the part before '@'.
 std::string_view dial_address(std::string_view configured);
 
+// Whether `configured` is such an address: host:port, optionally followed by '@' and host:port.
+bool valid_configured_address(std::string_view configured);
+
 // A numeric IPv4 or IPv6 host and its port as a socket address; false for a name (it needs the
 // resolver).
 bool parse_numeric(const HostPort& hp, sockaddr_storage* out);
