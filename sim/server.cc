@@ -15,6 +15,7 @@
 #include <variant>
 
 #include "core/assert.h"
+#include "core/canary.h"
 #include "core/http_codec.h"
 #include "core/http_session_router.h"
 #include "core/protocol.h"
@@ -328,9 +329,7 @@ void ServerProcess::on_session_event(std::size_t shard, core::SessionEvent& even
     if (!ss.port->session().closed() && ss.socket_open && losses_.is_opted_in(ss.connection)) {
       losses_.owe(ss.connection, *event.frame);
     }
-#ifdef TURNSTILE_CANARY_DROP_LOST
-    return;  // the canary: the line never reaches the connection
-#endif
+    if constexpr (core::canary::kDropLost) return;  // CANARY (core/canary.h): never reaches it
   }
   const core::Delivered delivered = ss.port->deliver(server_now(), event, open_sessions());
   switch (delivered.kind) {
