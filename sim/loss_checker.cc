@@ -98,56 +98,74 @@ void LossChecker::on_engine_call(std::size_t shard, const core::Engine& engine,
                                  const std::vector<Grant>& grants) {
   if (run_.failed || shard >= shards_.size()) return;
   ShardState& state = shards_[shard];
-  const std::int64_t now = engine.now().ns();
-  std::map<std::pair<std::uint64_t, std::uint64_t>, Holder> holders;
-  std::map<ResourceKey, bool> keys;
+  Call call{request, reply, grants};
+  call.now = engine.now().ns();
   for (const core::Engine::ResourceView& view : engine.inspect()) {
     const ResourceKey key{view.ns, view.key};
-    keys[key] = view.holders.empty() && view.waiters.empty();
+    call.keys[key] = view.holders.empty() && view.waiters.empty();
     for (const core::Engine::HolderView& holder : view.holders) {
-      holders[{holder.token.fence.value, holder.token.salt}] =
+      call.holders[{holder.token.fence.value, holder.token.salt}] =
           Holder{key, holder.session.value, holder.deadline.ns()};
     }
   }
-  const core::Operation operation =
+  call.operation =
       request != nullptr ? core::command_operation(request->command) : core::Operation::kOther;
-  const bool force = request != nullptr && request->command == core::Command::kForceRelease;
+  call.force = request != nullptr && request->command == core::Command::kForceRelease;
   // A release answered `ok`: its holder left cleanly.
-  std::pair<std::uint64_t, std::uint64_t> released{0, 0};
   if (request != nullptr && reply != nullptr && request->token &&
-      operation == core::Operation::kRelease && reply->status == core::Status::kOk) {
-    released = {request->token->fence.value, request->token->salt};
+      call.operation == core::Operation::kRelease && reply->status == core::Status::kOk) {
+    call.released = {request->token->fence.value, request->token->salt};
   }
-
-  // A key the engine collected forgets its forced-out fences. A call that collected anything may
-  // have collected, and made again, any key that was empty at some point of it: every key but
-  // one that kept a holder from before the call to after it. (Collections come first in a call,
-  // before its request: a force-release's fences, recorded below, are never collected in it.)
   const std::uint64_t collected = engine.counters().resources_collected;
+  forget_collected(state, call, collected);
+  if (!check_departures(state, call)) return;
+  if (!check_grants_after_force(state, call)) return;
+  if (!check_forced_token(state, call)) return;
+  const std::uint64_t grants_now = engine.counters().grants;
+  if (call.force) note_unseen(state, call, grants_now);
+  // A key gone after the call (collected once its force-release left it empty) forgets too.
+  for (auto it = state.forced.begin(); it != state.forced.end();) {
+    it = call.keys.count(it->first) == 0 ? state.forced.erase(it) : std::next(it);
+  }
+  state.grants = grants_now;
+  state.last_fence = engine.last_fence().value;
+  state.holders = std::move(call.holders);
+  state.keys = std::move(call.keys);
+  state.collected = collected;
+}
+
+// A key the engine collected forgets its forced-out fences. A call that collected anything may
+// have collected, and made again, any key that was empty at some point of it: every key but
+// one that kept a holder from before the call to after it. (Collections come first in a call,
+// before its request: a force-release's fences, recorded below, are never collected in it.)
+void LossChecker::forget_collected(ShardState& state, const Call& call, std::uint64_t collected) {
   std::set<ResourceKey> kept;
   for (const auto& [id, holder] : state.holders) {
-    if (holders.count(id) != 0) kept.insert(holder.key);
+    if (call.holders.count(id) != 0) kept.insert(holder.key);
   }
   for (const auto& entry : state.keys) {
     const ResourceKey& key = entry.first;
-    if (keys.count(key) == 0 || (collected != state.collected && kept.count(key) == 0)) {
+    if (call.keys.count(key) == 0 || (collected != state.collected && kept.count(key) == 0)) {
       state.forced.erase(key);
       state.maybe_forced.erase(key);
     }
   }
+}
 
-  // The holders that left: those seen after the last call, and those granted in this one (a
-  // waiter promoted as the call began, when a lease ran out, and then forced out by it).
+// The holders that left: those seen after the last call, and those granted in this one (a
+// waiter promoted as the call began, when a lease ran out, and then forced out by it).
+bool LossChecker::check_departures(ShardState& state, const Call& call) {
+  const core::Request* request = call.request;
   std::map<std::pair<std::uint64_t, std::uint64_t>, Holder> before = state.holders;
-  for (const Grant& grant : grants) {
+  for (const Grant& grant : call.grants) {
     before.emplace(std::pair(grant.token.fence.value, grant.token.salt),
                    Holder{grant.key, grant.session, std::numeric_limits<std::int64_t>::max()});
   }
   for (const auto& [id, holder] : before) {
-    if (holders.count(id) != 0 || id == released) continue;
+    if (call.holders.count(id) != 0 || id == call.released) continue;
     const core::Token token{core::Fence{id.first}, id.second};
-    const bool expired = holder.deadline_ns <= now;
-    const bool forced = force && request->space == holder.key.first &&
+    const bool expired = holder.deadline_ns <= call.now;
+    const bool forced = call.force && request->space == holder.key.first &&
                         request->key == holder.key.second &&
                         (request->fence == 0 || request->fence == id.first);
     if (forced) {
@@ -167,7 +185,7 @@ void LossChecker::on_engine_call(std::size_t shard, const core::Engine& engine,
                                    std::to_string(holder.session) +
                                    " left without a release, a lease that ended or a "
                                    "force-release of it");
-      return;
+      return false;
     }
     Expected expected{holder.session, {}, {}, holder.key, id.first};
     if (expired) {
@@ -180,9 +198,12 @@ void LossChecker::on_engine_call(std::size_t shard, const core::Engine& engine,
     }
     state.expected.push_back(std::move(expected));
   }
+  return true;
+}
 
-  // Every grant of a key after a force-release of it has a larger fence than the forced-out.
-  for (const auto& [id, holder] : holders) {
+// Every grant of a key after a force-release of it has a larger fence than the forced-out.
+bool LossChecker::check_grants_after_force(const ShardState& state, const Call& call) {
+  for (const auto& [id, holder] : call.holders) {
     if (state.holders.count(id) != 0) continue;
     auto max = forced_max_.find(holder.key);
     if (max == forced_max_.end()) continue;
@@ -191,56 +212,53 @@ void LossChecker::on_engine_call(std::size_t shard, const core::Engine& engine,
       run_.fail("force-release-fence", key_name(holder.key) + " granted fence " +
                                            std::to_string(id.first) + " after fence " +
                                            std::to_string(max->second) + " was forced out");
-      return;
+      return false;
     }
   }
+  return true;
+}
 
-  // A release or renewal of a forced-out token the engine remembers: error_lease_expired.
+// A release or renewal of a forced-out token the engine remembers: error_lease_expired.
+bool LossChecker::check_forced_token(const ShardState& state, const Call& call) {
+  const core::Request* request = call.request;
+  const core::Reply* reply = call.reply;
   if (request != nullptr && reply != nullptr && request->token &&
-      (operation == core::Operation::kRelease || operation == core::Operation::kRenew)) {
+      (call.operation == core::Operation::kRelease || call.operation == core::Operation::kRenew)) {
     const ResourceKey key{core::command_namespace(request->command), request->key};
     const std::uint64_t fence = request->token->fence.value;
     auto forced = state.forced.find(key);
     if (forced != state.forced.end() &&
         std::find(forced->second.begin(), forced->second.end(), fence) != forced->second.end() &&
-        keys.count(key) != 0) {
+        call.keys.count(key) != 0) {
       ++run_.result.coverage["forced-token-checked"];
       if (reply->status != core::Status::kErrorLeaseExpired) {
         run_.fail("force-release-token",
                   std::string(core::command_name(request->command)) + " " + key_name(key) +
                       " of forced-out fence " + std::to_string(fence) + " answered " +
                       std::string(core::status_name(reply->status)) + ", not error_lease_expired");
-        return;
+        return false;
       }
     }
   }
-  // A force-release call that minted more fences than it shows (new holders, deliveries) granted
-  // some to two-phase waiters and forced them out in the same call: each owes a `forced` loss on
-  // the key.
-  const std::uint64_t grants_now = engine.counters().grants;
-  if (force) {
-    // Those still holding, and those delivered to parked requests (judged above), are seen.
-    std::uint64_t present = 0;
-    for (const auto& [id, holder] : holders) present += id.first > state.last_fence ? 1 : 0;
-    for (const Grant& grant : grants) {
-      const bool gone = holders.count({grant.token.fence.value, grant.token.salt}) == 0;
-      present += gone && grant.token.fence.value > state.last_fence ? 1 : 0;
-    }
-    const std::uint64_t minted = grants_now - state.grants;
-    if (minted > present) {
-      state.unseen.push_back(
-          {ResourceKey{request->space, request->key}, state.last_fence, minted - present});
-    }
+  return true;
+}
+
+// A force-release call that minted more fences than it shows (new holders, deliveries) granted
+// some to two-phase waiters and forced them out in the same call: each owes a `forced` loss on
+// the key.
+void LossChecker::note_unseen(ShardState& state, const Call& call, std::uint64_t grants_now) {
+  // Those still holding, and those delivered to parked requests (judged above), are seen.
+  std::uint64_t present = 0;
+  for (const auto& [id, holder] : call.holders) present += id.first > state.last_fence ? 1 : 0;
+  for (const Grant& grant : call.grants) {
+    const bool gone = call.holders.count({grant.token.fence.value, grant.token.salt}) == 0;
+    present += gone && grant.token.fence.value > state.last_fence ? 1 : 0;
   }
-  // A key gone after the call (collected once its force-release left it empty) forgets too.
-  for (auto it = state.forced.begin(); it != state.forced.end();) {
-    it = keys.count(it->first) == 0 ? state.forced.erase(it) : std::next(it);
+  const std::uint64_t minted = grants_now - state.grants;
+  if (minted > present) {
+    state.unseen.push_back(
+        {ResourceKey{call.request->space, call.request->key}, state.last_fence, minted - present});
   }
-  state.grants = grants_now;
-  state.last_fence = engine.last_fence().value;
-  state.holders = std::move(holders);
-  state.keys = std::move(keys);
-  state.collected = collected;
 }
 
 void LossChecker::generated(std::size_t shard, std::uint64_t session, const std::string& line) {

@@ -110,6 +110,25 @@ class LossChecker {
     std::vector<Unseen> unseen;
   };
   void remember_forced(ShardState& state, const ResourceKey& key, std::uint64_t fence);
+  // One engine call as on_engine_call sees it: what was asked and answered, the grants the
+  // driver saw leave it, and the engine right after it.
+  struct Call {
+    const core::Request* request = nullptr;
+    const core::Reply* reply = nullptr;
+    const std::vector<Grant>& grants;
+    std::int64_t now = 0;
+    std::map<std::pair<std::uint64_t, std::uint64_t>, Holder> holders = {};  // by (fence, salt)
+    std::map<ResourceKey, bool> keys = {};  // every resource, and whether GC could collect it
+    core::Operation operation = core::Operation::kOther;
+    bool force = false;                                      // a force-release
+    std::pair<std::uint64_t, std::uint64_t> released{0, 0};  // a release answered `ok`
+  };
+  void forget_collected(ShardState& state, const Call& call, std::uint64_t collected);
+  // Each false once it reported a broken invariant.
+  bool check_departures(ShardState& state, const Call& call);
+  bool check_grants_after_force(const ShardState& state, const Call& call);
+  bool check_forced_token(const ShardState& state, const Call& call);
+  void note_unseen(ShardState& state, const Call& call, std::uint64_t grants_now);
 
   RunContext& run_;
   std::vector<ShardState> shards_;
