@@ -11,8 +11,8 @@ namespace turnstile::core {
 
 namespace {
 
-HttpOutcome error(int code, std::string_view error, std::string_view detail = {}) {
-  return HttpOutcome{code, http_error_body(error, detail), {}};
+HttpResponse error(int code, std::string_view error, std::string_view detail = {}) {
+  return HttpResponse{code, http_error_body(error, detail), {}};
 }
 
 }  // namespace
@@ -41,8 +41,8 @@ HttpTicket HttpSessionRouter::new_ticket() {
 
 // ---- a client's requests -----------------------------------------------------------------------
 
-HttpOutcome HttpSessionRouter::create(Instant now, RandomSource& random, const std::string& ip,
-                                      const std::string& stable_ref) {
+HttpResponse HttpSessionRouter::create(Instant now, RandomSource& random, const std::string& ip,
+                                       const std::string& stable_ref) {
   if (draining_) return error(503, "draining");
   // A random handle whose home is this shard: one try in shard-count, on average.
   std::string handle;
@@ -62,7 +62,7 @@ HttpOutcome HttpSessionRouter::create(Instant now, RandomSource& random, const s
     case HttpCreate::kOk:
       break;
   }
-  return HttpOutcome{
+  return HttpResponse{
       200, http_session_created_body(handle, config_.idle_timeout.whole_seconds()), {}};
 }
 
@@ -142,7 +142,7 @@ void HttpSessionRouter::run_here(Instant now, Instant started, std::size_t origi
                                                          : sessions_.touch(now, handle).has_value();
       // A remove's effects (a long poll's 410, the close notices) go out before its 204.
       collect(now);
-      respond(origin, ticket, found ? HttpOutcome{204, "", {}} : error(410, "session_gone"));
+      respond(origin, ticket, found ? HttpResponse{204, "", {}} : error(410, "session_gone"));
       return;
     }
     case http_message::Op::kWatch:
@@ -168,7 +168,7 @@ void HttpSessionRouter::deliver_watch_event(HttpWatchEvent event) {
   }
 }
 
-void HttpSessionRouter::respond(std::size_t origin, HttpTicket ticket, HttpOutcome outcome,
+void HttpSessionRouter::respond(std::size_t origin, HttpTicket ticket, HttpResponse outcome,
                                 const Request& request, const std::optional<Reply>& reply) {
   if (origin == router_.index()) {
     replies_.push_back(HttpReply{ticket, std::move(outcome)});
@@ -208,7 +208,7 @@ void HttpSessionRouter::receive(Instant now, HttpMessage message) {
             std::string leader;
             if (m.reply && m.reply->status == Status::kErrorNotLeader) leader = m.reply->payload;
             replies_.push_back(
-                HttpReply{m.ticket, HttpOutcome{m.code, std::move(m.body), std::move(leader)}});
+                HttpReply{m.ticket, HttpResponse{m.code, std::move(m.body), std::move(leader)}});
           }
           forwarded_out_.erase(out);
         } else if constexpr (std::is_same_v<M, http_message::Abandon>) {
@@ -320,7 +320,7 @@ void HttpSessionRouter::collect(Instant now) {
           }
         }
         respond(origin, answer.ticket,
-                HttpOutcome{response.code, std::move(response.body), std::move(response.leader)},
+                HttpResponse{response.code, std::move(response.body), std::move(response.leader)},
                 answer.request, answer.reply);
       }
     }

@@ -58,6 +58,7 @@
 #include <variant>
 #include <vector>
 
+#include "core/http_codec.h"
 #include "core/http_sessions.h"
 #include "core/protocol.h"
 #include "core/random.h"
@@ -107,17 +108,10 @@ struct HttpEnvelope {
   HttpMessage message;
 };
 
-// An HTTP response: a status code and a body (a JSON line, or empty for 204).
-struct HttpOutcome {
-  int code = 0;
-  std::string body;
-  std::string leader = {};  // X-Dflockd-Leader, for a 503 not_leader (HttpResponse::leader)
-};
-
 // The response for a ticket held on this shard.
 struct HttpReply {
   HttpTicket ticket = 0;
-  HttpOutcome outcome;
+  HttpResponse outcome;
 };
 
 class HttpSessionRouter {
@@ -141,8 +135,8 @@ class HttpSessionRouter {
   // ---- a client's requests, on the shard that holds its connection ---------------------------
   // POST /session: a new session homed here (the handle drawn from `random`), with the stable ref
   // of its body (empty: none), or 503 for draining and the caps. Answered at once.
-  HttpOutcome create(Instant now, RandomSource& random, const std::string& ip,
-                     const std::string& stable_ref = {});
+  HttpResponse create(Instant now, RandomSource& random, const std::string& ip,
+                      const std::string& stable_ref = {});
   // An engine command on the session `handle` (decoded and validated by the driver); its reply
   // comes later under `ticket`.
   void submit(Instant now, HttpTicket ticket, const std::string& handle, const Request& request);
@@ -186,7 +180,7 @@ class HttpSessionRouter {
   bool forward_if_elsewhere(const http_message::Forward& forward);
   // The response for `ticket`, whose client is on shard `origin`.
   // `request` and `reply` when it renders an engine reply (a grant may have to be given back).
-  void respond(std::size_t origin, HttpTicket ticket, HttpOutcome outcome,
+  void respond(std::size_t origin, HttpTicket ticket, HttpResponse outcome,
                const Request& request = {}, const std::optional<Reply>& reply = std::nullopt);
   void send(std::size_t to, HttpMessage message);
   // Carries HttpSessions' effects out: answers, routes, close notices, cancels, watch events.

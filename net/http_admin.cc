@@ -177,14 +177,7 @@ void HttpServer::run_membership_change(const MembershipChange& change,
 void HttpServer::finish_admin(std::uint64_t ticket, const core::AdminChangeOutcome& outcome) {
   auto it = pending_.find(ticket);
   if (it == pending_.end() || stopped_) return;  // its client left
-  Pending& pending = *it->second;
-  const core::HttpResponse response = core::render_admin_outcome(outcome);
-  if (!response.leader.empty()) {
-    evhttp_add_header(evhttp_request_get_output_headers(pending.request), "X-Dflockd-Leader",
-                      response.leader.c_str());
-  }
-  reply(pending.request, response.code, response.body, pending.route, pending.method,
-        pending.started);
+  reply_to(*it->second, core::render_admin_outcome(outcome));
   drop_pending(ticket);
 }
 
@@ -271,13 +264,7 @@ void HttpServer::finish_key(KeyRequest& key, const core::Reply& reply) {
   if (key.ticket == 0) return;  // its client left
   auto found = pending_.find(key.ticket);
   if (found == pending_.end()) return;
-  Pending& pending = *found->second;
-  const core::HttpResponse response = core::render_http_key_reply(request, reply);
-  if (!response.leader.empty()) {
-    evhttp_add_header(evhttp_request_get_output_headers(pending.request), "X-Dflockd-Leader",
-                      response.leader.c_str());
-  }
-  reply_to(pending, response.code, response.body);
+  reply_to(*found->second, core::render_http_key_reply(request, reply));
   drop_pending(key.ticket);
 }
 

@@ -591,7 +591,7 @@ void HttpServer::create_session(evhttp_request* request, const core::HttpEndpoin
     return;
   }
   const HttpPeer peer = peer_of(evhttp_request_get_connection(request));
-  const core::HttpOutcome outcome =
+  const core::HttpResponse outcome =
       desk_.create(started, random_, peer.address, std::get<std::string>(stable_ref));
   flush();  // counts the new session before the client can see it
   reply(request, outcome.code, outcome.body, spec.pattern, method, started);
@@ -699,11 +699,8 @@ void HttpServer::finish_read_index(std::uint64_t ticket, Pending& pending,
   if (reply.status == core::Status::kOk) {
     reply_to(pending, 200, core::http_status_body("ok"));
   } else if (reply.status == core::Status::kErrorNotLeader) {
-    if (!reply.payload.empty()) {
-      evhttp_add_header(evhttp_request_get_output_headers(pending.request), "X-Dflockd-Leader",
-                        reply.payload.c_str());
-    }
-    reply_to(pending, 503, core::http_error_body("not_leader", reply.payload));
+    reply_to(pending, core::HttpResponse{503, core::http_error_body("not_leader", reply.payload),
+                                         reply.payload});
   } else {
     reply_to(pending, 500, core::http_error_body("internal", "the barrier was not applied"));
   }
@@ -712,6 +709,14 @@ void HttpServer::finish_read_index(std::uint64_t ticket, Pending& pending,
 
 void HttpServer::reply_to(Pending& pending, int code, const std::string& body) {
   reply(pending.request, code, body, pending.route, pending.method, pending.started);
+}
+
+void HttpServer::reply_to(Pending& pending, const core::HttpResponse& response) {
+  if (!response.leader.empty()) {
+    evhttp_add_header(evhttp_request_get_output_headers(pending.request), "X-Dflockd-Leader",
+                      response.leader.c_str());
+  }
+  reply_to(pending, response.code, response.body);
 }
 
 void HttpServer::on_message(ServiceMessage& message) {
@@ -766,13 +771,7 @@ void HttpServer::flush() {
       }
       auto it = pending_.find(answer.ticket);
       if (it == pending_.end()) continue;  // its client left
-      Pending& pending = *it->second;
-      if (!answer.outcome.leader.empty()) {
-        evhttp_add_header(evhttp_request_get_output_headers(pending.request), "X-Dflockd-Leader",
-                          answer.outcome.leader.c_str());
-      }
-      reply(pending.request, answer.outcome.code, answer.outcome.body, pending.route,
-            pending.method, pending.started);
+      reply_to(*it->second, answer.outcome);
       drop_pending(answer.ticket);
     }
     for (core::HttpWatchEvent& event : watched) on_watch_event(event);

@@ -178,7 +178,7 @@ class HttpServer final : public ShardService {
   void open_watch(evhttp_request* request, const core::HttpEndpointSpec& spec,
                   const std::string& handle, std::string_view method, core::Instant started);
   // The desk's answer to a watch: a refusal (`reply`), or its events.
-  void refuse_watch(Stream& stream, const core::HttpOutcome& outcome);
+  void refuse_watch(Stream& stream, const core::HttpResponse& outcome);
   void on_watch_event(core::HttpWatchEvent& event);
   // The listen was answered `ok`: the 200 head, `:ok`, the ping timer, the write deadline.
   void start_stream(Stream& stream);
@@ -211,6 +211,9 @@ class HttpServer final : public ShardService {
              const char* content_type = "application/json");
   void finish_read_index(std::uint64_t ticket, Pending& pending, const core::Reply& reply);
   void reply_to(Pending& pending, int code, const std::string& body);
+  // The one place a core::HttpResponse is written: its code, its body and, when it names one, the
+  // leader in X-Dflockd-Leader (a 503 not_leader in cluster mode).
+  void reply_to(Pending& pending, const core::HttpResponse& response);
   void reply_error(evhttp_request* request, int code, const std::string& error,
                    const std::string& detail, std::string_view route, std::string_view method,
                    core::Instant started);

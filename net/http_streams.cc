@@ -115,7 +115,7 @@ void HttpServer::open_watch(evhttp_request* request, const core::HttpEndpointSpe
   flush();
 }
 
-void HttpServer::refuse_watch(Stream& stream, const core::HttpOutcome& outcome) {
+void HttpServer::refuse_watch(Stream& stream, const core::HttpResponse& outcome) {
   stream_of_watch_.erase(stream.watch);
   stream.watch_over = true;
   if (stream.open || stream.ending) return;  // a stream the desk already opened is not refused

@@ -69,7 +69,7 @@ struct HttpCall {
 };
 struct HttpResult {
   bool reset = false;  // no response: the process died (or was not up) with the request
-  core::HttpOutcome outcome;
+  core::HttpResponse outcome;
 };
 
 class Network {

@@ -82,7 +82,7 @@ void Operator::on_result(std::uint64_t exchange) {
   const Sent sent = std::move(it->second);
   outstanding_.erase(it);
   if (result->reset) return;  // the process died with it, or was not up: maybe done, maybe not
-  const core::HttpOutcome& outcome = result->outcome;
+  const core::HttpResponse& outcome = result->outcome;
   history_.force_answered(sent.force, run_.now, outcome.code != 200);
   const std::string what = "DELETE " + sent.call.key + "?" + sent.call.query;
   if (outcome.code != sent.expected_code) {

@@ -308,7 +308,7 @@ void ServerProcess::on_session_event(std::size_t shard, core::SessionEvent& even
     const core::HttpResponse response = core::render_http_key_reply(request, event.reply);
     run_.digest.add(static_cast<std::uint64_t>(response.code));
     network_.http_respond(exchange,
-                          HttpResult{false, core::HttpOutcome{response.code, response.body}});
+                          HttpResult{false, core::HttpResponse{response.code, response.body}});
     return;
   }
   if (!process_->desks.empty() && process_->desks[shard]->owns(event.session)) {

@@ -38,7 +38,7 @@ void ServerProcess::on_http_to_server(std::uint64_t exchange) {
   const Instant now = server_now();
   if (call.op == HttpOp::kCreate) {
     ++run_.result.coverage["http-create"];
-    core::HttpOutcome outcome = desk.create(now, *salts_, "10.0.0." + std::to_string(call.client));
+    core::HttpResponse outcome = desk.create(now, *salts_, "10.0.0." + std::to_string(call.client));
     run_.digest.add(static_cast<std::uint64_t>(outcome.code));
     network_.http_respond(exchange, HttpResult{false, std::move(outcome)});
     return;
@@ -70,20 +70,20 @@ void ServerProcess::on_http_to_server(std::uint64_t exchange) {
 
 void ServerProcess::admin_release(std::uint64_t exchange, const HttpCall& call) {
   ++run_.result.coverage["admin-request"];
-  auto respond = [&](core::HttpOutcome outcome) {
+  auto respond = [&](core::HttpResponse outcome) {
     run_.digest.add(static_cast<std::uint64_t>(outcome.code));
     network_.http_respond(exchange, HttpResult{false, std::move(outcome)});
   };
   const core::AdminAccess access =
       core::admin_access(std::optional<std::string>(kAdminToken), call.authorization);
   if (access != core::AdminAccess::kAllowed) {
-    respond(core::HttpOutcome{401, core::http_error_body("unauthorized")});
+    respond(core::HttpResponse{401, core::http_error_body("unauthorized")});
     return;
   }
   std::variant<core::HttpBadRequest, core::Request> decoded =
       core::decode_http_key_request(call.endpoint, call.key, "", call.query);
   if (const auto* bad = std::get_if<core::HttpBadRequest>(&decoded)) {
-    respond(core::HttpOutcome{400, core::http_error_body("bad_request", bad->detail)});
+    respond(core::HttpResponse{400, core::http_error_body("bad_request", bad->detail)});
     return;
   }
   core::Request request = std::get<core::Request>(std::move(decoded));

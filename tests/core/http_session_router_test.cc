@@ -44,7 +44,7 @@ class Cluster {
 
   // A new session homed on `shard`; its handle.
   std::string create(std::size_t shard) {
-    const HttpOutcome outcome = desk(shard).create(now_, random_, "10.0.0.1");
+    const HttpResponse outcome = desk(shard).create(now_, random_, "10.0.0.1");
     EXPECT_EQ(outcome.code, 200) << outcome.body;
     const std::string marker = "\"session_id\":\"";
     const std::size_t at = outcome.body.find(marker);
@@ -99,8 +99,8 @@ class Cluster {
   }
 
   struct Answered {
-    std::size_t shard = 0;  // where the reply came out
-    HttpOutcome outcome;
+    std::size_t shard = 0;        // where the reply came out
+    HttpResponse outcome{0, {}};  // code 0: no reply
   };
   // The reply for `ticket` (code 0 when none).
   Answered reply(HttpTicket ticket) const {
@@ -361,31 +361,31 @@ TEST(HttpSessionRouter, ALossRidesOnTheSessionsNextReplyWithABody) {
     cluster.settle();
     return cluster.reply(ticket).outcome;
   };
-  const HttpOutcome granted = run(handle, lock_request(key, 0, /*lease_s=*/1));
+  const HttpResponse granted = run(handle, lock_request(key, 0, /*lease_s=*/1));
   ASSERT_EQ(granted.code, 200);
   const std::string token = token_of(granted.body);
   ASSERT_EQ(token.size(), 32U);
-  const HttpOutcome kept = run(handle, lock_request("kept", 0, 60));
+  const HttpResponse kept = run(handle, lock_request("kept", 0, 60));
   ASSERT_EQ(kept.code, 200);
   EXPECT_EQ(kept.body.find("lost"), std::string::npos) << kept.body;
   cluster.now_ = cluster.now_ + Duration::seconds(2);
   cluster.tick();
   cluster.settle();
   // A release answers 204: no body to carry the loss, which waits for the next one.
-  const HttpOutcome released =
+  const HttpResponse released =
       run(handle, test::release_request("kept", Token::parse(token_of(kept.body))));
   EXPECT_EQ(released.code, 204);
   EXPECT_EQ(released.body, "");
-  const HttpOutcome next = run(handle, lock_request("again", 0));
+  const HttpResponse next = run(handle, lock_request("again", 0));
   EXPECT_EQ(next.code, 200);
   EXPECT_NE(next.body.find("\"lost\":[{\"kind\":\"lock\",\"key\":\"" + key + "\",\"token\":\"" +
                            token + "\",\"reason\":\"expired\"}]"),
             std::string::npos)
       << next.body;
   // Once only, and only to the session that lost it.
-  const HttpOutcome after = run(handle, lock_request("again", 0));
+  const HttpResponse after = run(handle, lock_request("again", 0));
   EXPECT_EQ(after.body.find("lost"), std::string::npos) << after.body;
-  const HttpOutcome bystander = run(other, lock_request("free", 0));
+  const HttpResponse bystander = run(other, lock_request("free", 0));
   EXPECT_EQ(bystander.body.find("lost"), std::string::npos) << bystander.body;
 }
 
