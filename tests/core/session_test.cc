@@ -179,7 +179,24 @@ class IdleTimeoutTest : public LoopbackTest {};
 class DrainTest : public LoopbackTest {};
 class BackpressureTest : public LoopbackTest {};
 class DisconnectTest : public LoopbackTest {};
-class TwoPhaseTest : public LoopbackTest {};
+class TwoPhaseTest : public LoopbackTest {
+ protected:
+  // A connection queued behind a holder with `e k 1`, promoted when the holder releases, and
+  // 1.2 s later (injected time) past its 1 s lease without having called `w`.
+  SessionId promoted_then_expired() {
+    Loopback& net = start();
+    const SessionId holder = net.connect();
+    const SessionId a = net.connect();
+    const std::string token = acquire(holder, "k");
+    net.send(a, request("e", "k", "1"));
+    EXPECT_EQ(net.read(a), "queued\n");
+    net.send(holder, "r\nk\n" + token + "\n");  // promoted, lease 1 s running
+    EXPECT_EQ(net.read(holder), "ok\n");
+    net.advance(Duration::milliseconds(1200));
+    return a;
+  }
+  Loopback& loopback() { return *net_; }
+};
 class GrantRaceTest : public LoopbackTest {};
 class LifecycleTest : public LoopbackTest {};
 
@@ -1024,29 +1041,15 @@ TEST_F(TwoPhaseTest, WaitAfterTheTwoPhaseLeaseEndedIsLeaseExpired) {
 
 TEST_F(TwoPhaseTest, APromotedWaiterThatNeverWaitedCanEnqueueAgainAfterExpiry) {
   // Reference edge case 22: the promoted record follows its token, so it does not block `e`.
-  Loopback& net = start();
-  const SessionId holder = net.connect();
-  const SessionId a = net.connect();
-  const std::string token = acquire(holder, "k");
-  net.send(a, request("e", "k", "1"));
-  EXPECT_EQ(net.read(a), "queued\n");
-  net.send(holder, "r\nk\n" + token + "\n");  // promoted, lease 1 s running
-  EXPECT_EQ(net.read(holder), "ok\n");
-  net.advance(Duration::milliseconds(1200));
+  const SessionId a = promoted_then_expired();
+  Loopback& net = loopback();
   net.send(a, request("e", "k", "1"));
   EXPECT_TRUE(is_grant_line(lines_of(net.read(a)).at(0), "acquired", 1));
 }
 
 TEST_F(TwoPhaseTest, WaitAfterAPromotedGrantExpiredIsLeaseExpiredThenNotEnqueued) {
-  Loopback& net = start();
-  const SessionId holder = net.connect();
-  const SessionId a = net.connect();
-  const std::string token = acquire(holder, "k");
-  net.send(a, request("e", "k", "1"));
-  EXPECT_EQ(net.read(a), "queued\n");
-  net.send(holder, "r\nk\n" + token + "\n");
-  EXPECT_EQ(net.read(holder), "ok\n");
-  net.advance(Duration::milliseconds(1200));
+  const SessionId a = promoted_then_expired();
+  Loopback& net = loopback();
   net.send(a, request("w", "k", "1"));
   EXPECT_EQ(net.read(a), "error_lease_expired\n");
   net.send(a, request("w", "k", "1"));
