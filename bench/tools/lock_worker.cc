@@ -54,23 +54,15 @@ void Worker::run(TimePoint start, TimePoint warmup_end, std::optional<TimePoint>
   active_ = connections_.size();
   while (active_ > 0) {
     if (end && Clock::now() >= *end) break;
-    const int count = epoll_wait(epoll_fd_, events.data(), static_cast<int>(events.size()), 50);
-    if (count < 0) {
-      if (errno == EINTR) continue;
-      fatal("epoll_wait");
-    }
-    for (int i = 0; i < count; ++i) {
-      const epoll_event& event = events[static_cast<std::size_t>(i)];
+    for (const epoll_event& event : poll_once(epoll_fd_, events)) {
       if (event.data.u64 == kTimerTag) {
         on_timer();
         continue;
       }
       Connection& connection = connections_[event.data.u64];
       if (!connection.active) continue;
-      if (event.events & EPOLLOUT) flush(connection);
-      if (connection.active && (event.events & (EPOLLIN | EPOLLHUP | EPOLLERR))) {
-        on_readable(connection);
-      }
+      on_ready(
+          event, connection.active, [&] { flush(connection); }, [&] { on_readable(connection); });
     }
   }
   ::close(timer_fd_);

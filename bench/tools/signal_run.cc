@@ -89,19 +89,11 @@ class Publisher {
         check_stalls(now);
         next_check = now + kCheckEvery;
       }
-      const int count = epoll_wait(epoll_fd_, events.data(), static_cast<int>(events.size()), 50);
-      if (count < 0) {
-        if (errno == EINTR) continue;
-        fatal("epoll_wait");
-      }
-      for (int i = 0; i < count; ++i) {
-        const epoll_event& event = events[static_cast<std::size_t>(i)];
+      for (const epoll_event& event : poll_once(epoll_fd_, events)) {
         Emitter& emitter = emitters_[event.data.u64];
         if (!emitter.active) continue;
-        if (event.events & EPOLLOUT) flush(emitter);
-        if (emitter.active && (event.events & (EPOLLIN | EPOLLHUP | EPOLLERR))) {
-          on_readable(emitter);
-        }
+        on_ready(
+            event, emitter.active, [&] { flush(emitter); }, [&] { on_readable(emitter); });
       }
     }
     for (Emitter& emitter : emitters_) {

@@ -35,6 +35,15 @@ void epoll_add(int epoll_fd, int fd, std::uint64_t tag) {
   epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &event);
 }
 
+std::span<const epoll_event> poll_once(int epoll_fd, std::vector<epoll_event>& events) {
+  const int count = epoll_wait(epoll_fd, events.data(), static_cast<int>(events.size()), 50);
+  if (count < 0) {
+    if (errno == EINTR) return {};
+    fatal("epoll_wait");
+  }
+  return {events.data(), static_cast<std::size_t>(count)};
+}
+
 std::string send_pending(int fd, std::string_view out, std::size_t& sent) {
   while (sent < out.size()) {
     const ssize_t written = ::send(fd, out.data() + sent, out.size() - sent, MSG_NOSIGNAL);

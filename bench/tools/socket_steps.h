@@ -5,13 +5,16 @@
 // Thread affinity: none; every function works on the descriptors it is given.
 #pragma once
 
+#include <sys/epoll.h>
 #include <sys/socket.h>
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "bench/tools/loopback.h"
 
@@ -28,6 +31,18 @@ LoopbackAddress resolve_loopback(const std::string& host, int port);
 
 // Adds `fd` to `epoll_fd` for reading, with `tag` as its event data.
 void epoll_add(int epoll_fd, int fd, std::uint64_t tag);
+
+// One epoll_wait of `epoll_fd` for at most 50 ms into `events`: what came, in order (nothing when
+// a signal interrupted it).
+std::span<const epoll_event> poll_once(int epoll_fd, std::vector<epoll_event>& events);
+
+// The steps of a ready connection, as both load loops take them: its pending output first, then
+// (unless that retired it: `active`) what it can read, or its hang-up or error.
+template <typename Flush, typename Read>
+void on_ready(const epoll_event& event, const bool& active, Flush flush, Read read) {
+  if (event.events & EPOLLOUT) flush();
+  if (active && (event.events & (EPOLLIN | EPOLLHUP | EPOLLERR))) read();
+}
 
 // Sends `out` from `sent` on until the socket refuses more. An error text on failure, else "".
 std::string send_pending(int fd, std::string_view out, std::size_t& sent);
