@@ -87,7 +87,84 @@ Command command_like(Command like, Operation operation);
 std::string_view namespace_word(Namespace ns);
 std::optional<Namespace> parse_namespace_word(std::string_view word);
 
-std::string_view command_name(Command command);
+// The wire word of a command (`l`, `sl`, `stats`, ...); empty for a value that is not a Command.
+constexpr std::string_view command_name(Command command) {
+  switch (command) {
+    case Command::kLock:
+      return "l";
+    case Command::kRelease:
+      return "r";
+    case Command::kRenew:
+      return "n";
+    case Command::kEnqueue:
+      return "e";
+    case Command::kWait:
+      return "w";
+    case Command::kSemLock:
+      return "sl";
+    case Command::kSemRelease:
+      return "sr";
+    case Command::kSemRenew:
+      return "sn";
+    case Command::kSemEnqueue:
+      return "se";
+    case Command::kSemWait:
+      return "sw";
+    case Command::kPing:
+      return "ping";
+    case Command::kStats:
+      return "stats";
+    case Command::kAuth:
+      return "auth";
+    case Command::kBarrier:
+      return "barrier";
+    case Command::kStableRef:
+      return "stable-ref";
+    case Command::kListen:
+      return "listen";
+    case Command::kUnlisten:
+      return "unlisten";
+    case Command::kSignal:
+      return "signal";
+    case Command::kSignalPeer:
+      return "signal-peer";
+    case Command::kReadLock:
+      return "rl";
+    case Command::kWriteLock:
+      return "wl";
+    case Command::kReadRelease:
+      return "rr";
+    case Command::kWriteRelease:
+      return "wr";
+    case Command::kReadRenew:
+      return "rn";
+    case Command::kWriteRenew:
+      return "wn";
+    case Command::kReadEnqueue:
+      return "re";
+    case Command::kWriteEnqueue:
+      return "we";
+    case Command::kReadWait:
+      return "rw";
+    case Command::kWriteWait:
+      return "ww";
+    case Command::kCheck:
+      return "check";
+    case Command::kInspect:
+      return "inspect";
+    case Command::kLostNotify:
+      return "lost-notify";
+    case Command::kForceRelease:
+      return "force-release";
+  }
+  return {};  // not a Command
+}
+
+// The sentinel of kCommandCount: a command added to Command must be named above (-Wswitch makes
+// that an error), and then these fail until kCommandCount counts it too.
+static_assert(!command_name(static_cast<Command>(kCommandCount - 1)).empty());
+static_assert(command_name(static_cast<Command>(kCommandCount)).empty(),
+              "a Command follows kForceRelease: kCommandCount must count up to it");
 
 // True for the commands the engine answers (everything keyed, and barrier); ping, stats, auth and
 // stable-ref are answered by the session and its driver.
