@@ -47,6 +47,14 @@ constexpr bool kHttpDropLost = true;
 constexpr bool kHttpDropLost = false;
 #endif
 
+// turnstile-sim-canary-auth-delay (auth-delay): a wrong or missing token on HTTP is answered 401
+// at once instead of after core::kAuthFailureDelay (core/http_api.cc).
+#ifdef TURNSTILE_CANARY_HTTP_NO_AUTH_DELAY
+constexpr bool kHttpNoAuthDelay = true;
+#else
+constexpr bool kHttpNoAuthDelay = false;
+#endif
+
 // turnstile-sim-canary-cluster (linearizability): a cluster leader answers requests when it
 // proposes their entry, before it commits.
 #ifdef TURNSTILE_CANARY_ACK_BEFORE_COMMIT

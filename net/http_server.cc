@@ -81,7 +81,15 @@ HttpServer::HttpServer(Shard& host, SharedState& shared, HttpShared& http_shared
             return config;
           }(),
           &http_shared.quota(), host.router()),
-      cors_(shared.config.http_cors_allowed_origins),
+      api_(
+          [&] {
+            core::HttpApiConfig config;
+            config.auth_token = shared.config.auth_token;
+            config.admin_token = shared.config.cluster.admin_token;
+            config.cors_allowed_origins = shared.config.http_cors_allowed_origins;
+            return config;
+          }(),
+          desk_, host.router(), *this, random_),
       started_at_(monotonic_now()),
       last_rate_sweep_(started_at_) {
   host_.set_service(this);
@@ -145,6 +153,7 @@ bool HttpServer::listen(int fd) {
   probe_ = event_new(host_.base(), -1, EV_PERSIST, &HttpServer::on_probe, this);
   const timeval probe = to_timeval(kProbeInterval);
   event_add(probe_, &probe);
+  api_timer_ = event_new(host_.base(), -1, 0, &HttpServer::on_api_deadline, this);
   end_streams_ = event_new(host_.base(), -1, 0, &HttpServer::on_end_streams, this);
   stream_watch_ = event_new(host_.base(), -1, EV_PERSIST, &HttpServer::on_stream_watch, this);
   const timeval watch = to_timeval(kStreamWatchInterval);
@@ -155,10 +164,8 @@ bool HttpServer::listen(int fd) {
 void HttpServer::stop() {
   if (stopped_) return;
   stopped_ = true;
-  for (auto& [ticket, pending] : pending_) {
-    if (pending->timer != nullptr) event_free(pending->timer);
-    pending->timer = nullptr;
-  }
+  if (api_timer_ != nullptr) event_free(api_timer_);
+  api_timer_ = nullptr;
   if (sweep_ != nullptr) event_free(sweep_);
   sweep_ = nullptr;
   if (probe_ != nullptr) event_free(probe_);
@@ -186,7 +193,7 @@ void HttpServer::stop() {
 
 void HttpServer::begin_drain() {
   draining_ = true;
-  desk_.begin_drain();
+  api_.begin_drain();
   // Signal and session event streams end cleanly (the last chunk is sent); new ones are refused.
   for (auto& [id, stream] : streams_) end_stream(*stream, /*abort=*/false);
   flush();  // the desk hears of the watches that ended
@@ -234,14 +241,15 @@ void HttpServer::probe() {
 
 void HttpServer::reply(evhttp_request* request, int code, std::string_view body,
                        std::string_view route, std::string_view method, core::Instant started,
-                       const char* content_type) {
+                       std::string_view content_type) {
   if (request == unanswered_) unanswered_ = nullptr;
   http_shared_.record(method, route, code, (host_.turn_now() - started).seconds_double());
   evkeyvalq* headers = evhttp_request_get_output_headers(request);
+  const std::string type(content_type);
   // evhttp adds its default type (application/json) itself to a response that has a body.
-  if (!body.empty() && std::string_view(content_type) != kJsonType) {
+  if (!body.empty() && content_type != kJsonType) {
     evhttp_remove_header(headers, "Content-Type");
-    evhttp_add_header(headers, "Content-Type", content_type);
+    evhttp_add_header(headers, "Content-Type", type.c_str());
   }
   evhttp_add_header(headers, "X-Content-Type-Options", "nosniff");
   if (core::http_reply_has_body(method_name(evhttp_request_get_command(request)))) {
@@ -250,7 +258,7 @@ void HttpServer::reply(evhttp_request* request, int code, std::string_view body,
     // HEAD: the GET's headers without its body. evhttp adds neither the length nor the default
     // type to a HEAD reply, so both are set here.
     if (!body.empty() && evhttp_find_header(headers, "Content-Type") == nullptr) {
-      evhttp_add_header(headers, "Content-Type", content_type);
+      evhttp_add_header(headers, "Content-Type", type.c_str());
     }
     evhttp_remove_header(headers, "Content-Length");
     evhttp_add_header(headers, "Content-Length", std::to_string(body.size()).c_str());
@@ -264,13 +272,26 @@ void HttpServer::reply_error(evhttp_request* request, int code, const std::strin
   reply(request, code, core::http_error_body(error, detail), route, method, started);
 }
 
-std::uint64_t HttpServer::add_pending(evhttp_request* request, Pending pending) {
-  const std::uint64_t ticket = desk_.new_ticket();
+void HttpServer::write_response(evhttp_request* request, const core::HttpApiResponse& response) {
+  evkeyvalq* out = evhttp_request_get_output_headers(request);
+  for (const auto& [name, value] : response.headers) {
+    evhttp_add_header(out, name.c_str(), value.c_str());
+  }
+  reply(request, response.response.code, response.response.body, response.route, response.method,
+        response.started, response.content_type);
+}
+
+std::uint64_t HttpServer::add_pending(evhttp_request* request, std::string_view method,
+                                      core::Instant started) {
+  const std::uint64_t ticket = api_.new_ticket();
   if (request == unanswered_) unanswered_ = nullptr;  // answered later, from pending_
-  pending.request = request;
-  pending.connection = evhttp_request_get_connection(request);
-  if (pending.connection != nullptr) by_connection_[pending.connection].push_back(ticket);
-  pending_.emplace(ticket, std::make_unique<Pending>(std::move(pending)));
+  auto pending = std::make_unique<Pending>();
+  pending->request = request;
+  pending->connection = evhttp_request_get_connection(request);
+  pending->method = method;
+  pending->started = started;
+  if (pending->connection != nullptr) by_connection_[pending->connection].push_back(ticket);
+  pending_.emplace(ticket, std::move(pending));
   return ticket;
 }
 
@@ -284,7 +305,6 @@ void HttpServer::drop_pending(std::uint64_t ticket) {
       if (list->second.empty()) by_connection_.erase(list);
     }
   }
-  if (it->second->timer != nullptr) event_free(it->second->timer);
   pending_.erase(it);
 }
 
@@ -312,17 +332,14 @@ void HttpServer::connection_closed(evhttp_connection* connection) {
     if (found == pending_.end()) continue;
     Pending& pending = *found->second;
     pending.connection = nullptr;
-    withdraw(ticket, pending);
-    logf(LogLevel::kDebug, "HTTP: client left during %.*s %.*s",
-         static_cast<int>(pending.method.size()), pending.method.data(),
-         static_cast<int>(pending.route.size()), pending.route.data());
+    api_.client_left(host_.turn_now(), ticket);
+    logf(LogLevel::kDebug, "HTTP: client left during %.*s", static_cast<int>(pending.method.size()),
+         pending.method.data());
     // A request libevent has detached from its connection is ours to free; one still attached
     // is freed by libevent with the connection.
     if (evhttp_request_get_connection(pending.request) == nullptr) {
       evhttp_send_reply(pending.request, 499, nullptr, nullptr);
     }
-    if (pending.timer != nullptr) event_free(pending.timer);
-    pending.timer = nullptr;
     pending_.erase(found);
   }
   flush();
@@ -331,43 +348,17 @@ void HttpServer::connection_closed(evhttp_connection* connection) {
   if (!in_router_event_) host_.settle();
 }
 
-// Whoever would answer a pending request is told it no longer needs to: a session operation is
-// abandoned (core::HttpSessionRouter withdraws a long poll wherever it waits; a grant that races
-// in is given back), a stats request stops collecting parts.
-void HttpServer::withdraw(std::uint64_t ticket, Pending& pending) {
-  if (pending.kind == Pending::Kind::kSession) desk_.abandon(host_.turn_now(), ticket);
-  if (pending.kind == Pending::Kind::kStats || pending.kind == Pending::Kind::kMetrics ||
-      pending.kind == Pending::Kind::kReadIndex || pending.kind == Pending::Kind::kSignal) {
-    stats_tickets_.erase(pending.stats_session.value);
-  }
-  if (pending.kind == Pending::Kind::kKey) {
-    // The engine's reply still comes (and a force-release is still logged); it answers nobody.
-    auto key = key_requests_.find(pending.stats_session.value);
-    if (key != key_requests_.end()) key->second.ticket = 0;
-  }
-}
-
-void HttpServer::on_auth_delay(evutil_socket_t, short, void* self) {
-  const auto [server, ticket] = *static_cast<std::pair<HttpServer*, std::uint64_t>*>(self);
-  guarded("HTTP auth delay", [server, ticket] { server->auth_delay_over(ticket); });
-}
-
-void HttpServer::auth_delay_over(std::uint64_t ticket) {
-  auto it = pending_.find(ticket);
-  if (it == pending_.end()) return;
-  Pending& pending = *it->second;
-  // libevent measures timeouts from the time it cached at the start of the loop turn that armed
-  // the timer, so the timer can fire a few milliseconds before the delay has passed since the
-  // request arrived. The promise is at least the full delay: wait out the rest.
-  const core::Duration waited = host_.turn_now() - pending.started;
-  if (waited < kAuthFailureDelay) {
-    const timeval rest = to_timeval(kAuthFailureDelay - waited);
-    evtimer_add(pending.timer, &rest);
-    return;
-  }
-  reply_error(pending.request, 401, "unauthorized", "", pending.route, pending.method,
-              pending.started);
-  drop_pending(ticket);  // frees the timer and its argument
+void HttpServer::on_api_deadline(evutil_socket_t, short, void* self) {
+  auto* server = static_cast<HttpServer*>(self);
+  guarded("HTTP API deadline", [server] {
+    server->api_armed_.reset();
+    // libevent measures timeouts from the time it cached at the start of the loop turn that armed
+    // the timer, so it can fire a few milliseconds early; the API answers only what is due, and
+    // flush() arms the timer again for the rest.
+    server->api_.tick(server->host_.turn_now());
+    server->flush();
+    server->host_.settle();
+  });
 }
 
 // ---- requests ----------------------------------------------------------------------------------
@@ -393,7 +384,7 @@ void HttpServer::fail(evhttp_request* request) {
         if (pending->request == request) ticket = candidate;
       }
       if (ticket == 0) return;  // answered already
-      withdraw(ticket, *pending_.at(ticket));
+      api_.client_left(host_.turn_now(), ticket);
     }
     const std::string_view method = method_name(evhttp_request_get_command(request));
     reply_error(request, 500, "internal", "the server failed to handle this request", "unmatched",
@@ -420,234 +411,48 @@ std::optional<std::string> HttpServer::admit_peer(evhttp_request* request, std::
   return ip;
 }
 
-bool HttpServer::answer_cors(evhttp_request* request, std::string_view method,
-                             core::Instant started) {
-  // CORS (reference 3.2): before everything else.
+core::HttpApiRequest HttpServer::parse(evhttp_request* request, std::string_view method,
+                                       const std::string& ip) {
+  core::HttpApiRequest parsed;
+  parsed.method = method;
+  const evhttp_uri* uri = evhttp_request_get_evhttp_uri(request);
+  const char* path = uri != nullptr ? evhttp_uri_get_path(uri) : nullptr;
+  const char* query = uri != nullptr ? evhttp_uri_get_query(uri) : nullptr;
+  parsed.path = path != nullptr ? path : "/";
+  if (query != nullptr) parsed.query = query;
+  parsed.body = std::string(request_body(request));
   evkeyvalq* in = evhttp_request_get_input_headers(request);
-  const char* origin = evhttp_find_header(in, "Origin");
-  if (!cors_.enabled() || origin == nullptr) return false;
-  evkeyvalq* out = evhttp_request_get_output_headers(request);
-  for (const auto& [name, value] : cors_.headers_for(origin)) {
-    evhttp_add_header(out, std::string(name).c_str(), value.c_str());
-  }
-  if (method == "OPTIONS" && evhttp_find_header(in, "Access-Control-Request-Method") != nullptr) {
-    reply(request, 204, "", "preflight", method, started);
-    return true;
-  }
-  return false;
+  auto header = [in](const char* name) -> std::optional<std::string> {
+    const char* value = evhttp_find_header(in, name);
+    return value != nullptr ? std::optional<std::string>(value) : std::nullopt;
+  };
+  parsed.authorization = header("Authorization");
+  parsed.session = header(core::kHttpSessionHeader.data());
+  parsed.origin = header("Origin");
+  parsed.preflight = evhttp_find_header(in, "Access-Control-Request-Method") != nullptr;
+  parsed.peer_address = ip;
+  parsed.peer_port = peer_of(evhttp_request_get_connection(request)).port;
+  return parsed;
 }
 
 void HttpServer::handle(evhttp_request* request) {
   const core::Instant started = host_.turn_now();
   const std::string_view method = method_name(evhttp_request_get_command(request));
-  evkeyvalq* in = evhttp_request_get_input_headers(request);
-  evkeyvalq* out = evhttp_request_get_output_headers(request);
   const std::optional<std::string> ip = admit_peer(request, method, started);
   if (!ip) return;  // over the per-IP connection cap: answered
-
-  const evhttp_uri* uri = evhttp_request_get_evhttp_uri(request);
-  const char* raw_path = uri != nullptr ? evhttp_uri_get_path(uri) : nullptr;
-  const std::string path = raw_path != nullptr ? raw_path : "/";
-
-  if (answer_cors(request, method, started)) return;  // a preflight
-
-  // Route lookup: 404 for an unknown path, 405 (with Allow) for a known path and another method.
-  core::HttpRouteMatch matched = core::match_http_route(method, path);
-  const core::HttpEndpointSpec* spec = matched.spec;
-  const std::string& allow = matched.allow;
-  const std::string_view route = spec != nullptr ? spec->pattern : "unmatched";
-
-  // Rate limit, then auth, then the router's 404/405 (reference 3.1's handler order).
-  const bool exempt = spec != nullptr && !spec->rate_limited;
-  if (!exempt && !http_shared_.rate_allow(started, *ip)) {
-    reply_error(request, 429, "rate_limited", "", route, method, started);
-    return;
-  }
-  const bool needs_auth = spec == nullptr || spec->needs_auth;
-  if (config_.auth_token && needs_auth) {
-    const char* header = evhttp_find_header(in, "Authorization");
-    if (!core::bearer_matches(header != nullptr ? header : "", *config_.auth_token)) {
-      reply_unauthorized_later(request, route, method, started);
-      return;
-    }
-  }
-  if (spec == nullptr) {
-    if (!allow.empty()) {
-      evhttp_add_header(out, "Allow", allow.c_str());
-      reply_error(request, 405, "method_not_allowed",
-                  std::string(method) + " is not allowed on " + path, route, method, started);
-    } else {
-      reply_error(request, 404, "not_found", "no route for " + path, route, method, started);
-    }
-    return;
-  }
-  dispatch_route(request, *spec, matched.params, method, started);
-}
-
-void HttpServer::dispatch_route(evhttp_request* request, const core::HttpEndpointSpec& spec,
-                                const std::vector<std::string>& params, std::string_view method,
-                                core::Instant started) {
-  switch (spec.endpoint) {
-    case core::HttpEndpoint::kHealth:
-    case core::HttpEndpoint::kReady:
-    case core::HttpEndpoint::kOpenApi:
-      reply_probe(request, spec, method, started);
-      return;
-    case core::HttpEndpoint::kStats:
-    case core::HttpEndpoint::kMetrics:
-    case core::HttpEndpoint::kReadIndex:
-      run_one_shot(request, spec, method, started);
-      return;
-    case core::HttpEndpoint::kSessionCreate:
-      create_session(request, spec, method, started);
-      return;
-    case core::HttpEndpoint::kSessionDelete:
-    case core::HttpEndpoint::kSessionPing:
-      delete_or_ping_session(request, spec, params.at(0), method, started);
-      return;
-    case core::HttpEndpoint::kSessionEvents:
-      open_watch(request, spec, params.at(0), method, started);
-      return;
-    case core::HttpEndpoint::kLockCheck:
-    case core::HttpEndpoint::kSemCheck:
-    case core::HttpEndpoint::kReadWriteCheck:
-    case core::HttpEndpoint::kLockInspect:
-    case core::HttpEndpoint::kSemInspect:
-    case core::HttpEndpoint::kReadWriteInspect:
-      run_key_request(request, spec, params.at(0), method, started);
-      return;
-    case core::HttpEndpoint::kAdminVoterAdd:
-    case core::HttpEndpoint::kAdminVoterRemove:
-    case core::HttpEndpoint::kAdminLeaderTransfer:
-    case core::HttpEndpoint::kAdminLockRelease:
-    case core::HttpEndpoint::kAdminSemRelease:
-    case core::HttpEndpoint::kAdminReadWriteRelease:
-      handle_admin(request, spec, params, method, started);
-      return;
-    case core::HttpEndpoint::kSignalPublish:
-      publish_signal(request, spec, params.at(0), method, started);
-      return;
-    case core::HttpEndpoint::kSignalStream:
-      open_stream(request, spec, method, started);
-      return;
-    default:
-      handle_session_request(request, spec, params.at(0), method, started);
-      return;
-  }
-}
-
-void HttpServer::reply_probe(evhttp_request* request, const core::HttpEndpointSpec& spec,
-                             std::string_view method, core::Instant started) {
-  const std::string_view route = spec.pattern;
-  if (spec.endpoint == core::HttpEndpoint::kOpenApi) {
-    evhttp_add_header(evhttp_request_get_output_headers(request), "Cache-Control",
-                      "public, max-age=60");
-    reply(request, 200, std::string(kOpenApiJson), route, method, started);
-    return;
-  }
-  std::string_view status = "ok";
-  if (spec.endpoint == core::HttpEndpoint::kHealth) {
-    if (shared_.starting.load(std::memory_order_relaxed)) status = "starting";
-  } else if (draining_) {
-    status = "draining";
-  } else if (!ready()) {
-    status = "no_leader";
-  }
-  reply(request, status == "ok" ? 200 : 503, core::http_status_body(status), route, method,
-        started);
-}
-
-void HttpServer::run_one_shot(evhttp_request* request, const core::HttpEndpointSpec& spec,
-                              std::string_view method, core::Instant started) {
-  core::Request one_shot;
-  Pending::Kind kind = Pending::Kind::kStats;
-  one_shot.command = core::Command::kStats;
-  if (spec.endpoint == core::HttpEndpoint::kMetrics) {
-    kind = Pending::Kind::kMetrics;
-  } else if (spec.endpoint == core::HttpEndpoint::kReadIndex) {
-    // A linearizable read point: a barrier through the log, answered once it is applied.
-    if (!shared_.config.cluster.enabled()) {
-      reply_error(request, 404, "cluster_disabled", "readindex needs cluster mode", spec.pattern,
-                  method, started);
-      return;
-    }
-    kind = Pending::Kind::kReadIndex;
-    one_shot.command = core::Command::kBarrier;
-  }
-  // A session of its own, answered by the router's reply (or stats event) for it.
-  Pending pending = Pending::of(kind, method, spec.pattern, started);
-  pending.stats_session = host_.router().new_session_id();
-  const core::SessionId session = pending.stats_session;
-  stats_tickets_[session.value] = add_pending(request, std::move(pending));
-  host_.router().submit(started, session, one_shot);
-}
-
-void HttpServer::create_session(evhttp_request* request, const core::HttpEndpointSpec& spec,
-                                std::string_view method, core::Instant started) {
-  std::variant<core::HttpBadRequest, std::string> stable_ref =
-      core::decode_http_session_create(request_body(request));
-  if (const auto* bad = std::get_if<core::HttpBadRequest>(&stable_ref)) {
-    reply_error(request, 400, "bad_request", bad->detail, spec.pattern, method, started);
-    return;
-  }
-  const HttpPeer peer = peer_of(evhttp_request_get_connection(request));
-  const core::HttpResponse outcome =
-      desk_.create(started, random_, peer.address, std::get<std::string>(stable_ref));
-  flush();  // counts the new session before the client can see it
-  reply(request, outcome.code, outcome.body, spec.pattern, method, started);
-}
-
-void HttpServer::delete_or_ping_session(evhttp_request* request, const core::HttpEndpointSpec& spec,
-                                        const std::string& handle, std::string_view method,
-                                        core::Instant started) {
-  if (!core::is_session_handle(handle)) {
-    reply_error(request, 400, "bad_request", "session id must be 32 lowercase hex characters",
-                spec.pattern, method, started);
-    return;
-  }
-  const bool remove = spec.endpoint == core::HttpEndpoint::kSessionDelete;
-  run_session_request(request, spec.pattern, method, started, [&](core::HttpTicket ticket) {
-    if (remove) {
-      desk_.remove(started, ticket, handle);
-    } else {
-      desk_.ping(started, ticket, handle);
-    }
-  });
-}
-
-void HttpServer::handle_session_request(evhttp_request* request, const core::HttpEndpointSpec& spec,
-                                        const std::string& key, std::string_view method,
-                                        core::Instant started) {
-  const std::string_view route = spec.pattern;
-  const std::string_view body = request_body(request);
-  const char* header = evhttp_find_header(evhttp_request_get_input_headers(request),
-                                          core::kHttpSessionHeader.data());
-  auto decoded = core::decode_http_session_request(
-      spec.endpoint, key, body,
-      header != nullptr ? std::optional<std::string_view>(header) : std::nullopt);
-  if (const auto* bad = std::get_if<core::HttpBadRequest>(&decoded)) {
-    reply_error(request, 400, "bad_request", bad->detail, route, method, started);
-    return;
-  }
-  const auto& [handle, engine_request] = std::get<core::HttpSessionRequest>(decoded);
-  run_session_request(request, route, method, started, [&](core::HttpTicket ticket) {
-    desk_.submit(started, ticket, handle, engine_request);
-  });
-}
-
-template <typename Run>
-void HttpServer::run_session_request(evhttp_request* request, std::string_view route,
-                                     std::string_view method, core::Instant started, Run run) {
-  Pending pending = Pending::of(Pending::Kind::kSession, method, route, started);
-  run(add_pending(request, std::move(pending)));
-  flush();  // answers at once what needs no engine and no other shard
+  core::HttpApiRequest parsed = parse(request, method, *ip);
+  parsed.ticket = add_pending(request, method, started);
+  const std::optional<core::HttpApi::StreamRoute> stream = api_.handle(started, parsed);
+  if (!stream) return;  // answered now, or in a later flush
+  drop_pending(parsed.ticket);
+  unanswered_ = request;  // the stream answers it (or fail() does)
+  open_stream_route(request, *stream, method, started);
 }
 
 // ---- engine outcomes ---------------------------------------------------------------------------
 
 bool HttpServer::owns(core::SessionId session) const {
-  return desk_.owns(session) || stats_tickets_.count(session.value) != 0 ||
-         streams_.count(session.value) != 0 || key_requests_.count(session.value) != 0;
+  return api_.owns(session) || streams_.count(session.value) != 0;
 }
 
 void HttpServer::on_session_event(core::Instant now, core::SessionEvent& event) {
@@ -661,85 +466,13 @@ void HttpServer::on_session_event(core::Instant now, core::SessionEvent& event) 
     on_stream_event(now, *stream->second, event);
     return;
   }
-  if (auto key = key_requests_.find(event.session.value); key != key_requests_.end()) {
-    if (event.kind != core::SessionEvent::Kind::kReply) return;  // never parks, holds nothing
-    KeyRequest done = std::move(key->second);
-    key_requests_.erase(key);
-    finish_key(done, event.reply);
-    return;
-  }
-  auto it = stats_tickets_.find(event.session.value);
-  if (event.kind != core::SessionEvent::Kind::kStats && it == stats_tickets_.end()) {
-    desk_.on_session_event(now, event);
-    flush();
-    return;
-  }
-  if (it == stats_tickets_.end()) return;  // its client left
-  const std::uint64_t ticket = it->second;
-  stats_tickets_.erase(it);
-  auto found = pending_.find(ticket);
-  TS_ASSERT(found != pending_.end());
-  if (found->second->kind == Pending::Kind::kReadIndex) {
-    finish_read_index(ticket, *found->second, event.reply);
-  } else if (found->second->kind == Pending::Kind::kSignal) {
-    if (event.reply.status == core::Status::kOk) {
-      reply_to(*found->second, 200, core::http_delivered_body(event.reply.seconds));
-    } else {
-      reply_to(*found->second, 500,
-               core::http_error_body("internal", "the signal could not be published"));
-    }
-    drop_pending(ticket);
-  } else {
-    finish_stats(ticket, *found->second, event.stats);
-  }
-}
-
-void HttpServer::finish_read_index(std::uint64_t ticket, Pending& pending,
-                                   const core::Reply& reply) {
-  if (reply.status == core::Status::kOk) {
-    reply_to(pending, 200, core::http_status_body("ok"));
-  } else if (reply.status == core::Status::kErrorNotLeader) {
-    reply_to(pending, core::HttpResponse{503, core::http_error_body("not_leader", reply.payload),
-                                         reply.payload});
-  } else {
-    reply_to(pending, 500, core::http_error_body("internal", "the barrier was not applied"));
-  }
-  drop_pending(ticket);
-}
-
-void HttpServer::reply_to(Pending& pending, int code, const std::string& body) {
-  reply(pending.request, code, body, pending.route, pending.method, pending.started);
-}
-
-void HttpServer::reply_to(Pending& pending, const core::HttpResponse& response) {
-  if (!response.leader.empty()) {
-    evhttp_add_header(evhttp_request_get_output_headers(pending.request), "X-Dflockd-Leader",
-                      response.leader.c_str());
-  }
-  reply_to(pending, response.code, response.body);
-}
-
-void HttpServer::on_message(ServiceMessage& message) {
-  desk_.receive(host_.turn_now(), std::move(message));
+  api_.on_session_event(now, event);
   flush();
 }
 
-void HttpServer::finish_stats(std::uint64_t ticket, Pending& pending,
-                              const core::StatsSnapshot& snapshot) {
-  if (pending.kind == Pending::Kind::kStats) {
-    const std::int64_t connections = shared_.connections_open.load(std::memory_order_relaxed) +
-                                     shared_.http_sessions_live.load(std::memory_order_relaxed);
-    reply(pending.request, 200, core::encode_stats_json(connections, snapshot) + "\n",
-          pending.route, pending.method, pending.started);
-  } else {
-    // The text is rendered before reply() counts this request: a scrape is not in its own
-    // text, only in the next one (as Prometheus's promhttp counts its handler after it served).
-    reply(pending.request, 200,
-          metrics_text({snapshot, shared_, http_shared_, ready(), host_.turn_now() - started_at_}),
-          pending.route, pending.method, pending.started,
-          "text/plain; version=0.0.4; charset=utf-8");
-  }
-  drop_pending(ticket);
+void HttpServer::on_message(ServiceMessage& message) {
+  api_.receive(host_.turn_now(), std::move(message));
+  flush();
 }
 
 void HttpServer::flush() {
@@ -754,38 +487,69 @@ void HttpServer::flush() {
   // A response can close its connection, whose close callback abandons other tickets: loop until
   // nothing is left.
   while (true) {
-    std::vector<core::HttpEnvelope> outbox = desk_.take_outbox();
-    std::vector<core::HttpReply> replies = desk_.take_replies();
-    std::vector<core::HttpWatchEvent> watched = desk_.take_watch_events();
-    if (outbox.empty() && replies.empty() && watched.empty()) break;
+    std::vector<core::HttpEnvelope> outbox = api_.take_outbox();
+    std::vector<core::HttpApiResponse> responses = api_.take_responses();
+    std::vector<core::HttpWatchEvent> watched = api_.take_watch_events();
+    if (outbox.empty() && responses.empty() && watched.empty()) break;
+    // Counts a new session before its client can see it.
+    const auto live = static_cast<std::int64_t>(desk_.live());
+    shared_.http_sessions_live.fetch_add(live - live_reported_, std::memory_order_relaxed);
+    live_reported_ = live;
     for (core::HttpEnvelope& envelope : outbox) {
       if (std::holds_alternative<core::http_message::Forward>(envelope.message)) {
         http_shared_.forwarded.fetch_add(1, std::memory_order_relaxed);
       }
       shared_.shards[envelope.to]->post(std::move(envelope.message));
     }
-    for (core::HttpReply& answer : replies) {
-      if (auto watch = stream_of_watch_.find(answer.ticket); watch != stream_of_watch_.end()) {
-        refuse_watch(*streams_.at(watch->second), answer.outcome);
+    for (core::HttpApiResponse& response : responses) {
+      if (auto watch = stream_of_watch_.find(response.ticket); watch != stream_of_watch_.end()) {
+        refuse_watch(*streams_.at(watch->second), response.response);
         continue;
       }
-      auto it = pending_.find(answer.ticket);
+      auto it = pending_.find(response.ticket);
       if (it == pending_.end()) continue;  // its client left
-      reply_to(*it->second, answer.outcome);
-      drop_pending(answer.ticket);
+      write_response(it->second->request, response);
+      drop_pending(response.ticket);
     }
     for (core::HttpWatchEvent& event : watched) on_watch_event(event);
   }
   const auto live = static_cast<std::int64_t>(desk_.live());
   shared_.http_sessions_live.fetch_add(live - live_reported_, std::memory_order_relaxed);
   live_reported_ = live;
+  const std::optional<core::Instant> next = api_.next_deadline();
+  if (next && api_timer_ != nullptr && (!api_armed_ || *next < *api_armed_)) {
+    const core::Duration wait = *next - host_.turn_now();
+    const timeval in = to_timeval(wait.ns() > 0 ? wait : core::Duration::milliseconds(1));
+    evtimer_add(api_timer_, &in);
+    api_armed_ = next;
+  }
 }
 
-// ---- metrics -----------------------------------------------------------------------------------
+// ---- what the API asks of the process ----------------------------------------------------------
 
-bool HttpServer::ready() const {
+bool HttpServer::rate_allow(core::Instant now, const std::string& ip) {
+  return http_shared_.rate_allow(now, ip);
+}
+
+bool HttpServer::starting() const { return shared_.starting.load(std::memory_order_relaxed); }
+
+bool HttpServer::cluster_mode() const { return shared_.cluster != nullptr; }
+
+bool HttpServer::leader_known() const {
   // A cluster node that knows no leader can take no request that changes anything.
-  return !draining_ && (shared_.cluster == nullptr || shared_.cluster->leader_known());
+  return shared_.cluster == nullptr || shared_.cluster->leader_known();
 }
+
+std::int64_t HttpServer::connections() const {
+  return shared_.connections_open.load(std::memory_order_relaxed) +
+         shared_.http_sessions_live.load(std::memory_order_relaxed);
+}
+
+std::string HttpServer::metrics_text(const core::StatsSnapshot& snapshot, bool ready) {
+  return net::metrics_text(
+      {snapshot, shared_, http_shared_, ready, host_.turn_now() - started_at_});
+}
+
+std::string_view HttpServer::openapi_json() const { return kOpenApiJson; }
 
 }  // namespace turnstile::net

@@ -1,7 +1,7 @@
 // What the files of HttpServer share (net/http_server.h): a request waiting for its answer
 // (Pending), a Server-Sent Event stream (Stream), the request body and peer, and the constants.
-// net/http_server.cc takes requests and routes them; net/http_admin.cc runs the admin routes and
-// the key requests (check, inspect, force-release); net/http_streams.cc runs the streams.
+// net/http_server.cc takes requests and writes responses; net/http_admin.cc runs membership
+// changes and logs force-releases; net/http_streams.cc runs the streams.
 //
 // Thread affinity: the hosting shard's thread, as HttpServer.
 #pragma once
@@ -23,10 +23,6 @@
 #include "net/http_server.h"
 
 namespace turnstile::net {
-
-// A wrong or missing token is answered after this long (as TCP's auth failure), so that a
-// stranger cannot try tokens quickly.
-inline constexpr core::Duration kAuthFailureDelay = core::Duration::milliseconds(100);
 
 // The request's body, contiguous (at most kBodyReadMax bytes: evhttp refuses longer ones itself).
 inline std::string_view request_body(evhttp_request* request) {
@@ -59,28 +55,12 @@ inline constexpr core::Duration kStreamWatchInterval = core::Duration::seconds(1
 // connection's output buffer is closed as a slow consumer.
 inline constexpr std::size_t kStreamOutputMax = 16 * 1024 * 1024;  // bytes
 
+// A request the API holds: where its response goes.
 struct HttpServer::Pending {
-  enum class Kind { kSession, kStats, kMetrics, kReadIndex, kAuthDelay, kAdmin, kSignal, kKey };
-  Kind kind = Kind::kSession;
   evhttp_request* request = nullptr;
   evhttp_connection* connection = nullptr;
-  std::string_view method;  // static strings, as for reply()
-  std::string_view route;
+  std::string_view method;  // a static string, as for reply()
   core::Instant started;
-  event* timer = nullptr;  // kAuthDelay
-  std::unique_ptr<std::pair<HttpServer*, std::uint64_t>> timer_arg;
-  // kStats, kMetrics, kReadIndex, kSignal, kKey: the request's own session
-  core::SessionId stats_session;
-
-  static Pending of(Kind kind, std::string_view method, std::string_view route,
-                    core::Instant started) {
-    Pending pending;
-    pending.kind = kind;
-    pending.method = method;
-    pending.route = route;
-    pending.started = started;
-    return pending;
-  }
 };
 
 // A GET /v1/signals stream: one router session, one subscription, one chunked response. Or a

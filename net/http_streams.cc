@@ -1,5 +1,4 @@
-// HttpServer's signals: POST /v1/signals/{channel} (a publish under a session of its own), and
-// the Server-Sent Event streams: GET /v1/signals (a router session that listens to one
+// HttpServer's Server-Sent Event streams: GET /v1/signals (a router session that listens to one
 // pattern) and GET /v1/sessions/{id}/events (a watch of core::HttpSessionRouter). Opening one,
 // writing its events as chunks, the ping timer, the write deadline, reporting written frames to
 // the router, and ending it (net/http_server.h describes the rules).
@@ -22,27 +21,17 @@
 
 namespace turnstile::net {
 
-void HttpServer::publish_signal(evhttp_request* request, const core::HttpEndpointSpec& spec,
-                                const std::string& channel, std::string_view method,
-                                core::Instant started) {
-  const std::string_view route = spec.pattern;
-  const std::string_view body = request_body(request);
-  std::variant<core::HttpBadRequest, core::Request> decoded =
-      core::decode_http_signal(channel, body);
-  if (const auto* bad = std::get_if<core::HttpBadRequest>(&decoded)) {
-    reply_error(request, 400, "bad_request", bad->detail, route, method, started);
-    return;
+void HttpServer::open_stream_route(evhttp_request* request, const core::HttpApi::StreamRoute& route,
+                                   std::string_view method, core::Instant started) {
+  evkeyvalq* out = evhttp_request_get_output_headers(request);
+  for (const auto& [name, value] : route.headers) {
+    evhttp_add_header(out, name.c_str(), value.c_str());
   }
-  if (draining_) {
-    reply_error(request, 503, "draining", "", route, method, started);
-    return;
+  if (route.spec->endpoint == core::HttpEndpoint::kSignalStream) {
+    open_stream(request, *route.spec, method, started);
+  } else {
+    open_watch(request, *route.spec, route.params.at(0), method, started);
   }
-  // A session of its own that only signals: the router keeps no state for it (nothing to close).
-  Pending pending = Pending::of(Pending::Kind::kSignal, method, route, started);
-  pending.stats_session = host_.router().new_session_id();
-  const core::SessionId session = pending.stats_session;
-  stats_tickets_[session.value] = add_pending(request, std::move(pending));
-  host_.router().submit(started, session, std::get<core::Request>(decoded));
 }
 
 void HttpServer::open_stream(evhttp_request* request, const core::HttpEndpointSpec& spec,

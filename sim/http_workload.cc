@@ -1,11 +1,14 @@
 #include "sim/http_workload.h"
 
+#include <algorithm>
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <string_view>
 #include <utility>
 
+#include "core/http_request_encode.h"
 #include "core/protocol.h"
+#include "sim/http_probes.h"
 
 namespace turnstile::sim {
 
@@ -47,9 +50,42 @@ void HttpWorkload::drain() {
   for (Client& client : clients_) run_.schedule(run_.now + 1, event::HttpAct{client.id});
 }
 
+core::HttpApiRequest HttpWorkload::http_request(const HttpCall& call) {
+  core::HttpApiRequest http = call.http;
+  if (call.op != HttpOp::kProbe) http.method = "POST";
+  http.peer_address = "10.0.0." + std::to_string(call.client);
+  http.peer_port = static_cast<std::uint16_t>(40000 + call.client);
+  const std::string session_path = "/v1/sessions/" + call.handle;
+  switch (call.op) {
+    case HttpOp::kCreate:
+      http.path = "/v1/sessions";
+      break;
+    case HttpOp::kPing:
+      http.path = session_path + "/ping";
+      break;
+    case HttpOp::kRemove:
+      http.method = "DELETE";
+      http.path = session_path;
+      break;
+    case HttpOp::kSubmit: {
+      core::HttpRequestLine line = core::encode_http_session_request(call.request);
+      http.method = line.method;
+      http.path = std::move(line.path);
+      http.body = std::move(line.body);
+      http.session = call.handle;
+      break;
+    }
+    case HttpOp::kAdminRelease:  // the operator's (sim/operator.h)
+    case HttpOp::kProbe:         // written by pick_http_probe
+      break;
+  }
+  return http;
+}
+
 void HttpWorkload::send(Client& client, HttpCall call) {
   call.client = client.id;
   call.shard = static_cast<std::size_t>(prng_.below(run_.settings.shards));
+  call.http = http_request(call);
   const HttpOp op = call.op;
   const std::uint64_t exchange = network_.http_send(call);
   client.outstanding.emplace(exchange, std::move(call));
@@ -183,6 +219,14 @@ void HttpWorkload::on_act(std::size_t index) {
     send(client, HttpCall{0, 0, HttpOp::kPing, client.handle, {}});
   } else if (dice < 90) {
     send(client, HttpCall{0, 0, HttpOp::kRemove, client.handle, {}});
+  } else if (dice < 170) {
+    const std::string token = client.held.empty() ? "" : client.held.begin()->second.to_string();
+    HttpProbe probe = pick_http_probe(prng_, token);
+    HttpCall call{0, 0, HttpOp::kProbe, {}, {}};
+    call.http = std::move(probe.request);
+    call.codes = std::move(probe.codes);
+    call.probe = std::move(probe.name);
+    send(client, std::move(call));
   } else {
     send(client, HttpCall{0, 0, HttpOp::kSubmit, client.handle, pick_request(client)});
   }
@@ -228,6 +272,13 @@ void HttpWorkload::on_result(std::uint64_t exchange) {
     session_gone(client);
     return;
   }
+  if (call.op == HttpOp::kProbe) {
+    if (std::find(call.codes.begin(), call.codes.end(), code) == call.codes.end()) {
+      return bad(client, call.probe + " answered", code, body);
+    }
+    ++run_.result.coverage["http-route " + call.probe];
+    return;
+  }
   if (code == 410) {
     // Deleted, reaped or lost with a process: only a session this client no longer uses, or the
     // one it uses (then it is gone for good).
@@ -250,9 +301,9 @@ void HttpWorkload::on_result(std::uint64_t exchange) {
       return;
     case HttpOp::kSubmit:
       break;
-    case HttpOp::kAdminRelease:
-      // The operator's (sim/operator.h).
-      return bad(client, "an admin request of an HTTP client", code, body);
+    case HttpOp::kAdminRelease:  // the operator's (sim/operator.h)
+    case HttpOp::kProbe:         // answered above
+      return bad(client, "an unexpected request of an HTTP client", code, body);
   }
   if (call.handle != client.handle) return;  // an answer for a session given up since
   if (!check_lost(client, body)) return;

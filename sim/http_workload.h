@@ -71,6 +71,8 @@ class HttpWorkload {
     bool stopped = false;
   };
 
+  // The request a real client writes for `call`.
+  static core::HttpApiRequest http_request(const HttpCall& call);
   void send(Client& client, HttpCall call);
   void session_gone(Client& client);
   core::Request pick_request(Client& client);

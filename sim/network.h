@@ -20,7 +20,9 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "core/http_api.h"
 #include "core/http_codec.h"
 #include "core/http_session_router.h"
 #include "core/protocol.h"
@@ -52,20 +54,20 @@ class Listener {
 
 // One HTTP request and its response, as on a connection of its own: the daemon's shards all
 // accept from the one HTTP socket, so each request lands on a shard of the network's choosing
-// (the client names it here, from its own stream).
+// (the client names it here, from its own stream). The server reads `http` only, the request as
+// a real client writes it; the rest is what the client meant by it, for its own checks.
 // kAdminRelease: the operator's DELETE /v1/admin/{locks,semaphores,rwlocks}/{key}[?query].
-enum class HttpOp : std::uint8_t { kCreate, kSubmit, kPing, kRemove, kAdminRelease };
+// kProbe: any other route (sim/http_probes.h), answered with one of `codes`.
+enum class HttpOp : std::uint8_t { kCreate, kSubmit, kPing, kRemove, kAdminRelease, kProbe };
 struct HttpCall {
   std::size_t client = 0;
   std::size_t shard = 0;  // the shard whose thread accepts the request's connection
   HttpOp op = HttpOp::kCreate;
   std::string handle;     // all but kCreate and kAdminRelease
   core::Request request;  // kSubmit
-  // kAdminRelease: the route, the key in its path, the query and the Authorization header.
-  core::HttpEndpoint endpoint = core::HttpEndpoint::kAdminLockRelease;
-  std::string key = {};
-  std::string query = {};
-  std::string authorization = {};
+  core::HttpApiRequest http = {};
+  std::vector<int> codes = {};  // kProbe
+  std::string probe = {};       // kProbe: its route, for the coverage
 };
 struct HttpResult {
   bool reset = false;  // no response: the process died (or was not up) with the request

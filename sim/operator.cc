@@ -1,5 +1,11 @@
 #include "sim/operator.h"
 
+#include <optional>
+#include <string>
+
+#include "core/http_api.h"
+#include "core/http_request_encode.h"
+
 namespace turnstile::sim {
 
 Operator::Operator(RunContext& run, Network& network, History& history, const Workload& workload)
@@ -37,40 +43,41 @@ void Operator::on_act() {
     key.second = (prng_.chance(700) ? "h" : "c") + std::to_string(prng_.below(3));
     if (prng_.chance(200)) fence = prng_.between(1, 1'000'000);  // most likely held by nobody
   }
-  switch (key.first) {
-    case core::Namespace::kLock:
-      call.endpoint = core::HttpEndpoint::kAdminLockRelease;
-      break;
-    case core::Namespace::kSemaphore:
-      call.endpoint = core::HttpEndpoint::kAdminSemRelease;
-      break;
-    case core::Namespace::kReadWrite:
-      call.endpoint = core::HttpEndpoint::kAdminReadWriteRelease;
-      break;
-  }
-  call.key = key.second;
-  if (fence != 0) call.query = "fence=" + std::to_string(fence);
+  static const char* kRoutes[] = {"/v1/admin/locks/", "/v1/admin/semaphores/",
+                                  "/v1/admin/rwlocks/"};
+  core::HttpApiRequest& http = call.http;
+  http.method = "DELETE";
+  http.path = kRoutes[static_cast<int>(key.first == core::Namespace::kLock        ? 0
+                                       : key.first == core::Namespace::kSemaphore ? 1
+                                                                                  : 2)] +
+              core::percent_encode(key.second);
+  http.peer_address = "10.9.9.9";  // the operator's own machine
+  http.peer_port = 9999;
+  std::string& query = http.query;
+  if (fence != 0) query = "fence=" + std::to_string(fence);
   sent.by_fence = fence != 0;
   // Three in ten also end the key's lock-delay; a few ask in a word the route does not take.
   if (prng_.chance(300)) {
     sent.clear_delay = true;
-    call.query += std::string(call.query.empty() ? "" : "&") + "clear_delay=true";
+    query += std::string(query.empty() ? "" : "&") + "clear_delay=true";
   } else if (prng_.chance(20)) {
-    call.query += std::string(call.query.empty() ? "" : "&") + "clear_delay=1";
+    query += std::string(query.empty() ? "" : "&") + "clear_delay=1";
     sent.expected_code = 400;
   }
   if (prng_.chance(30)) {
-    call.query = prng_.chance(500) ? "fence=0" : "fence=x1";
+    query = prng_.chance(500) ? "fence=0" : "fence=x1";
     sent.expected_code = 400;
   }
-  call.authorization = std::string("Bearer ") + kAdminToken;
+  http.authorization = std::string("Bearer ") + kAdminToken;
   if (prng_.chance(50)) {
-    call.authorization = prng_.chance(500) ? "Bearer wrong" : "";
+    http.authorization =
+        prng_.chance(500) ? std::optional<std::string>("Bearer wrong") : std::nullopt;
     sent.expected_code = 401;
   }
+  sent.at = run_.now;
   sent.force = history_.force_release(key.first, key.second, fence, run_.now);
-  run_.digest.add(call.key);
-  run_.digest.add(call.query);
+  run_.digest.add(key.second);
+  run_.digest.add(query);
   const std::uint64_t exchange = network_.http_send(call);
   outstanding_.emplace(exchange, std::move(sent));
 }
@@ -84,10 +91,18 @@ void Operator::on_result(std::uint64_t exchange) {
   if (result->reset) return;  // the process died with it, or was not up: maybe done, maybe not
   const core::HttpResponse& outcome = result->outcome;
   history_.force_answered(sent.force, run_.now, outcome.code != 200);
-  const std::string what = "DELETE " + sent.call.key + "?" + sent.call.query;
+  const std::string what = "DELETE " + sent.call.http.path + "?" + sent.call.http.query;
   if (outcome.code != sent.expected_code) {
     run_.fail("force-release", what + " answered " + std::to_string(outcome.code) + " " +
                                    outcome.body + ", not " + std::to_string(sent.expected_code));
+    return;
+  }
+  // A wrong token is answered no sooner than the delay, so that a stranger cannot try tokens
+  // quickly (the server's clock may lag, never run ahead).
+  if (outcome.code == 401 && run_.now - sent.at < core::kAuthFailureDelay.ns()) {
+    run_.fail("auth-delay", what + " answered 401 after " +
+                                std::to_string((run_.now - sent.at) / kMs) + " ms, not " +
+                                std::to_string(core::kAuthFailureDelay.ns() / kMs));
     return;
   }
   if (outcome.code != 200) {
@@ -123,7 +138,7 @@ void Operator::on_result(std::uint64_t exchange) {
 
 std::optional<std::string> Operator::first_waiting() const {
   if (outstanding_.empty()) return std::nullopt;
-  return "the operator's DELETE of " + outstanding_.begin()->second.call.key +
+  return "the operator's DELETE " + outstanding_.begin()->second.call.http.path +
          " is still unanswered";
 }
 

@@ -45,6 +45,7 @@ class Operator {
     std::uint64_t force = 0;   // its History id
     bool by_fence = false;     // aimed at one holder's fence: frees at most one
     bool clear_delay = false;  // asked to end the key's lock-delay too
+    std::int64_t at = 0;       // when it was sent
   };
   RunContext& run_;
   Network& network_;

@@ -161,12 +161,7 @@ void ServerProcess::start() {
     router.stats_entries_max = config.stats_entries_max;
     process_->routers.push_back(
         std::make_unique<core::Router>(router, *process_->engines.back(), this));
-    if (run_.settings.http_clients > 0) {
-      core::HttpSessionsConfig http;
-      http.idle_timeout = core::Duration::milliseconds(run_.settings.http_idle_timeout_ms);
-      process_->desks.push_back(
-          std::make_unique<core::HttpSessionRouter>(http, nullptr, *process_->routers.back()));
-    }
+    if (run_.settings.http_clients > 0 || run_.settings.force_interval_ms > 0) start_http(shard);
   }
   if (!process_->desks.empty()) {
     process_->next_sweep = server_now() + process_->desks.front()->sweep_interval();
@@ -296,23 +291,12 @@ void ServerProcess::drain_router(std::size_t shard) {
     if (!process_) return;
   }
   // The HTTP sessions' effects may put more work into the router: until neither moves.
-  if (!process_->desks.empty() && drain_desk(shard)) drain_router(shard);
+  if (!process_->desks.empty() && drain_http(shard)) drain_router(shard);
 }
 
 void ServerProcess::on_session_event(std::size_t shard, core::SessionEvent& event) {
-  if (auto key = process_->key_requests.find(event.session.value);
-      key != process_->key_requests.end()) {
-    if (event.kind != core::SessionEvent::Kind::kReply) return;  // never parks, holds nothing
-    const auto [exchange, request] = std::move(key->second);
-    process_->key_requests.erase(key);
-    const core::HttpResponse response = core::render_http_key_reply(request, event.reply);
-    run_.digest.add(static_cast<std::uint64_t>(response.code));
-    network_.http_respond(exchange,
-                          HttpResult{false, core::HttpResponse{response.code, response.body}});
-    return;
-  }
-  if (!process_->desks.empty() && process_->desks[shard]->owns(event.session)) {
-    process_->desks[shard]->on_session_event(server_now(), event);
+  if (!process_->apis.empty() && process_->apis[shard]->owns(event.session)) {
+    process_->apis[shard]->on_session_event(server_now(), event);
     return;
   }
   const std::uint64_t id = event.session.value;
@@ -366,7 +350,7 @@ void ServerProcess::on_hop(std::uint64_t life, std::size_t from, std::size_t to)
   channel.pop_front();
   if (auto* http = std::get_if<core::HttpMessage>(&hop.message)) {
     run_.digest.add(0x4770 + static_cast<std::uint64_t>(http->index()));
-    process_->desks[to]->receive(server_now(), std::move(*http));
+    process_->apis[to]->receive(server_now(), std::move(*http));
     drain_router(to);
     pump();
     return;
@@ -485,6 +469,10 @@ void ServerProcess::on_server_timer() {
     drain_router(shard);
   }
   for (auto& [id, ss] : p.sessions) ss.port->session().on_timer(server_now());
+  for (std::size_t shard = 0; shard < p.apis.size(); ++shard) {
+    p.apis[shard]->tick(server_now());  // the 401s whose delay is over
+    drain_router(shard);
+  }
   // The HTTP session sweep (HttpSessions::reap), on every shard in turn.
   if (p.next_sweep && *p.next_sweep <= server_now()) {
     for (std::size_t shard = 0; shard < p.desks.size(); ++shard) {
@@ -507,6 +495,7 @@ void ServerProcess::arm_timer() {
   for (const auto& engine : p.engines) consider(engine->next_wake());
   for (const auto& [id, ss] : p.sessions) consider(ss.port->session().next_deadline());
   consider(p.next_sweep);
+  for (const auto& api : p.apis) consider(api->next_deadline());
   if (next && (!p.timer_at || *next < *p.timer_at)) {
     p.timer_at = next;
     run_.schedule(*next, event::ServerTimer{life_});

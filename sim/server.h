@@ -107,13 +107,11 @@ class ServerProcess final : public core::EngineObserver, public Listener {
   void on_session_event(std::size_t shard, core::SessionEvent& event);
   // Sessions not closed: the `connections` a stats reply reports.
   std::int64_t open_sessions() const;
-  // Carries the shard's HttpSessionRouter's effects out; true when anything moved (or its
-  // router has work again).
-  bool drain_desk(std::size_t shard);
-  // DELETE /v1/admin/{locks,semaphores,rwlocks}/{key}[?fence=N], as the daemon's HTTP server
-  // runs it: the admin token, the codec's decoding, then the engine request under a request
-  // session of its own on the shard that took the connection; its reply is the response.
-  void admin_release(std::uint64_t exchange, const HttpCall& call);
+  // The shard's HTTP API and its session router, as the daemon's HTTP server runs them.
+  void start_http(std::size_t shard);
+  // Carries the shard's HTTP API's effects out; true when anything moved (or its router has work
+  // again).
+  bool drain_http(std::size_t shard);
   // Records the grants one engine call made (its reply and its Deliveries) for the fence check,
   // before they travel anywhere: fences are ordered by the call that minted them.
   void observe_call(std::size_t shard, const std::vector<core::Delivery>& out,

@@ -1,13 +1,11 @@
-// ServerProcess, the HTTP side: HTTP exchanges reaching the process (session creation, and
-// submit, ping and delete through the shard's HttpSessionRouter, its "desk"), the admin
-// force-release as the daemon's HTTP server runs it, exchanges the client gave up, and the
-// desks' replies and messages on their way out (sim/server.h).
-#include <optional>
+// ServerProcess, the HTTP side: each shard's core::HttpApi, the daemon's HTTP API itself, with
+// its HttpSessionRouter (its "desk"), fed the requests the simulated clients and the operator
+// write (sim/http_workload.h, sim/operator.h), the exchanges the clients gave up, and the APIs'
+// responses and messages on their way out (sim/server.h).
 #include <string>
 #include <utility>
-#include <variant>
 
-#include "core/http_codec.h"
+#include "core/http_api.h"
 #include "core/http_session_router.h"
 #include "sim/server.h"
 #include "sim/server_life.h"
@@ -15,7 +13,25 @@
 namespace turnstile::sim {
 
 using core::Instant;
-using core::SessionId;
+
+void ServerProcess::start_http(std::size_t shard) {
+  Process& p = *process_;
+  if (!p.http_host) {
+    p.http_host = std::make_unique<server_life::HttpHost>(run_, [this] {
+      std::int64_t live = 0;
+      for (const auto& desk : process_->desks) live += static_cast<std::int64_t>(desk->live());
+      return open_sessions() + live;
+    });
+  }
+  core::HttpSessionsConfig sessions;
+  sessions.idle_timeout = core::Duration::milliseconds(run_.settings.http_idle_timeout_ms);
+  p.desks.push_back(
+      std::make_unique<core::HttpSessionRouter>(sessions, nullptr, *p.routers[shard]));
+  core::HttpApiConfig api;
+  api.admin_token = kAdminToken;
+  p.apis.push_back(std::make_unique<core::HttpApi>(api, *p.desks.back(), *p.routers[shard],
+                                                   *p.http_host, *salts_));
+}
 
 void ServerProcess::on_http_to_server(std::uint64_t exchange) {
   const HttpCall* found = network_.http_call(exchange);
@@ -28,70 +44,25 @@ void ServerProcess::on_http_to_server(std::uint64_t exchange) {
     return;
   }
   network_.http_taken(exchange, life_);
-  if (call.op == HttpOp::kAdminRelease) {
-    admin_release(exchange, call);
-    return;
-  }
   Process& p = *process_;
   const std::size_t shard = call.shard % run_.settings.shards;
-  core::HttpSessionRouter& desk = *p.desks[shard];
-  const Instant now = server_now();
-  if (call.op == HttpOp::kCreate) {
-    ++run_.result.coverage["http-create"];
-    core::HttpResponse outcome = desk.create(now, *salts_, "10.0.0." + std::to_string(call.client));
-    run_.digest.add(static_cast<std::uint64_t>(outcome.code));
-    network_.http_respond(exchange, HttpResult{false, std::move(outcome)});
-    return;
-  }
-  if (core::HttpSessionRouter::home_of(call.handle, run_.settings.shards) != shard) {
+  core::HttpApi& api = *p.apis[shard];
+  ++run_.result
+        .coverage[call.op == HttpOp::kAdminRelease ? "admin-request"
+                                                   : "http-" + std::string(call.http.method)];
+  if (call.op != HttpOp::kCreate && call.op != HttpOp::kAdminRelease &&
+      core::HttpSessionRouter::home_of(call.handle, run_.settings.shards) != shard) {
     ++run_.result.coverage["http-forwarded"];
   }
-  const core::HttpTicket ticket = desk.new_ticket();
-  p.http_tickets[ticket] = exchange;
-  p.http_exchanges[exchange] = {shard, ticket};
-  switch (call.op) {
-    case HttpOp::kSubmit:
-      desk.submit(now, ticket, call.handle, call.request);
-      break;
-    case HttpOp::kPing:
-      desk.ping(now, ticket, call.handle);
-      break;
-    case HttpOp::kRemove:
-      ++run_.result.coverage["http-delete"];
-      desk.remove(now, ticket, call.handle);
-      break;
-    case HttpOp::kCreate:
-    case HttpOp::kAdminRelease:
-      break;
-  }
-  drain_router(shard);
-  pump();
-}
-
-void ServerProcess::admin_release(std::uint64_t exchange, const HttpCall& call) {
-  ++run_.result.coverage["admin-request"];
-  auto respond = [&](core::HttpResponse outcome) {
-    run_.digest.add(static_cast<std::uint64_t>(outcome.code));
-    network_.http_respond(exchange, HttpResult{false, std::move(outcome)});
-  };
-  const core::AdminAccess access =
-      core::admin_access(std::optional<std::string>(kAdminToken), call.authorization);
-  if (access != core::AdminAccess::kAllowed) {
-    respond(core::HttpResponse{401, core::http_error_body("unauthorized")});
+  core::HttpApiRequest request = call.http;
+  request.ticket = api.new_ticket();
+  p.http_tickets[request.ticket] = exchange;
+  p.http_exchanges[exchange] = {shard, request.ticket};
+  const std::optional<core::HttpApi::StreamRoute> stream = api.handle(server_now(), request);
+  if (stream) {
+    run_.fail("driver-contract", "a stream request from a client that opens none");
     return;
   }
-  std::variant<core::HttpBadRequest, core::Request> decoded =
-      core::decode_http_key_request(call.endpoint, call.key, "", call.query);
-  if (const auto* bad = std::get_if<core::HttpBadRequest>(&decoded)) {
-    respond(core::HttpResponse{400, core::http_error_body("bad_request", bad->detail)});
-    return;
-  }
-  core::Request request = std::get<core::Request>(std::move(decoded));
-  const std::size_t shard = call.shard % run_.settings.shards;
-  const SessionId session = process_->routers[shard]->new_session_id();
-  run_.digest.add(session.value);
-  process_->key_requests[session.value] = {exchange, request};
-  process_->routers[shard]->submit(server_now(), session, request);
   drain_router(shard);
   pump();
 }
@@ -104,7 +75,7 @@ void ServerProcess::on_http_gone(std::uint64_t exchange) {
       process_->http_exchanges.erase(it);
       process_->http_tickets.erase(ticket);
       ++run_.result.coverage["http-abandon"];
-      process_->desks[shard]->abandon(server_now(), ticket);
+      process_->apis[shard]->client_left(server_now(), ticket);
       drain_router(shard);
       pump();
     }
@@ -112,26 +83,26 @@ void ServerProcess::on_http_gone(std::uint64_t exchange) {
   network_.http_forget(exchange);
 }
 
-bool ServerProcess::drain_desk(std::size_t shard) {
-  core::HttpSessionRouter& desk = *process_->desks[shard];
-  std::vector<core::HttpEnvelope> outbox = desk.take_outbox();
-  std::vector<core::HttpReply> replies = desk.take_replies();
-  const bool moved = !outbox.empty() || !replies.empty() || !process_->routers[shard]->idle();
+bool ServerProcess::drain_http(std::size_t shard) {
+  core::HttpApi& api = *process_->apis[shard];
+  std::vector<core::HttpEnvelope> outbox = api.take_outbox();
+  std::vector<core::HttpApiResponse> responses = api.take_responses();
+  const bool moved = !outbox.empty() || !responses.empty() || !process_->routers[shard]->idle();
   for (core::HttpEnvelope& envelope : outbox) {
     post(shard, envelope.to, Hop{0, std::move(envelope.message)});
   }
-  for (core::HttpReply& reply : replies) {
-    auto it = process_->http_tickets.find(reply.ticket);
+  for (core::HttpApiResponse& response : responses) {
+    auto it = process_->http_tickets.find(response.ticket);
     if (it == process_->http_tickets.end()) {
       run_.fail("driver-contract",
-                "an HTTP reply for unknown ticket " + std::to_string(reply.ticket));
+                "an HTTP response for unknown ticket " + std::to_string(response.ticket));
       return false;
     }
     const std::uint64_t exchange = it->second;
     process_->http_tickets.erase(it);
     process_->http_exchanges.erase(exchange);
-    run_.digest.add(static_cast<std::uint64_t>(reply.outcome.code));
-    network_.http_respond(exchange, HttpResult{false, std::move(reply.outcome)});
+    run_.digest.add(static_cast<std::uint64_t>(response.response.code));
+    network_.http_respond(exchange, HttpResult{false, std::move(response.response)});
   }
   return moved;
 }

@@ -16,6 +16,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -23,6 +24,7 @@
 #include "core/assert.h"
 #include "core/engine.h"
 #include "core/fence.h"
+#include "core/http_api.h"
 #include "core/http_session_router.h"
 #include "core/router.h"
 #include "core/session_port.h"
@@ -68,6 +70,36 @@ class JournalSource final : public core::FenceSource {
   std::function<void(core::FenceBlock)> on_take_;
 };
 
+// What the process's HTTP APIs ask of it: a single node, up, with no rate limit; the metrics and
+// the OpenAPI document are stand-ins (the daemon's are net/ text, not decisions).
+class HttpHost final : public core::HttpApiHost {
+ public:
+  HttpHost(RunContext& run, std::function<std::int64_t()> connections)
+      : run_(run), connections_(std::move(connections)) {}
+  bool rate_allow(core::Instant, const std::string&) override { return true; }
+  bool starting() const override { return false; }
+  bool cluster_mode() const override { return false; }
+  bool leader_known() const override { return true; }
+  std::int64_t connections() const override { return connections_(); }
+  std::string metrics_text(const core::StatsSnapshot&, bool ready) override {
+    return std::string("turnstile_ready ") + (ready ? "1" : "0") + "\n";
+  }
+  std::string_view openapi_json() const override { return "{}"; }
+  void auth_failed(const core::HttpApiRequest&, std::string_view) override {
+    ++run_.result.coverage["http-auth-failure"];
+  }
+  void force_released(const std::string&, const core::Request&, const core::Reply&) override {
+    ++run_.result.coverage["force-release-reported"];
+  }
+  void change_membership(core::HttpTicket, const core::MembershipChange&) override {
+    TS_ASSERT(false);  // not in cluster mode: refused with 403 before
+  }
+
+ private:
+  RunContext& run_;
+  std::function<std::int64_t()> connections_;
+};
+
 }  // namespace server_life
 
 // A router message on its way between two shards (core/router.h).
@@ -102,13 +134,14 @@ struct ServerProcess::Process {
   // process, as the daemon's are.
   std::unique_ptr<SignalChecker> signals;
   std::vector<std::unique_ptr<core::Router>> routers;  // one per engine; destroyed first
-  // With HTTP clients: one per router (destroyed before it), HTTP requests being answered (by
-  // ticket, and the shard and ticket of each exchange), and the session sweep's next turn.
+  // With HTTP clients or an operator: the HTTP API of each shard and its session router (both
+  // destroyed before the routers), HTTP requests being answered (by ticket, and the shard and
+  // ticket of each exchange), and the session sweep's next turn.
+  std::unique_ptr<server_life::HttpHost> http_host;
   std::vector<std::unique_ptr<core::HttpSessionRouter>> desks;
+  std::vector<std::unique_ptr<core::HttpApi>> apis;
   std::map<core::HttpTicket, std::uint64_t> http_tickets;
   std::map<std::uint64_t, std::pair<std::size_t, core::HttpTicket>> http_exchanges;
-  // Admin force-releases in the engines, by their request session: the exchange and request.
-  std::map<std::uint64_t, std::pair<std::uint64_t, core::Request>> key_requests;
   // The line of a `Lost` message being handed to its owner's router (on_hop), and whether the
   // router made an event of it.
   const std::string* arriving_lost = nullptr;
