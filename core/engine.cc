@@ -171,23 +171,38 @@ bool Engine::Impl::close_session(SessionId session, bool auto_release, Duration 
     }
   }
   sessions.erase(it);
+  promote_after_close(std::move(touched), std::move(released), out);
+  return dropped_parked;
+}
+
+namespace {
+
+// Sorts the resources into creation order and drops repeats.
+void sort_by_creation(std::vector<Resource*>& resources) {
+  std::sort(resources.begin(), resources.end(),
+            [](const Resource* a, const Resource* b) { return a->serial < b->serial; });
+  resources.erase(std::unique(resources.begin(), resources.end()), resources.end());
+}
+
+}  // namespace
+
+// After a close: lock-delays start on the resources the session held (`released`), then the
+// queues of all it was in (`touched`) move on.
+void Engine::Impl::promote_after_close(std::vector<Resource*> touched,
+                                       std::vector<Resource*> released,
+                                       std::vector<Delivery>& out) {
   // Creation order, not pointer or hash order, decides who is promoted first, so fences are
   // minted in the same order on every run.
-  std::sort(touched.begin(), touched.end(),
-            [](const Resource* a, const Resource* b) { return a->serial < b->serial; });
-  touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
+  sort_by_creation(touched);
   // The session left without releasing: lock-delays start, in creation order too (their
   // timers' order must not depend on the order the session acted in, which a snapshot loses).
-  std::sort(released.begin(), released.end(),
-            [](const Resource* a, const Resource* b) { return a->serial < b->serial; });
-  released.erase(std::unique(released.begin(), released.end()), released.end());
+  sort_by_creation(released);
   if constexpr (canary::kSkipCloseDelay) released.clear();  // CANARY (core/canary.h): no delay
   for (Resource* resource : released) start_delay(*resource);
   for (Resource* resource : touched) {
     promote(*resource, out);
     arm_gc(*resource);
   }
-  return dropped_parked;
 }
 
 Engine::Engine(const EngineConfig& config, RandomSource& salt_source, ResourceBudget* budget,

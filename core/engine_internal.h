@@ -268,6 +268,8 @@ struct Engine::Impl {
   bool cancel_parked(SessionId session, std::vector<Delivery>& out);
   bool close_session(SessionId session, bool auto_release, Duration orphan_ttl,
                      std::vector<Delivery>& out);
+  void promote_after_close(std::vector<Resource*> touched, std::vector<Resource*> released,
+                           std::vector<Delivery>& out);
 
   // ---- time and its deadlines: leases ending, lock-delays, wait timeouts, GC (engine_time.cc) --
   bool advance(Instant input_now, std::vector<Delivery>& out, std::size_t limit);

@@ -286,18 +286,11 @@ void reset_request(Request& request, Command command) {
   request.enable = false;
 }
 
-// Validates the three lines (each already stripped of its '\r') in dflockd's order: command,
-// key, then the argument fields left to right. Fills `request` as far as it got.
-ProtocolError build_request(std::string_view command_text, std::string_view key,
-                            std::string_view arg, Request& request) {
-  const std::optional<Command> command = lookup_command(command_text);
-  if (!command) {
-    reset_request(request, Command::kPing);
-    return ProtocolError::kUnknownCommand;
-  }
-  reset_request(request, *command);
-
-  switch (*command) {
+// The commands with a grammar of their own (no key, or a signal name, a ref or a word on their
+// lines). nullopt for the rest, which name a key and take numeric fields.
+std::optional<ProtocolError> build_own_grammar(Command command, std::string_view key,
+                                               std::string_view arg, Request& request) {
+  switch (command) {
     case Command::kPing:
     case Command::kStats:
     case Command::kBarrier:
@@ -340,30 +333,32 @@ ProtocolError build_request(std::string_view command_text, std::string_view key,
       return ProtocolError::kNone;
     }
     default:
-      break;
+      return std::nullopt;
   }
+}
 
-  if (!is_valid_key(key)) return ProtocolError::kBadKey;
-  request.key.assign(key);
+// check: <token> [<kind>]; inspect: [<kind>]
+ProtocolError parse_check_fields(Command command, std::string_view arg, Request& request) {
+  std::array<std::string_view, kFieldsMax> fields;
+  const std::size_t token_fields = command == Command::kCheck ? 1 : 0;
+  const std::size_t count = split_fields(arg, fields, token_fields + 1);
+  if (count < token_fields) return ProtocolError::kEmptyToken;
+  if (count > token_fields + 1) return ProtocolError::kBadArguments;
+  if (token_fields == 1) request.token = Token::parse(fields[0]);
+  if (count == token_fields + 1) {
+    const std::optional<Namespace> space = parse_namespace_word(fields[token_fields]);
+    if (!space) return ProtocolError::kBadArguments;
+    request.space = *space;
+  }
+  return ProtocolError::kNone;
+}
 
+// The argument line of a lock, read-write or semaphore command, by its operation.
+ProtocolError parse_operation_fields(Command command, std::string_view arg, Request& request) {
   std::array<std::string_view, kFieldsMax> fields;
   ProtocolError error = ProtocolError::kNone;
-  if (*command == Command::kCheck || *command == Command::kInspect) {
-    // check: <token> [<kind>]; inspect: [<kind>]
-    const std::size_t token_fields = *command == Command::kCheck ? 1 : 0;
-    const std::size_t count = split_fields(arg, fields, token_fields + 1);
-    if (count < token_fields) return ProtocolError::kEmptyToken;
-    if (count > token_fields + 1) return ProtocolError::kBadArguments;
-    if (token_fields == 1) request.token = Token::parse(fields[0]);
-    if (count == token_fields + 1) {
-      const std::optional<Namespace> space = parse_namespace_word(fields[token_fields]);
-      if (!space) return ProtocolError::kBadArguments;
-      request.space = *space;
-    }
-    return ProtocolError::kNone;
-  }
-  const bool semaphore = command_namespace(*command) == Namespace::kSemaphore;
-  switch (command_operation(*command)) {
+  const bool semaphore = command_namespace(command) == Namespace::kSemaphore;
+  switch (command_operation(command)) {
     case Operation::kAcquire: {
       // l, rl, wl: <timeout> [<lease>]; sl: <timeout> <limit> [<lease>]
       const std::size_t min = semaphore ? 2 : 1;
@@ -413,6 +408,27 @@ ProtocolError build_request(std::string_view command_text, std::string_view key,
       break;
   }
   TS_ASSERT(false);
+}
+
+// Validates the three lines (each already stripped of its '\r') in dflockd's order: command,
+// key, then the argument fields left to right. Fills `request` as far as it got.
+ProtocolError build_request(std::string_view command_text, std::string_view key,
+                            std::string_view arg, Request& request) {
+  const std::optional<Command> command = lookup_command(command_text);
+  if (!command) {
+    reset_request(request, Command::kPing);
+    return ProtocolError::kUnknownCommand;
+  }
+  reset_request(request, *command);
+  if (const std::optional<ProtocolError> error = build_own_grammar(*command, key, arg, request)) {
+    return *error;
+  }
+  if (!is_valid_key(key)) return ProtocolError::kBadKey;
+  request.key.assign(key);
+  if (*command == Command::kCheck || *command == Command::kInspect) {
+    return parse_check_fields(*command, arg, request);
+  }
+  return parse_operation_fields(*command, arg, request);
 }
 
 void emit_request(std::string_view command_line, std::string_view key_line,

@@ -205,14 +205,8 @@ void check_lost_line(std::string_view text) {
   check(nlohmann::json::parse(body)["lost"].size() == 2, "a lost array without its slots");
 }
 
-}  // namespace
-}  // namespace turnstile::fuzz
-
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  using namespace turnstile;
-  using namespace turnstile::fuzz;
-  const HttpText http = read_request(std::string_view(reinterpret_cast<const char*>(data), size));
-
+// The CORS headers for the request's Origin stay on one line; the bearer check runs.
+void check_headers(const HttpText& http) {
   static const core::HttpCors listed("https://a.example, https://b.example");
   static const core::HttpCors any("*");
   if (http.origin) {
@@ -222,90 +216,110 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     (void)any.headers_for(*http.origin);
   }
   if (http.authorization) (void)core::bearer_matches(*http.authorization, "s3cret");
+}
 
-  check_lost_line(http.body);
-  const core::HttpRouteMatch match = core::match_http_route(http.method, http.path);
-  if (match.spec == nullptr) {
-    std::string_view allow = match.allow;
-    while (!allow.empty()) {
-      const std::size_t comma = allow.find(", ");
-      check(allow.substr(0, comma) != http.method, "the Allow list names the method asked for");
-      allow.remove_prefix(comma == std::string_view::npos ? allow.size() : comma + 2);
-    }
-    // The 404 or 405 the server would send.
-    check_body(core::http_error_body("not_found", "no route for " + std::string(http.path)));
-    check_body(core::http_error_body(
-        "method_not_allowed",
-        std::string(http.method) + " is not allowed on " + std::string(http.path)));
-    return 0;
+// A path with no endpoint for this method: the Allow list, and the 404 or 405 the server sends.
+void check_unrouted(const HttpText& http, const core::HttpRouteMatch& match) {
+  std::string_view allow = match.allow;
+  while (!allow.empty()) {
+    const std::size_t comma = allow.find(", ");
+    check(allow.substr(0, comma) != http.method, "the Allow list names the method asked for");
+    allow.remove_prefix(comma == std::string_view::npos ? allow.size() : comma + 2);
   }
-  check(match.spec->method == (match.head ? std::string_view("GET") : http.method),
-        "an endpoint of another method");
-  check(match.allow.empty(), "an Allow list beside an endpoint");
-  if (match.spec->endpoint == core::HttpEndpoint::kSessionCreate) {
-    // The body of a session create: a valid stable ref, or a 400 that says why.
-    const auto ref = core::decode_http_session_create(http.body);
-    if (const auto* bad = std::get_if<core::HttpBadRequest>(&ref)) {
-      check(!bad->detail.empty(), "a 400 without a detail");
-      check_body(core::http_error_body("bad_request", bad->detail));
-    } else {
-      const std::string& text = std::get<std::string>(ref);
-      check(text.empty() || core::is_valid_stable_ref(text), "an invalid stable ref accepted");
-    }
-    return 0;
+  check_body(core::http_error_body("not_found", "no route for " + std::string(http.path)));
+  check_body(core::http_error_body(
+      "method_not_allowed",
+      std::string(http.method) + " is not allowed on " + std::string(http.path)));
+}
+
+// The body of a session create: a valid stable ref, or a 400 that says why.
+void check_session_create(std::string_view body) {
+  const auto ref = core::decode_http_session_create(body);
+  if (const auto* bad = std::get_if<core::HttpBadRequest>(&ref)) {
+    check(!bad->detail.empty(), "a 400 without a detail");
+    check_body(core::http_error_body("bad_request", bad->detail));
+  } else {
+    const std::string& text = std::get<std::string>(ref);
+    check(text.empty() || core::is_valid_stable_ref(text), "an invalid stable ref accepted");
   }
-  if (match.spec->endpoint == core::HttpEndpoint::kSignalPublish ||
-      match.spec->endpoint == core::HttpEndpoint::kSignalStream) {
-    // A signal published (the path's channel, the body's payload) or a stream's query (the body
-    // stands in for it): a request the TCP parser would take, or a 400 that says why.
-    const bool publish = match.spec->endpoint == core::HttpEndpoint::kSignalPublish;
-    const auto decoded = publish ? core::decode_http_signal(match.params.at(0), http.body)
-                                 : core::decode_http_listen(http.body);
-    if (const auto* bad = std::get_if<core::HttpBadRequest>(&decoded)) {
-      check(!bad->detail.empty(), "a 400 without a detail");
-      check_body(core::http_error_body("bad_request", bad->detail));
-      return 0;
-    }
-    const core::Request& request = std::get<core::Request>(decoded);
-    check(publish ? core::check_signal_channel(request.key) == core::SignalNameError::kNone
-                  : core::check_signal_pattern(request.key) == core::SignalNameError::kNone,
-          "a bad signal name accepted");
-    if (publish) {
-      check(!request.text.empty() && request.text.size() <= core::signal_payload_max(request.key),
-            "a payload out of bounds accepted");
-      std::string frame;
-      core::append_signal_frame(request.key, request.text, frame);
-      const std::string event = core::http_signal_event(frame);
-      check(event.rfind("event: sig\ndata: ", 0) == 0, "an event without its head");
-      check_body(event.substr(std::string_view("event: sig\ndata: ").size(),
-                              event.size() - std::string_view("event: sig\ndata: ").size() - 1));
-      check_body(core::http_delivered_body(7));
-    }
-    return 0;
+}
+
+// A signal published (the path's channel, the body's payload) or a stream's query (the body
+// stands in for it): a request the TCP parser would take, or a 400 that says why.
+void check_signal_request(const core::HttpRouteMatch& match, const HttpText& http) {
+  const bool publish = match.spec->endpoint == core::HttpEndpoint::kSignalPublish;
+  const auto decoded = publish ? core::decode_http_signal(match.params.at(0), http.body)
+                               : core::decode_http_listen(http.body);
+  if (const auto* bad = std::get_if<core::HttpBadRequest>(&decoded)) {
+    check(!bad->detail.empty(), "a 400 without a detail");
+    check_body(core::http_error_body("bad_request", bad->detail));
+    return;
   }
-  if (match.spec->endpoint == core::HttpEndpoint::kSessionEvents) {
-    check(match.params.size() == 1, "a session stream without its id");
-    (void)core::is_session_handle(match.params.at(0));
-    return 0;
+  const core::Request& request = std::get<core::Request>(decoded);
+  check(publish ? core::check_signal_channel(request.key) == core::SignalNameError::kNone
+                : core::check_signal_pattern(request.key) == core::SignalNameError::kNone,
+        "a bad signal name accepted");
+  if (publish) {
+    check(!request.text.empty() && request.text.size() <= core::signal_payload_max(request.key),
+          "a payload out of bounds accepted");
+    std::string frame;
+    core::append_signal_frame(request.key, request.text, frame);
+    const std::string event = core::http_signal_event(frame);
+    check(event.rfind("event: sig\ndata: ", 0) == 0, "an event without its head");
+    check_body(event.substr(std::string_view("event: sig\ndata: ").size(),
+                            event.size() - std::string_view("event: sig\ndata: ").size() - 1));
+    check_body(core::http_delivered_body(7));
   }
-  if (core::http_key_command(match.spec->endpoint)) {
-    check(match.params.size() == 1, "a key endpoint without its key");
-    check(!core::http_endpoint_command(match.spec->endpoint), "a key endpoint with a session's");
-    check_key_request(*match.spec, http, match.params.at(0));
-    return 0;
-  }
-  if (!core::http_endpoint_command(match.spec->endpoint)) return 0;
+}
+
+// A lock, semaphore or read-write lock request of a session: decoded, checked, every reply
+// rendered.
+void check_session_request(const core::HttpRouteMatch& match, const HttpText& http) {
   check(match.params.size() == 1, "a keyed endpoint without its key");
-
   const auto decoded = core::decode_http_session_request(match.spec->endpoint, match.params.at(0),
                                                          http.body, http.session);
   if (const auto* bad = std::get_if<core::HttpBadRequest>(&decoded)) {
     check(!bad->detail.empty(), "a 400 without a detail");
     check_body(core::http_error_body("bad_request", bad->detail));
-    return 0;
+    return;
   }
   const auto& request = std::get<core::HttpSessionRequest>(decoded);
   check_decoded(*match.spec, request, http.body);
   render_all(request.request);
+}
+
+}  // namespace
+}  // namespace turnstile::fuzz
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  using namespace turnstile;
+  using namespace turnstile::fuzz;
+  const HttpText http = read_request(std::string_view(reinterpret_cast<const char*>(data), size));
+  check_headers(http);
+  check_lost_line(http.body);
+  const core::HttpRouteMatch match = core::match_http_route(http.method, http.path);
+  if (match.spec == nullptr) {
+    check_unrouted(http, match);
+    return 0;
+  }
+  check(match.spec->method == (match.head ? std::string_view("GET") : http.method),
+        "an endpoint of another method");
+  check(match.allow.empty(), "an Allow list beside an endpoint");
+  const core::HttpEndpoint endpoint = match.spec->endpoint;
+  if (endpoint == core::HttpEndpoint::kSessionCreate) {
+    check_session_create(http.body);
+  } else if (endpoint == core::HttpEndpoint::kSignalPublish ||
+             endpoint == core::HttpEndpoint::kSignalStream) {
+    check_signal_request(match, http);
+  } else if (endpoint == core::HttpEndpoint::kSessionEvents) {
+    check(match.params.size() == 1, "a session stream without its id");
+    (void)core::is_session_handle(match.params.at(0));
+  } else if (core::http_key_command(endpoint)) {
+    check(match.params.size() == 1, "a key endpoint without its key");
+    check(!core::http_endpoint_command(endpoint), "a key endpoint with a session's");
+    check_key_request(*match.spec, http, match.params.at(0));
+  } else if (core::http_endpoint_command(endpoint)) {
+    check_session_request(match, http);
+  }
   return 0;
 }

@@ -181,7 +181,9 @@ class Scenario {
     const std::string group = input_.flag() ? "" : "g" + std::to_string(input_.below(2));
     // 29 kinds: the first 19 as before the read-write locks (a byte below 19 picks the same
     // request as it did), then rl wl rr wr rn wn re we rw ww.
-    switch (input_.below(29)) {
+    const std::size_t kind = input_.below(29);
+    if (kind >= 19) return read_write_request(kind, key, timeout, lease);
+    switch (kind) {
       case 0:
         return "l\n" + key + "\n" + timeout + lease + "\n";
       case 1:
@@ -221,6 +223,15 @@ class Scenario {
                kChannels[input_.below(kChannels.size())] + "\n" +
                (input_.below(8) == 0 ? std::string(" ") : "p" + std::to_string(input_.below(9))) +
                "\n";
+      default:
+        return "x\n" + key + "\n\n";
+    }
+  }
+
+  // Request kinds 19 to 28: rl wl rr wr rn wn re we rw ww.
+  std::string read_write_request(std::size_t kind, const std::string& key,
+                                 const std::string& timeout, const std::string& lease) {
+    switch (kind) {
       case 19:
         return "rl\n" + key + "\n" + timeout + lease + "\n";
       case 20:
@@ -240,9 +251,8 @@ class Scenario {
       case 27:
         return "rw\n" + key + "\n" + timeout + "\n";
       case 28:
-        return "ww\n" + key + "\n" + timeout + "\n";
       default:
-        return "x\n" + key + "\n\n";
+        return "ww\n" + key + "\n" + timeout + "\n";
     }
   }
 
@@ -279,44 +289,52 @@ class Scenario {
       case Action::kConnect:
         if (ids_.size() < kConnectionsMax) ids_.push_back(loopback_.connect());
         break;
-      case Action::kEnd: {
-        SessionId id = pick_session();
-        const std::size_t how = input_.below(3);
-        if (tracing()) {
-          static const char* const kHow[] = {"disconnect", "half-close", "driver close"};
-          std::fprintf(stderr, "s%llu %s\n", static_cast<unsigned long long>(id.value), kHow[how]);
-        }
-        switch (how) {
-          case 0:
-            loopback_.disconnect(id);
-            break;
-          case 1:
-            loopback_.half_close(id);
-            break;
-          default:
-            loopback_.close(id);
-            break;
-        }
+      case Action::kEnd:
+        end_connection();
         break;
-      }
       case Action::kRare:
-        switch (input_.below(8)) {
-          case 0:
-            if (tracing()) std::fprintf(stderr, "begin drain\n");
-            loopback_.begin_drain();
-            break;
-          case 1:
-          case 2:
-            hold_ = !hold_;
-            loopback_.hold_close_notices(hold_);
-            break;
-          default:
-            loopback_.advance(
-                Duration::nanoseconds(1 + static_cast<std::int64_t>(input_.below(256))));
-            break;
-        }
+        rare_action();
         break;
       case Action::kCount:
+        break;
+    }
+  }
+
+  // A disconnect, a half-close or a driver close.
+  void end_connection() {
+    SessionId id = pick_session();
+    const std::size_t how = input_.below(3);
+    if (tracing()) {
+      static const char* const kHow[] = {"disconnect", "half-close", "driver close"};
+      std::fprintf(stderr, "s%llu %s\n", static_cast<unsigned long long>(id.value), kHow[how]);
+    }
+    switch (how) {
+      case 0:
+        loopback_.disconnect(id);
+        break;
+      case 1:
+        loopback_.half_close(id);
+        break;
+      default:
+        loopback_.close(id);
+        break;
+    }
+  }
+
+  // A drain, a close-notice hold toggled, or a step of a few nanoseconds.
+  void rare_action() {
+    switch (input_.below(8)) {
+      case 0:
+        if (tracing()) std::fprintf(stderr, "begin drain\n");
+        loopback_.begin_drain();
+        break;
+      case 1:
+      case 2:
+        hold_ = !hold_;
+        loopback_.hold_close_notices(hold_);
+        break;
+      default:
+        loopback_.advance(Duration::nanoseconds(1 + static_cast<std::int64_t>(input_.below(256))));
         break;
     }
   }

@@ -320,31 +320,26 @@ bool History::adopted(
   return !operation.request.ref.empty() && first.request.ref == operation.request.ref;
 }
 
-bool History::check_order(
-    const std::map<std::pair<std::uint64_t, std::uint64_t>, std::size_t>& first_grant,
-    Outcome& outcome) const {
-  struct Granted {
-    std::int64_t call = 0;
-    std::int64_t ret = 0;
-    std::uint64_t fence = 0;
-    std::size_t index = 0;
-  };
-  // The first grant of every token, per partition (an adoption or the `w` after an `e` that was
-  // answered `acquired` returns an earlier token: not a grant of its own).
-  std::map<Partition, std::vector<Granted>> grants;
-  for (const auto& [token, index] : first_grant) {
-    const Operation& operation = operations_[index];
-    grants[partition_of(operation)].push_back(
-        Granted{operation.call_ns, *operation.return_ns, token.first, index});
-  }
-  // Two-phase waiters known to be queued: an `e` answered `queued` (at its return) whose next
-  // `w` on the same connection and key returned a token: it waited in the queue from then until
-  // that grant. Every later `w` of the connection and key ends the pairing.
-  struct Queued {
-    std::int64_t queued_at = 0;  // the `e`'s return
-    std::uint64_t fence = 0;     // the `w`'s grant
-    std::size_t enqueue = 0;     // the `e`'s index
-  };
+// The first grant of a token, in a partition's order checks.
+struct History::Granted {
+  std::int64_t call = 0;
+  std::int64_t ret = 0;
+  std::uint64_t fence = 0;
+  std::size_t index = 0;
+};
+
+// A two-phase waiter known to be queued: an `e` answered `queued` and the `w` granted after it.
+struct History::Queued {
+  std::int64_t queued_at = 0;  // the `e`'s return
+  std::uint64_t fence = 0;     // the `w`'s grant
+  std::size_t enqueue = 0;     // the `e`'s index
+};
+
+// Two-phase waiters known to be queued: an `e` answered `queued` (at its return) whose next `w`
+// on the same connection and key returned a token: it waited in the queue from then until that
+// grant. Every later `w` of the connection and key ends the pairing.
+std::map<History::Partition, std::vector<History::Queued>> History::queued_waiters(
+    const std::map<std::pair<std::uint64_t, std::uint64_t>, std::size_t>& first_grant) const {
   std::map<Partition, std::vector<Queued>> queued;
   std::map<std::pair<std::uint64_t, Partition>, std::size_t> open;  // (connection, key) -> `e`
   for (std::size_t i = 0; i < operations_.size(); ++i) {
@@ -373,67 +368,95 @@ bool History::check_order(
       open.erase(it);
     }
   }
+  return queued;
+}
+
+// Fences follow real time: a grant whose request was sent after another grant's reply came back
+// has the larger fence (requests under a stable ref aside, as below). `by_call` and `by_ret` are
+// the partition's grants sorted by call and by return.
+bool History::check_fence_order(const std::string& name, const std::vector<Granted>& by_call,
+                                const std::vector<Granted>& by_ret, Outcome& outcome) const {
+  std::size_t next = 0;
+  const Granted* highest = nullptr;
+  for (const Granted& later : by_call) {
+    for (; next < by_ret.size() && by_ret[next].ret < later.call; ++next) {
+      if (highest == nullptr || by_ret[next].fence > highest->fence) highest = &by_ret[next];
+    }
+    // An acquire under a stable ref may return a slot of its ref granted before (to a request
+    // whose reply was lost): an adoption, with an older fence. Left out.
+    if (highest != nullptr && later.fence <= highest->fence &&
+        operations_[later.index].request.ref.empty()) {
+      outcome.invariant = "observed-fence-order";
+      outcome.violation =
+          name + ": op " + std::to_string(later.index + 1) + " (" +
+          std::string(core::command_name(operations_[later.index].request.command)) +
+          ", called at " + std::to_string(later.call) + ") was granted fence " +
+          std::to_string(later.fence) + ", not above fence " + std::to_string(highest->fence) +
+          " of op " + std::to_string(highest->index + 1) + ", answered at " +
+          std::to_string(highest->ret);
+      return true;
+    }
+  }
+  return false;
+}
+
+// FIFO as the clients see it: a request sent after a waiter was seen queued is granted after
+// that waiter (on a read-write lock: no reader overtakes a queued writer). Requests under a
+// stable ref are left out: they may adopt an orphaned place ahead of the waiter.
+bool History::check_fifo(const std::string& name, const Partition& partition,
+                         const std::vector<Granted>& by_call, std::vector<Queued>& ahead,
+                         Outcome& outcome) const {
+  std::sort(ahead.begin(), ahead.end(),
+            [](const Queued& a, const Queued& b) { return a.queued_at < b.queued_at; });
+  std::size_t seen = 0;
+  const Queued* blocking = nullptr;
+  for (const Granted& later : by_call) {
+    for (; seen < ahead.size() && ahead[seen].queued_at < later.call; ++seen) {
+      if (blocking == nullptr || ahead[seen].fence > blocking->fence) blocking = &ahead[seen];
+    }
+    if (operations_[later.index].request.ref.empty() && blocking != nullptr &&
+        later.fence < blocking->fence) {
+      const Operation& enqueue = operations_[blocking->enqueue];
+      const bool read_write = partition.second.first == core::Namespace::kReadWrite;
+      outcome.invariant = read_write ? "rw-fifo" : "fifo";
+      outcome.violation =
+          name + ": op " + std::to_string(later.index + 1) + " (" +
+          std::string(core::command_name(operations_[later.index].request.command)) +
+          ", called at " + std::to_string(later.call) + ") was granted fence " +
+          std::to_string(later.fence) + " before op " + std::to_string(blocking->enqueue + 1) +
+          " (" + std::string(core::command_name(enqueue.request.command)) +
+          ", answered queued at " + std::to_string(blocking->queued_at) + ") was granted fence " +
+          std::to_string(blocking->fence);
+      return true;
+    }
+  }
+  return false;
+}
+
+bool History::check_order(
+    const std::map<std::pair<std::uint64_t, std::uint64_t>, std::size_t>& first_grant,
+    Outcome& outcome) const {
+  // The first grant of every token, per partition (an adoption or the `w` after an `e` that was
+  // answered `acquired` returns an earlier token: not a grant of its own).
+  std::map<Partition, std::vector<Granted>> grants;
+  for (const auto& [token, index] : first_grant) {
+    const Operation& operation = operations_[index];
+    grants[partition_of(operation)].push_back(
+        Granted{operation.call_ns, *operation.return_ns, token.first, index});
+  }
+  std::map<Partition, std::vector<Queued>> queued = queued_waiters(first_grant);
   for (auto& [partition, list] : grants) {
     const std::string name = partition_name(partition.second.first, partition.second.second) +
                              " in life " + std::to_string(partition.first);
-    // Fences follow real time: a grant whose request was sent after another grant's reply came
-    // back has the larger fence (requests under a stable ref aside, as below).
     std::vector<Granted> by_ret = list;
     std::sort(list.begin(), list.end(),
               [](const Granted& a, const Granted& b) { return a.call < b.call; });
     std::sort(by_ret.begin(), by_ret.end(),
               [](const Granted& a, const Granted& b) { return a.ret < b.ret; });
-    std::size_t next = 0;
-    const Granted* highest = nullptr;
-    for (const Granted& later : list) {
-      for (; next < by_ret.size() && by_ret[next].ret < later.call; ++next) {
-        if (highest == nullptr || by_ret[next].fence > highest->fence) highest = &by_ret[next];
-      }
-      // An acquire under a stable ref may return a slot of its ref granted before (to a request
-      // whose reply was lost): an adoption, with an older fence. Left out.
-      if (highest != nullptr && later.fence <= highest->fence &&
-          operations_[later.index].request.ref.empty()) {
-        outcome.invariant = "observed-fence-order";
-        outcome.violation =
-            name + ": op " + std::to_string(later.index + 1) + " (" +
-            std::string(core::command_name(operations_[later.index].request.command)) +
-            ", called at " + std::to_string(later.call) + ") was granted fence " +
-            std::to_string(later.fence) + ", not above fence " + std::to_string(highest->fence) +
-            " of op " + std::to_string(highest->index + 1) + ", answered at " +
-            std::to_string(highest->ret);
-        return true;
-      }
-    }
-    // FIFO as the clients see it: a request sent after a waiter was seen queued is granted after
-    // that waiter (on a read-write lock: no reader overtakes a queued writer). Requests under a
-    // stable ref are left out: they may adopt an orphaned place ahead of the waiter.
+    if (check_fence_order(name, list, by_ret, outcome)) return true;
     auto waiters = queued.find(partition);
     if (waiters == queued.end()) continue;
-    std::vector<Queued>& ahead = waiters->second;
-    std::sort(ahead.begin(), ahead.end(),
-              [](const Queued& a, const Queued& b) { return a.queued_at < b.queued_at; });
-    std::size_t seen = 0;
-    const Queued* blocking = nullptr;
-    for (const Granted& later : list) {
-      for (; seen < ahead.size() && ahead[seen].queued_at < later.call; ++seen) {
-        if (blocking == nullptr || ahead[seen].fence > blocking->fence) blocking = &ahead[seen];
-      }
-      if (operations_[later.index].request.ref.empty() && blocking != nullptr &&
-          later.fence < blocking->fence) {
-        const Operation& enqueue = operations_[blocking->enqueue];
-        const bool read_write = partition.second.first == core::Namespace::kReadWrite;
-        outcome.invariant = read_write ? "rw-fifo" : "fifo";
-        outcome.violation =
-            name + ": op " + std::to_string(later.index + 1) + " (" +
-            std::string(core::command_name(operations_[later.index].request.command)) +
-            ", called at " + std::to_string(later.call) + ") was granted fence " +
-            std::to_string(later.fence) + " before op " + std::to_string(blocking->enqueue + 1) +
-            " (" + std::string(core::command_name(enqueue.request.command)) +
-            ", answered queued at " + std::to_string(blocking->queued_at) + ") was granted fence " +
-            std::to_string(blocking->fence);
-        return true;
-      }
-    }
+    if (check_fifo(name, partition, list, waiters->second, outcome)) return true;
   }
   return false;
 }

@@ -123,6 +123,16 @@ class History {
   bool check_order(
       const std::map<std::pair<std::uint64_t, std::uint64_t>, std::size_t>& first_grant,
       Outcome& outcome) const;
+  struct Granted;
+  struct Queued;
+  std::map<Partition, std::vector<Queued>> queued_waiters(
+      const std::map<std::pair<std::uint64_t, std::uint64_t>, std::size_t>& first_grant) const;
+  // These two: true, with `outcome` filled in, when the check breaks.
+  bool check_fence_order(const std::string& name, const std::vector<Granted>& by_call,
+                         const std::vector<Granted>& by_ret, Outcome& outcome) const;
+  bool check_fifo(const std::string& name, const Partition& partition,
+                  const std::vector<Granted>& by_call, std::vector<Queued>& ahead,
+                  Outcome& outcome) const;
 
   std::uint64_t life_ = 0;
   std::vector<Operation> operations_;  // index = id - 1

@@ -188,27 +188,24 @@ std::optional<std::size_t> EngineDifferential::free_slot(std::size_t preferred) 
   return std::nullopt;
 }
 
-void EngineDifferential::apply(std::size_t index, const Step& step) {
+// Moves the driver's clock by the step's advance; returns the new now.
+Instant EngineDifferential::advance_clock(const Step& step) {
   core::Duration delta = core::Duration::nanoseconds(step.advance_ns);
   if (choice_.near_max_jumps && step.advance_ns >= 1'000'000'000'000) {
     delta = delta + delta;
     for (int i = 0; i < 11; ++i) delta = delta + delta;  // x4096, saturating
   }
   clock_ = clock_ + delta;
-  const Instant now = clock_;
+  return clock_;
+}
+
+void EngineDifferential::apply(std::size_t index, const Step& step) {
+  const Instant now = advance_clock(step);
   index_ = index;
   std::ostream* const trace = options_.trace;
   if (trace != nullptr) *trace << "#" << index << " t=" << at(now) << " ";
 
-  std::vector<core::Delivery> engine_out;
-  std::vector<core::Delivery> model_out;
-  std::optional<SessionId> requester;
-  std::optional<ResourceId> requested;
-  std::optional<core::Command> requested_command;
-  std::optional<SessionId> closing;
-  bool engine_dropped = false;
-  bool model_dropped = false;
-  Reply engine_reply = Reply::of(core::Status::kOk);
+  StepResult result;
   // The state before this step is the state after the last one.
   const std::vector<Engine::ResourceView> before = std::move(view_);
   const std::map<SessionId, ResourceId> parked_before = parked_;
@@ -221,97 +218,132 @@ void EngineDifferential::apply(std::size_t index, const Step& step) {
   }
 
   switch (kind) {
-    case StepKind::kRequest: {
-      const SessionId session = sessions_[*slot];
-      requester = session;
-      core::Request request;
-      request.command = step.command;
-      request.key = kKeyNames[step.key % kKeys];
-      if (takes_timeout(step.command)) request.timeout_s = step.timeout_s;
-      if (takes_lease(step.command)) request.lease_s = step.lease_s;
-      request.limit = 1;
-      if (takes_limit(step.command)) {
-        request.limit = step.limit > 0 ? step.limit : usual_limit(step.key % kKeys);
-      }
-      request.space = step.space;
-      ResourceId resource{core::request_namespace(request), request.key};
-      requested = resource;
-      requested_command = step.command;
-      core::Request model_request = request;
-      if (takes_token(step.command)) {
-        auto [engine_token, model_token] = pick_token(step, resource);
-        if (step.command == core::Command::kForceRelease) {
-          // Every holder, or the one with the picked token's fence (the same number in both).
-          const std::uint64_t fence =
-              step.token_index % 2 == 0 || !engine_token ? 0 : engine_token->fence.value;
-          request.fence = fence;
-          model_request.fence = fence;
-          request.space = model_request.space = step.space;
-          // Now and then it also ends the key's lock-delay.
-          request.clear_delay = model_request.clear_delay = step.token_index % 4 >= 2;
-        } else {
-          request.token = engine_token;
-          model_request.token = model_token;
-        }
-      }
-      if (trace != nullptr) {
-        *trace << "s" << session.value << " " << core::command_name(step.command) << " "
-               << request.key;
-        if (takes_timeout(step.command)) *trace << " timeout=" << request.timeout_s;
-        if (takes_limit(step.command)) *trace << " limit=" << request.limit;
-        if (takes_lease(step.command)) *trace << " lease=" << request.lease_s;
-        if (takes_token(step.command)) {
-          *trace << " token=" << (request.token ? short_token(*request.token) : "<malformed>");
-          if (request.token) *trace << "/" << (request.token->salt & 0xffff);
-        }
-      }
-      engine_reply = engine_.handle(now, session, request, engine_out);
-      const Reply model_reply = model_.handle(now, session, model_request, model_out);
-      if (trace != nullptr) {
-        *trace << " -> " << format_reply(engine_reply);
-        if (!(engine_reply.status == model_reply.status)) {
-          *trace << " (model " << format_reply(model_reply) << ")";
-        }
-      }
-      compare_replies(engine_reply, model_reply, std::nullopt);
-      if (options_.coverage != nullptr) {
-        count(std::string(core::command_name(step.command)) + " -> " +
-              std::string(core::status_name(engine_reply.status)));
-      }
-      if (engine_reply.token) reveal(*engine_reply.token, resource);
-      if (engine_reply.status == core::Status::kParked) parked_[session] = resource;
+    case StepKind::kRequest:
+      apply_request(now, *slot, step, result);
       break;
-    }
-    case StepKind::kClose: {
-      const std::size_t close_slot = step.slot % kSlots;
-      const SessionId session = sessions_[close_slot];
-      if (trace != nullptr) {
-        *trace << "close s" << session.value << " auto_release=" << step.auto_release;
-      }
-      engine_dropped = engine_.close_session(now, session, step.auto_release, engine_out);
-      model_dropped = model_.close_session(now, session, step.auto_release, model_out);
-      // Deliveries of this step may still reach it: deadlines are processed before the close.
-      closing = session;
-      sessions_[close_slot] = SessionId{next_session_++};
+    case StepKind::kClose:
+      apply_close(now, step, result);
       break;
-    }
     case StepKind::kTick:
       if (trace != nullptr) *trace << "tick";
-      engine_.tick(now, engine_out);
-      model_.tick(now, model_out);
+      engine_.tick(now, result.engine_out);
+      model_.tick(now, result.model_out);
       break;
     case StepKind::kStats: {
       if (trace != nullptr) *trace << "stats";
-      const core::StatsSnapshot engine_stats = engine_.stats(now, engine_out);
-      const core::StatsSnapshot model_stats = model_.stats(now, model_out);
+      const core::StatsSnapshot engine_stats = engine_.stats(now, result.engine_out);
+      const core::StatsSnapshot model_stats = model_.stats(now, result.model_out);
       compare_stats(engine_stats, model_stats);
       break;
     }
   }
 
-  // Deliveries: the same replies to the same sessions, in any order.
-  const std::map<SessionId, Reply> engine_deliveries = by_session(engine_out, "engine");
-  const std::map<SessionId, Reply> model_deliveries = by_session(model_out, "model");
+  const std::map<SessionId, Reply> engine_deliveries = check_deliveries(kind, result);
+  if (result.closing) check_close(result);
+
+  view_ = engine_.inspect();
+  std::sort(view_.begin(), view_.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.ns, a.key) < std::tie(b.ns, b.key);
+  });
+  compare_losses();
+  compare_state();
+  check_engine_invariants(before, parked_before, engine_deliveries, result.requested,
+                          result.requested_command, result.engine_reply);
+}
+
+// The request a step sends, before any token is chosen for it.
+core::Request EngineDifferential::make_request(const Step& step) const {
+  core::Request request;
+  request.command = step.command;
+  request.key = kKeyNames[step.key % kKeys];
+  if (takes_timeout(step.command)) request.timeout_s = step.timeout_s;
+  if (takes_lease(step.command)) request.lease_s = step.lease_s;
+  request.limit = 1;
+  if (takes_limit(step.command)) {
+    request.limit = step.limit > 0 ? step.limit : usual_limit(step.key % kKeys);
+  }
+  request.space = step.space;
+  return request;
+}
+
+void EngineDifferential::trace_request(SessionId session, const Step& step,
+                                       const core::Request& request) const {
+  std::ostream& trace = *options_.trace;
+  trace << "s" << session.value << " " << core::command_name(step.command) << " " << request.key;
+  if (takes_timeout(step.command)) trace << " timeout=" << request.timeout_s;
+  if (takes_limit(step.command)) trace << " limit=" << request.limit;
+  if (takes_lease(step.command)) trace << " lease=" << request.lease_s;
+  if (takes_token(step.command)) {
+    trace << " token=" << (request.token ? short_token(*request.token) : "<malformed>");
+    if (request.token) trace << "/" << (request.token->salt & 0xffff);
+  }
+}
+
+void EngineDifferential::apply_request(Instant now, std::size_t slot, const Step& step,
+                                       StepResult& result) {
+  const SessionId session = sessions_[slot];
+  result.requester = session;
+  core::Request request = make_request(step);
+  ResourceId resource{core::request_namespace(request), request.key};
+  result.requested = resource;
+  result.requested_command = step.command;
+  core::Request model_request = request;
+  if (takes_token(step.command)) {
+    auto [engine_token, model_token] = pick_token(step, resource);
+    if (step.command == core::Command::kForceRelease) {
+      // Every holder, or the one with the picked token's fence (the same number in both).
+      const std::uint64_t fence =
+          step.token_index % 2 == 0 || !engine_token ? 0 : engine_token->fence.value;
+      request.fence = fence;
+      model_request.fence = fence;
+      request.space = model_request.space = step.space;
+      // Now and then it also ends the key's lock-delay.
+      request.clear_delay = model_request.clear_delay = step.token_index % 4 >= 2;
+    } else {
+      request.token = engine_token;
+      model_request.token = model_token;
+    }
+  }
+  std::ostream* const trace = options_.trace;
+  if (trace != nullptr) trace_request(session, step, request);
+  const Reply engine_reply = engine_.handle(now, session, request, result.engine_out);
+  result.engine_reply = engine_reply;
+  const Reply model_reply = model_.handle(now, session, model_request, result.model_out);
+  if (trace != nullptr) {
+    *trace << " -> " << format_reply(engine_reply);
+    if (!(engine_reply.status == model_reply.status)) {
+      *trace << " (model " << format_reply(model_reply) << ")";
+    }
+  }
+  compare_replies(engine_reply, model_reply, std::nullopt);
+  if (options_.coverage != nullptr) {
+    count(std::string(core::command_name(step.command)) + " -> " +
+          std::string(core::status_name(engine_reply.status)));
+  }
+  if (engine_reply.token) reveal(*engine_reply.token, resource);
+  if (engine_reply.status == core::Status::kParked) parked_[session] = resource;
+}
+
+void EngineDifferential::apply_close(Instant now, const Step& step, StepResult& result) {
+  const std::size_t close_slot = step.slot % kSlots;
+  const SessionId session = sessions_[close_slot];
+  if (options_.trace != nullptr) {
+    *options_.trace << "close s" << session.value << " auto_release=" << step.auto_release;
+  }
+  result.engine_dropped = engine_.close_session(now, session, step.auto_release, result.engine_out);
+  result.model_dropped = model_.close_session(now, session, step.auto_release, result.model_out);
+  // Deliveries of this step may still reach it: deadlines are processed before the close.
+  result.closing = session;
+  sessions_[close_slot] = SessionId{next_session_++};
+}
+
+// Deliveries: the same replies to the same sessions, in any order, each answering a parked
+// request. Returns the engine's.
+std::map<SessionId, Reply> EngineDifferential::check_deliveries(StepKind kind,
+                                                                const StepResult& result) {
+  const std::map<SessionId, Reply> engine_deliveries = by_session(result.engine_out, "engine");
+  const std::map<SessionId, Reply> model_deliveries = by_session(result.model_out, "model");
+  std::ostream* const trace = options_.trace;
   if (trace != nullptr) {
     if (!engine_deliveries.empty()) *trace << " |" << format_deliveries(engine_deliveries);
     *trace << "\n";
@@ -336,7 +368,8 @@ void EngineDifferential::apply(std::size_t index, const Step& step) {
       return where() + ": delivery to s" + std::to_string(to.value) +
              ", which has no parked request";
     });
-    check(!requester || *requester != session || engine_reply.status == core::Status::kParked,
+    check(!result.requester || *result.requester != session ||
+              result.engine_reply.status == core::Status::kParked,
           [&] { return where() + ": delivery to the requesting session"; });
     if (reply.token) reveal(*reply.token, parked_it->second);
     parked_.erase(parked_it);
@@ -345,26 +378,21 @@ void EngineDifferential::apply(std::size_t index, const Step& step) {
             (kind == StepKind::kClose ? " (before close)" : ""));
     }
   }
-  if (closing) {
-    // Its request was dropped unanswered iff it was still parked once this step's deliveries
-    // (made before the close) are accounted for.
-    const bool still_parked = parked_.contains(*closing);
-    check(engine_dropped == model_dropped && engine_dropped == still_parked, [&] {
-      return where() + ": close_session reported dropped=" + std::to_string(engine_dropped) +
-             ", model " + std::to_string(model_dropped) + ", parked " +
-             std::to_string(still_parked);
-    });
-    parked_.erase(*closing);
-  }
+  return engine_deliveries;
+}
 
-  view_ = engine_.inspect();
-  std::sort(view_.begin(), view_.end(), [](const auto& a, const auto& b) {
-    return std::tie(a.ns, a.key) < std::tie(b.ns, b.key);
-  });
-  compare_losses();
-  compare_state();
-  check_engine_invariants(before, parked_before, engine_deliveries, requested, requested_command,
-                          engine_reply);
+// The closed session's request was dropped unanswered iff it was still parked once this step's
+// deliveries (made before the close) are accounted for.
+void EngineDifferential::check_close(const StepResult& result) {
+  const bool still_parked = parked_.contains(*result.closing);
+  check(result.engine_dropped == result.model_dropped && result.engine_dropped == still_parked,
+        [&] {
+          return where() +
+                 ": close_session reported dropped=" + std::to_string(result.engine_dropped) +
+                 ", model " + std::to_string(result.model_dropped) + ", parked " +
+                 std::to_string(still_parked);
+        });
+  parked_.erase(*result.closing);
 }
 
 // Chooses the token an r/n presents: {to the engine, to the model}.
@@ -539,20 +567,23 @@ void EngineDifferential::compare_losses() {
   }
 }
 
-void EngineDifferential::compare_state() {
+void EngineDifferential::count_step_coverage() {
+  const core::EngineCounters& ec = engine_.counters();
+  count("~steps");
+  if (engine_.last_fence().value == kMaxFence) count("~steps with fences exhausted");
+  if (ec.clock_regressions > 0) count("~steps after a clock regression");
+  count("~counter lease_expiries", ec.lease_expiries - seen_counters_.lease_expiries);
+  count("~counter wait_timeouts", ec.wait_timeouts - seen_counters_.wait_timeouts);
+  count("~counter resources_collected",
+        ec.resources_collected - seen_counters_.resources_collected);
+  count("~counter fence_exhausted", ec.fence_exhausted - seen_counters_.fence_exhausted);
+  seen_counters_ = ec;
+}
+
+// The clock, the counters and the next wake-up of both implementations.
+void EngineDifferential::compare_counters() const {
   const core::EngineCounters& ec = engine_.counters();
   const core::EngineCounters& mc = model_.counters();
-  if (options_.coverage != nullptr) {
-    count("~steps");
-    if (engine_.last_fence().value == kMaxFence) count("~steps with fences exhausted");
-    if (ec.clock_regressions > 0) count("~steps after a clock regression");
-    count("~counter lease_expiries", ec.lease_expiries - seen_counters_.lease_expiries);
-    count("~counter wait_timeouts", ec.wait_timeouts - seen_counters_.wait_timeouts);
-    count("~counter resources_collected",
-          ec.resources_collected - seen_counters_.resources_collected);
-    count("~counter fence_exhausted", ec.fence_exhausted - seen_counters_.fence_exhausted);
-    seen_counters_ = ec;
-  }
   check(engine_.now() == model_.now(), [&] {
     return where() + ": now differs: engine " + at(engine_.now()) + ", model " + at(model_.now());
   });
@@ -580,6 +611,69 @@ void EngineDifferential::compare_state() {
     return where() + ": next_wake differs: engine " + (engine_wake ? at(*engine_wake) : "none") +
            ", model " + (model_wake ? at(*model_wake) : "none");
   });
+}
+
+// The limit, queue and lock-delay of one resource, which both implementations name alike.
+void EngineDifferential::compare_resource(const Engine::ResourceView& e,
+                                          const Engine::ResourceView& m) const {
+  check(e.limit == m.limit, [&] { return where() + ": " + resource_name(e) + " limit differs"; });
+  check(e.waiters == m.waiters, [&] {
+    return where() + ": " + resource_name(e) + " queue differs: engine [" +
+           format_sessions(e.waiters) + " ], model [" + format_sessions(m.waiters) + " ]";
+  });
+  check(e.waiters_shared == m.waiters_shared, [&] {
+    return where() + ": " + resource_name(e) + " queue modes differ: engine [" +
+           format_modes(e.waiters_shared) + " ], model [" + format_modes(m.waiters_shared) + " ]";
+  });
+  check(e.waiters_since == m.waiters_since,
+        [&] { return where() + ": " + resource_name(e) + " queue arrival times differ"; });
+  check(e.delayed_until == m.delayed_until, [&] {
+    return where() + ": " + resource_name(e) + " lock-delay differs: engine " +
+           (e.delayed_until ? at(*e.delayed_until) : "none") + ", model " +
+           (m.delayed_until ? at(*m.delayed_until) : "none");
+  });
+}
+
+// The holders of one resource, with each engine token paired to the model's.
+void EngineDifferential::compare_holders(const Engine::ResourceView& e,
+                                         const Engine::ResourceView& m) const {
+  std::vector<HolderRow> engine_rows;
+  for (const auto& holder : e.holders) {
+    check(holder.ns == e.ns && holder.key == e.key,
+          [&] { return where() + ": engine holder listed under the wrong resource"; });
+    std::optional<TokenKey> paired;
+    auto it = engine_to_model_.find(key_of(holder.token));
+    if (it != engine_to_model_.end()) paired = key_of(it->second);
+    engine_rows.emplace_back(holder.session.value, holder.deadline.ns(), holder.token.fence.value,
+                             paired, holder.shared);
+  }
+  std::vector<HolderRow> model_rows;
+  for (const auto& holder : m.holders) {
+    std::optional<TokenKey> paired;
+    if (model_to_engine_.contains(key_of(holder.token))) paired = key_of(holder.token);
+    model_rows.emplace_back(holder.session.value, holder.deadline.ns(), holder.token.fence.value,
+                            paired, holder.shared);
+  }
+  std::sort(engine_rows.begin(), engine_rows.end());
+  std::sort(model_rows.begin(), model_rows.end());
+  check(engine_rows == model_rows, [&] {
+    auto rows = [this](const std::vector<HolderRow>& list) {
+      std::string text;
+      for (const auto& [session, deadline, fence, paired, shared] : list) {
+        text += " s" + std::to_string(session) + "/f" + std::to_string(fence) + "/until " +
+                at(Instant::from_ns(deadline)) + (paired ? "" : "/unrevealed") +
+                (shared ? "/read" : "");
+      }
+      return text;
+    };
+    return where() + ": " + resource_name(e) + " holders differ: engine [" + rows(engine_rows) +
+           " ], model [" + rows(model_rows) + " ]";
+  });
+}
+
+void EngineDifferential::compare_state() {
+  if (options_.coverage != nullptr) count_step_coverage();
+  compare_counters();
 
   const std::vector<Engine::ResourceView>& engine_view = view_;
   const std::vector<Engine::ResourceView> model_view = model_.inspect();
@@ -597,54 +691,8 @@ void EngineDifferential::compare_state() {
     const Engine::ResourceView& e = engine_view[r];
     const Engine::ResourceView& m = model_view[r];
     check(e.ns == m.ns && e.key == m.key, resources_differ);
-    check(e.limit == m.limit, [&] { return where() + ": " + resource_name(e) + " limit differs"; });
-    check(e.waiters == m.waiters, [&] {
-      return where() + ": " + resource_name(e) + " queue differs: engine [" +
-             format_sessions(e.waiters) + " ], model [" + format_sessions(m.waiters) + " ]";
-    });
-    check(e.waiters_shared == m.waiters_shared, [&] {
-      return where() + ": " + resource_name(e) + " queue modes differ: engine [" +
-             format_modes(e.waiters_shared) + " ], model [" + format_modes(m.waiters_shared) + " ]";
-    });
-    check(e.waiters_since == m.waiters_since,
-          [&] { return where() + ": " + resource_name(e) + " queue arrival times differ"; });
-    check(e.delayed_until == m.delayed_until, [&] {
-      return where() + ": " + resource_name(e) + " lock-delay differs: engine " +
-             (e.delayed_until ? at(*e.delayed_until) : "none") + ", model " +
-             (m.delayed_until ? at(*m.delayed_until) : "none");
-    });
-    std::vector<HolderRow> engine_rows;
-    for (const auto& holder : e.holders) {
-      check(holder.ns == e.ns && holder.key == e.key,
-            [&] { return where() + ": engine holder listed under the wrong resource"; });
-      std::optional<TokenKey> paired;
-      auto it = engine_to_model_.find(key_of(holder.token));
-      if (it != engine_to_model_.end()) paired = key_of(it->second);
-      engine_rows.emplace_back(holder.session.value, holder.deadline.ns(), holder.token.fence.value,
-                               paired, holder.shared);
-    }
-    std::vector<HolderRow> model_rows;
-    for (const auto& holder : m.holders) {
-      std::optional<TokenKey> paired;
-      if (model_to_engine_.contains(key_of(holder.token))) paired = key_of(holder.token);
-      model_rows.emplace_back(holder.session.value, holder.deadline.ns(), holder.token.fence.value,
-                              paired, holder.shared);
-    }
-    std::sort(engine_rows.begin(), engine_rows.end());
-    std::sort(model_rows.begin(), model_rows.end());
-    check(engine_rows == model_rows, [&] {
-      auto rows = [this](const std::vector<HolderRow>& list) {
-        std::string text;
-        for (const auto& [session, deadline, fence, paired, shared] : list) {
-          text += " s" + std::to_string(session) + "/f" + std::to_string(fence) + "/until " +
-                  at(Instant::from_ns(deadline)) + (paired ? "" : "/unrevealed") +
-                  (shared ? "/read" : "");
-        }
-        return text;
-      };
-      return where() + ": " + resource_name(e) + " holders differ: engine [" + rows(engine_rows) +
-             " ], model [" + rows(model_rows) + " ]";
-    });
+    compare_resource(e, m);
+    compare_holders(e, m);
   }
 
   // The harness's own bookkeeping of parked sessions agrees with the model.
@@ -656,6 +704,60 @@ void EngineDifferential::compare_state() {
   }
 }
 
+// A token not seen before must carry a fence above every earlier one; `newest_seen` keeps the
+// highest such fence of this step.
+void EngineDifferential::check_fresh(const Token& token, const char* what,
+                                     std::uint64_t& newest_seen) const {
+  if (seen_tokens_.contains(key_of(token))) return;
+  check(token.fence.value > max_fence_seen_, [&] {
+    return where() + ": " + what + " " + short_token(token) + " is not above every earlier fence";
+  });
+  newest_seen = std::max(newest_seen, token.fence.value);
+}
+
+// One resource after the step: its holders within its limit, waiters only while the head is
+// blocked, and holder fences in range, unique (`fences` collects them) and fresh. `settled`: no
+// deadline of it may be left behind.
+void EngineDifferential::check_resource_invariants(const Engine::ResourceView& view, bool settled,
+                                                   std::set<std::uint64_t>& fences,
+                                                   std::uint64_t& newest_seen) const {
+  const core::Fence last = engine_.last_fence();
+  const bool exhausted = last.value == kMaxFence;
+  const bool read_write = view.ns == core::Namespace::kReadWrite;
+  const auto readers = static_cast<std::int64_t>(std::count_if(
+      view.holders.begin(), view.holders.end(), [](const auto& h) { return h.shared; }));
+  const auto holders = static_cast<std::int64_t>(view.holders.size());
+  // A read-write lock has readers or one writer; anything else has at most its limit.
+  check(read_write ? readers == holders || holders == 1 : holders <= view.limit && readers == 0,
+        [&] {
+          return where() + ": " + resource_name(view) + " has " + std::to_string(holders) +
+                 " holders (" + std::to_string(readers) + " readers) against its limit";
+        });
+  // Waiters queue only while the head cannot be granted: the resource is full, a writer holds
+  // it or waits at the head behind readers, or a lock-delay holds the key.
+  const bool head_blocked =
+      view.waiters.empty() || view.delayed_until.has_value() ||
+      (read_write ? holders > 0 && (readers < holders || !view.waiters_shared.front())
+                  : holders == view.limit);
+  check(head_blocked || exhausted, [&] {
+    return where() + ": " + resource_name(view) + " has waiters its holders would admit";
+  });
+  for (const auto& holder : view.holders) {
+    // A deadline saturated at the end of time cannot lie after `now` once time has run out.
+    check(!settled || holder.deadline > engine_.now() || holder.deadline == Instant::max(), [&] {
+      return where() + ": " + resource_name(view) + " holder s" +
+             std::to_string(holder.session.value) + " outlived its lease deadline " +
+             at(holder.deadline);
+    });
+    const std::uint64_t fence = holder.token.fence.value;
+    check(fence <= last.value, [&] { return where() + ": holder fence above last_fence"; });
+    check(fence > config_.fence_floor.value,
+          [&] { return where() + ": holder fence not above the floor"; });
+    check(fences.insert(fence).second, [&] { return where() + ": two holders share a fence"; });
+    check_fresh(holder.token, "new token", newest_seen);
+  }
+}
+
 // Invariants of the engine alone (engine.h), independent of the model.
 void EngineDifferential::check_engine_invariants(
     const std::vector<Engine::ResourceView>& before,
@@ -664,61 +766,20 @@ void EngineDifferential::check_engine_invariants(
     const std::optional<core::Command>& requested_command, const Reply& engine_reply) {
   const std::vector<Engine::ResourceView>& after = view_;
   const core::Fence last = engine_.last_fence();
-  const bool exhausted = last.value == kMaxFence;
   std::set<std::uint64_t> fences;
   std::uint64_t newest_seen = max_fence_seen_;
-  // A token not seen before must carry a fence above every earlier one.
-  auto fresh = [&](const Token& token, const char* what) {
-    if (seen_tokens_.contains(key_of(token))) return;
-    check(token.fence.value > max_fence_seen_, [&] {
-      return where() + ": " + what + " " + short_token(token) + " is not above every earlier fence";
-    });
-    newest_seen = std::max(newest_seen, token.fence.value);
-  };
   // Deadlines may be left behind by deadlines_per_call, never on the resource a request named.
   const std::optional<Instant> wake = engine_.next_wake();
   const bool behind = wake && *wake <= engine_.now();
   for (const auto& view : after) {
-    const bool read_write = view.ns == core::Namespace::kReadWrite;
-    const auto readers = static_cast<std::int64_t>(std::count_if(
-        view.holders.begin(), view.holders.end(), [](const auto& h) { return h.shared; }));
-    const auto holders = static_cast<std::int64_t>(view.holders.size());
-    // A read-write lock has readers or one writer; anything else has at most its limit.
-    check(read_write ? readers == holders || holders == 1 : holders <= view.limit && readers == 0,
-          [&] {
-            return where() + ": " + resource_name(view) + " has " + std::to_string(holders) +
-                   " holders (" + std::to_string(readers) + " readers) against its limit";
-          });
-    // Waiters queue only while the head cannot be granted: the resource is full, a writer holds
-    // it or waits at the head behind readers, or a lock-delay holds the key.
-    const bool head_blocked =
-        view.waiters.empty() || view.delayed_until.has_value() ||
-        (read_write ? holders > 0 && (readers < holders || !view.waiters_shared.front())
-                    : holders == view.limit);
-    check(head_blocked || exhausted, [&] {
-      return where() + ": " + resource_name(view) + " has waiters its holders would admit";
-    });
     const bool settled =
         !behind || (requested && requested->ns == view.ns && requested->key == view.key);
-    for (const auto& holder : view.holders) {
-      // A deadline saturated at the end of time cannot lie after `now` once time has run out.
-      check(!settled || holder.deadline > engine_.now() || holder.deadline == Instant::max(), [&] {
-        return where() + ": " + resource_name(view) + " holder s" +
-               std::to_string(holder.session.value) + " outlived its lease deadline " +
-               at(holder.deadline);
-      });
-      const std::uint64_t fence = holder.token.fence.value;
-      check(fence <= last.value, [&] { return where() + ": holder fence above last_fence"; });
-      check(fence > config_.fence_floor.value,
-            [&] { return where() + ": holder fence not above the floor"; });
-      check(fences.insert(fence).second, [&] { return where() + ": two holders share a fence"; });
-      fresh(holder.token, "new token");
-    }
+    check_resource_invariants(view, settled, fences, newest_seen);
   }
   for (const auto& [session, reply] : deliveries) {
-    if (reply.token) fresh(*reply.token, "delivered token");
+    if (reply.token) check_fresh(*reply.token, "delivered token", newest_seen);
   }
-  if (engine_reply.token) fresh(*engine_reply.token, "granted token");
+  if (engine_reply.token) check_fresh(*engine_reply.token, "granted token", newest_seen);
   for (const auto& view : after) {
     for (const auto& holder : view.holders) seen_tokens_.insert(key_of(holder.token));
   }
@@ -735,27 +796,44 @@ void EngineDifferential::check_engine_invariants(
   last_fence_ = last;
   grants_ = engine_.counters().grants;
 
-  // FIFO: queues keep their order, and a waiter is granted only once every waiter ahead of it
-  // has left the queue.
-  auto queue_of = [](const std::vector<Engine::ResourceView>& views, const ResourceId& id) {
-    for (const auto& view : views) {
-      if (view.ns == id.ns && view.key == id.key) return view.waiters;
-    }
-    return std::vector<SessionId>{};
-  };
-  auto is_subsequence = [](const std::vector<SessionId>& small, const std::vector<SessionId>& big,
-                           std::size_t from) {
-    std::size_t j = from;
-    for (SessionId s : small) {
-      while (j < big.size() && big[j] != s) ++j;
-      if (j == big.size()) return false;
-      ++j;
-    }
-    return true;
-  };
-  for (const auto& view : after) {
+  check_fifo(before, parked_before, deliveries, requested, requested_command, engine_reply);
+}
+
+namespace {
+
+std::vector<SessionId> queue_of(const std::vector<Engine::ResourceView>& views, core::Namespace ns,
+                                const std::string& key) {
+  for (const auto& view : views) {
+    if (view.ns == ns && view.key == key) return view.waiters;
+  }
+  return std::vector<SessionId>{};
+}
+
+// True if `small` appears in order within `big` from index `from` on.
+bool is_subsequence(const std::vector<SessionId>& small, const std::vector<SessionId>& big,
+                    std::size_t from) {
+  std::size_t j = from;
+  for (SessionId s : small) {
+    while (j < big.size() && big[j] != s) ++j;
+    if (j == big.size()) return false;
+    ++j;
+  }
+  return true;
+}
+
+}  // namespace
+
+// FIFO: queues keep their order, and a waiter is granted only once every waiter ahead of it
+// has left the queue.
+void EngineDifferential::check_fifo(const std::vector<Engine::ResourceView>& before,
+                                    const std::map<SessionId, ResourceId>& parked_before,
+                                    const std::map<SessionId, Reply>& deliveries,
+                                    const std::optional<ResourceId>& requested,
+                                    const std::optional<core::Command>& requested_command,
+                                    const Reply& engine_reply) const {
+  for (const auto& view : view_) {
     const ResourceId id{view.ns, view.key};
-    const std::vector<SessionId> old_queue = queue_of(before, id);
+    const std::vector<SessionId> old_queue = queue_of(before, view.ns, view.key);
     std::vector<SessionId> survivors = view.waiters;
     // The request of this step joins the tail when it is queued (e/se) or parks (l/sl).
     const bool appended =

@@ -161,6 +161,28 @@ class EngineDifferential {
     if (!condition) fail(message());
   }
 
+  // What one step did to both implementations, for the checks that follow it.
+  struct StepResult {
+    std::vector<core::Delivery> engine_out;
+    std::vector<core::Delivery> model_out;
+    std::optional<core::SessionId> requester;
+    std::optional<ResourceId> requested;
+    std::optional<core::Command> requested_command;
+    std::optional<core::SessionId> closing;
+    bool engine_dropped = false;
+    bool model_dropped = false;
+    core::Reply engine_reply = core::Reply::of(core::Status::kOk);
+  };
+
+  core::Instant advance_clock(const Step& step);
+  core::Request make_request(const Step& step) const;
+  void trace_request(core::SessionId session, const Step& step, const core::Request& request) const;
+  // A request from the session in `slot`, to both implementations.
+  void apply_request(core::Instant now, std::size_t slot, const Step& step, StepResult& result);
+  void apply_close(core::Instant now, const Step& step, StepResult& result);
+  std::map<core::SessionId, core::Reply> check_deliveries(StepKind kind, const StepResult& result);
+  void check_close(const StepResult& result);
+
   std::string where() const;
   std::string at(core::Instant instant) const;
   std::int64_t usual_limit(std::size_t key) const;
@@ -178,6 +200,12 @@ class EngineDifferential {
                                                     const char* who) const;
   void compare_stats(const core::StatsSnapshot& engine_stats,
                      const core::StatsSnapshot& model_stats) const;
+  void count_step_coverage();
+  void compare_counters() const;
+  void compare_resource(const core::Engine::ResourceView& e,
+                        const core::Engine::ResourceView& m) const;
+  void compare_holders(const core::Engine::ResourceView& e,
+                       const core::Engine::ResourceView& m) const;
   void compare_state();
   // The slots both lost in this step: the same sessions, keys, paired tokens and reasons.
   void compare_losses();
@@ -187,6 +215,15 @@ class EngineDifferential {
                                const std::optional<ResourceId>& requested,
                                const std::optional<core::Command>& requested_command,
                                const core::Reply& engine_reply);
+  void check_fresh(const core::Token& token, const char* what, std::uint64_t& newest_seen) const;
+  void check_resource_invariants(const core::Engine::ResourceView& view, bool settled,
+                                 std::set<std::uint64_t>& fences, std::uint64_t& newest_seen) const;
+  void check_fifo(const std::vector<core::Engine::ResourceView>& before,
+                  const std::map<core::SessionId, ResourceId>& parked_before,
+                  const std::map<core::SessionId, core::Reply>& deliveries,
+                  const std::optional<ResourceId>& requested,
+                  const std::optional<core::Command>& requested_command,
+                  const core::Reply& engine_reply) const;
   void count(const std::string& what, std::uint64_t by = 1) {
     if (options_.coverage != nullptr) options_.coverage->counts[what] += by;
   }

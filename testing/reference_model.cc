@@ -548,54 +548,11 @@ void ReferenceModel::tick(Instant now, std::vector<Delivery>& out) {
   advance(now, out, config_.deadlines_per_call);
 }
 
-core::StatsSnapshot ReferenceModel::stats(Instant now, std::vector<Delivery>& out) {
-  advance(now, out, std::numeric_limits<std::size_t>::max());
-  std::vector<const Resource*> sorted;
-  for (const Resource& resource : resources_) sorted.push_back(&resource);
-  std::sort(sorted.begin(), sorted.end(), [](const Resource* a, const Resource* b) {
-    return std::tie(a->key, a->ns) < std::tie(b->key, b->ns);
-  });
-  core::StatsSnapshot snapshot;
-  for (const Resource* resource : sorted) {
-    bool idle = resource->holders.empty() && resource->waiters.empty();
-    auto waiters = static_cast<std::int64_t>(resource->waiters.size());
-    if (resource->ns == Namespace::kReadWrite) {
-      if (idle) {
-        snapshot.idle_rw_locks.push_back(
-            core::IdleStats{resource->key, (now_ - resource->last_activity).seconds_double()});
-        continue;
-      }
-      core::ReadWriteStats entry{resource->key, 0, SessionId{0}, 0.0, waiters};
-      std::optional<Instant> soonest;
-      for (const Holder& holder : resource->holders) {
-        if (holder.shared) {
-          ++entry.readers;
-        } else {
-          entry.writer = holder.session;
-        }
-        if (!soonest || holder.deadline < *soonest) soonest = holder.deadline;
-      }
-      if (soonest) entry.lease_expires_in_s = std::max(0.0, (*soonest - now_).seconds_double());
-      snapshot.rw_locks.push_back(entry);
-    } else if (idle) {
-      core::IdleStats entry{resource->key, (now_ - resource->last_activity).seconds_double()};
-      (resource->limit == 1 ? snapshot.idle_locks : snapshot.idle_semaphores).push_back(entry);
-    } else if (resource->limit == 1) {
-      core::LockStats entry{resource->key, SessionId{0}, 0.0, waiters};
-      if (!resource->holders.empty()) {
-        entry.owner = resource->holders.front().session;
-        entry.lease_expires_in_s =
-            std::max(0.0, (resource->holders.front().deadline - now_).seconds_double());
-      }
-      snapshot.locks.push_back(entry);
-    } else {
-      snapshot.semaphores.push_back(
-          core::SemaphoreStats{resource->key, resource->limit,
-                               static_cast<std::int64_t>(resource->holders.size()), waiters});
-    }
-  }
-  // Sorted by key; the spec leaves ties (the same key in both namespaces) open, so they are
-  // ordered by the remaining fields, as core/stats.cc does.
+namespace {
+
+// Sorted by key; the spec leaves ties (the same key in both namespaces) open, so they are
+// ordered by the remaining fields, as core/stats.cc does.
+void sort_stats(core::StatsSnapshot& snapshot) {
   std::sort(snapshot.locks.begin(), snapshot.locks.end(), [](const auto& a, const auto& b) {
     return std::tie(a.key, a.owner, a.lease_expires_in_s, a.waiters) <
            std::tie(b.key, b.owner, b.lease_expires_in_s, b.waiters);
@@ -615,6 +572,20 @@ core::StatsSnapshot ReferenceModel::stats(Instant now, std::vector<Delivery>& ou
     return std::tie(a.key, a.readers, a.writer, a.lease_expires_in_s, a.waiters) <
            std::tie(b.key, b.readers, b.writer, b.lease_expires_in_s, b.waiters);
   });
+}
+
+}  // namespace
+
+core::StatsSnapshot ReferenceModel::stats(Instant now, std::vector<Delivery>& out) {
+  advance(now, out, std::numeric_limits<std::size_t>::max());
+  std::vector<const Resource*> sorted;
+  for (const Resource& resource : resources_) sorted.push_back(&resource);
+  std::sort(sorted.begin(), sorted.end(), [](const Resource* a, const Resource* b) {
+    return std::tie(a->key, a->ns) < std::tie(b->key, b->ns);
+  });
+  core::StatsSnapshot snapshot;
+  for (const Resource* resource : sorted) add_stats_entry(*resource, snapshot);
+  sort_stats(snapshot);
   snapshot.totals = core::totals_of(snapshot);  // before the lists are cut
   auto cut = [&](auto& entries) {
     if (entries.size() > config_.stats_entries_max) {
@@ -631,6 +602,46 @@ core::StatsSnapshot ReferenceModel::stats(Instant now, std::vector<Delivery>& ou
   snapshot.counters = core::StatsCounters{counters_.grants, counters_.lease_expiries,
                                           counters_.wait_timeouts, counters_.fence_exhausted};
   return snapshot;
+}
+
+// Adds the resource to the list of the snapshot its kind and state belong in.
+void ReferenceModel::add_stats_entry(const Resource& resource,
+                                     core::StatsSnapshot& snapshot) const {
+  bool idle = resource.holders.empty() && resource.waiters.empty();
+  auto waiters = static_cast<std::int64_t>(resource.waiters.size());
+  if (resource.ns == Namespace::kReadWrite) {
+    if (idle) {
+      snapshot.idle_rw_locks.push_back(
+          core::IdleStats{resource.key, (now_ - resource.last_activity).seconds_double()});
+      return;
+    }
+    core::ReadWriteStats entry{resource.key, 0, SessionId{0}, 0.0, waiters};
+    std::optional<Instant> soonest;
+    for (const Holder& holder : resource.holders) {
+      if (holder.shared) {
+        ++entry.readers;
+      } else {
+        entry.writer = holder.session;
+      }
+      if (!soonest || holder.deadline < *soonest) soonest = holder.deadline;
+    }
+    if (soonest) entry.lease_expires_in_s = std::max(0.0, (*soonest - now_).seconds_double());
+    snapshot.rw_locks.push_back(entry);
+  } else if (idle) {
+    core::IdleStats entry{resource.key, (now_ - resource.last_activity).seconds_double()};
+    (resource.limit == 1 ? snapshot.idle_locks : snapshot.idle_semaphores).push_back(entry);
+  } else if (resource.limit == 1) {
+    core::LockStats entry{resource.key, SessionId{0}, 0.0, waiters};
+    if (!resource.holders.empty()) {
+      entry.owner = resource.holders.front().session;
+      entry.lease_expires_in_s =
+          std::max(0.0, (resource.holders.front().deadline - now_).seconds_double());
+    }
+    snapshot.locks.push_back(entry);
+  } else {
+    snapshot.semaphores.push_back(core::SemaphoreStats{
+        resource.key, resource.limit, static_cast<std::int64_t>(resource.holders.size()), waiters});
+  }
 }
 
 std::vector<core::Engine::ResourceView> ReferenceModel::inspect() const {

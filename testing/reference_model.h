@@ -131,6 +131,7 @@ class ReferenceModel {
   std::optional<core::Instant> gc_instant(const Resource& resource) const;
   bool gc_candidate(const Resource& resource) const;
   void promote(std::size_t resource_index, std::vector<core::Delivery>& out);
+  void add_stats_entry(const Resource& resource, core::StatsSnapshot& snapshot) const;
   // Whether the resource could grant a slot of this kind now, its queue aside.
   static bool admits(const Resource& resource, bool shared);
   // A holder of the resource left without releasing: the lock-delay starts (if configured).
