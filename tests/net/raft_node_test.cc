@@ -513,7 +513,8 @@ TEST_F(RaftNodeTest, ANodeWithAnotherSecretCannotJoinWhileTheOthersWork) {
   // Refusals are logged on both sides of the handshake.
   EXPECT_TRUE(wait_until([&] { return logged("authentication failed"); }, 5s));
   EXPECT_TRUE(logged("cluster secret"));
-  std::this_thread::sleep_for(1s);
+  // The outsider's election timeout ran out: it stands, and gets nowhere.
+  EXPECT_TRUE(wait_until([&] { return raft(3).status().role == core::RaftRole::kCandidate; }, 10s));
   const RaftStatus outsider = raft(3).status();
   EXPECT_EQ(outsider.leader_id, 0u);
   EXPECT_NE(outsider.role, core::RaftRole::kLeader);
