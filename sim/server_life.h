@@ -1,8 +1,9 @@
-// The state of one life of the simulated turnstiled (ServerProcess's Process, its sessions and
-// the messages between its shards), and the engines' resource budget and fence source: what the
-// files of ServerProcess share (sim/server.cc: lives, TCP sessions, routers and timers;
-// sim/server_http.cc: the HTTP side; sim/server_journal.cc: the fence journal on its disk). Only
-// those files include it.
+// The state of one life of the simulated turnstiled (the Process a ServerProcess holds, its
+// sessions and the messages between its shards), and the engines' resource budget and fence
+// source: what the files of ServerProcess share (sim/server.cc: lives, TCP sessions, routers and
+// timers; sim/server_http.cc: the HTTP side; sim/server_journal.cc: the fence journal on its
+// disk). Only those files include it. It stands below sim/server.h, which names these types
+// without their definitions.
 //
 // Thread affinity: single-threaded, owned by one run.
 #pragma once
@@ -26,7 +27,6 @@
 #include "core/http_session_router.h"
 #include "core/router.h"
 #include "core/session_port.h"
-#include "sim/server.h"
 #include "sim/signal_checker.h"
 
 namespace turnstile::sim {
@@ -68,15 +68,13 @@ class JournalSource final : public core::FenceSource {
   std::function<void(core::FenceBlock)> on_take_;
 };
 
-}  // namespace server_life
-
 // A router message on its way between two shards (core/router.h).
-struct ServerProcess::Hop {
+struct Hop {
   std::int64_t at = 0;
   std::variant<core::RouterMessage, core::HttpMessage> message;
 };
 
-struct ServerProcess::ServerSession {
+struct ServerSession {
   std::unique_ptr<core::SessionPort> port;
   std::uint64_t connection = 0;
   std::size_t owner = 0;
@@ -89,14 +87,14 @@ struct ServerProcess::ServerSession {
   core::Namespace inflight_ns = core::Namespace::kLock;
 };
 
-struct ServerProcess::Process {
+struct Process {
   std::uint64_t life = 0;
   std::int64_t mono_origin = 0;  // Instant = mono_origin + virtual time - mono_back
   std::int64_t mono_back = 0;    // a monotonic clock reading behind (the clock-back fault)
-  std::unique_ptr<server_life::Budget> budget;
-  std::unique_ptr<core::FenceJournal> journal;               // null without the fence journal
-  std::unique_ptr<server_life::JournalSource> fence_source;  // the engines' view of `journal`
-  bool journal_backoff = false;  // a failed write is retried after a pause
+  std::unique_ptr<Budget> budget;
+  std::unique_ptr<core::FenceJournal> journal;  // null without the fence journal
+  std::unique_ptr<JournalSource> fence_source;  // the engines' view of `journal`
+  bool journal_backoff = false;                 // a failed write is retried after a pause
   std::vector<std::unique_ptr<core::Engine>> engines;
   // The process's listeners (core/signal_hub.h), checked on every signal: lost with the
   // process, as the daemon's are.
@@ -120,4 +118,5 @@ struct ServerProcess::Process {
   std::optional<std::int64_t> timer_at;
 };
 
+}  // namespace server_life
 }  // namespace turnstile::sim
