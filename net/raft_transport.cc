@@ -13,10 +13,12 @@
 #include <cstring>
 #include <unordered_map>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "core/assert.h"
 #include "core/handshake_slots.h"
+#include "core/raft_handshake.h"
 
 namespace turnstile::net {
 
@@ -28,50 +30,21 @@ std::string uv_error(int code) { return uv_strerror(code); }
 
 // --- the handshake --------------------------------------------------------------------------
 //
-// On every new connection, before raft sees a byte of it (A: the acceptor, C: the connector):
-//
-//   A -> C  hello   magic(8) | A's id (8) | nonce_a (32)
-//   C -> A  connect magic(8) | C's id (8) | the id C means to reach (8) | C's raft address,
-//                   NUL-padded (256) | nonce_c (32) | HMAC(secret, "connect" | hello | all before)
-//   A -> C  accept  HMAC(secret, "accept" | hello | connect)
-//
-// Each side checks the other's MAC in constant time over a transcript that holds its own fresh
-// nonce, so neither message can be replayed or reflected. Integers are little-endian. Each side
-// reads exactly one message's length at a time, and neither sends anything more before it has
-// the other's last message, so no raft byte is ever read here. Then the stream goes to raft:
-// the acceptor's with C's id and address (raft's accept callback), the connector's to raft's
-// connect callback.
+// On every new connection, before raft sees a byte of it, the acceptor sends a hello, the
+// connector a connect and the acceptor an accept (core/raft_handshake.h has their bytes, their
+// checks and what each MAC covers; here are the reads and writes, the nonces and the HMACs). Each
+// side reads exactly one message's length at a time, and neither sends anything more before it
+// has the other's last message, so no raft byte is ever read here. Then the stream goes to raft:
+// the acceptor's with the connector's id and address (raft's accept callback), the connector's to
+// raft's connect callback.
 
-constexpr std::array<unsigned char, 8> kMagic = {'T', 'S', 'R', 'A', 'F', 'T', '0', '1'};
-constexpr std::size_t kNonceSize = 32;
-constexpr std::size_t kMacSize = 32;
-constexpr std::size_t kAddressField = 256;  // an address of up to 255 bytes and a NUL
-constexpr std::size_t kHelloSize = 8 + 8 + kNonceSize;
-constexpr std::size_t kConnectBodySize = 8 + 8 + 8 + kAddressField + kNonceSize;
-constexpr std::size_t kConnectSize = kConnectBodySize + kMacSize;
-constexpr std::size_t kAcceptSize = kMacSize;
+namespace hs = core::raft_handshake;
+
 // An incoming connection's first message is due this long after it is accepted (or within the
 // handshake timeout, when that is shorter): a peer sends it one round trip after the accept.
 constexpr unsigned kFirstMessageMs = 500;
 // The same handshake failure from the same peer is logged at most this often.
 constexpr std::uint64_t kLogRepeatMs = 10'000;
-
-void put_u64(unsigned char* out, std::uint64_t value) {
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<unsigned char>(value >> (8 * i));
-}
-
-std::uint64_t get_u64(const unsigned char* in) {
-  std::uint64_t value = 0;
-  for (int i = 7; i >= 0; --i) value = (value << 8) | in[i];
-  return value;
-}
-
-using Mac = std::array<unsigned char, kMacSize>;
-
-// Whether the `got` bytes read so far of a message that opens with the magic can still be one.
-bool magic_so_far(const unsigned char* in, std::size_t got) {
-  return std::memcmp(in, kMagic.data(), std::min(got, kMagic.size())) == 0;
-}
 
 core::HandshakeSlotsConfig slots_config(unsigned timeout_ms) {
   core::HandshakeSlotsConfig config;  // 64 at once, 8 per source, 16 for known peers only
@@ -79,15 +52,9 @@ core::HandshakeSlotsConfig slots_config(unsigned timeout_ms) {
   return config;
 }
 
-// HMAC-SHA256(secret, label | NUL | a | b); false if OpenSSL fails.
-bool compute_mac(const std::string& secret, std::string_view label, const unsigned char* a,
-                 std::size_t a_len, const unsigned char* b, std::size_t b_len, Mac& out) {
-  std::vector<unsigned char> data;
-  data.reserve(label.size() + 1 + a_len + b_len);
-  data.insert(data.end(), label.begin(), label.end());
-  data.push_back(0);
-  data.insert(data.end(), a, a + a_len);
-  data.insert(data.end(), b, b + b_len);
+// HMAC-SHA256(secret, data); false if OpenSSL fails. `data` is what the codec says the MAC
+// covers (hs::connect_mac_input, hs::accept_mac_input).
+bool compute_mac(const std::string& secret, const std::vector<std::uint8_t>& data, hs::Mac& out) {
   static const unsigned char kNoKey = 0;  // OpenSSL wants a pointer even for an empty key
   const void* key = secret.empty() ? static_cast<const void*>(&kNoKey) : secret.data();
   unsigned int len = 0;
@@ -133,9 +100,9 @@ struct Handshake {
   core::HandshakeSlot slot = 0;  // incoming: the slot it holds until it proves the secret; 0: none
   unsigned timer_ms = 0;         // what the timer was last set to, for the log
 
-  std::array<unsigned char, kHelloSize> hello{};
-  std::array<unsigned char, kConnectSize> connect_msg{};
-  std::array<unsigned char, kAcceptSize> accept_msg{};
+  hs::HelloBytes hello{};
+  hs::ConnectBytes connect_msg{};
+  hs::AcceptBytes accept_msg{};
   unsigned char* in = nullptr;  // the message being read
   std::size_t in_want = 0;
   std::size_t in_got = 0;
@@ -348,12 +315,13 @@ class Transport {
     h->peer_name = name.substr(0, name.rfind(':'));
     if (!me->admit(h)) return;
     me->tune(h->tcp);
-    std::memcpy(h->hello.data(), kMagic.data(), kMagic.size());
-    put_u64(h->hello.data() + 8, me->id_);
-    if (RAND_bytes(h->hello.data() + 16, static_cast<int>(kNonceSize)) != 1) {
+    hs::Hello hello;
+    hello.id = me->id_;
+    if (RAND_bytes(hello.nonce.data(), static_cast<int>(hello.nonce.size())) != 1) {
       me->fail(h, RAFT_NOCONNECTION, "OpenSSL RAND_bytes failed: cannot run the raft handshake");
       return;
     }
+    h->hello = hs::encode_hello(hello);
     h->step = Handshake::Step::kConnect;
     if (me->write(h, 0, h->hello.data(), h->hello.size())) {
       me->read(h, h->connect_msg.data(), h->connect_msg.size());
@@ -412,52 +380,50 @@ class Transport {
     uv_timer_start(&h->timer, &Transport::on_timeout, ms, 0);
   }
 
-  // The connector's message is in: check it, answer, and hand the stream to raft.
+  // The connector's message is in: check it, answer, and hand the stream to raft. Its MAC is
+  // checked before its other fields: only a connector that knows the secret is told that its
+  // message is malformed, and has its host learned as a peer's.
   void on_connect_message(Handshake* h) {
-    const unsigned char* m = h->connect_msg.data();
     const std::string who = "raft connection from " + h->peer_name;
-    if (std::memcmp(m, kMagic.data(), kMagic.size()) != 0) {
+    const std::variant<hs::ConnectFields, hs::Refusal> framed = hs::read_connect(h->connect_msg);
+    if (std::holds_alternative<hs::Refusal>(framed)) {
       fail(h, RAFT_NOCONNECTION, "refused a " + who + ": not a turnstile raft handshake");
       return;
     }
-    Mac expected{};
-    if (!compute_mac(secret_, "connect", h->hello.data(), h->hello.size(), m, kConnectBodySize,
-                     expected)) {
+    const hs::ConnectFields& fields = std::get<hs::ConnectFields>(framed);
+    hs::Mac expected{};
+    if (!compute_mac(secret_, hs::connect_mac_input(h->hello, h->connect_msg), expected)) {
       fail(h, RAFT_NOCONNECTION, "refused a " + who + ": HMAC failed");
       return;
     }
-    const std::uint64_t claimed_id = get_u64(m + 8);
-    if (CRYPTO_memcmp(expected.data(), m + kConnectBodySize, kMacSize) != 0) {
+    if (CRYPTO_memcmp(expected.data(), fields.mac.data(), hs::kMacSize) != 0) {
       fail(h, RAFT_NOCONNECTION,
-           "refused a " + who + " claiming to be node " + std::to_string(claimed_id) +
+           "refused a " + who + " claiming to be node " + std::to_string(fields.from) +
                ": authentication failed (a different cluster secret?)");
       return;
     }
     // It knows the secret: its host's later connections get the room kept for peers.
     slots_.learn(h->source);
-    const std::uint64_t target = get_u64(m + 16);
-    const unsigned char* field = m + 24;
-    const auto* nul = static_cast<const unsigned char*>(std::memchr(field, 0, kAddressField));
-    const std::size_t address_len = nul == nullptr ? kAddressField : std::size_t(nul - field);
-    if (claimed_id == 0 || address_len == 0 || address_len == kAddressField) {
+    const std::variant<hs::Connect, hs::Refusal> checked = hs::check_connect(fields);
+    if (std::holds_alternative<hs::Refusal>(checked)) {
       fail(h, RAFT_NOCONNECTION, "refused a " + who + ": malformed handshake");
       return;
     }
-    if (target != id_) {
+    const hs::Connect& connect = std::get<hs::Connect>(checked);
+    if (connect.to != id_) {
       fail(h, RAFT_NOCONNECTION,
-           "refused a " + who + " (node " + std::to_string(claimed_id) + "): it wants node " +
-               std::to_string(target) + ", but this is node " + std::to_string(id_) +
+           "refused a " + who + " (node " + std::to_string(connect.from) + "): it wants node " +
+               std::to_string(connect.to) + ", but this is node " + std::to_string(id_) +
                " (check the raft addresses in the cluster's configuration)");
       return;
     }
-    h->peer_id = claimed_id;
-    h->peer_address.assign(reinterpret_cast<const char*>(field), address_len);
-    if (!compute_mac(secret_, "accept", h->hello.data(), h->hello.size(), m, kConnectSize,
-                     expected)) {
+    h->peer_id = connect.from;
+    h->peer_address = connect.address;
+    if (!compute_mac(secret_, hs::accept_mac_input(h->hello, h->connect_msg), expected)) {
       fail(h, RAFT_NOCONNECTION, "refused a " + who + ": HMAC failed");
       return;
     }
-    h->accept_msg = expected;
+    h->accept_msg = hs::encode_accept(hs::Accept{expected});
     h->step = Handshake::Step::kVerified;
     release_slot(h);  // finished but for our answer, which gets the whole handshake timeout
     arm_timer(h, timeout_ms_);
@@ -510,47 +476,47 @@ class Transport {
 
   void on_hello(Handshake* h) {
     const std::string who = "node " + std::to_string(h->peer_id) + " at " + h->peer_address;
-    if (std::memcmp(h->hello.data(), kMagic.data(), kMagic.size()) != 0) {
+    const std::variant<hs::Hello, hs::Refusal> hello = hs::decode_hello(h->hello);
+    if (std::holds_alternative<hs::Refusal>(hello)) {
       fail(h, RAFT_NOCONNECTION, who + " does not speak the turnstile raft handshake");
       return;
     }
-    const std::uint64_t their_id = get_u64(h->hello.data() + 8);
+    const std::uint64_t their_id = std::get<hs::Hello>(hello).id;
     if (their_id != h->peer_id) {
       fail(h, RAFT_NOCONNECTION,
            "the raft address of " + who + " answers as node " + std::to_string(their_id) +
                " (check the raft addresses in the cluster's configuration)");
       return;
     }
-    unsigned char* m = h->connect_msg.data();
-    std::memcpy(m, kMagic.data(), kMagic.size());
-    put_u64(m + 8, id_);
-    put_u64(m + 16, h->peer_id);
-    std::memset(m + 24, 0, kAddressField);
-    std::memcpy(m + 24, address_.data(), std::min(address_.size(), kAddressField - 1));
-    if (RAND_bytes(m + 24 + kAddressField, static_cast<int>(kNonceSize)) != 1) {
+    hs::Connect connect;
+    connect.from = id_;
+    connect.to = h->peer_id;
+    connect.address = address_;
+    if (RAND_bytes(connect.nonce.data(), static_cast<int>(connect.nonce.size())) != 1) {
       fail(h, RAFT_NOCONNECTION, "OpenSSL RAND_bytes failed: cannot run the raft handshake");
       return;
     }
-    Mac mac{};
-    if (!compute_mac(secret_, "connect", h->hello.data(), h->hello.size(), m, kConnectBodySize,
-                     mac)) {
+    h->connect_msg = hs::encode_connect(connect);  // the MAC field is zeros until it is known
+    if (!compute_mac(secret_, hs::connect_mac_input(h->hello, h->connect_msg), connect.mac)) {
       fail(h, RAFT_NOCONNECTION, "HMAC failed in the raft handshake with " + who);
       return;
     }
-    std::memcpy(m + kConnectBodySize, mac.data(), kMacSize);
+    h->connect_msg = hs::encode_connect(connect);
     h->step = Handshake::Step::kAccept;
-    if (write(h, 0, m, kConnectSize)) read(h, h->accept_msg.data(), h->accept_msg.size());
+    if (write(h, 0, h->connect_msg.data(), h->connect_msg.size())) {
+      read(h, h->accept_msg.data(), h->accept_msg.size());
+    }
   }
 
   void on_accept_message(Handshake* h) {
-    Mac expected{};
+    hs::Mac expected{};
     const std::string who = "node " + std::to_string(h->peer_id) + " at " + h->peer_address;
-    if (!compute_mac(secret_, "accept", h->hello.data(), h->hello.size(), h->connect_msg.data(),
-                     h->connect_msg.size(), expected)) {
+    if (!compute_mac(secret_, hs::accept_mac_input(h->hello, h->connect_msg), expected)) {
       fail(h, RAFT_NOCONNECTION, "HMAC failed in the raft handshake with " + who);
       return;
     }
-    if (CRYPTO_memcmp(expected.data(), h->accept_msg.data(), kMacSize) != 0) {
+    const hs::Accept accept = std::get<hs::Accept>(hs::decode_accept(h->accept_msg));
+    if (CRYPTO_memcmp(expected.data(), accept.mac.data(), hs::kMacSize) != 0) {
       fail(h, RAFT_NOCONNECTION,
            who + " failed authentication: it does not know the cluster secret");
       return;
@@ -605,7 +571,7 @@ class Transport {
     h->in_got += static_cast<std::size_t>(nread);
     const bool opens_with_magic =
         h->step == Handshake::Step::kConnect || h->step == Handshake::Step::kHello;
-    if (opens_with_magic && !magic_so_far(h->in, h->in_got)) {
+    if (opens_with_magic && !hs::magic_so_far({h->in, h->in_got})) {
       // Junk: not worth waiting for the rest of a message it will never be.
       if (h->outgoing) {
         me->fail(h, RAFT_NOCONNECTION,

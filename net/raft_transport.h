@@ -27,6 +27,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/raft_handshake.h"
 #include "net/raft_address.h"
 
 // canonical raft's headers have no extern "C" of their own (uv.h has).
@@ -38,7 +39,7 @@ extern "C" {
 namespace turnstile::net {
 
 // The longest raft address the handshake carries (its field holds this many bytes and a NUL).
-constexpr std::size_t kRaftAddressMax = 255;
+constexpr std::size_t kRaftAddressMax = core::raft_handshake::kAddressMax;
 
 class RaftTransport {
  public:

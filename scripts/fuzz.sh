@@ -10,7 +10,8 @@ seconds=${1:-60}
 shift || true
 harnesses=("$@")
 if [ "${#harnesses[@]}" -eq 0 ]; then
-  harnesses=(fuzz_wire fuzz_session fuzz_engine fuzz_journal fuzz_http fuzz_log fuzz_signal)
+  harnesses=(fuzz_wire fuzz_session fuzz_engine fuzz_journal fuzz_http fuzz_log fuzz_signal
+    fuzz_handshake)
 fi
 
 build_dir=${TURNSTILE_FUZZ_BUILD_DIR:-build-fuzz}

@@ -37,6 +37,13 @@
 
 namespace turnstile::sim {
 
+// A life's state, shared by the files of ServerProcess and defined in sim/server_life.h.
+namespace server_life {
+struct Hop;
+struct ServerSession;
+struct Process;
+}  // namespace server_life
+
 class ServerProcess final : public core::EngineObserver, public Listener {
  public:
   // `faults` is the run's fault stream: the delays before a crashed process starts again are
@@ -94,9 +101,9 @@ class ServerProcess final : public core::EngineObserver, public Listener {
   }
 
  private:
-  struct Hop;
-  struct ServerSession;
-  struct Process;
+  using Hop = server_life::Hop;
+  using ServerSession = server_life::ServerSession;
+  using Process = server_life::Process;
 
   core::Instant server_now() const;
   bool pump_session(std::uint64_t id, ServerSession& ss);

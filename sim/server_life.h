@@ -1,8 +1,9 @@
-// The state of one life of the simulated turnstiled (ServerProcess's Process, its sessions and
-// the messages between its shards), and the engines' resource budget and fence source: what the
-// files of ServerProcess share (sim/server.cc: lives, TCP sessions, routers and timers;
-// sim/server_http.cc: the HTTP side; sim/server_journal.cc: the fence journal on its disk). Only
-// those files include it.
+// The state of one life of the simulated turnstiled (the Process a ServerProcess holds, its
+// sessions and the messages between its shards), and the engines' resource budget and fence
+// source: what the files of ServerProcess share (sim/server.cc: lives, TCP sessions, routers and
+// timers; sim/server_http.cc: the HTTP side; sim/server_journal.cc: the fence journal on its
+// disk). Only those files include it. It stands below sim/server.h, which names these types
+// without their definitions.
 //
 // Thread affinity: single-threaded, owned by one run.
 #pragma once
@@ -28,7 +29,7 @@
 #include "core/http_session_router.h"
 #include "core/router.h"
 #include "core/session_port.h"
-#include "sim/server.h"
+#include "sim/context.h"
 #include "sim/signal_checker.h"
 
 namespace turnstile::sim {
@@ -100,15 +101,13 @@ class HttpHost final : public core::HttpApiHost {
   std::function<std::int64_t()> connections_;
 };
 
-}  // namespace server_life
-
 // A router message on its way between two shards (core/router.h).
-struct ServerProcess::Hop {
+struct Hop {
   std::int64_t at = 0;
   std::variant<core::RouterMessage, core::HttpMessage> message;
 };
 
-struct ServerProcess::ServerSession {
+struct ServerSession {
   std::unique_ptr<core::SessionPort> port;
   std::uint64_t connection = 0;
   std::size_t owner = 0;
@@ -121,14 +120,14 @@ struct ServerProcess::ServerSession {
   core::Namespace inflight_ns = core::Namespace::kLock;
 };
 
-struct ServerProcess::Process {
+struct Process {
   std::uint64_t life = 0;
   std::int64_t mono_origin = 0;  // Instant = mono_origin + virtual time - mono_back
   std::int64_t mono_back = 0;    // a monotonic clock reading behind (the clock-back fault)
-  std::unique_ptr<server_life::Budget> budget;
-  std::unique_ptr<core::FenceJournal> journal;               // null without the fence journal
-  std::unique_ptr<server_life::JournalSource> fence_source;  // the engines' view of `journal`
-  bool journal_backoff = false;  // a failed write is retried after a pause
+  std::unique_ptr<Budget> budget;
+  std::unique_ptr<core::FenceJournal> journal;  // null without the fence journal
+  std::unique_ptr<JournalSource> fence_source;  // the engines' view of `journal`
+  bool journal_backoff = false;                 // a failed write is retried after a pause
   std::vector<std::unique_ptr<core::Engine>> engines;
   // The process's listeners (core/signal_hub.h), checked on every signal: lost with the
   // process, as the daemon's are.
@@ -137,7 +136,7 @@ struct ServerProcess::Process {
   // With HTTP clients or an operator: the HTTP API of each shard and its session router (both
   // destroyed before the routers), HTTP requests being answered (by ticket, and the shard and
   // ticket of each exchange), and the session sweep's next turn.
-  std::unique_ptr<server_life::HttpHost> http_host;
+  std::unique_ptr<HttpHost> http_host;
   std::vector<std::unique_ptr<core::HttpSessionRouter>> desks;
   std::vector<std::unique_ptr<core::HttpApi>> apis;
   std::map<core::HttpTicket, std::uint64_t> http_tickets;
@@ -153,4 +152,5 @@ struct ServerProcess::Process {
   std::optional<std::int64_t> timer_at;
 };
 
+}  // namespace server_life
 }  // namespace turnstile::sim
